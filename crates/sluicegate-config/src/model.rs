@@ -1,0 +1,228 @@
+//! The validated configuration: plain values the data plane compiles from.
+//!
+//! Everything here has already been checked by the loader (types, ranges,
+//! references between services and routes, duplicate names), so consumers
+//! never need to validate again. Defaults are documented in `docs/config.md`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The whole gateway configuration, as loaded from one YAML file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Addresses the proxy listens on (at least one).
+    pub listen: Vec<SocketAddr>,
+    /// Admin listener (metrics, health); `None` when not configured.
+    pub admin: Option<AdminConfig>,
+    /// Worker threads; `None` means one per available core ("auto").
+    pub workers: Option<usize>,
+    pub limits: Limits,
+    pub timeouts: ClientTimeouts,
+    pub log: LogConfig,
+    pub reload: ReloadConfig,
+    pub services: Vec<Service>,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Client connections open at once, per process; more are closed at accept.
+    pub max_connections: usize,
+    /// Largest request head (request line + headers) in bytes; over it: 431.
+    pub max_header_bytes: usize,
+    /// Largest request body in bytes; over it: 413.
+    pub max_body_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            max_header_bytes: 16_384,
+            max_body_bytes: 10 * 1024 * 1024,
+        }
+    }
+}
+
+/// Client-side timeouts (the listener side).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientTimeouts {
+    /// Time allowed to receive a whole request head once its first byte came.
+    pub client_header: Duration,
+    /// Longest pause while receiving a request body.
+    pub client_body: Duration,
+    /// How long an idle keep-alive client connection is kept.
+    pub keepalive: Duration,
+    /// On shutdown, how long in-flight requests may take to finish.
+    pub drain: Duration,
+}
+
+impl Default for ClientTimeouts {
+    fn default() -> Self {
+        ClientTimeouts {
+            client_header: Duration::from_secs(10),
+            client_body: Duration::from_secs(30),
+            keepalive: Duration::from_secs(60),
+            drain: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    /// tracing level filter: error, warn, info, debug, trace.
+    pub level: String,
+    pub access: AccessLog,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_string(),
+            access: AccessLog::Off,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AccessLog {
+    Off,
+    Stdout,
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReloadConfig {
+    /// Watch the config file and reload when it changes.
+    pub watch: bool,
+    /// How often the file is checked for changes.
+    pub poll_interval: Duration,
+}
+
+impl Default for ReloadConfig {
+    fn default() -> Self {
+        ReloadConfig {
+            watch: true,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A backend service: a named set of instances and how to reach them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Service {
+    pub name: String,
+    pub endpoints: Vec<Endpoint>,
+    pub balance: Balance,
+    /// Only for `Balance::Hash`; defaults to `HashKey::ClientIp`.
+    pub hash_key: HashKey,
+    /// In-flight requests to one endpoint at once, across all workers.
+    pub max_connections_per_endpoint: usize,
+    pub timeouts: UpstreamTimeouts,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// As written in the config (`host:port`); used in logs and metrics.
+    pub name: String,
+    /// Resolved address.
+    pub addr: SocketAddr,
+    /// Relative weight, >= 1.
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Smooth weighted round robin.
+    RoundRobin,
+    LeastConn,
+    /// Power of two choices on an EWMA of latency times load.
+    P2cEwma,
+    /// Consistent hashing on `hash_key`.
+    Hash,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// A request header's value, name lower-cased.
+    Header(String),
+    ClientIp,
+    Path,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamTimeouts {
+    pub connect: Duration,
+    pub response_header: Duration,
+    /// How long an idle pooled upstream connection is kept.
+    pub idle: Duration,
+}
+
+impl Default for UpstreamTimeouts {
+    fn default() -> Self {
+        UpstreamTimeouts {
+            connect: Duration::from_secs(1),
+            response_header: Duration::from_secs(15),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A route: which requests it takes and what it does with them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub name: String,
+    pub matcher: Match,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Match {
+    pub host: Option<HostMatch>,
+    pub path: PathMatch,
+    /// Upper-case method names; empty means any method.
+    pub methods: Vec<String>,
+    /// Header name (lower-cased) and the exact value it must have.
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    /// Lower-cased host without port.
+    Exact(String),
+    /// `*.example.com` stored as `.example.com` (lower-cased): any host
+    /// ending with it, with at least one more label in front.
+    Suffix(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathMatch {
+    /// No path condition: matches every path (least specific).
+    Any,
+    Exact(String),
+    /// Segment-aware prefix, without a trailing slash unless it is "/".
+    Prefix(String),
+    /// Anchored or not as the user wrote it; already known to compile.
+    Regex(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Proxy {
+        service: String,
+        /// Remove the matched `path_prefix` before forwarding.
+        strip_prefix: bool,
+    },
+    Respond {
+        status: u16,
+        body: String,
+        /// Header names as written; values as written.
+        headers: Vec<(String, String)>,
+    },
+}
