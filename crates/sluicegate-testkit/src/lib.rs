@@ -1,0 +1,26 @@
+//! Sluicegate's test kit: real peers and blocking clients for end-to-end tests.
+//!
+//! - [`upstream`]: [`TestUpstream`], an HTTP/1.1 server steered by the request's
+//!   query string (echo, status, delays, close modes, chunked replies), and
+//!   [`RawUpstream`] for tests that write arbitrary bytes.
+//! - [`nginx`]: [`Nginx`], Debian's nginx started on a free port with a fixed site.
+//! - [`gateway`]: [`Gateway`], the sluicegate binary run from a YAML string.
+//! - [`client`]: blocking helpers ([`http_get`], [`raw_exchange`],
+//!   [`KeepAliveClient`]) with a 5 s default timeout.
+//!
+//! Everything here uses plain std blocking sockets and threads so that it
+//! never shares a runtime with the code under test.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod gateway;
+pub mod nginx;
+pub mod upstream;
+mod wire;
+
+pub use client::{
+    http_get, http_request, raw_exchange, try_http_get, try_http_request, KeepAliveClient, Response,
+};
+pub use gateway::{free_port, Gateway};
+pub use nginx::Nginx;
+pub use upstream::{RawUpstream, SeenRequest, TestUpstream};

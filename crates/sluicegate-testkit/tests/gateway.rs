@@ -1,0 +1,56 @@
+//! `Gateway` process handling, exercised with a stand-in binary: a shell
+//! script that runs `sluicegate-upstream` on the port written in the "config".
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use sluicegate_testkit::{free_port, http_get, Gateway};
+
+#[test]
+fn gateway_runner_starts_waits_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("fake-gateway");
+    // Invoked as `fake-gateway run --config FILE`; FILE holds a port number.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"args: $*\" >&2\nexec {} --listen 127.0.0.1:$(cat \"$3\") --id gw\n",
+            env!("CARGO_BIN_EXE_sluicegate-upstream")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let port = free_port();
+    let mut gw = Gateway::start(&script, &port.to_string(), &[port]);
+    assert_eq!(
+        std::fs::read_to_string(gw.config_path()).unwrap(),
+        port.to_string()
+    );
+    let resp = http_get(("127.0.0.1", port), "/x", &[]);
+    assert_eq!(resp.header("x-upstream-id"), Some("gw"));
+    assert!(
+        gw.stdout().contains("listening on 127.0.0.1:"),
+        "{}",
+        gw.stdout()
+    );
+    assert!(
+        gw.stderr().contains("args: run --config "),
+        "{}",
+        gw.stderr()
+    );
+    assert!(gw.is_running());
+
+    gw.terminate();
+    let status = gw.wait_exit(Duration::from_secs(5)).expect("exited");
+    assert!(!status.success());
+}
+
+#[test]
+fn gateway_that_exits_early_is_reported() {
+    let mut gw = Gateway::spawn(std::path::Path::new("/bin/false"), "listen: []");
+    let err = gw
+        .wait_ready(&[free_port()], Duration::from_secs(5))
+        .unwrap_err();
+    assert!(err.contains("exited"), "{err}");
+}
