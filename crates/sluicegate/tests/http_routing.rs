@@ -1,0 +1,191 @@
+//! Routing end to end through the real binary: `respond` routes, the 404
+//! JSON for no route, precedence (exact > longest prefix > regex in file
+//! order > no-path route), segment-aware prefixes, host (exact and
+//! `*.suffix`), methods and header matches, `strip_prefix` and query strings.
+
+mod http_common;
+
+use http_common::{assert_json_error, service, Gw};
+use sluicegate_testkit::{http_get, http_request, KeepAliveClient, TestUpstream};
+
+#[test]
+fn respond_route_and_404_json_for_no_route() {
+    let gw = Gw::start(
+        r#"routes:
+  - name: hello
+    match: { path: /hello }
+    respond: { status: 200, body: "hello\n", headers: { content-type: text/plain, x-made-by: gw } }
+  - name: teapot
+    match: { path: /teapot }
+    respond: { status: 418, body: "short and stout" }
+"#,
+    );
+    let resp = http_get(gw.addr(), "/hello", &[]);
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body_str(), "hello\n");
+    assert_eq!(resp.header("content-type"), Some("text/plain"));
+    assert_eq!(resp.header("x-made-by"), Some("gw"));
+    assert_eq!(resp.header("content-length"), Some("6"));
+
+    let resp = http_get(gw.addr(), "/teapot", &[]);
+    assert_eq!(resp.status, 418);
+    assert_eq!(resp.body_str(), "short and stout");
+
+    for path in ["/", "/nope", "/hello/x", "/hellox", "/hello2?x=1"] {
+        let resp = http_get(gw.addr(), path, &[]);
+        assert_json_error(&resp, 404);
+    }
+}
+
+#[test]
+fn head_on_gateway_answers_has_no_body() {
+    let gw = Gw::start(
+        "routes:\n  - name: hello\n    match: { path: /hello }\n    respond: { status: 200, body: \"hello\\n\" }\n",
+    );
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    let resp = client.request("HEAD", "/hello", &[], b"").unwrap();
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("content-length"), Some("6"));
+    let resp = client.request("HEAD", "/nope", &[], b"").unwrap();
+    assert_eq!(resp.status, 404);
+    // Any body bytes after the HEAD responses would break this one.
+    let resp = client.get("/hello").unwrap();
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body_str(), "hello\n");
+}
+
+/// Routes are listed least specific first, so file order cannot explain a pass.
+#[test]
+fn precedence_exact_then_longest_prefix_then_regex_then_catch_all() {
+    let gw = Gw::start(
+        r#"routes:
+  - name: catch-all
+    respond: { status: 200, body: "catch-all" }
+  - name: regex-a
+    match: { path_regex: "^/a/.*" }
+    respond: { status: 200, body: "regex-a" }
+  - name: regex-digits
+    match: { path_regex: "^/r/[0-9]+$" }
+    respond: { status: 200, body: "regex-digits" }
+  - name: regex-any
+    match: { path_regex: "^/r/.*" }
+    respond: { status: 200, body: "regex-any" }
+  - name: prefix-a
+    match: { path_prefix: /a }
+    respond: { status: 200, body: "prefix-a" }
+  - name: prefix-ab
+    match: { path_prefix: /a/b }
+    respond: { status: 200, body: "prefix-ab" }
+  - name: exact-ab
+    match: { path: /a/b }
+    respond: { status: 200, body: "exact-ab" }
+"#,
+    );
+    let cases = [
+        ("/a/b", "exact-ab"),
+        ("/a/b?q=1", "exact-ab"),
+        ("/a/b/", "prefix-ab"),
+        ("/a/b/c", "prefix-ab"),
+        ("/a/bc", "prefix-a"),
+        ("/a/x", "prefix-a"),
+        ("/a", "prefix-a"),
+        ("/ax", "catch-all"),
+        ("/r/123", "regex-digits"),
+        ("/r/12x", "regex-any"),
+        ("/zzz", "catch-all"),
+        ("/", "catch-all"),
+    ];
+    for (path, want) in cases {
+        let resp = http_get(gw.addr(), path, &[]);
+        assert_eq!(resp.status, 200, "{path}");
+        assert_eq!(resp.body_str(), want, "route chosen for {path}");
+    }
+}
+
+#[test]
+fn host_method_and_header_matches() {
+    let gw = Gw::start(
+        r#"routes:
+  - name: api-exact
+    match: { host: api.example.com, path_prefix: / }
+    respond: { status: 200, body: "host-exact" }
+  - name: any-example
+    match: { host: "*.example.com", path_prefix: / }
+    respond: { status: 200, body: "host-suffix" }
+  - name: post-only
+    match: { path: /m, methods: [POST, PUT] }
+    respond: { status: 200, body: "post-or-put" }
+  - name: canary
+    match: { path: /h, headers: { x-env: canary } }
+    respond: { status: 200, body: "canary" }
+"#,
+    );
+    let host = |h: &str| {
+        let resp = http_get(gw.addr(), "/anything", &[("Host", h)]);
+        (resp.status, resp.body_str())
+    };
+    assert_eq!(host("api.example.com"), (200, "host-exact".into()));
+    assert_eq!(host("api.example.com:8080"), (200, "host-exact".into()));
+    assert_eq!(host("API.Example.COM"), (200, "host-exact".into()));
+    assert_eq!(host("www.example.com"), (200, "host-suffix".into()));
+    assert_eq!(host("a.b.example.com"), (200, "host-suffix".into()));
+    // `*.example.com` needs at least one more label, and is not a substring match.
+    assert_eq!(host("example.com").0, 404);
+    assert_eq!(host("badexample.com").0, 404);
+    assert_eq!(host("api.example.com.evil.net").0, 404);
+
+    let resp = http_request(gw.addr(), "POST", "/m", &[], b"x");
+    assert_eq!(resp.body_str(), "post-or-put");
+    let resp = http_request(gw.addr(), "PUT", "/m", &[], b"x");
+    assert_eq!(resp.body_str(), "post-or-put");
+    assert_json_error(&http_get(gw.addr(), "/m", &[]), 404);
+    assert_json_error(&http_request(gw.addr(), "DELETE", "/m", &[], b""), 404);
+
+    assert_json_error(&http_get(gw.addr(), "/h", &[]), 404);
+    assert_json_error(&http_get(gw.addr(), "/h", &[("x-env", "stable")]), 404);
+    let resp = http_get(gw.addr(), "/h", &[("X-Env", "canary")]);
+    assert_eq!(resp.body_str(), "canary");
+}
+
+#[test]
+fn segment_aware_prefix_strip_prefix_and_query_preserved() {
+    let up = TestUpstream::start();
+    let svc = service("web", &[up.addr()], "");
+    let gw = Gw::start(&format!(
+        r#"services:
+{svc}
+routes:
+  - name: web
+    match: {{ path_prefix: /web }}
+    service: web
+    strip_prefix: true
+  - name: keep
+    match: {{ path_prefix: /keep }}
+    service: web
+"#
+    ));
+    let cases = [
+        ("/web/x", "/x"),
+        ("/web", "/"),
+        ("/web/", "/"),
+        ("/web/a/b/c", "/a/b/c"),
+        ("/web/x?a=1&b=two%20w", "/x?a=1&b=two%20w"),
+        ("/web?a=1", "/?a=1"),
+        ("/keep/z?k=v&k=w", "/keep/z?k=v&k=w"),
+        ("/keep", "/keep"),
+    ];
+    for (path, want) in cases {
+        let seen_before = up.requests_seen();
+        let resp = http_get(gw.addr(), path, &[]);
+        assert_eq!(resp.status, 200, "{path}: {}", resp.body_str());
+        assert_eq!(up.requests_seen(), seen_before + 1, "{path} forwarded once");
+        let seen = up.last_request().expect("upstream got the request");
+        assert_eq!(seen.target, want, "upstream target for {path}");
+        assert_eq!(seen.method, "GET");
+    }
+    // Segment-aware: /webx and /keeper are not under /web or /keep.
+    let before = up.requests_seen();
+    assert_json_error(&http_get(gw.addr(), "/webx", &[]), 404);
+    assert_json_error(&http_get(gw.addr(), "/keeper", &[]), 404);
+    assert_eq!(up.requests_seen(), before, "404s never reach the upstream");
+}

@@ -1,0 +1,203 @@
+//! Upstream failures end to end: connect refused (502), response header
+//! timeout (504), an endpoint at `max_connections_per_endpoint` (wait, then
+//! 503), an upstream closing before replying or mid-body, and an invalid
+//! status line. Error bodies are small JSON without internal detail.
+
+mod http_common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use http_common::{assert_json_error, loopback, service, wait_until, Gw};
+use sluicegate_testkit::{free_port, http_get, KeepAliveClient, RawUpstream, TestUpstream};
+
+fn gateway_to(up: SocketAddr, service_extra: &str) -> Gw {
+    let svc = service("up", &[up], service_extra);
+    Gw::start(&format!(
+        "services:\n{svc}routes:\n  - name: all\n    match: {{ path_prefix: / }}\n    service: up\n"
+    ))
+}
+
+/// Reads one request head from `s` (bounded); false if it never completes.
+fn read_request_head(s: &mut TcpStream) -> bool {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    true
+}
+
+#[test]
+fn connect_refused_is_502_json() {
+    // A port nothing listens on.
+    let gw = gateway_to(loopback(free_port()), "");
+    let t0 = Instant::now();
+    let resp = http_get(gw.addr(), "/x", &[]);
+    assert_json_error(&resp, 502);
+    assert!(t0.elapsed() < Duration::from_secs(3));
+    // The client connection survives an upstream error.
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    assert_json_error(&client.get("/a").unwrap(), 502);
+    assert_json_error(&client.get("/b").unwrap(), 502);
+}
+
+#[test]
+fn response_header_timeout_is_504_in_bounded_time() {
+    let up = TestUpstream::start();
+    let gw = gateway_to(
+        up.addr(),
+        "    timeouts: { connect: 1s, response_header: 300ms }\n",
+    );
+    let t0 = Instant::now();
+    let resp = http_get(gw.addr(), "/x?delay=1500", &[]);
+    let took = t0.elapsed();
+    assert_json_error(&resp, 504);
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(1500),
+        "504 after {took:?}"
+    );
+    // A reply within the timeout is fine.
+    let resp = http_get(gw.addr(), "/x?delay=50", &[]);
+    assert_eq!(resp.status, 200);
+}
+
+#[test]
+fn slow_request_body_does_not_count_against_response_header_timeout() {
+    // The response header timeout starts once the request is sent: a client
+    // taking 800 ms to upload its body still gets the upstream's answer.
+    let up = TestUpstream::start();
+    let gw = gateway_to(
+        up.addr(),
+        "    timeouts: { connect: 1s, response_header: 300ms }\n",
+    );
+    let mut client = TcpStream::connect(gw.addr()).unwrap();
+    client
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n")
+        .unwrap();
+    for byte in b"slowbody" {
+        thread::sleep(Duration::from_millis(100));
+        client.write_all(&[*byte]).unwrap();
+    }
+    let head = http_common::read_head(&mut client, Duration::from_secs(3)).expect("a response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(up.last_request().unwrap().body, b"slowbody");
+}
+
+#[test]
+fn endpoint_at_max_connections_gives_503_after_connect_timeout() {
+    let up = TestUpstream::start();
+    let gw = gateway_to(
+        up.addr(),
+        "    max_connections_per_endpoint: 1\n    timeouts: { connect: 300ms, response_header: 5s }\n",
+    );
+    let addr = gw.addr();
+    let slow = thread::spawn(move || http_get(addr, "/x?delay=1500", &[]));
+    assert!(
+        wait_until(Duration::from_secs(3), || up.requests_seen() == 1),
+        "slow request never reached the upstream"
+    );
+    let t0 = Instant::now();
+    let resp = http_get(gw.addr(), "/x?second=1", &[]);
+    let took = t0.elapsed();
+    assert_json_error(&resp, 503);
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(1200),
+        "503 after {took:?}: should wait about the connect timeout"
+    );
+    assert_eq!(
+        up.requests_seen(),
+        1,
+        "second request must not be forwarded"
+    );
+    assert_eq!(slow.join().unwrap().status, 200);
+}
+
+#[test]
+fn endpoint_at_max_connections_waits_for_a_free_connection() {
+    let up = TestUpstream::start();
+    let gw = gateway_to(
+        up.addr(),
+        "    max_connections_per_endpoint: 1\n    timeouts: { connect: 2s, response_header: 5s }\n",
+    );
+    let addr = gw.addr();
+    let slow = thread::spawn(move || {
+        let resp = http_get(addr, "/x?delay=400", &[]);
+        (resp, Instant::now())
+    });
+    assert!(wait_until(Duration::from_secs(3), || up.requests_seen() == 1));
+    let t0 = Instant::now();
+    let resp = http_get(gw.addr(), "/x?second=1", &[]);
+    let second_done = Instant::now();
+    assert_eq!(resp.status, 200, "{}", resp.body_str());
+    let (first, first_done) = slow.join().unwrap();
+    assert_eq!(first.status, 200);
+    // The second request waited for the first to finish (it was queued,
+    // not sent on a second connection).
+    assert!(
+        second_done + Duration::from_millis(50) >= first_done,
+        "second request finished {:?} before the first",
+        first_done.saturating_duration_since(second_done)
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(up.requests_seen(), 2);
+}
+
+#[test]
+fn upstream_closing_before_reply_is_502() {
+    let up = TestUpstream::start();
+    let gw = gateway_to(up.addr(), "");
+    let resp = http_get(gw.addr(), "/x?close=before", &[]);
+    assert_json_error(&resp, 502);
+    // Retried at most once, on a fresh connection.
+    assert!(
+        (1..=2).contains(&up.requests_seen()),
+        "{}",
+        up.requests_seen()
+    );
+    assert_eq!(http_get(gw.addr(), "/x", &[]).status, 200);
+}
+
+#[test]
+fn upstream_closing_mid_body_closes_the_client_connection() {
+    let up = TestUpstream::start();
+    let gw = gateway_to(up.addr(), "");
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    let t0 = Instant::now();
+    let got = client.get("/x?close=mid");
+    // The head (Content-Length: 100) was already sent: the client must see
+    // a short body followed by a close, never a complete response.
+    assert!(got.is_err(), "truncated response looked complete: {got:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn invalid_status_line_from_upstream_is_502() {
+    let raw = RawUpstream::start(|mut s: TcpStream| {
+        if read_request_head(&mut s) {
+            let _ = s.write_all(b"HTTP/1.1 2xx Whatever\r\nContent-Length: 2\r\n\r\nhi");
+        }
+    });
+    let gw = gateway_to(raw.addr(), "");
+    let resp = http_get(gw.addr(), "/x", &[]);
+    assert_json_error(&resp, 502);
+
+    let junk = RawUpstream::start(|mut s: TcpStream| {
+        if read_request_head(&mut s) {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n\r\n");
+        }
+    });
+    let gw = gateway_to(junk.addr(), "");
+    let resp = http_get(gw.addr(), "/x", &[]);
+    assert_json_error(&resp, 502);
+}
