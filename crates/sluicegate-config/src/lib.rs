@@ -3,7 +3,115 @@
 //!
 //! `parse` takes YAML text and returns every problem found, not just the
 //! first; `load` reads a file and prefixes each problem with its path.
+//! The schema is documented key by key in `docs/config.md`.
 
+mod decode;
 pub mod model;
+mod reader;
+mod route;
+mod service;
+mod units;
+mod yaml;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
 
 pub use model::*;
+pub use units::{parse_duration, parse_size};
+
+/// One problem in a config, with the 1-based line and column of the offending node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.line, self.col, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Parses and validates a config. On failure returns every problem found,
+/// sorted by position (a YAML syntax error stops parsing and comes alone).
+pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+    parse_with(text, service::system_lookup)
+}
+
+/// `parse` with host names of endpoints looked up by `lookup`.
+pub(crate) fn parse_with(text: &str, lookup: service::Lookup) -> Result<Config, Vec<ConfigError>> {
+    let root = yaml::parse(text).map_err(|e| vec![e])?;
+    let mut cx = reader::Cx {
+        lookup,
+        ..reader::Cx::default()
+    };
+    let config = decode::config(&mut cx, root.as_ref());
+    if cx.errors.is_empty() {
+        Ok(config)
+    } else {
+        let mut errors = cx.errors;
+        errors.sort_by_key(|e| (e.line, e.col));
+        Err(errors)
+    }
+}
+
+/// Why a config file could not be loaded.
+#[derive(Debug)]
+pub enum LoadError {
+    /// The file could not be read (missing, unreadable, not UTF-8).
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// The file was read but is not a valid config.
+    Invalid {
+        path: PathBuf,
+        errors: Vec<ConfigError>,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Io { path, error } => {
+                write!(f, "{}: cannot read: {error}", path.display())
+            }
+            LoadError::Invalid { path, errors } => {
+                for (i, e) in errors.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("\n")?;
+                    }
+                    write!(f, "{}:{e}", path.display())?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LoadError::Io { error, .. } => Some(error),
+            LoadError::Invalid { .. } => None,
+        }
+    }
+}
+
+/// Reads and parses the config file at `path`.
+pub fn load(path: &Path) -> Result<Config, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|error| LoadError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    parse(&text).map_err(|errors| LoadError::Invalid {
+        path: path.to_path_buf(),
+        errors,
+    })
+}

@@ -1,0 +1,268 @@
+//! The top-level config keys (listen, admin, workers, limits, timeouts, log, reload) and the order of decoding.
+//!
+//! Services and routes have their own modules. Decoding never stops at the
+//! first problem: each section is read as far as it can be, with defaults
+//! standing in for wrong values, and every problem goes into `Cx`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::model::{
+    AccessLog, AdminConfig, ClientTimeouts, Config, Limits, LogConfig, ReloadConfig,
+};
+use crate::reader::{self, fields, Cx, Path};
+use crate::yaml::{quote, Node, Pos};
+use crate::{route, service};
+
+const TOP_KEYS: &[&str] = &[
+    "listen", "admin", "workers", "limits", "timeouts", "log", "reload", "services", "routes",
+];
+
+/// Decodes the document's root node. The returned config is only meaningful
+/// when `cx` holds no errors.
+pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
+    let mut config = Config {
+        listen: Vec::new(),
+        admin: None,
+        workers: None,
+        limits: Limits::default(),
+        timeouts: ClientTimeouts::default(),
+        log: LogConfig::default(),
+        reload: ReloadConfig::default(),
+        services: Vec::new(),
+        routes: Vec::new(),
+    };
+    let root = match root {
+        Some(node) if !node.is_null() => node,
+        _ => {
+            cx.error(
+                Pos { line: 1, col: 1 },
+                "the config is empty: missing required key \"listen\"".to_string(),
+            );
+            return config;
+        }
+    };
+    let path = Path::Root;
+    let Some(f) = fields(cx, root, path, "the top level", TOP_KEYS) else {
+        return config;
+    };
+    if let Some(node) = f.require(cx, path, "listen") {
+        config.listen = listen(cx, node, path.key("listen"));
+    }
+    if let Some(node) = f.get("admin") {
+        config.admin = admin(cx, node, path.key("admin"), &config.listen);
+    }
+    if let Some(node) = f.get("workers") {
+        config.workers = workers(cx, node, path.key("workers"));
+    }
+    if let Some(node) = f.get("limits") {
+        limits(cx, node, path.key("limits"), &mut config.limits);
+    }
+    if let Some(node) = f.get("timeouts") {
+        client_timeouts(cx, node, path.key("timeouts"), &mut config.timeouts);
+    }
+    if let Some(node) = f.get("log") {
+        log(cx, node, path.key("log"), &mut config.log);
+    }
+    if let Some(node) = f.get("reload") {
+        reload(cx, node, path.key("reload"), &mut config.reload);
+    }
+    let mut names = HashMap::new();
+    if let Some(node) = f.get("services") {
+        config.services = service::services(cx, node, path.key("services"), &mut names);
+    }
+    if let Some(node) = f.get("routes") {
+        config.routes = route::routes(cx, node, path.key("routes"), &names);
+    }
+    config
+}
+
+/// A listen address: an IP literal and a port (port 0 picks a free port).
+pub(crate) fn socket_addr(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<SocketAddr> {
+    const EXPECTED: &str = "an address IP:port, e.g. 127.0.0.1:8080 or [::1]:8080";
+    let text = reader::scalar(cx, node, path, EXPECTED)?;
+    let addr = text.trim().parse::<SocketAddr>().ok();
+    if addr.is_none() {
+        cx.at(
+            node.pos,
+            path,
+            format_args!(
+                "bad address {} (expected IP:port, e.g. 127.0.0.1:8080 or [::1]:8080)",
+                quote(text)
+            ),
+        );
+    }
+    addr
+}
+
+/// `listen`: one address or a non-empty list of distinct addresses.
+fn listen(cx: &mut Cx, node: &Node, path: Path<'_>) -> Vec<SocketAddr> {
+    if node.as_scalar().is_some() {
+        return socket_addr(cx, node, path).into_iter().collect();
+    }
+    const EXPECTED: &str = "an address or a list of addresses";
+    let Some(items) = reader::list(cx, node, path, EXPECTED) else {
+        return Vec::new();
+    };
+    if items.is_empty() {
+        cx.at(node.pos, path, "needs at least one address");
+    }
+    let mut seen: HashMap<SocketAddr, (usize, Pos)> = HashMap::with_capacity(items.len());
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let Some(addr) = socket_addr(cx, item, p) else {
+            continue;
+        };
+        if let Some(&(first, pos)) = seen.get(&addr) {
+            cx.at(
+                item.pos,
+                p,
+                format_args!("duplicate address {addr} (also listen[{first}] at {pos})"),
+            );
+            continue;
+        }
+        seen.insert(addr, (i, item.pos));
+        out.push(addr);
+    }
+    out
+}
+
+fn admin(cx: &mut Cx, node: &Node, path: Path<'_>, listen: &[SocketAddr]) -> Option<AdminConfig> {
+    let f = fields(cx, node, path, "admin", &["listen"])?;
+    let value = f.require(cx, path, "listen")?;
+    let p = path.key("listen");
+    let addr = socket_addr(cx, value, p)?;
+    if addr.port() != 0 {
+        if let Some(i) = listen.iter().position(|l| *l == addr) {
+            cx.at(
+                value.pos,
+                p,
+                format_args!("{addr} is already used by listen[{i}]"),
+            );
+            return None;
+        }
+    }
+    Some(AdminConfig { listen: addr })
+}
+
+/// `workers`: `auto` (one per core) or a positive number of threads.
+fn workers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<usize> {
+    const EXPECTED: &str = "\"auto\" or a positive integer";
+    let text = reader::scalar(cx, node, path, EXPECTED)?;
+    if text == "auto" {
+        return None;
+    }
+    let n = reader::parse_uint(text)
+        .filter(|n| *n > 0)
+        .and_then(|n| usize::try_from(n).ok());
+    if n.is_none() {
+        cx.expected(node, path, EXPECTED);
+    }
+    n
+}
+
+const MIN_HEADER_BYTES: u64 = 1024;
+const MAX_HEADER_BYTES: u64 = 1024 * 1024;
+
+fn limits(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Limits) {
+    const KEYS: &[&str] = &["max_connections", "max_header_bytes", "max_body_bytes"];
+    let Some(f) = fields(cx, node, path, "limits", KEYS) else {
+        return;
+    };
+    if let Some(node) = f.get("max_connections") {
+        if let Some(n) = reader::positive_usize(cx, node, path.key("max_connections")) {
+            out.max_connections = n;
+        }
+    }
+    if let Some(node) = f.get("max_header_bytes") {
+        let p = path.key("max_header_bytes");
+        if let Some(n) = reader::size(cx, node, p) {
+            if (MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&n) {
+                out.max_header_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+            } else {
+                cx.at(
+                    node.pos,
+                    p,
+                    format_args!(
+                        "must be from {MIN_HEADER_BYTES} (1KiB) to {MAX_HEADER_BYTES} (1MiB), found {n}"
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(node) = f.get("max_body_bytes") {
+        if let Some(n) = reader::size(cx, node, path.key("max_body_bytes")) {
+            out.max_body_bytes = n;
+        }
+    }
+}
+
+fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTimeouts) {
+    const KEYS: &[&str] = &["client_header", "client_body", "keepalive", "drain"];
+    let Some(f) = fields(cx, node, path, "timeouts", KEYS) else {
+        return;
+    };
+    reader::duration_field(cx, &f, path, "client_header", &mut out.client_header);
+    reader::duration_field(cx, &f, path, "client_body", &mut out.client_body);
+    reader::duration_field(cx, &f, path, "keepalive", &mut out.keepalive);
+    reader::duration_field(cx, &f, path, "drain", &mut out.drain);
+}
+
+const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
+
+fn log(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut LogConfig) {
+    let Some(f) = fields(cx, node, path, "log", &["level", "access"]) else {
+        return;
+    };
+    if let Some(node) = f.get("level") {
+        let p = path.key("level");
+        const EXPECTED: &str = "one of error, warn, info, debug, trace";
+        if let Some(text) = reader::scalar(cx, node, p, EXPECTED) {
+            let level = text.to_ascii_lowercase();
+            if LEVELS.contains(&level.as_str()) {
+                out.level = level;
+            } else {
+                cx.expected(node, p, EXPECTED);
+            }
+        }
+    }
+    if let Some(node) = f.get("access") {
+        if let Some(access) = access_log(cx, node, path.key("access")) {
+            out.access = access;
+        }
+    }
+}
+
+/// `off` (or YAML `false`), `stdout`, or a file path.
+fn access_log(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<AccessLog> {
+    const EXPECTED: &str = "off, stdout or a file path";
+    let text = reader::scalar(cx, node, path, EXPECTED)?;
+    match text {
+        "off" | "Off" | "OFF" => Some(AccessLog::Off),
+        "false" | "False" | "FALSE" if node.is_plain() => Some(AccessLog::Off),
+        "true" | "True" | "TRUE" if node.is_plain() => {
+            cx.expected(node, path, EXPECTED);
+            None
+        }
+        "stdout" => Some(AccessLog::Stdout),
+        _ if text.trim().is_empty() || text.contains('\0') => {
+            cx.expected(node, path, EXPECTED);
+            None
+        }
+        _ => Some(AccessLog::File(PathBuf::from(text))),
+    }
+}
+
+fn reload(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ReloadConfig) {
+    let Some(f) = fields(cx, node, path, "reload", &["watch", "poll_interval"]) else {
+        return;
+    };
+    if let Some(node) = f.get("watch") {
+        if let Some(watch) = reader::boolean(cx, node, path.key("watch")) {
+            out.watch = watch;
+        }
+    }
+    reader::duration_field(cx, &f, path, "poll_interval", &mut out.poll_interval);
+}

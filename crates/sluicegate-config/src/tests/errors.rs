@@ -1,0 +1,389 @@
+//! Each class of config error: its line:col and a message naming the field.
+
+use super::{error, errors, ok};
+
+const L: &str = "listen: 127.0.0.1:8080\n";
+
+fn with(rest: &str) -> String {
+    format!("{L}{rest}")
+}
+
+#[test]
+fn unknown_key_lists_the_expected_ones() {
+    let text = with("services:\n  - name: web\n    endpoint: [\"127.0.0.1:9001\"]\n");
+    let all = errors(&text);
+    assert_eq!(
+        all,
+        [
+            "3:5: services[0]: missing required key \"endpoints\"",
+            "4:5: unknown key \"endpoint\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts)",
+        ]
+    );
+    assert_eq!(
+        error("listne: 127.0.0.1:8080\nlisten: 127.0.0.1:8081\n"),
+        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, limits, timeouts, log, reload, services, routes)"
+    );
+    assert!(error(&with("limits: { max_conns: 1 }")).starts_with(
+        "2:11: unknown key \"max_conns\" in limits (expected one of: max_connections,"
+    ));
+}
+
+#[test]
+fn unknown_service() {
+    let text = with(
+        "services:\n  - name: web\n    endpoints: [\"127.0.0.1:9001\"]\nroutes:\n  - name: a\n    service: web\n  - name: b\n    service: webb\n",
+    );
+    assert_eq!(
+        error(&text),
+        "9:14: routes[1].service: unknown service \"webb\""
+    );
+}
+
+#[test]
+fn wrong_integer() {
+    assert_eq!(
+        error(&with("limits:\n  max_connections: lots\n")),
+        "3:20: limits.max_connections: expected a positive integer, found \"lots\""
+    );
+    assert_eq!(
+        error(&with("limits: { max_connections: 0 }")),
+        "2:28: limits.max_connections: expected a positive integer, found \"0\""
+    );
+    assert_eq!(
+        error(&with("limits: { max_header_bytes: 100 }")),
+        "2:29: limits.max_header_bytes: must be from 1024 (1KiB) to 1048576 (1MiB), found 100"
+    );
+    assert_eq!(
+        error(&with("limits: { max_header_bytes: 2MiB }")),
+        "2:29: limits.max_header_bytes: must be from 1024 (1KiB) to 1048576 (1MiB), found 2097152"
+    );
+    assert!(error(&with("limits: { max_body_bytes: 10M }"))
+        .starts_with("2:27: limits.max_body_bytes: expected a size in bytes like"));
+    assert_eq!(
+        error(&with("workers: 0")),
+        "2:10: workers: expected \"auto\" or a positive integer, found \"0\""
+    );
+}
+
+#[test]
+fn wrong_types_name_expected_and_found() {
+    assert_eq!(
+        error("listen: { a: 1 }\n"),
+        "1:9: listen: expected an address or a list of addresses, found a mapping"
+    );
+    assert_eq!(
+        error(&with("services: { name: web }")),
+        "2:11: services: expected a list of services, found a mapping"
+    );
+    assert_eq!(
+        error(&with("limits: [1, 2]")),
+        "2:9: limits: expected a mapping with keys max_connections, max_header_bytes, max_body_bytes, found a list"
+    );
+    assert_eq!(
+        error(&with("routes:\n  - name: [a]\n    respond: {}\n")),
+        "3:11: routes[0].name: expected a string, found a list"
+    );
+    assert_eq!(
+        error(&with("reload: { watch: yes }")),
+        "2:18: reload.watch: expected true or false, found \"yes\""
+    );
+    assert_eq!(
+        error(&with("log: { level: loud }")),
+        "2:15: log.level: expected one of error, warn, info, debug, trace, found \"loud\""
+    );
+    assert_eq!(
+        error(&with("log: { access: true }")),
+        "2:16: log.access: expected off, stdout or a file path, found \"true\""
+    );
+    assert_eq!(
+        error("- a\n- b\n"),
+        "1:1: expected a mapping with keys listen, admin, workers, limits, timeouts, log, reload, services, routes, found a list"
+    );
+}
+
+#[test]
+fn missing_and_empty() {
+    assert_eq!(
+        error(""),
+        "1:1: the config is empty: missing required key \"listen\""
+    );
+    assert_eq!(
+        error("# nothing\n"),
+        "1:1: the config is empty: missing required key \"listen\""
+    );
+    assert_eq!(
+        error("workers: 2\n"),
+        "1:1: missing required key \"listen\""
+    );
+    assert_eq!(
+        error("listen: []\n"),
+        "1:9: listen: needs at least one address"
+    );
+    assert_eq!(
+        error(&with("services:\n  - name: s\n    endpoints: []\n")),
+        "4:16: services[0].endpoints: needs at least one endpoint"
+    );
+    assert_eq!(
+        error(&with("services:\n  - endpoints: [\"127.0.0.1:1\"]\n")),
+        "3:5: services[0]: missing required key \"name\""
+    );
+}
+
+#[test]
+fn addresses() {
+    assert_eq!(
+        error("listen: [\"127.0.0.1:8080\", \"localhost:80\"]\n"),
+        "1:28: listen[1]: bad address \"localhost:80\" (expected IP:port, e.g. 127.0.0.1:8080 or [::1]:8080)"
+    );
+    assert_eq!(
+        error("listen: [\"127.0.0.1:8080\", \"127.0.0.1:8080\"]\n"),
+        "1:28: listen[1]: duplicate address 127.0.0.1:8080 (also listen[0] at 1:10)"
+    );
+    assert_eq!(
+        error(&with("admin: { listen: \"127.0.0.1:8080\" }")),
+        "2:18: admin.listen: 127.0.0.1:8080 is already used by listen[0]"
+    );
+    let text = with("services:\n  - name: s\n    endpoints:\n      - 127.0.0.1:9001\n      - { addr: \"127.0.0.1:9001\", weight: 2 }\n      - nosuchhost.invalid:80\n      - { addr: 127.0.0.1:9003, weight: 1001 }\n      - 127.0.0.1\n");
+    let all = errors(&text);
+    assert_eq!(all.len(), 4, "{all:#?}");
+    assert_eq!(all[0], "6:17: services[0].endpoints[1]: duplicate endpoint \"127.0.0.1:9001\" (same address 127.0.0.1:9001 as endpoints[0])");
+    assert!(
+        all[1].starts_with(
+            "7:9: services[0].endpoints[2]: cannot resolve \"nosuchhost.invalid:80\": "
+        ),
+        "{}",
+        all[1]
+    );
+    assert_eq!(
+        all[2],
+        "8:41: services[0].endpoints[3].weight: expected an integer from 1 to 1000, found \"1001\""
+    );
+    assert_eq!(all[3], "9:9: services[0].endpoints[4]: bad address \"127.0.0.1\": expected host:port, e.g. 127.0.0.1:9001 or backend.local:9001");
+}
+
+#[test]
+fn durations() {
+    assert_eq!(
+        error(&with("timeouts: { keepalive: 60 }")),
+        "2:24: timeouts.keepalive: expected a duration like 250ms, 1s, 2m, 1h or 1m30s, found 60 (add a unit, e.g. 60s)"
+    );
+    assert_eq!(
+        error(&with("reload: { poll_interval: 0s }")),
+        "2:26: reload.poll_interval: duration must be greater than zero, found \"0s\""
+    );
+    assert_eq!(
+        error(&with("services:\n  - name: s\n    endpoints: [\"127.0.0.1:1\"]\n    timeouts: { connect: fast }\n")),
+        "5:26: services[0].timeouts.connect: expected a duration like 250ms, 1s, 2m, 1h or 1m30s, found \"fast\""
+    );
+}
+
+#[test]
+fn duplicates() {
+    assert_eq!(
+        error("listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n"),
+        "2:1: duplicate key \"listen\" in the top level (first at 1:1)"
+    );
+    let text = with("services:\n  - { name: a, endpoints: [\"127.0.0.1:1\"] }\n  - { name: a, endpoints: [\"127.0.0.1:2\"] }\nroutes:\n  - { name: r, service: a }\n  - { name: r, service: a }\n");
+    assert_eq!(
+        errors(&text),
+        [
+            "4:13: services[1].name: duplicate service name \"a\" (first at 3:13)",
+            "7:13: routes[1].name: duplicate route name \"r\" (first at 6:13)",
+        ]
+    );
+    assert_eq!(
+        error(&with(
+            "routes:\n  - name: r\n    match: { headers: { X-A: 1, x-a: 2 } }\n    respond: {}\n"
+        )),
+        "4:33: routes[0].match.headers: duplicate header \"x-a\" (first at 4:25)"
+    );
+}
+
+#[test]
+fn names() {
+    assert_eq!(
+        error(&with(
+            "services:\n  - { name: \"my service\", endpoints: [\"127.0.0.1:1\"] }\n"
+        )),
+        "3:13: services[0].name: bad name \"my service\": use letters, digits, '_', '.' and '-'"
+    );
+}
+
+#[test]
+fn balance_and_hash_key() {
+    let svc = "services:\n  - name: s\n    endpoints: [\"127.0.0.1:1\"]\n";
+    assert_eq!(
+        error(&with(&format!("{svc}    hash_key: path\n"))),
+        "5:15: services[0].hash_key: hash_key only applies with balance: hash (balance is round_robin by default)"
+    );
+    assert_eq!(
+        error(&with(&format!("{svc}    balance: least_conn\n    hash_key: client_ip\n"))),
+        "6:15: services[0].hash_key: hash_key only applies with balance: hash (balance is least_conn)"
+    );
+    assert_eq!(
+        error(&with(&format!("{svc}    balance: random\n"))),
+        "5:14: services[0].balance: expected one of round_robin, least_conn, p2c_ewma, hash, found \"random\""
+    );
+    assert_eq!(
+        error(&with(&format!(
+            "{svc}    balance: hash\n    hash_key: \"header:\"\n"
+        ))),
+        "6:15: services[0].hash_key: expected client_ip, path or header:NAME, found \"header:\""
+    );
+    assert_eq!(
+        error(&with(&format!(
+            "{svc}    max_connections_per_endpoint: -5\n"
+        ))),
+        "5:35: services[0].max_connections_per_endpoint: expected a positive integer, found \"-5\""
+    );
+}
+
+#[test]
+fn route_actions() {
+    let svc = "services: [{ name: s, endpoints: [\"127.0.0.1:1\"] }]\n";
+    assert_eq!(
+        error(&with(&format!("{svc}routes:\n  - name: r\n"))),
+        "4:5: routes[0]: missing \"service\" (where to proxy) or \"respond\" (what to answer)"
+    );
+    assert_eq!(
+        error(&with(&format!(
+            "{svc}routes:\n  - name: r\n    service: s\n    respond: {{}}\n"
+        ))),
+        "6:14: routes[0]: give either service or respond, not both"
+    );
+    assert_eq!(
+        error(&with(&format!(
+            "{svc}routes:\n  - name: r\n    service: s\n    strip_prefix: true\n"
+        ))),
+        "6:19: routes[0].strip_prefix: needs match.path_prefix (the prefix to strip)"
+    );
+    assert_eq!(
+        error(&with(&format!("{svc}routes:\n  - name: r\n    match: {{ path: /a }}\n    service: s\n    strip_prefix: true\n"))),
+        "7:19: routes[0].strip_prefix: needs match.path_prefix (the prefix to strip)"
+    );
+    assert_eq!(
+        error(&with(&format!("{svc}routes:\n  - name: r\n    match: {{ path_prefix: /a }}\n    respond: {{}}\n    strip_prefix: true\n"))),
+        "7:19: routes[0].strip_prefix: only applies to routes with a service"
+    );
+    // strip_prefix: false is harmless anywhere.
+    ok(&with(&format!(
+        "{svc}routes:\n  - name: r\n    service: s\n    strip_prefix: false\n"
+    )));
+}
+
+#[test]
+fn respond() {
+    let r = |respond: &str| {
+        error(&with(&format!(
+            "routes:\n  - name: r\n    respond: {respond}\n"
+        )))
+    };
+    assert_eq!(
+        r("{ status: 600 }"),
+        "4:24: routes[0].respond.status: expected an integer from 100 to 599, found \"600\""
+    );
+    assert_eq!(
+        r("{ status: 204, body: x }"),
+        "4:35: routes[0].respond.body: a 204 response cannot have a body"
+    );
+    assert_eq!(
+        r("{ headers: { Content-Length: 5 } }"),
+        "4:27: routes[0].respond.headers: \"Content-Length\" is set by the gateway, remove it"
+    );
+    assert_eq!(
+        r("{ headers: { \"bad name\": 5 } }"),
+        "4:27: routes[0].respond.headers: bad header name \"bad name\""
+    );
+    assert_eq!(r("{ headers: { x-a: \"a\\nb\" } }"), "4:32: routes[0].respond.headers.x-a: a header value must not contain control characters (such as line breaks)");
+    assert_eq!(r("{ headers: [a] }"), "4:25: routes[0].respond.headers: expected a mapping of header names to values, e.g. { content-type: text/plain }, found a list");
+    assert_eq!(r("hello"), "4:14: routes[0].respond: expected a mapping with keys status, body, headers, found \"hello\"");
+}
+
+#[test]
+fn match_rules() {
+    let m = |matcher: &str| {
+        error(&with(&format!(
+            "routes:\n  - name: r\n    match: {matcher}\n    respond: {{}}\n"
+        )))
+    };
+    assert_eq!(
+        m("{ path: hello }"),
+        "4:20: routes[0].match.path: must start with \"/\", found \"hello\""
+    );
+    assert_eq!(m("{ path_prefix: \"/a?b\" }"), "4:27: routes[0].match.path_prefix: must not contain '?' or '#' (only the path is matched), found \"/a?b\"");
+    assert_eq!(
+        m("{ path: /a, path_prefix: /b }"),
+        "4:37: routes[0].match: give only one of path, path_prefix, path_regex"
+    );
+    assert_eq!(
+        m("{ path_regex: \"^/(a\" }"),
+        "4:26: routes[0].match.path_regex: invalid regex \"^/(a\": unclosed group"
+    );
+    assert_eq!(m("{ host: \"example.com:8080\" }"), "4:20: routes[0].match.host: bad host \"example.com:8080\": a port is not allowed (hosts are matched without their port)");
+    assert_eq!(m("{ host: \"a.*.com\" }"), "4:20: routes[0].match.host: bad host \"a.*.com\": a wildcard is only allowed as a leading \"*.\", e.g. *.example.com");
+    assert_eq!(
+        m("{ host: \"*\" }"),
+        "4:20: routes[0].match.host: bad host \"*\": omit host to match any host"
+    );
+    assert_eq!(
+        m("{ methods: [GET, get] }"),
+        "4:29: routes[0].match.methods[1]: duplicate method GET (also methods[0])"
+    );
+    assert_eq!(m("{ methods: [GET, M-SEARCH] }"), "4:29: routes[0].match.methods[1]: expected an HTTP method like GET or POST, found \"M-SEARCH\"");
+    assert_eq!(
+        m("{ methods: [] }"),
+        "4:23: routes[0].match.methods: must not be empty (omit methods to match any method)"
+    );
+    assert_eq!(
+        m("{ headers: { \"x y\": a } }"),
+        "4:25: routes[0].match.headers: bad header name \"x y\""
+    );
+    assert_eq!(
+        m("{ headers: { x-a: [1] } }"),
+        "4:30: routes[0].match.headers.x-a: expected a string, found a list"
+    );
+    assert_eq!(m("{ pth: /a }"), "4:14: unknown key \"pth\" in match (expected one of: host, path, path_prefix, path_regex, methods, headers)");
+    assert_eq!(m("/a"), "4:12: routes[0].match: expected a mapping with keys host, path, path_prefix, path_regex, methods, headers, found \"/a\"");
+}
+
+#[test]
+fn yaml_syntax_errors_stop_with_a_position() {
+    assert_eq!(
+        error("listen: [\"127.0.0.1:8080\"\nworkers: 2\n"),
+        "2:1: invalid YAML: invalid indentation"
+    );
+    assert_eq!(
+        error("listen: a: b\n"),
+        "1:10: invalid YAML: mapping values are not allowed in this context"
+    );
+}
+
+#[test]
+fn all_errors_are_reported_sorted_by_position() {
+    let text = "\
+routes:
+  - name: r
+    service: nope
+listen: [bad]
+workers: many
+limits: { max_connections: lots, max_body_bytes: 0 }
+timeouts: { drain: 10 }
+services:
+  - name: s
+    endpoints: [\"127.0.0.1:0\"]
+    colour: blue
+";
+    assert_eq!(
+        errors(text),
+        [
+            "3:14: routes[0].service: unknown service \"nope\"",
+            "4:10: listen[0]: bad address \"bad\" (expected IP:port, e.g. 127.0.0.1:8080 or [::1]:8080)",
+            "5:10: workers: expected \"auto\" or a positive integer, found \"many\"",
+            "6:28: limits.max_connections: expected a positive integer, found \"lots\"",
+            "6:50: limits.max_body_bytes: size must be greater than zero, found \"0\"",
+            "7:20: timeouts.drain: expected a duration like 250ms, 1s, 2m, 1h or 1m30s, found 10 (add a unit, e.g. 10s)",
+            "10:17: services[0].endpoints[0]: bad address \"127.0.0.1:0\": port 0 is not allowed",
+            "11:5: unknown key \"colour\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts)",
+        ]
+    );
+}
