@@ -1,0 +1,141 @@
+//! Reloading: reads the config file again on SIGHUP or when it changes on
+//! disk, validates and compiles it off the hot path, and publishes it. An
+//! invalid file is logged with every problem and the running config stays.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use sluicegate_config::{Config, LoadError};
+use sluicegate_proxy::Shared;
+
+/// Command-line values that win over the file, on start and on every reload.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub workers: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub log_level: Option<String>,
+}
+
+impl Overrides {
+    pub fn apply(&self, cfg: &mut Config) {
+        if let Some(w) = self.workers {
+            cfg.workers = Some(w);
+        }
+        if let Some(m) = self.max_connections {
+            cfg.limits.max_connections = m;
+        }
+        if let Some(l) = &self.log_level {
+            cfg.log.level = l.clone();
+        }
+    }
+}
+
+/// What identifies one version of the file on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    /// Inode, so an editor's rename-over is seen even within one mtime tick.
+    ino: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+        ino: m.ino(),
+    })
+}
+
+pub struct Reloader {
+    path: PathBuf,
+    shared: Arc<Shared>,
+    overrides: Overrides,
+    running: Config,
+    last: Option<Stamp>,
+    on_apply: Box<dyn Fn(&Config) + Send>,
+}
+
+impl Reloader {
+    /// `running` is the config the gateway started with.
+    pub fn new(
+        path: PathBuf,
+        shared: Arc<Shared>,
+        overrides: Overrides,
+        running: Config,
+        on_apply: Box<dyn Fn(&Config) + Send>,
+    ) -> Reloader {
+        let last = stamp(&path);
+        Reloader {
+            path,
+            shared,
+            overrides,
+            running,
+            last,
+            on_apply,
+        }
+    }
+
+    /// Reloads if the file changed since it was last read.
+    pub fn check(&mut self) {
+        let now = stamp(&self.path);
+        if now.is_some() && now != self.last {
+            self.reload("file changed");
+        }
+    }
+
+    /// Reads, validates and publishes the file. Returns whether it was applied.
+    pub fn reload(&mut self, why: &str) -> bool {
+        self.last = stamp(&self.path);
+        let mut cfg = match sluicegate_config::load(&self.path) {
+            Ok(c) => c,
+            Err(e) => {
+                self.shared
+                    .global
+                    .reloads_failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match &e {
+                    LoadError::Invalid { errors, .. } => {
+                        tracing::error!(
+                            reason = why,
+                            problems = errors.len(),
+                            "config reload refused, keeping the running config"
+                        );
+                    }
+                    LoadError::Io { .. } => {
+                        tracing::error!(
+                            reason = why,
+                            "config reload failed, keeping the running config"
+                        );
+                    }
+                }
+                for line in e.to_string().lines() {
+                    tracing::error!("{line}");
+                }
+                return false;
+            }
+        };
+        self.overrides.apply(&mut cfg);
+        if cfg.listen != self.running.listen
+            || cfg.workers != self.running.workers
+            || cfg.admin != self.running.admin
+        {
+            tracing::warn!("listen, workers and admin changes take effect on restart only");
+        }
+        match self.shared.reload(&cfg) {
+            Ok(generation) => {
+                tracing::info!(reason = why, generation, "config reloaded");
+                (self.on_apply)(&cfg);
+                self.running = cfg;
+                true
+            }
+            Err(e) => {
+                tracing::error!(reason = why, error = %e, "config reload refused, keeping the running config");
+                false
+            }
+        }
+    }
+}

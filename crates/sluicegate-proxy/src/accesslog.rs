@@ -1,0 +1,206 @@
+//! JSON-lines access log: each worker formats into its own buffer and
+//! flushes whole lines to the shared sink (stdout or a file) when the
+//! buffer fills or on the worker's periodic tick, so logging costs no lock
+//! and no syscall per request.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sluicegate_config::AccessLog;
+
+/// Flush a worker's buffer once it holds this many bytes.
+pub const FLUSH_AT: usize = 64 * 1024;
+
+#[derive(Debug)]
+pub enum Sink {
+    Stdout,
+    File(Mutex<File>),
+}
+
+impl Sink {
+    pub fn open(cfg: &AccessLog) -> io::Result<Option<Sink>> {
+        Ok(match cfg {
+            AccessLog::Off => None,
+            AccessLog::Stdout => Some(Sink::Stdout),
+            AccessLog::File(p) => Some(Sink::File(Mutex::new(open_append(p)?))),
+        })
+    }
+
+    /// Writes whole lines in one call so lines from workers never interleave.
+    pub fn write(&self, bytes: &[u8]) {
+        let r = match self {
+            Sink::Stdout => io::stdout().lock().write_all(bytes),
+            Sink::File(f) => match f.lock() {
+                Ok(mut f) => f.write_all(bytes),
+                Err(_) => Ok(()),
+            },
+        };
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "access log write failed");
+        }
+    }
+}
+
+fn open_append(p: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(p)
+}
+
+/// One access log record.
+pub struct Entry<'a> {
+    pub client: IpAddr,
+    pub method: &'a [u8],
+    pub target: &'a [u8],
+    pub status: u16,
+    pub route: &'a str,
+    pub service: &'a str,
+    pub endpoint: &'a str,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub total_us: u64,
+    /// Time from sending the request upstream to the response head.
+    pub upstream_us: Option<u64>,
+}
+
+/// Appends `e` as one JSON line to `out`.
+pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
+    let mut ib = itoa::Buffer::new();
+    out.extend_from_slice(b"{\"ts\":\"");
+    timestamp(out, SystemTime::now());
+    out.extend_from_slice(b"\",\"client\":\"");
+    out.extend_from_slice(e.client.to_string().as_bytes());
+    out.extend_from_slice(b"\",\"method\":\"");
+    escape(out, e.method);
+    out.extend_from_slice(b"\",\"path\":\"");
+    escape(out, e.target);
+    out.extend_from_slice(b"\",\"status\":");
+    out.extend_from_slice(ib.format(e.status).as_bytes());
+    out.extend_from_slice(b",\"route\":\"");
+    escape(out, e.route.as_bytes());
+    out.extend_from_slice(b"\",\"service\":\"");
+    escape(out, e.service.as_bytes());
+    out.extend_from_slice(b"\",\"endpoint\":\"");
+    escape(out, e.endpoint.as_bytes());
+    out.extend_from_slice(b"\",\"bytes_in\":");
+    out.extend_from_slice(ib.format(e.bytes_in).as_bytes());
+    out.extend_from_slice(b",\"bytes_out\":");
+    out.extend_from_slice(ib.format(e.bytes_out).as_bytes());
+    out.extend_from_slice(b",\"duration_ms\":");
+    millis(out, e.total_us);
+    out.extend_from_slice(b",\"upstream_ms\":");
+    match e.upstream_us {
+        Some(us) => millis(out, us),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+fn millis(out: &mut Vec<u8>, us: u64) {
+    let mut ib = itoa::Buffer::new();
+    out.extend_from_slice(ib.format(us / 1000).as_bytes());
+    out.push(b'.');
+    let frac = us % 1000;
+    out.extend_from_slice(&[
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
+}
+
+/// JSON string escaping; bytes that are not UTF-8 become `\u00XX`.
+pub fn escape(out: &mut Vec<u8>, s: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let text = String::from_utf8_lossy(s);
+    for b in text.bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0..=0x1f | 0x7f => {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 15)]);
+            }
+            _ => out.push(b),
+        }
+    }
+}
+
+/// RFC 3339 UTC timestamp with milliseconds.
+pub fn timestamp(out: &mut Vec<u8>, t: SystemTime) {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    let s = format!(
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_millis()
+    );
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(20_514), (2026, 3, 2));
+        let mut out = Vec::new();
+        timestamp(
+            &mut out,
+            UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+        );
+        assert_eq!(out, b"2023-11-14T22:13:20.123Z");
+    }
+
+    #[test]
+    fn line_is_json() {
+        let mut out = Vec::new();
+        format(
+            &mut out,
+            &Entry {
+                client: "127.0.0.1".parse().unwrap(),
+                method: b"GET",
+                target: b"/a\"b\x01\xff",
+                status: 200,
+                route: "r",
+                service: "s",
+                endpoint: "127.0.0.1:1",
+                bytes_in: 0,
+                bytes_out: 12,
+                total_us: 1234,
+                upstream_us: None,
+            },
+        );
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.ends_with("}\n"));
+        assert!(s.contains("\"path\":\"/a\\\"b\\u0001\u{fffd}\""), "{s}");
+        assert!(
+            s.contains("\"duration_ms\":1.234,\"upstream_ms\":null"),
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,354 @@
+//! Load balancing across a service's endpoints, lock-free and shared by
+//! every worker: smooth weighted round robin (a precomputed sequence read
+//! through one atomic counter), least connections, power of two choices on
+//! latency EWMA, and consistent hashing on a ring of virtual nodes.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use sluicegate_config::{Balance, HashKey};
+
+use crate::endpoint::EndpointState;
+
+/// Longest precomputed round-robin sequence; larger weight sums are scaled.
+const MAX_SEQUENCE: u64 = 4096;
+/// Virtual nodes per unit of weight on the hash ring.
+const VNODES: u32 = 100;
+
+/// Per-service balancer state that survives reloads when the service's
+/// endpoints and weights are unchanged.
+#[derive(Debug, Default)]
+pub struct BalancerState {
+    pub counter: AtomicUsize,
+}
+
+#[derive(Debug)]
+pub struct Balancer {
+    kind: Kind,
+    state: Arc<BalancerState>,
+}
+
+#[derive(Debug)]
+enum Kind {
+    RoundRobin { sequence: Vec<u32> },
+    LeastConn,
+    P2c,
+    Hash { key: HashKey, ring: Vec<(u64, u32)> },
+}
+
+/// What a balancer may look at in a request.
+pub struct PickContext<'a> {
+    pub client_ip: std::net::IpAddr,
+    pub path: &'a [u8],
+    pub header: &'a dyn Fn(&[u8]) -> Option<&'a [u8]>,
+}
+
+impl Balancer {
+    pub fn new(
+        balance: Balance,
+        hash_key: &HashKey,
+        endpoints: &[Arc<EndpointState>],
+        state: Arc<BalancerState>,
+    ) -> Balancer {
+        let kind = match balance {
+            Balance::RoundRobin => Kind::RoundRobin {
+                sequence: smooth_sequence(&endpoints.iter().map(|e| e.weight).collect::<Vec<_>>()),
+            },
+            Balance::LeastConn => Kind::LeastConn,
+            Balance::P2cEwma => Kind::P2c,
+            Balance::Hash => {
+                let mut ring = Vec::new();
+                for (i, e) in endpoints.iter().enumerate() {
+                    for v in 0..e.weight * VNODES {
+                        let point = format!("{}#{v}", e.name);
+                        ring.push((xxhash_rust::xxh3::xxh3_64(point.as_bytes()), i as u32));
+                    }
+                }
+                ring.sort_unstable();
+                Kind::Hash {
+                    key: hash_key.clone(),
+                    ring,
+                }
+            }
+        };
+        Balancer { kind, state }
+    }
+
+    /// Picks an endpoint index among `endpoints` (never empty).
+    pub fn pick(&self, endpoints: &[Arc<EndpointState>], cx: &PickContext<'_>) -> usize {
+        let n = endpoints.len();
+        if n == 1 {
+            return 0;
+        }
+        match &self.kind {
+            Kind::RoundRobin { sequence } => {
+                let c = self.state.counter.fetch_add(1, Ordering::Relaxed);
+                sequence[c % sequence.len()] as usize
+            }
+            Kind::LeastConn => {
+                // Rotate the starting point so ties spread evenly.
+                let start = self.state.counter.fetch_add(1, Ordering::Relaxed) % n;
+                let mut best = start;
+                let mut best_load = u64::MAX;
+                for k in 0..n {
+                    let i = (start + k) % n;
+                    let e = &endpoints[i];
+                    let load = (e.in_flight() as u64 * 1_000_000) / u64::from(e.weight);
+                    if load < best_load {
+                        best = i;
+                        best_load = load;
+                    }
+                }
+                best
+            }
+            Kind::P2c => {
+                let a = fastrand::usize(..n);
+                let mut b = fastrand::usize(..n - 1);
+                if b >= a {
+                    b += 1;
+                }
+                if endpoints[a].p2c_cost() <= endpoints[b].p2c_cost() {
+                    a
+                } else {
+                    b
+                }
+            }
+            Kind::Hash { key, ring } => {
+                let mut ipbuf = [0u8; 16];
+                let bytes: Option<&[u8]> = match key {
+                    HashKey::Header(name) => (cx.header)(name.as_bytes()),
+                    HashKey::Path => Some(cx.path),
+                    HashKey::ClientIp => Some(match cx.client_ip {
+                        std::net::IpAddr::V4(v4) => {
+                            ipbuf[..4].copy_from_slice(&v4.octets());
+                            &ipbuf[..4]
+                        }
+                        std::net::IpAddr::V6(v6) => {
+                            ipbuf = v6.octets();
+                            &ipbuf[..]
+                        }
+                    }),
+                };
+                match bytes {
+                    Some(b) => {
+                        let h = xxhash_rust::xxh3::xxh3_64(b);
+                        let pos = ring.partition_point(|&(p, _)| p < h);
+                        ring[pos % ring.len()].1 as usize
+                    }
+                    // No key in this request: spread like round robin.
+                    None => self.state.counter.fetch_add(1, Ordering::Relaxed) % n,
+                }
+            }
+        }
+    }
+}
+
+/// The smooth weighted round-robin order (each step: add every weight to
+/// its current value, take the largest, subtract the total from it), for
+/// one full cycle of the weights.
+fn smooth_sequence(weights: &[u32]) -> Vec<u32> {
+    let mut w: Vec<u64> = weights.iter().map(|&w| u64::from(w.max(1))).collect();
+    let total: u64 = w.iter().sum();
+    if total > MAX_SEQUENCE {
+        let g = w.iter().copied().fold(0, gcd);
+        w.iter_mut().for_each(|x| *x /= g);
+        let total: u64 = w.iter().sum();
+        if total > MAX_SEQUENCE {
+            w.iter_mut()
+                .for_each(|x| *x = (*x * MAX_SEQUENCE / total).max(1));
+        }
+    }
+    let total: i64 = w.iter().sum::<u64>() as i64;
+    let mut current = vec![0i64; w.len()];
+    let mut seq = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        let mut best = 0;
+        for i in 0..w.len() {
+            current[i] += w[i] as i64;
+            if current[i] > current[best] {
+                best = i;
+            }
+        }
+        current[best] -= total;
+        seq.push(best as u32);
+    }
+    seq
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Exponentially weighted moving average of latency in microseconds,
+/// decaying with time so an endpoint that recovers is tried again.
+#[derive(Debug)]
+pub struct Ewma {
+    /// f64 bits of the average.
+    value: AtomicU64,
+    /// Microseconds since process start of the last update.
+    stamp: AtomicU64,
+}
+
+/// Decay time constant.
+const EWMA_TAU_US: f64 = 10_000_000.0;
+
+impl Default for Ewma {
+    fn default() -> Self {
+        Ewma {
+            value: AtomicU64::new(0f64.to_bits()),
+            stamp: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Ewma {
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.value.load(Ordering::Relaxed))
+    }
+
+    /// Records one observation; races between workers lose an update at
+    /// worst, which an average can afford.
+    pub fn observe(&self, now_us: u64, sample_us: f64) {
+        let last = self.stamp.swap(now_us, Ordering::Relaxed);
+        let old = self.get();
+        let elapsed = now_us.saturating_sub(last) as f64;
+        let w = (-elapsed / EWMA_TAU_US).exp();
+        let new = if old == 0.0 {
+            sample_us
+        } else {
+            old * w + sample_us * (1.0 - w)
+        };
+        self.value.store(new.to_bits(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn eps(weights: &[u32]) -> Vec<Arc<EndpointState>> {
+        weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                Arc::new(EndpointState::new(
+                    i,
+                    format!("127.0.0.1:{}", 9000 + i),
+                    format!("127.0.0.1:{}", 9000 + i).parse().unwrap(),
+                    w,
+                    10,
+                ))
+            })
+            .collect()
+    }
+
+    fn cx() -> PickContext<'static> {
+        PickContext {
+            client_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            path: b"/",
+            header: &|_| None,
+        }
+    }
+
+    #[test]
+    fn smooth_is_smooth() {
+        assert_eq!(smooth_sequence(&[5, 1, 1]), vec![0, 0, 1, 0, 2, 0, 0]);
+        assert_eq!(smooth_sequence(&[1, 2]), vec![1, 0, 1]);
+        let big = smooth_sequence(&[1000, 1000, 999]);
+        assert!(big.len() as u64 <= MAX_SEQUENCE);
+    }
+
+    #[test]
+    fn round_robin_follows_weights() {
+        let e = eps(&[1, 2]);
+        let b = Balancer::new(
+            Balance::RoundRobin,
+            &HashKey::ClientIp,
+            &e,
+            Default::default(),
+        );
+        let mut counts = [0; 2];
+        for _ in 0..300 {
+            counts[b.pick(&e, &cx())] += 1;
+        }
+        assert_eq!(counts, [100, 200]);
+    }
+
+    #[test]
+    fn least_conn_prefers_idle() {
+        let e = eps(&[1, 1, 1]);
+        let _p1 = e[0].try_acquire().unwrap();
+        let _p2 = e[2].try_acquire().unwrap();
+        let b = Balancer::new(
+            Balance::LeastConn,
+            &HashKey::ClientIp,
+            &e,
+            Default::default(),
+        );
+        for _ in 0..10 {
+            assert_eq!(b.pick(&e, &cx()), 1);
+        }
+    }
+
+    #[test]
+    fn hash_is_consistent() {
+        let e = eps(&[1, 1, 1]);
+        let b = Balancer::new(
+            Balance::Hash,
+            &HashKey::Header("x-user".into()),
+            &e,
+            Default::default(),
+        );
+        let mut spread = [0; 3];
+        for user in 0..300 {
+            let v = format!("user-{user}");
+            let lookup = |_: &[u8]| Some(v.as_bytes());
+            let c = PickContext {
+                client_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                path: b"/",
+                header: &lookup,
+            };
+            let first = b.pick(&e, &c);
+            assert_eq!(first, b.pick(&e, &c));
+            spread[first] += 1;
+        }
+        assert!(spread.iter().all(|&n| n > 50), "{spread:?}");
+        // Removing one endpoint moves only the keys that were on it.
+        let e2 = vec![e[0].clone(), e[1].clone()];
+        let b2 = Balancer::new(
+            Balance::Hash,
+            &HashKey::Header("x-user".into()),
+            &e2,
+            Default::default(),
+        );
+        for user in 0..300 {
+            let v = format!("user-{user}");
+            let lookup = |_: &[u8]| Some(v.as_bytes());
+            let c = PickContext {
+                client_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                path: b"/",
+                header: &lookup,
+            };
+            let before = b.pick(&e, &c);
+            if before != 2 {
+                assert_eq!(b2.pick(&e2, &c), before);
+            }
+        }
+    }
+
+    #[test]
+    fn p2c_avoids_slow() {
+        let e = eps(&[1, 1]);
+        e[0].ewma.observe(1, 50_000.0);
+        e[1].ewma.observe(1, 100.0);
+        let b = Balancer::new(Balance::P2cEwma, &HashKey::ClientIp, &e, Default::default());
+        for _ in 0..20 {
+            assert_eq!(b.pick(&e, &cx()), 1);
+        }
+    }
+}

@@ -1,0 +1,551 @@
+//! HTTP/1.1 message heads: parsing on `httparse` into offsets (no copies),
+//! strict RFC 9112 framing checks, and the hop-by-hop header rules.
+//!
+//! A parsed head keeps byte ranges into the connection's read buffer, so a
+//! header is forwarded by copying its original bytes, never re-allocated.
+
+use std::ops::Range;
+
+/// Most headers accepted in one message head; more is answered with 431.
+pub const MAX_HEADERS: usize = 128;
+
+/// Why a request head was refused; each maps to one status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Malformed or ambiguous framing: 400 and close.
+    Bad(&'static str),
+    /// Too many headers, or the head is larger than allowed: 431.
+    TooLarge,
+    /// The transfer coding is not one we can frame: 501.
+    NotImplemented(&'static str),
+}
+
+/// How the body of a message is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    None,
+    Length(u64),
+    Chunked,
+    /// Response only: the body runs until the upstream closes.
+    UntilClose,
+}
+
+/// A header's name and value as ranges into the buffer the head was parsed from.
+#[derive(Debug, Clone)]
+pub struct HeaderRef {
+    pub name: Range<usize>,
+    pub value: Range<usize>,
+    /// True for headers that must not be forwarded (hop-by-hop or ones the
+    /// gateway rewrites itself).
+    pub skip: bool,
+}
+
+/// A request head, with its framing already decided.
+#[derive(Debug, Clone, Default)]
+pub struct RequestHead {
+    /// Length of the head in the buffer, including the final CRLF.
+    pub len: usize,
+    pub method: Range<usize>,
+    pub target: Range<usize>,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    pub headers: Vec<HeaderRef>,
+    pub body: Option<BodyKind>,
+    pub host: Option<Range<usize>>,
+    /// Values of every `X-Forwarded-For` header, in order; the gateway
+    /// forwards them joined, with the client's address appended.
+    pub xff: Vec<Range<usize>>,
+    /// The client asked to close after this request (or is HTTP/1.0 without keep-alive).
+    pub close: bool,
+    pub expect_continue: bool,
+}
+
+/// A response head from an upstream.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseHead {
+    pub len: usize,
+    pub status: u16,
+    pub minor: u8,
+    pub headers: Vec<HeaderRef>,
+    pub body: Option<BodyKind>,
+    /// The upstream will close (or did not promise keep-alive).
+    pub close: bool,
+}
+
+impl RequestHead {
+    pub fn body(&self) -> BodyKind {
+        self.body.unwrap_or(BodyKind::None)
+    }
+}
+
+impl ResponseHead {
+    pub fn body(&self) -> BodyKind {
+        self.body.unwrap_or(BodyKind::None)
+    }
+}
+
+fn offset(buf: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// Headers that belong to one connection and are never forwarded
+/// (RFC 9110 section 7.6.1), plus framing headers the gateway re-emits itself.
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 9] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"proxy-authenticate",
+    ];
+    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// A bare LF (one not preceded by CR) anywhere in the head is refused:
+/// `httparse` accepts it, RFC 9112 lets a server reject it, and accepting
+/// it is a request-smuggling vector behind lenient upstreams.
+fn has_bare_lf(head: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
+}
+
+/// Parses a Content-Length value: digits only, and a comma list only when
+/// every element is the same number.
+fn parse_content_length(v: &[u8]) -> Option<u64> {
+    let mut result: Option<u64> = None;
+    for part in v.split(|&b| b == b',') {
+        let part = trim(part);
+        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = part
+            .iter()
+            .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0'));
+        match result {
+            Some(prev) if prev != n => return None,
+            _ => result = Some(n),
+        }
+    }
+    result
+}
+
+pub fn trim(v: &[u8]) -> &[u8] {
+    let start = v.iter().position(|b| !matches!(b, b' ' | b'\t'));
+    let Some(start) = start else { return &[] };
+    let end = v
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(start);
+    &v[start..=end]
+}
+
+/// Tokens of a `Connection` header, lower-case-insensitively compared later.
+fn connection_has(v: &[u8], token: &[u8]) -> bool {
+    v.split(|&b| b == b',')
+        .any(|t| trim(t).eq_ignore_ascii_case(token))
+}
+
+/// Outcome of trying to parse a head from the bytes received so far.
+pub enum Parsed<T> {
+    Complete(T),
+    /// More bytes are needed.
+    Partial,
+}
+
+/// Parses a request head from `buf` (which starts at the head). `max` is the
+/// largest head allowed; a partial head already longer than that is
+/// `TooLarge`.
+pub fn parse_request(
+    buf: &[u8],
+    max: usize,
+    head: &mut RequestHead,
+) -> Result<Parsed<()>, HeadError> {
+    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut raw);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() >= max {
+                return Err(HeadError::TooLarge);
+            }
+            if has_bare_lf(buf) {
+                return Err(HeadError::Bad("bare LF in request head"));
+            }
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(httparse::Error::Version) => return Err(HeadError::Bad("unsupported HTTP version")),
+        Err(_) => return Err(HeadError::Bad("malformed request head")),
+    };
+    if len > max {
+        return Err(HeadError::TooLarge);
+    }
+    if has_bare_lf(&buf[..len]) {
+        return Err(HeadError::Bad("bare LF in request head"));
+    }
+    let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::Bad("malformed request line"));
+    };
+    head.len = len;
+    head.method = offset(buf, method.as_bytes());
+    head.target = offset(buf, path.as_bytes());
+    head.minor = minor;
+    head.headers.clear();
+    head.host = None;
+    head.xff.clear();
+    head.expect_continue = false;
+    let mut close = minor == 0;
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut te_seen = false;
+    let mut conn_values: [Option<Range<usize>>; 4] = Default::default();
+    let mut conn_count = 0;
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = h.value;
+        let mut skip = is_hop_by_hop(name);
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = parse_content_length(value).ok_or(HeadError::Bad("invalid Content-Length"))?;
+            if length.is_some_and(|prev| prev != n) {
+                return Err(HeadError::Bad("conflicting Content-Length headers"));
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if te_seen {
+                return Err(HeadError::Bad("repeated Transfer-Encoding"));
+            }
+            te_seen = true;
+            let v = trim(value);
+            if !v.eq_ignore_ascii_case(b"chunked") {
+                if v.split(|&b| b == b',').any(|t| trim(t).is_empty()) {
+                    return Err(HeadError::Bad("malformed Transfer-Encoding"));
+                }
+                let last = v.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
+                if !last.eq_ignore_ascii_case(b"chunked") {
+                    return Err(HeadError::Bad("chunked is not the final transfer coding"));
+                }
+                return Err(HeadError::NotImplemented("transfer coding not supported"));
+            }
+            chunked = true;
+        } else if name.eq_ignore_ascii_case(b"host") {
+            if head.host.is_some() {
+                return Err(HeadError::Bad("repeated Host header"));
+            }
+            head.host = Some(offset(buf, value));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            if conn_count == conn_values.len() {
+                return Err(HeadError::Bad("too many Connection headers"));
+            }
+            conn_values[conn_count] = Some(offset(buf, value));
+            conn_count += 1;
+            if connection_has(value, b"close") {
+                close = true;
+            } else if minor == 0 && connection_has(value, b"keep-alive") {
+                close = false;
+            }
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            if !trim(value).eq_ignore_ascii_case(b"100-continue") {
+                return Err(HeadError::Bad("unsupported Expect value"));
+            }
+            head.expect_continue = minor == 1;
+            skip = true;
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+            head.xff.push(offset(buf, value));
+            skip = true;
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto")
+            || name.eq_ignore_ascii_case(b"x-forwarded-host")
+        {
+            skip = true;
+        }
+        head.headers.push(HeaderRef {
+            name: offset(buf, name),
+            value: offset(buf, value),
+            skip,
+        });
+    }
+    // Headers named in Connection are hop-by-hop too.
+    if conn_count > 0 {
+        mark_connection_tokens(buf, &conn_values[..conn_count], &mut head.headers);
+    }
+    if chunked && length.is_some() {
+        return Err(HeadError::Bad("both Content-Length and Transfer-Encoding"));
+    }
+    if chunked && minor == 0 {
+        return Err(HeadError::Bad("Transfer-Encoding in an HTTP/1.0 request"));
+    }
+    if minor == 1 && head.host.is_none() {
+        return Err(HeadError::Bad("missing Host header"));
+    }
+    head.close = close;
+    head.body = Some(if chunked {
+        BodyKind::Chunked
+    } else {
+        match length {
+            Some(0) | None => BodyKind::None,
+            Some(n) => BodyKind::Length(n),
+        }
+    });
+    Ok(Parsed::Complete(()))
+}
+
+fn mark_connection_tokens(
+    buf: &[u8],
+    conn_values: &[Option<Range<usize>>],
+    headers: &mut [HeaderRef],
+) {
+    for v in conn_values.iter().flatten() {
+        for token in buf[v.clone()].split(|&b| b == b',') {
+            let token = trim(token);
+            if token.is_empty()
+                || token.eq_ignore_ascii_case(b"close")
+                || token.eq_ignore_ascii_case(b"keep-alive")
+            {
+                continue;
+            }
+            for h in headers.iter_mut() {
+                if buf[h.name.clone()].eq_ignore_ascii_case(token) {
+                    h.skip = true;
+                }
+            }
+        }
+    }
+}
+
+/// Parses a response head from an upstream. `head_request` says whether
+/// the request was HEAD (then no body follows whatever the headers say).
+pub fn parse_response(
+    buf: &[u8],
+    max: usize,
+    head_request: bool,
+    head: &mut ResponseHead,
+) -> Result<Parsed<()>, HeadError> {
+    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut raw);
+    let len = match res.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() >= max {
+                return Err(HeadError::TooLarge);
+            }
+            return Ok(Parsed::Partial);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(_) => return Err(HeadError::Bad("malformed response head")),
+    };
+    if len > max {
+        return Err(HeadError::TooLarge);
+    }
+    let (Some(status), Some(minor)) = (res.code, res.version) else {
+        return Err(HeadError::Bad("malformed status line"));
+    };
+    if !(100..=999).contains(&status) {
+        return Err(HeadError::Bad("invalid status code"));
+    }
+    head.len = len;
+    head.status = status;
+    head.minor = minor;
+    head.headers.clear();
+    let mut close = minor == 0;
+    let mut length: Option<u64> = None;
+    let mut te: Option<bool> = None;
+    let mut conn_values: [Option<Range<usize>>; 4] = Default::default();
+    let mut conn_count = 0;
+    for h in res.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = h.value;
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let n = parse_content_length(value).ok_or(HeadError::Bad("invalid Content-Length"))?;
+            if length.is_some_and(|prev| prev != n) {
+                return Err(HeadError::Bad("conflicting Content-Length headers"));
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
+            te = Some(te.unwrap_or(true) && last.eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            if conn_count < conn_values.len() {
+                conn_values[conn_count] = Some(offset(buf, value));
+                conn_count += 1;
+            }
+            if connection_has(value, b"close") {
+                close = true;
+            } else if minor == 0 && connection_has(value, b"keep-alive") {
+                close = false;
+            }
+        }
+        head.headers.push(HeaderRef {
+            name: offset(buf, name),
+            value: offset(buf, value),
+            skip: is_hop_by_hop(name),
+        });
+    }
+    if conn_count > 0 {
+        mark_connection_tokens(buf, &conn_values[..conn_count], &mut head.headers);
+    }
+    let no_body = head_request || (100..200).contains(&status) || status == 204 || status == 304;
+    head.body = Some(if no_body {
+        BodyKind::None
+    } else {
+        match (te, length) {
+            (Some(true), _) => BodyKind::Chunked,
+            (Some(false), _) => {
+                close = true;
+                BodyKind::UntilClose
+            }
+            (None, Some(n)) => BodyKind::Length(n),
+            (None, None) => {
+                close = true;
+                BodyKind::UntilClose
+            }
+        }
+    });
+    if te.is_some() && length.is_some() {
+        // Both framings: the length is ignored (RFC 9112 6.3) and the
+        // connection cannot be trusted afterwards.
+        close = true;
+    }
+    head.close = close;
+    Ok(Parsed::Complete(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(raw: &[u8]) -> Result<RequestHead, HeadError> {
+        let mut head = RequestHead::default();
+        match parse_request(raw, 16384, &mut head)? {
+            Parsed::Complete(()) => Ok(head),
+            Parsed::Partial => Err(HeadError::Bad("partial")),
+        }
+    }
+
+    #[test]
+    fn simple_get() {
+        let raw = b"GET /a?b HTTP/1.1\r\nHost: x\r\nX-Other: 1\r\n\r\nrest";
+        let h = req(raw).unwrap();
+        assert_eq!(&raw[h.method.clone()], b"GET");
+        assert_eq!(&raw[h.target.clone()], b"/a?b");
+        assert_eq!(h.len, raw.len() - 4);
+        assert_eq!(h.body(), BodyKind::None);
+        assert!(!h.close);
+        assert_eq!(&raw[h.host.clone().unwrap()], b"x");
+    }
+
+    #[test]
+    fn framing_is_strict() {
+        let bad: &[&[u8]] = &[
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n",
+            b"GET / HTTP/1.1\nHost: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nBad Name: x\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n",
+        ];
+        for raw in bad {
+            let r = req(raw);
+            assert!(
+                matches!(r, Err(HeadError::Bad(_))),
+                "{:?} -> {:?}",
+                String::from_utf8_lossy(raw),
+                r.map(|h| h.body)
+            );
+        }
+        let r = req(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        assert!(matches!(r, Err(HeadError::NotImplemented(_))));
+    }
+
+    #[test]
+    fn body_kinds() {
+        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n").unwrap();
+        assert_eq!(h.body(), BodyKind::Length(12));
+        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\n").unwrap();
+        assert_eq!(h.body(), BodyKind::Length(3));
+        let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap();
+        assert_eq!(h.body(), BodyKind::Chunked);
+    }
+
+    #[test]
+    fn connection_and_hop_by_hop() {
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nX-Keep: 2\r\n\r\n";
+        let h = req(raw).unwrap();
+        assert!(h.close);
+        let kept: Vec<&[u8]> = h
+            .headers
+            .iter()
+            .filter(|x| !x.skip)
+            .map(|x| &raw[x.name.clone()])
+            .collect();
+        assert_eq!(kept, vec![&b"Host"[..], &b"X-Keep"[..]]);
+        let h = req(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        assert!(h.close);
+        let h = req(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
+        assert!(!h.close);
+    }
+
+    #[test]
+    fn too_large_and_partial() {
+        let mut head = RequestHead::default();
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\n";
+        assert!(matches!(
+            parse_request(raw, 16384, &mut head),
+            Ok(Parsed::Partial)
+        ));
+        let big = [b'a'; 2000];
+        let mut raw = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        raw.extend_from_slice(&big);
+        assert_eq!(
+            parse_request(&raw, 1024, &mut head).err(),
+            Some(HeadError::TooLarge)
+        );
+        let mut many = b"GET / HTTP/1.1\r\nHost: x\r\n".to_vec();
+        for i in 0..200 {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(
+            parse_request(&many, 1 << 20, &mut head).err(),
+            Some(HeadError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn responses() {
+        let mut head = ResponseHead::default();
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok";
+        assert!(matches!(
+            parse_response(raw, 16384, false, &mut head),
+            Ok(Parsed::Complete(()))
+        ));
+        assert_eq!(head.body(), BodyKind::Length(2));
+        assert!(!head.close);
+        parse_response(raw, 16384, true, &mut head).ok();
+        assert_eq!(head.body(), BodyKind::None);
+        let raw = b"HTTP/1.1 200 OK\r\n\r\n";
+        parse_response(raw, 16384, false, &mut head).ok();
+        assert_eq!(head.body(), BodyKind::UntilClose);
+        assert!(head.close);
+        let raw = b"HTTP/1.1 204 No Content\r\n\r\n";
+        parse_response(raw, 16384, false, &mut head).ok();
+        assert_eq!(head.body(), BodyKind::None);
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n";
+        parse_response(raw, 16384, false, &mut head).ok();
+        assert_eq!(head.body(), BodyKind::Chunked);
+        assert!(head.close);
+        assert!(parse_response(b"HTTP/1.1 abc\r\n\r\n", 16384, false, &mut head).is_err());
+        assert!(parse_response(b"garbage\r\n\r\n", 16384, false, &mut head).is_err());
+    }
+}

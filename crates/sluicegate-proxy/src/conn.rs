@@ -1,0 +1,463 @@
+//! One client connection: the keep-alive loop that reads request heads,
+//! routes them, answers fixed and error responses itself, and hands proxied
+//! requests to [`crate::forward`]. Requests on a connection (pipelined or
+//! not) are answered strictly in order, one at a time.
+//!
+//! Lifecycle of a connection, per request:
+//! `wait for bytes (keep-alive or header timeout) -> parse head (400/431/501
+//! and close on bad framing) -> route (404) -> respond | forward -> log ->
+//! next request, or close (client asked, error, shutdown)`.
+//! An idle connection holds no buffers: they go back to the worker's free
+//! list while it waits for the next request.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::accesslog;
+use crate::codec::{self, BodyKind, HeadError, Parsed, RequestHead, ResponseHead};
+use crate::forward::{self, Outcome};
+use crate::io::{write_all_by, Pool, ReadError, RecvBuf};
+use crate::response::{self, ErrorKind};
+use crate::router::RouteRequest;
+use crate::snapshot::{ActionRt, Shared, Snapshot};
+
+/// Initial size of each receive buffer.
+const BUF_SIZE: usize = 16 * 1024;
+/// Buffers larger than this are not kept on the free list.
+const KEEP_BUF_MAX: usize = 128 * 1024;
+/// Free buffer sets kept per worker.
+const FREE_LIST_MAX: usize = 256;
+/// Bodies up to this size are read and discarded when the gateway answers
+/// without forwarding; larger ones close the connection instead.
+const DISCARD_MAX: u64 = 64 * 1024;
+/// How long a response write to a client may take.
+const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A worker thread's state, shared by its connection tasks.
+pub struct Worker {
+    pub shared: Arc<Shared>,
+    pub pool: RefCell<Pool>,
+    pub log_buf: RefCell<Vec<u8>>,
+    pub shutdown: watch::Receiver<bool>,
+    /// Connections this worker is serving now.
+    pub active: Cell<usize>,
+    free: RefCell<Vec<Bufs>>,
+}
+
+/// Per-request scratch space, reused across requests and connections.
+pub struct Bufs {
+    /// Bytes from the client.
+    pub inb: RecvBuf,
+    /// Bytes from the upstream.
+    pub upb: RecvBuf,
+    /// Bytes being assembled for a write.
+    pub out: Vec<u8>,
+    pub req: RequestHead,
+    pub res: ResponseHead,
+    /// Method and target of the current request, for the access log.
+    pub log_line: Vec<u8>,
+}
+
+impl Worker {
+    pub fn new(shared: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Worker {
+        Worker {
+            shared,
+            pool: RefCell::new(Pool::default()),
+            log_buf: RefCell::new(Vec::new()),
+            shutdown,
+            active: Cell::new(0),
+            free: RefCell::new(Vec::new()),
+        }
+    }
+
+    fn take_bufs(&self) -> Box<Bufs> {
+        // Boxed so a connection task's future stays small and moves cheaply.
+        Box::new(self.free.borrow_mut().pop().unwrap_or_else(|| Bufs {
+            inb: RecvBuf::new(BUF_SIZE),
+            upb: RecvBuf::new(BUF_SIZE),
+            out: Vec::with_capacity(BUF_SIZE),
+            req: RequestHead::default(),
+            res: ResponseHead::default(),
+            log_line: Vec::new(),
+        }))
+    }
+
+    fn give_bufs(&self, mut b: Box<Bufs>) {
+        let mut free = self.free.borrow_mut();
+        if free.len() < FREE_LIST_MAX
+            && b.out.capacity() <= KEEP_BUF_MAX
+            && b.inb.capacity() <= KEEP_BUF_MAX
+            && b.upb.capacity() <= KEEP_BUF_MAX
+        {
+            b.inb.clear();
+            b.upb.clear();
+            b.out.clear();
+            free.push(*b);
+        }
+    }
+
+    /// Writes buffered access log lines to the current sink.
+    pub fn flush_log(&self) {
+        let mut buf = self.log_buf.borrow_mut();
+        if buf.is_empty() {
+            return;
+        }
+        if let Some(sink) = &self.shared.snapshot.load().access_log {
+            sink.write(&buf);
+        }
+        buf.clear();
+    }
+
+    fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}
+
+/// Keeps the connection counts right however the task ends.
+struct ActiveGuard<'a>(&'a Worker);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.active.set(self.0.active.get() - 1);
+        self.0
+            .shared
+            .global
+            .open_connections
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Serves one accepted client connection until it closes. The caller has
+/// already counted it in `open_connections`.
+pub async fn serve(worker: Rc<Worker>, client: TcpStream, peer: SocketAddr) {
+    worker.active.set(worker.active.get() + 1);
+    let _guard = ActiveGuard(&worker);
+    let mut conn = Conn {
+        worker: &worker,
+        client,
+        peer,
+        peer_ip: peer.ip().to_string(),
+        bufs: None,
+        shutdown: worker.shutdown.clone(),
+    };
+    conn.run().await;
+    if let Some(b) = conn.bufs.take() {
+        worker.give_bufs(b);
+    }
+}
+
+pub struct Conn<'w> {
+    pub worker: &'w Worker,
+    pub client: TcpStream,
+    pub peer: SocketAddr,
+    /// The client's address as text, formatted once for X-Forwarded-For.
+    pub peer_ip: String,
+    bufs: Option<Box<Bufs>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// What the request loop does after a request.
+#[derive(PartialEq, Eq)]
+enum Next {
+    KeepAlive,
+    Close,
+}
+
+impl Conn<'_> {
+    async fn run(&mut self) {
+        let mut cache = arc_swap::Cache::new(&self.worker.shared.snapshot);
+        let mut first = true;
+        loop {
+            if !first
+                && !self
+                    .await_next_request(cache.load().timeouts.keepalive)
+                    .await
+            {
+                return;
+            }
+            first = false;
+            let snap = cache.load();
+            let mut bufs = match self.bufs.take() {
+                Some(b) => b,
+                None => self.worker.take_bufs(),
+            };
+            let next = self.request(snap, &mut bufs).await;
+            self.bufs = Some(bufs);
+            if next == Next::Close || self.worker.shutting_down() {
+                return;
+            }
+        }
+    }
+
+    /// Between requests: returns once bytes of the next request are there
+    /// (true) or the connection should close (false). While nothing has
+    /// arrived the buffers go back to the worker.
+    async fn await_next_request(&mut self, keepalive: Duration) -> bool {
+        let Some(bufs) = self.bufs.as_mut() else {
+            return true;
+        };
+        if !bufs.inb.is_empty() {
+            return true; // pipelined request already received
+        }
+        // One read attempt before giving the buffers back: a client that
+        // sends its next request at once costs no extra wake-up.
+        match bufs.inb.try_fill(&self.client, BUF_SIZE) {
+            Ok(Some(0)) => return false,
+            Ok(Some(_)) => return true,
+            Ok(None) => {}
+            Err(_) => return false,
+        }
+        if let Some(b) = self.bufs.take() {
+            self.worker.give_bufs(b);
+        }
+        tokio::select! {
+            biased;
+            _ = self.shutdown.changed() => false,
+            r = tokio::time::timeout(keepalive, self.client.readable()) => matches!(r, Ok(Ok(()))),
+        }
+    }
+
+    /// Reads, routes and answers one request.
+    async fn request(&mut self, snap: &Snapshot, bufs: &mut Bufs) -> Next {
+        let started = Instant::now();
+        let max_head = snap.limits.max_header_bytes;
+        let deadline = started + snap.timeouts.client_header;
+        loop {
+            match codec::parse_request(bufs.inb.filled(), max_head, &mut bufs.req) {
+                Ok(Parsed::Complete(())) => break,
+                Ok(Parsed::Partial) => {
+                    match bufs.inb.fill(&self.client, max_head, deadline).await {
+                        Ok(0) => return Next::Close,
+                        Ok(_) => {}
+                        Err(ReadError::Timeout) => {
+                            if !bufs.inb.is_empty() {
+                                self.fail_early(bufs, ErrorKind::RequestTimeout).await;
+                            }
+                            return Next::Close;
+                        }
+                        Err(ReadError::Io(_)) => return Next::Close,
+                    }
+                }
+                Err(e) => {
+                    let kind = match e {
+                        HeadError::Bad(why) => {
+                            tracing::debug!(peer = %self.peer, why, "bad request");
+                            ErrorKind::BadRequest
+                        }
+                        HeadError::TooLarge => ErrorKind::HeadersTooLarge,
+                        HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
+                    };
+                    self.fail_early(bufs, kind).await;
+                    return Next::Close;
+                }
+            }
+        }
+        self.dispatch(snap, bufs, started).await
+    }
+
+    /// Answers an error before any route was chosen, then closes.
+    async fn fail_early(&self, bufs: &mut Bufs, kind: ErrorKind) {
+        bufs.out.clear();
+        response::error(&mut bufs.out, kind, true, false);
+        let _ = write_all_by(
+            &self.client,
+            &bufs.out,
+            Instant::now() + CLIENT_WRITE_TIMEOUT,
+        )
+        .await;
+        self.worker.shared.global.unrouted.record(kind.status());
+    }
+
+    async fn dispatch(&mut self, snap: &Snapshot, bufs: &mut Bufs, started: Instant) -> Next {
+        let raw = bufs.inb.filled();
+        let req = &bufs.req;
+        let method = &raw[req.method.clone()];
+        let target = match forward::Target::parse(raw, req) {
+            Ok(t) => t,
+            Err(kind) => {
+                self.fail_early(bufs, kind).await;
+                return Next::Close;
+            }
+        };
+        if method == b"CONNECT" {
+            self.fail_early(bufs, ErrorKind::MethodNotAllowed).await;
+            return Next::Close;
+        }
+        let lookup = |name: &[u8]| -> Option<&[u8]> {
+            req.headers
+                .iter()
+                .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
+                .map(|h| &raw[h.value.clone()])
+        };
+        let host = target.host(raw).map(forward::strip_port);
+        let found = snap.router.find(&RouteRequest {
+            host,
+            method,
+            path: &raw[target.path.clone()],
+            header: &lookup,
+        });
+        bufs.log_line.clear();
+        bufs.log_line.extend_from_slice(method);
+        bufs.log_line.push(b' ');
+        bufs.log_line.extend_from_slice(&raw[req.target.clone()]);
+        let method_len = method.len();
+        let is_head = method == b"HEAD";
+        let Some(found) = found else {
+            let outcome = self.answer_locally(bufs, None, is_head).await;
+            self.worker.shared.global.unrouted.record(outcome.status);
+            self.log(snap, bufs, method_len, "", "", &outcome, started);
+            return outcome.next();
+        };
+        let route = &snap.routes[found.index];
+        let outcome = match &route.action {
+            ActionRt::Respond { status, head, body } => {
+                self.answer_locally(bufs, Some((*status, head, body)), is_head)
+                    .await
+            }
+            ActionRt::Proxy {
+                service,
+                strip_prefix,
+            } => {
+                let strip = if *strip_prefix { found.prefix_len } else { 0 };
+                let cx = forward::Request {
+                    conn: self,
+                    snap,
+                    service,
+                    target: &target,
+                    strip,
+                    started,
+                };
+                forward::forward(cx, bufs).await
+            }
+        };
+        route
+            .metrics
+            .record(outcome.status, started.elapsed().as_micros() as u64);
+        let svc = match &route.action {
+            ActionRt::Proxy { service, .. } => &*service.name,
+            ActionRt::Respond { .. } => "",
+        };
+        self.log(snap, bufs, method_len, &route.name, svc, &outcome, started);
+        outcome.next()
+    }
+
+    /// Writes a response the gateway makes itself: a `respond` route's, or
+    /// 404 when `fixed` is None. A request body is read and dropped when
+    /// small, otherwise the connection closes after the answer.
+    async fn answer_locally(
+        &self,
+        bufs: &mut Bufs,
+        fixed: Option<(u16, &Vec<u8>, &Vec<u8>)>,
+        is_head: bool,
+    ) -> Outcome<'static> {
+        let head_len = bufs.req.len;
+        let body = bufs.req.body();
+        let mut close = bufs.req.close || self.worker.shutting_down();
+        let discardable = match body {
+            BodyKind::None => true,
+            BodyKind::Length(n) => n <= DISCARD_MAX && !bufs.req.expect_continue,
+            BodyKind::Chunked | BodyKind::UntilClose => false,
+        };
+        if !discardable {
+            close = true;
+        }
+        bufs.out.clear();
+        let (status, body_len) = match fixed {
+            Some((status, head, body)) => {
+                bufs.out.extend_from_slice(head);
+                response::content_length(&mut bufs.out, body.len() as u64);
+                if close {
+                    bufs.out.extend_from_slice(b"connection: close\r\n");
+                } else if bufs.req.minor == 0 {
+                    bufs.out.extend_from_slice(b"connection: keep-alive\r\n");
+                }
+                bufs.out.extend_from_slice(b"\r\n");
+                if !is_head {
+                    bufs.out.extend_from_slice(body);
+                }
+                (status, body.len())
+            }
+            None => {
+                let before = bufs.out.len();
+                response::error(&mut bufs.out, ErrorKind::NoRoute, close, is_head);
+                (404, bufs.out.len() - before)
+            }
+        };
+        bufs.inb.consume(head_len);
+        let mut outcome = Outcome::local(status, body_len as u64, close);
+        if let (false, BodyKind::Length(n)) = (close, body) {
+            let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
+            if forward::discard(&self.client, &mut bufs.inb, n, deadline)
+                .await
+                .is_err()
+            {
+                outcome.close = true;
+                return outcome;
+            }
+        }
+        if write_all_by(
+            &self.client,
+            &bufs.out,
+            Instant::now() + CLIENT_WRITE_TIMEOUT,
+        )
+        .await
+        .is_err()
+        {
+            outcome.close = true;
+        }
+        outcome
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn log(
+        &self,
+        snap: &Snapshot,
+        bufs: &Bufs,
+        method_len: usize,
+        route: &str,
+        service: &str,
+        outcome: &Outcome,
+        started: Instant,
+    ) {
+        let Some(sink) = &snap.access_log else { return };
+        let line = &bufs.log_line;
+        let (method, target) = (&line[..method_len], &line[method_len + 1..]);
+        let mut buf = self.worker.log_buf.borrow_mut();
+        accesslog::format(
+            &mut buf,
+            &accesslog::Entry {
+                client: self.peer.ip(),
+                method,
+                target,
+                status: outcome.status,
+                route,
+                service,
+                endpoint: outcome.endpoint.as_ref().map_or("", |e| e.name.as_str()),
+                bytes_in: outcome.bytes_in,
+                bytes_out: outcome.bytes_out,
+                total_us: started.elapsed().as_micros() as u64,
+                upstream_us: outcome.upstream_us,
+            },
+        );
+        if buf.len() >= accesslog::FLUSH_AT {
+            sink.write(&buf);
+            buf.clear();
+        }
+    }
+}
+
+impl Outcome<'_> {
+    fn next(&self) -> Next {
+        if self.close {
+            Next::Close
+        } else {
+            Next::KeepAlive
+        }
+    }
+}

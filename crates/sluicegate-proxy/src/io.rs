@@ -1,0 +1,216 @@
+//! Socket I/O helpers: a reusable receive buffer, reads with deadlines,
+//! whole writes, and the worker-local keep-alive pool of upstream
+//! connections.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+use tokio::time::timeout_at;
+
+use crate::endpoint::EndpointState;
+
+/// A receive buffer: bytes `start..end` are received and not yet used.
+#[derive(Debug)]
+pub struct RecvBuf {
+    data: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// Why a read did not return bytes.
+#[derive(Debug)]
+pub enum ReadError {
+    Timeout,
+    Io(io::Error),
+}
+
+impl RecvBuf {
+    pub fn new(capacity: usize) -> Self {
+        RecvBuf {
+            data: vec![0; capacity],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    pub fn filled(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.start += n.min(self.len());
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+
+    /// Room to read into, compacting first and growing up to `limit` bytes
+    /// of capacity when the buffer is full.
+    fn spare(&mut self, limit: usize) -> &mut [u8] {
+        if self.end == self.data.len() && self.start > 0 {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.data.len() && self.data.len() < limit {
+            let new = (self.data.len() * 2).clamp(4096, limit.max(4096));
+            self.data.resize(new, 0);
+        }
+        &mut self.data[self.end..]
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Reads what is there without waiting: `Ok(None)` when nothing is.
+    pub fn try_fill(&mut self, s: &TcpStream, limit: usize) -> io::Result<Option<usize>> {
+        let spare = self.spare(limit);
+        if spare.is_empty() {
+            return Ok(Some(0));
+        }
+        match s.try_read(spare) {
+            Ok(n) => {
+                self.end += n;
+                Ok(Some(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads once from `s`, waiting at most until `deadline`. Ok(0) is EOF;
+    /// a full buffer (at `limit`) also returns Ok(0) without reading, so
+    /// callers check `len()` against their limit first.
+    pub async fn fill(
+        &mut self,
+        s: &TcpStream,
+        limit: usize,
+        deadline: Instant,
+    ) -> Result<usize, ReadError> {
+        if self.spare(limit).is_empty() {
+            return Ok(0);
+        }
+        loop {
+            match s.try_read(self.spare(limit)) {
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(ReadError::Io(e)),
+            }
+            match timeout_at(deadline.into(), s.readable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(ReadError::Io(e)),
+                Err(_) => return Err(ReadError::Timeout),
+            }
+        }
+    }
+}
+
+/// Writes all of `bytes`.
+pub async fn write_all(s: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match s.try_write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `bytes`, giving up at `deadline`.
+pub async fn write_all_by(s: &TcpStream, bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    match timeout_at(deadline.into(), write_all(s, bytes)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// An idle upstream connection and when it stops being usable. Counted in
+/// its endpoint's idle gauge while it exists.
+#[derive(Debug)]
+struct Idle {
+    stream: Option<TcpStream>,
+    expires: Instant,
+    ep: Arc<EndpointState>,
+}
+
+impl Drop for Idle {
+    fn drop(&mut self) {
+        self.ep.idle_changed(-1);
+    }
+}
+
+/// One worker's keep-alive connections, by endpoint id. Most recently used
+/// first, so a quiet period lets the others expire.
+#[derive(Debug, Default)]
+pub struct Pool {
+    slots: Vec<Vec<Idle>>,
+}
+
+impl Pool {
+    /// Takes a usable idle connection for endpoint `id`.
+    pub fn take(&mut self, id: usize, now: Instant) -> Option<TcpStream> {
+        let slot = self.slots.get_mut(id)?;
+        while let Some(mut idle) = slot.pop() {
+            if idle.expires > now {
+                return idle.stream.take();
+            }
+        }
+        None
+    }
+
+    /// Keeps `stream` for reuse until `expires`, unless `cap` are kept already.
+    pub fn put(
+        &mut self,
+        ep: &Arc<EndpointState>,
+        stream: TcpStream,
+        expires: Instant,
+        cap: usize,
+    ) {
+        if self.slots.len() <= ep.id {
+            self.slots.resize_with(ep.id + 1, Vec::new);
+        }
+        let slot = &mut self.slots[ep.id];
+        if slot.len() < cap {
+            ep.idle_changed(1);
+            slot.push(Idle {
+                stream: Some(stream),
+                expires,
+                ep: ep.clone(),
+            });
+        }
+    }
+
+    /// Drops expired connections.
+    pub fn sweep(&mut self, now: Instant) {
+        for slot in &mut self.slots {
+            slot.retain(|i| i.expires > now);
+        }
+    }
+
+    /// Drops everything (shutdown).
+    pub fn clear(&mut self) {
+        self.slots.clear();
+    }
+}

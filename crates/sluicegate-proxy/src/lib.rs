@@ -1,0 +1,21 @@
+//! Sluicegate's data plane: worker threads with their own listeners,
+//! the HTTP/1.1 codec, routing, load balancing, upstream connection pools,
+//! metrics and access logging. See `docs/architecture.md` for the request
+//! flow.
+
+pub mod accesslog;
+pub mod balancer;
+pub mod chunked;
+pub mod codec;
+pub mod conn;
+pub mod endpoint;
+pub mod forward;
+pub mod io;
+pub mod metrics;
+pub mod response;
+pub mod router;
+pub mod server;
+pub mod snapshot;
+
+pub use server::Gateway;
+pub use snapshot::{Shared, Snapshot};

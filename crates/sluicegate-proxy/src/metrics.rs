@@ -1,0 +1,215 @@
+//! Lock-free counters and latency histograms, and their Prometheus text form.
+//!
+//! Labels are bounded: route and service names and endpoint addresses come
+//! from the config, never from requests. Metric objects are kept in the
+//! registry by name, so a reload keeps counting where it was.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Upper bounds of the latency buckets, in microseconds.
+pub const BUCKETS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, us: u64) {
+        let i = BUCKETS_US.partition_point(|&b| b < us);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (i, b) in self.buckets.iter().enumerate() {
+            cumulative += b.load(Ordering::Relaxed);
+            let le = match BUCKETS_US.get(i) {
+                Some(us) => format!("{}", *us as f64 / 1e6),
+                None => "+Inf".to_string(),
+            };
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+}
+
+/// Per-route counters: responses by status class and total latency.
+#[derive(Debug)]
+pub struct RouteMetrics {
+    pub name: String,
+    /// Index 0 for 1xx ... 4 for 5xx.
+    pub status: [AtomicU64; 5],
+    pub latency: Histogram,
+}
+
+impl RouteMetrics {
+    pub fn new(name: &str) -> Self {
+        RouteMetrics {
+            name: name.to_string(),
+            status: Default::default(),
+            latency: Histogram::default(),
+        }
+    }
+
+    pub fn record(&self, status: u16, us: u64) {
+        let class = (usize::from(status / 100)).clamp(1, 5) - 1;
+        self.status[class].fetch_add(1, Ordering::Relaxed);
+        self.latency.observe(us);
+    }
+}
+
+/// Process-wide counters.
+#[derive(Debug, Default)]
+pub struct GlobalMetrics {
+    /// Client connections open now (also enforces `max_connections`).
+    pub open_connections: AtomicUsize,
+    pub accepted: AtomicU64,
+    /// Connections closed at accept because `max_connections` was reached.
+    pub refused: AtomicU64,
+    /// Requests that matched no route (404), by status class like routes.
+    pub unrouted: RouteMetricsCell,
+    pub reloads_ok: AtomicU64,
+    pub reloads_failed: AtomicU64,
+}
+
+/// Status counts of requests answered before any route was chosen
+/// (malformed requests, 404s).
+#[derive(Debug, Default)]
+pub struct RouteMetricsCell {
+    pub status: [AtomicU64; 5],
+}
+
+impl RouteMetricsCell {
+    pub fn record(&self, status: u16) {
+        let class = (usize::from(status / 100)).clamp(1, 5) - 1;
+        self.status[class].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Escapes a label value for the Prometheus text format.
+pub fn label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// Writes the route metric families.
+pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a RouteMetrics> + Clone) {
+    out.push_str(
+        "# HELP sluicegate_requests_total Requests answered, by route and status class.\n",
+    );
+    out.push_str("# TYPE sluicegate_requests_total counter\n");
+    for r in routes.clone() {
+        for (i, c) in r.status.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "sluicegate_requests_total{{route=\"{}\",class=\"{}xx\"}} {}",
+                label(&r.name),
+                i + 1,
+                c.load(Ordering::Relaxed)
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_request_duration_seconds Time from request head to response end, by route.\n");
+    out.push_str("# TYPE sluicegate_request_duration_seconds histogram\n");
+    for r in routes {
+        let l = format!("route=\"{}\"", label(&r.name));
+        r.latency
+            .render(out, "sluicegate_request_duration_seconds", &l);
+    }
+}
+
+pub fn render_global(out: &mut String, g: &GlobalMetrics) {
+    let gauge = |out: &mut String, name: &str, help: &str, kind: &str, v: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    };
+    gauge(
+        out,
+        "sluicegate_client_connections",
+        "Client connections open now.",
+        "gauge",
+        g.open_connections.load(Ordering::Relaxed) as u64,
+    );
+    gauge(
+        out,
+        "sluicegate_client_connections_accepted_total",
+        "Client connections accepted.",
+        "counter",
+        g.accepted.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_client_connections_refused_total",
+        "Client connections closed at accept over limits.max_connections.",
+        "counter",
+        g.refused.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_config_reloads_total",
+        "Configuration reloads applied.",
+        "counter",
+        g.reloads_ok.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_config_reload_failures_total",
+        "Configuration reloads refused (invalid config).",
+        "counter",
+        g.reloads_failed.load(Ordering::Relaxed),
+    );
+    out.push_str("# HELP sluicegate_unrouted_requests_total Requests answered before a route was chosen (malformed, no route), by status class.\n");
+    out.push_str("# TYPE sluicegate_unrouted_requests_total counter\n");
+    for (i, c) in g.unrouted.status.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "sluicegate_unrouted_requests_total{{class=\"{}xx\"}} {}",
+            i + 1,
+            c.load(Ordering::Relaxed)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(100);
+        h.observe(700);
+        h.observe(20_000_000);
+        let mut s = String::new();
+        h.render(&mut s, "x", "r=\"a\"");
+        assert!(s.contains("x_bucket{r=\"a\",le=\"0.0005\"} 1\n"), "{s}");
+        assert!(s.contains("x_bucket{r=\"a\",le=\"0.001\"} 2\n"), "{s}");
+        assert!(s.contains("x_bucket{r=\"a\",le=\"10\"} 2\n"), "{s}");
+        assert!(s.contains("x_bucket{r=\"a\",le=\"+Inf\"} 3\n"), "{s}");
+        assert!(s.contains("x_count{r=\"a\"} 3\n"), "{s}");
+    }
+
+    #[test]
+    fn label_escaping() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

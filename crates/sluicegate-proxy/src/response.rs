@@ -1,0 +1,158 @@
+//! Responses the gateway writes itself: status lines, and errors as a
+//! small JSON body `{"error": "...", "status": N}` that never carries
+//! internal detail.
+
+/// Where a failure came from; each kind maps to one status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The client sent something malformed or ambiguous (400).
+    BadRequest,
+    RequestTimeout,
+    HeadersTooLarge,
+    BodyTooLarge,
+    NotImplemented,
+    MethodNotAllowed,
+    NoRoute,
+    /// No connection to the upstream could be made, or it answered
+    /// something that is not HTTP (502).
+    UpstreamFailed,
+    /// The upstream did not answer in time (504).
+    UpstreamTimeout,
+    /// Every connection slot of the endpoint stayed busy (503).
+    UpstreamBusy,
+}
+
+impl ErrorKind {
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorKind::BadRequest => 400,
+            ErrorKind::NoRoute => 404,
+            ErrorKind::MethodNotAllowed => 405,
+            ErrorKind::RequestTimeout => 408,
+            ErrorKind::BodyTooLarge => 413,
+            ErrorKind::HeadersTooLarge => 431,
+            ErrorKind::NotImplemented => 501,
+            ErrorKind::UpstreamFailed => 502,
+            ErrorKind::UpstreamBusy => 503,
+            ErrorKind::UpstreamTimeout => 504,
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            ErrorKind::BadRequest => "bad request",
+            ErrorKind::NoRoute => "no route",
+            ErrorKind::MethodNotAllowed => "method not allowed",
+            ErrorKind::RequestTimeout => "request timeout",
+            ErrorKind::BodyTooLarge => "request body too large",
+            ErrorKind::HeadersTooLarge => "request header fields too large",
+            ErrorKind::NotImplemented => "not implemented",
+            ErrorKind::UpstreamFailed => "bad gateway",
+            ErrorKind::UpstreamBusy => "service unavailable",
+            ErrorKind::UpstreamTimeout => "gateway timeout",
+        }
+    }
+
+    /// The client connection cannot be reused after this error.
+    pub fn closes(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::BadRequest
+                | ErrorKind::RequestTimeout
+                | ErrorKind::HeadersTooLarge
+                | ErrorKind::BodyTooLarge
+                | ErrorKind::NotImplemented
+        )
+    }
+}
+
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        413 => "Content Too Large",
+        415 => "Unsupported Media Type",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    }
+}
+
+/// Appends `HTTP/1.1 NNN Reason\r\n`.
+pub fn status_line(out: &mut Vec<u8>, status: u16) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `content-length: N\r\n`.
+pub fn content_length(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a complete error response. `head_only` leaves the body out
+/// (for HEAD requests) while keeping its length.
+pub fn error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool) {
+    let status = kind.status();
+    let mut body = Vec::with_capacity(64);
+    body.extend_from_slice(b"{\"error\":\"");
+    body.extend_from_slice(kind.message().as_bytes());
+    body.extend_from_slice(b"\",\"status\":");
+    body.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    body.extend_from_slice(b"}\n");
+    status_line(out, status);
+    out.extend_from_slice(b"content-type: application/json\r\n");
+    content_length(out, body.len() as u64);
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(&body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_body_is_small_json() {
+        let mut out = Vec::new();
+        error(&mut out, ErrorKind::UpstreamFailed, true, false);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 502 Bad Gateway\r\n"));
+        assert!(s.contains("connection: close\r\n"));
+        assert!(s.ends_with("\r\n\r\n{\"error\":\"bad gateway\",\"status\":502}\n"));
+        let body_len = "{\"error\":\"bad gateway\",\"status\":502}\n".len();
+        assert!(s.contains(&format!("content-length: {body_len}\r\n")));
+    }
+}

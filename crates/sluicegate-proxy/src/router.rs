@@ -1,0 +1,260 @@
+//! Route matching: picks the most specific route for a request.
+//!
+//! Exact paths come from a hash map, prefixes are looked up once per `/`
+//! boundary of the path (longest first), regexes are tried in file order,
+//! and routes without a path condition come last. Within one path key,
+//! routes are tried in file order and the first whose host, method and
+//! header conditions hold wins. Cost is O(path segments), whatever the
+//! number of routes, except for regex routes.
+
+use std::collections::HashMap;
+
+use regex::Regex;
+use sluicegate_config::{HostMatch, Match, PathMatch};
+
+/// A header name (lower case) and the value it must have.
+type HeaderCond = (Box<[u8]>, Box<[u8]>);
+
+/// Conditions besides the path.
+#[derive(Debug)]
+struct Cond {
+    host: Option<HostMatch>,
+    methods: Vec<Box<[u8]>>,
+    headers: Vec<HeaderCond>,
+}
+
+impl Cond {
+    fn holds(&self, req: &RouteRequest<'_>) -> bool {
+        if let Some(h) = &self.host {
+            let Some(host) = req.host else { return false };
+            let ok = match h {
+                HostMatch::Exact(e) => host.eq_ignore_ascii_case(e.as_bytes()),
+                HostMatch::Suffix(s) => {
+                    host.len() > s.len()
+                        && host[host.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+                }
+            };
+            if !ok {
+                return false;
+            }
+        }
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| **m == *req.method) {
+            return false;
+        }
+        self.headers
+            .iter()
+            .all(|(name, value)| (req.header)(name).is_some_and(|v| v == &**value))
+    }
+}
+
+/// What the router needs to know of a request.
+pub struct RouteRequest<'a> {
+    /// Host without port, as sent.
+    pub host: Option<&'a [u8]>,
+    pub method: &'a [u8],
+    /// Path without query.
+    pub path: &'a [u8],
+    /// Looks up a request header by lower-case name.
+    pub header: &'a dyn Fn(&[u8]) -> Option<&'a [u8]>,
+}
+
+/// A matched route: its index in the snapshot's route list and, for a
+/// prefix match, the prefix length (for `strip_prefix`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteMatch {
+    pub index: usize,
+    pub prefix_len: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Router {
+    exact: HashMap<Box<[u8]>, Vec<usize>>,
+    prefix: HashMap<Box<[u8]>, Vec<usize>>,
+    regex: Vec<(Regex, usize)>,
+    any: Vec<usize>,
+    conds: Vec<Cond>,
+    longest_prefix: usize,
+}
+
+impl Router {
+    /// Builds the router from route matchers in file order. Regexes were
+    /// validated by the config loader; one that fails here is an error.
+    pub fn new<'a>(matchers: impl IntoIterator<Item = &'a Match>) -> Result<Router, String> {
+        let mut r = Router::default();
+        for (i, m) in matchers.into_iter().enumerate() {
+            r.conds.push(Cond {
+                host: m.host.clone(),
+                methods: m.methods.iter().map(|s| s.as_bytes().into()).collect(),
+                headers: m
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.as_bytes().into(), v.as_bytes().into()))
+                    .collect(),
+            });
+            match &m.path {
+                PathMatch::Any => r.any.push(i),
+                PathMatch::Exact(p) => r.exact.entry(p.as_bytes().into()).or_default().push(i),
+                PathMatch::Prefix(p) => {
+                    // "/" is stored as the empty prefix: every path has it.
+                    let key: &[u8] = if p == "/" { b"" } else { p.as_bytes() };
+                    r.longest_prefix = r.longest_prefix.max(key.len());
+                    r.prefix.entry(key.into()).or_default().push(i);
+                }
+                PathMatch::Regex(re) => {
+                    let re = Regex::new(re).map_err(|e| e.to_string())?;
+                    r.regex.push((re, i));
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    fn first(&self, list: Option<&Vec<usize>>, req: &RouteRequest<'_>) -> Option<usize> {
+        list?.iter().copied().find(|&i| self.conds[i].holds(req))
+    }
+
+    pub fn find(&self, req: &RouteRequest<'_>) -> Option<RouteMatch> {
+        let path = req.path;
+        if let Some(i) = self.first(self.exact.get(path), req) {
+            return Some(RouteMatch {
+                index: i,
+                prefix_len: 0,
+            });
+        }
+        if !self.prefix.is_empty() {
+            // Candidate prefixes: the whole path, then the path cut at each
+            // '/' from the right; a trailing '/' is cut off like any other.
+            let mut end = path.len();
+            loop {
+                if end <= self.longest_prefix {
+                    if let Some(i) = self.first(self.prefix.get(&path[..end]), req) {
+                        return Some(RouteMatch {
+                            index: i,
+                            prefix_len: end,
+                        });
+                    }
+                }
+                if end == 0 {
+                    break;
+                }
+                end = memchr::memrchr(b'/', &path[..end]).unwrap_or(0);
+            }
+        }
+        if !self.regex.is_empty() {
+            let text = std::str::from_utf8(path).ok();
+            for (re, i) in &self.regex {
+                if text.is_some_and(|t| re.is_match(t)) && self.conds[*i].holds(req) {
+                    return Some(RouteMatch {
+                        index: *i,
+                        prefix_len: 0,
+                    });
+                }
+            }
+        }
+        self.first(Some(&self.any), req).map(|i| RouteMatch {
+            index: i,
+            prefix_len: 0,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(path: PathMatch) -> Match {
+        Match {
+            host: None,
+            path,
+            methods: vec![],
+            headers: vec![],
+        }
+    }
+
+    fn find(r: &Router, path: &str) -> Option<(usize, usize)> {
+        find_with(r, None, "GET", path, &[])
+    }
+
+    fn find_with(
+        r: &Router,
+        host: Option<&str>,
+        method: &str,
+        path: &str,
+        hdrs: &[(&str, &str)],
+    ) -> Option<(usize, usize)> {
+        let lookup = |n: &[u8]| {
+            hdrs.iter()
+                .find(|(k, _)| k.as_bytes() == n)
+                .map(|(_, v)| v.as_bytes())
+        };
+        r.find(&RouteRequest {
+            host: host.map(str::as_bytes),
+            method: method.as_bytes(),
+            path: path.as_bytes(),
+            header: &lookup,
+        })
+        .map(|x| (x.index, x.prefix_len))
+    }
+
+    #[test]
+    fn specificity_order() {
+        let routes = [
+            m(PathMatch::Any),
+            m(PathMatch::Regex("^/web/.*\\.png$".into())),
+            m(PathMatch::Prefix("/web".into())),
+            m(PathMatch::Prefix("/web/api".into())),
+            m(PathMatch::Exact("/web/api/x".into())),
+            m(PathMatch::Prefix("/".into())),
+        ];
+        let r = Router::new(&routes).unwrap();
+        assert_eq!(find(&r, "/web/api/x"), Some((4, 0)));
+        assert_eq!(find(&r, "/web/api/y"), Some((3, 8)));
+        assert_eq!(find(&r, "/web/api"), Some((3, 8)));
+        assert_eq!(find(&r, "/web/api/"), Some((3, 8)));
+        assert_eq!(find(&r, "/web"), Some((2, 4)));
+        assert_eq!(find(&r, "/web/a.png"), Some((2, 4)));
+        assert_eq!(find(&r, "/webx"), Some((5, 0)));
+        assert_eq!(find(&r, "/"), Some((5, 0)));
+    }
+
+    #[test]
+    fn regex_then_any() {
+        let routes = [
+            m(PathMatch::Any),
+            m(PathMatch::Regex("^/img/.*\\.png$".into())),
+            m(PathMatch::Exact("/x".into())),
+        ];
+        let r = Router::new(&routes).unwrap();
+        assert_eq!(find(&r, "/img/a.png"), Some((1, 0)));
+        assert_eq!(find(&r, "/img/a.jpg"), Some((0, 0)));
+        assert_eq!(find(&r, "/x"), Some((2, 0)));
+    }
+
+    #[test]
+    fn conditions() {
+        let mut a = m(PathMatch::Prefix("/api".into()));
+        a.host = Some(HostMatch::Suffix(".example.com".into()));
+        a.methods = vec!["GET".into(), "POST".into()];
+        a.headers = vec![("x-env".into(), "canary".into())];
+        let b = m(PathMatch::Prefix("/api".into()));
+        let r = Router::new(&[a, b]).unwrap();
+        let canary = [("x-env", "canary")];
+        assert_eq!(
+            find_with(&r, Some("a.Example.com"), "GET", "/api/1", &canary),
+            Some((0, 4))
+        );
+        assert_eq!(
+            find_with(&r, Some("example.com"), "GET", "/api/1", &canary),
+            Some((1, 4))
+        );
+        assert_eq!(
+            find_with(&r, Some("a.example.com"), "PUT", "/api/1", &canary),
+            Some((1, 4))
+        );
+        assert_eq!(
+            find_with(&r, Some("a.example.com"), "GET", "/api/1", &[]),
+            Some((1, 4))
+        );
+        assert_eq!(find_with(&r, None, "GET", "/other", &[]), None);
+    }
+}

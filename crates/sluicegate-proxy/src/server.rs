@@ -1,0 +1,195 @@
+//! Worker threads: one tokio current-thread runtime per worker, each with
+//! its own `SO_REUSEPORT` listener per address, its own upstream pools and
+//! its own access log buffer (shared-nothing on the hot path). Also the
+//! connection limit at accept and the graceful drain on shutdown.
+
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::conn::{self, Worker};
+use crate::snapshot::Shared;
+
+/// Listen backlog per socket.
+const BACKLOG: i32 = 4096;
+/// How often a worker sweeps its pool and flushes its access log.
+const TICK: Duration = Duration::from_millis(200);
+
+/// Opens one listening socket with SO_REUSEPORT, so every worker can have
+/// its own on the same address.
+pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_tcp_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(BACKLOG)?;
+    Ok(s.into())
+}
+
+/// Opens `workers` listeners for each address. A port of 0 is resolved by
+/// the first bind and reused by the others, so all workers share it.
+pub fn bind_all(
+    addrs: &[SocketAddr],
+    workers: usize,
+) -> io::Result<Vec<Vec<std::net::TcpListener>>> {
+    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+        (0..workers).map(|_| Vec::new()).collect();
+    for &addr in addrs {
+        let first =
+            bind(addr).map_err(|e| io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
+        let actual = first.local_addr()?;
+        per_worker[0].push(first);
+        for list in per_worker.iter_mut().skip(1) {
+            list.push(bind(actual)?);
+        }
+    }
+    Ok(per_worker)
+}
+
+/// The running data plane.
+pub struct Gateway {
+    threads: Vec<JoinHandle<()>>,
+    shutdown: watch::Sender<bool>,
+    pub local_addrs: Vec<SocketAddr>,
+}
+
+impl Gateway {
+    /// Binds and starts `workers` worker threads.
+    pub fn start(shared: Arc<Shared>, addrs: &[SocketAddr], workers: usize) -> io::Result<Gateway> {
+        let workers = workers.max(1);
+        let listeners = bind_all(addrs, workers)?;
+        let local_addrs = listeners[0]
+            .iter()
+            .map(|l| l.local_addr())
+            .collect::<io::Result<Vec<_>>>()?;
+        let (tx, rx) = watch::channel(false);
+        let mut threads = Vec::with_capacity(workers);
+        for (i, ls) in listeners.into_iter().enumerate() {
+            let shared = shared.clone();
+            let rx = rx.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("sluicegate-worker-{i}"))
+                .spawn(move || run_worker(shared, ls, rx))?;
+            threads.push(t);
+        }
+        Ok(Gateway {
+            threads,
+            shutdown: tx,
+            local_addrs,
+        })
+    }
+
+    /// Stops accepting, lets in-flight requests finish within the config's
+    /// drain timeout, and joins the workers.
+    pub fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run_worker(
+    shared: Arc<Shared>,
+    listeners: Vec<std::net::TcpListener>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start worker runtime");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let worker = Rc::new(Worker::new(shared.clone(), shutdown.clone()));
+        for l in listeners {
+            match TcpListener::from_std(l) {
+                Ok(l) => {
+                    tokio::task::spawn_local(accept_loop(worker.clone(), l, shutdown.clone()));
+                }
+                Err(e) => tracing::error!(error = %e, "cannot register listener"),
+            }
+        }
+        let mut tick = tokio::time::interval(TICK);
+        let mut sd = shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    worker.pool.borrow_mut().sweep(Instant::now());
+                    worker.flush_log();
+                }
+                r = sd.changed() => {
+                    if r.is_err() || *sd.borrow() { break; }
+                }
+            }
+        }
+        // Drain: idle connections close at once (they watch the same
+        // channel); busy ones finish their request, bounded by the timeout.
+        let drain = shared.snapshot.load().timeouts.drain;
+        let deadline = Instant::now() + drain;
+        while worker.active.get() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            worker.flush_log();
+        }
+        if worker.active.get() > 0 {
+            tracing::warn!(
+                connections = worker.active.get(),
+                "drain timeout: closing busy connections"
+            );
+        }
+        worker.flush_log();
+        worker.pool.borrow_mut().clear();
+    });
+}
+
+async fn accept_loop(
+    worker: Rc<Worker>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let global = &worker.shared.global;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            r = shutdown.changed() => {
+                if r.is_err() || *shutdown.borrow() { return; }
+                continue;
+            }
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let max = worker.shared.snapshot.load().limits.max_connections;
+                if global.open_connections.fetch_add(1, Ordering::Relaxed) >= max {
+                    global.open_connections.fetch_sub(1, Ordering::Relaxed);
+                    global.refused.fetch_add(1, Ordering::Relaxed);
+                    drop(stream);
+                    continue;
+                }
+                global.accepted.fetch_add(1, Ordering::Relaxed);
+                let _ = stream.set_nodelay(true);
+                tokio::task::spawn_local(conn::serve(worker.clone(), stream, peer));
+            }
+            Err(e) => {
+                // Out of file descriptors or similar: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The runtime snapshot (router, routes, services) compiled from a validated
+//! config, the state that outlives snapshots, and the atomic swap between
+//! them.
+//!
+//! A snapshot is immutable; a reload compiles a new one off the hot path
+//! and publishes it with one `ArcSwap` store. Requests in flight keep the
+//! snapshot they started with. Endpoint state (pool slot, in-flight limit,
+//! latency average), balancer counters and metrics are looked up in the
+//! [`Registry`] by stable keys, so an unchanged service keeps them.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use sluicegate_config::{
+    Action, Balance, ClientTimeouts, Config, HashKey, Limits, UpstreamTimeouts,
+};
+
+use crate::accesslog::Sink;
+use crate::balancer::{Balancer, BalancerState};
+use crate::endpoint::EndpointState;
+use crate::metrics::{GlobalMetrics, RouteMetrics};
+use crate::router::Router;
+
+#[derive(Debug)]
+pub struct ServiceRt {
+    pub name: Arc<str>,
+    pub endpoints: Vec<Arc<EndpointState>>,
+    pub balancer: Balancer,
+    pub timeouts: UpstreamTimeouts,
+}
+
+#[derive(Debug)]
+pub enum ActionRt {
+    Proxy {
+        service: Arc<ServiceRt>,
+        strip_prefix: bool,
+    },
+    /// A fixed response: the status line and headers (without framing or
+    /// connection headers), and the body.
+    Respond {
+        status: u16,
+        head: Vec<u8>,
+        body: Vec<u8>,
+    },
+}
+
+#[derive(Debug)]
+pub struct RouteRt {
+    pub name: Arc<str>,
+    pub action: ActionRt,
+    pub metrics: Arc<RouteMetrics>,
+}
+
+/// Everything a request needs, immutable once published.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub router: Router,
+    pub routes: Vec<RouteRt>,
+    pub limits: Limits,
+    pub timeouts: ClientTimeouts,
+    pub access_log: Option<Arc<Sink>>,
+    /// Increases with every published snapshot.
+    pub generation: u64,
+}
+
+/// State kept across snapshots, keyed by names from the config.
+#[derive(Debug, Default)]
+pub struct Registry {
+    /// (service, endpoint name, max in flight) -> state.
+    endpoints: HashMap<(String, String, usize), Arc<EndpointState>>,
+    next_endpoint_id: usize,
+    /// service -> (balance kind and endpoint list it was built for, state).
+    balancers: HashMap<String, (String, Arc<BalancerState>)>,
+    routes: HashMap<String, Arc<RouteMetrics>>,
+    /// Current route metrics in config order, for rendering.
+    route_order: Vec<Arc<RouteMetrics>>,
+    /// Current endpoints with their service, for rendering.
+    endpoint_order: Vec<(Arc<str>, Arc<EndpointState>)>,
+    generation: u64,
+    access_log: Option<(sluicegate_config::AccessLog, Arc<Sink>)>,
+}
+
+/// Process-wide state: the current snapshot, the registry, global counters.
+#[derive(Debug)]
+pub struct Shared {
+    pub snapshot: ArcSwap<Snapshot>,
+    pub registry: Mutex<Registry>,
+    pub global: GlobalMetrics,
+}
+
+impl Shared {
+    /// Compiles the first snapshot.
+    pub fn new(config: &Config) -> Result<Arc<Shared>, String> {
+        let mut registry = Registry::default();
+        let snap = compile(config, &mut registry)?;
+        Ok(Arc::new(Shared {
+            snapshot: ArcSwap::from_pointee(snap),
+            registry: Mutex::new(registry),
+            global: GlobalMetrics::default(),
+        }))
+    }
+
+    /// Compiles `config` and publishes it; on error the running snapshot stays.
+    pub fn reload(&self, config: &Config) -> Result<u64, String> {
+        let mut reg = self.registry.lock().map_err(|_| "registry poisoned")?;
+        match compile(config, &mut reg) {
+            Ok(snap) => {
+                let generation = snap.generation;
+                self.snapshot.store(Arc::new(snap));
+                self.global.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                Ok(generation)
+            }
+            Err(e) => {
+                self.global.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Prometheus text for everything this crate counts.
+    pub fn render_metrics(&self) -> String {
+        let mut out = String::with_capacity(8192);
+        crate::metrics::render_global(&mut out, &self.global);
+        let Ok(reg) = self.registry.lock() else {
+            return out;
+        };
+        crate::metrics::render_routes(&mut out, reg.route_order.iter().map(|r| &**r));
+        render_endpoints(&mut out, &reg.endpoint_order);
+        out
+    }
+}
+
+/// Metric name, type, help text, and how to read it from an endpoint.
+type EndpointFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&EndpointState) -> u64,
+);
+
+fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
+    use crate::metrics::label;
+    use std::fmt::Write as _;
+    let families: [EndpointFamily; 4] = [
+        (
+            "sluicegate_upstream_requests_total",
+            "counter",
+            "Requests sent to an endpoint.",
+            |e| e.requests.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_upstream_connect_errors_total",
+            "counter",
+            "Failed connection attempts to an endpoint.",
+            |e| e.connect_errors.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_upstream_in_flight",
+            "gauge",
+            "Requests in flight to an endpoint.",
+            |e| e.in_flight() as u64,
+        ),
+        (
+            "sluicegate_upstream_pool_idle_connections",
+            "gauge",
+            "Idle keep-alive connections pooled for an endpoint, all workers.",
+            |e| e.idle.load(Ordering::Relaxed).max(0) as u64,
+        ),
+    ];
+    for (name, kind, help, get) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (svc, e) in eps {
+            let _ = writeln!(
+                out,
+                "{name}{{service=\"{}\",endpoint=\"{}\"}} {}",
+                label(svc),
+                label(&e.name),
+                get(e)
+            );
+        }
+    }
+}
+
+fn balancer_fingerprint(balance: Balance, key: &HashKey, eps: &[Arc<EndpointState>]) -> String {
+    let mut s = format!("{balance:?}/{key:?}");
+    for e in eps {
+        s.push_str(&format!("/{}*{}", e.name, e.weight));
+    }
+    s
+}
+
+/// Builds a snapshot from a validated config, reusing registry state.
+pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> {
+    let mut services: HashMap<&str, Arc<ServiceRt>> = HashMap::new();
+    let mut live_endpoints = HashMap::new();
+    let mut endpoint_order = Vec::new();
+    let mut live_balancers = HashMap::new();
+    for svc in &config.services {
+        let name: Arc<str> = svc.name.as_str().into();
+        let mut eps = Vec::with_capacity(svc.endpoints.len());
+        for ep in &svc.endpoints {
+            let key = (
+                svc.name.clone(),
+                ep.name.clone(),
+                svc.max_connections_per_endpoint,
+            );
+            let state = match reg.endpoints.get(&key) {
+                Some(s) if s.addr == ep.addr && s.weight == ep.weight.max(1) => s.clone(),
+                _ => {
+                    let id = reg.next_endpoint_id;
+                    reg.next_endpoint_id += 1;
+                    Arc::new(EndpointState::new(
+                        id,
+                        ep.name.clone(),
+                        ep.addr,
+                        ep.weight,
+                        svc.max_connections_per_endpoint,
+                    ))
+                }
+            };
+            endpoint_order.push((name.clone(), state.clone()));
+            live_endpoints.insert(key, state.clone());
+            eps.push(state);
+        }
+        let fp = balancer_fingerprint(svc.balance, &svc.hash_key, &eps);
+        let bstate = match reg.balancers.get(&svc.name) {
+            Some((old_fp, st)) if *old_fp == fp => st.clone(),
+            _ => Arc::new(BalancerState::default()),
+        };
+        live_balancers.insert(svc.name.clone(), (fp, bstate.clone()));
+        let balancer = Balancer::new(svc.balance, &svc.hash_key, &eps, bstate);
+        services.insert(
+            &svc.name,
+            Arc::new(ServiceRt {
+                name,
+                endpoints: eps,
+                balancer,
+                timeouts: svc.timeouts.clone(),
+            }),
+        );
+    }
+    let router = Router::new(config.routes.iter().map(|r| &r.matcher))?;
+    let mut routes = Vec::with_capacity(config.routes.len());
+    let mut live_routes = HashMap::new();
+    let mut route_order = Vec::new();
+    for r in &config.routes {
+        let metrics = reg
+            .routes
+            .get(&r.name)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(RouteMetrics::new(&r.name)));
+        live_routes.insert(r.name.clone(), metrics.clone());
+        route_order.push(metrics.clone());
+        let action = match &r.action {
+            Action::Proxy {
+                service,
+                strip_prefix,
+            } => ActionRt::Proxy {
+                service: services
+                    .get(service.as_str())
+                    .cloned()
+                    .ok_or_else(|| format!("route {}: unknown service {service}", r.name))?,
+                strip_prefix: *strip_prefix,
+            },
+            Action::Respond {
+                status,
+                body,
+                headers,
+            } => {
+                let mut head = Vec::new();
+                crate::response::status_line(&mut head, *status);
+                for (k, v) in headers {
+                    head.extend_from_slice(k.as_bytes());
+                    head.extend_from_slice(b": ");
+                    head.extend_from_slice(v.as_bytes());
+                    head.extend_from_slice(b"\r\n");
+                }
+                ActionRt::Respond {
+                    status: *status,
+                    head,
+                    body: body.as_bytes().to_vec(),
+                }
+            }
+        };
+        routes.push(RouteRt {
+            name: r.name.as_str().into(),
+            action,
+            metrics,
+        });
+    }
+    let access_log = match &reg.access_log {
+        Some((cfg, sink)) if *cfg == config.log.access => Some(sink.clone()),
+        _ => Sink::open(&config.log.access)
+            .map_err(|e| format!("log.access: cannot open: {e}"))?
+            .map(Arc::new),
+    };
+    // Everything compiled: commit the registry changes.
+    reg.access_log = access_log.clone().map(|s| (config.log.access.clone(), s));
+    reg.endpoints = live_endpoints;
+    reg.balancers = live_balancers;
+    reg.routes = live_routes;
+    reg.route_order = route_order;
+    reg.endpoint_order = endpoint_order;
+    reg.generation += 1;
+    Ok(Snapshot {
+        router,
+        routes,
+        limits: config.limits.clone(),
+        timeouts: config.timeouts.clone(),
+        access_log,
+        generation: reg.generation,
+    })
+}

@@ -1,0 +1,197 @@
+//! The `sluicegate` binary: command line, logging, and the wiring of the
+//! data plane (worker threads), the admin listener, reloads and signals.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use sluicegate_admin::{Overrides, Reloader};
+use sluicegate_config::Config;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, EnvFilter};
+
+#[derive(Parser)]
+#[command(
+    name = "sluicegate",
+    version,
+    about = "A high-performance HTTP API gateway"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the gateway.
+    Run(RunArgs),
+    /// Check a config file; prints FILE:LINE:COL: problem for each problem.
+    Validate {
+        /// The YAML config file.
+        file: PathBuf,
+    },
+    /// Print the version.
+    Version,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The YAML config file.
+    #[arg(short, long)]
+    config: PathBuf,
+    /// Worker threads (overrides `workers`).
+    #[arg(long, visible_alias = "limit-cpus")]
+    workers: Option<usize>,
+    /// Client connections open at once (overrides `limits.max_connections`).
+    #[arg(long, visible_alias = "limit-conn")]
+    max_connections: Option<usize>,
+    /// error, warn, info, debug or trace (overrides `log.level`).
+    #[arg(long)]
+    log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!("sluicegate {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Validate { file } => match sluicegate_config::load(&file) {
+            Ok(cfg) => {
+                println!(
+                    "{}: ok ({} services, {} routes)",
+                    file.display(),
+                    cfg.services.len(),
+                    cfg.routes.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run(args) => run(args),
+    }
+}
+
+const LEVELS: [&str; 5] = ["error", "warn", "info", "debug", "trace"];
+
+fn level_filter(level: &str) -> EnvFilter {
+    EnvFilter::new(format!("{level},h2=warn"))
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    if let Some(l) = &args.log_level {
+        if !LEVELS.contains(&l.as_str()) {
+            eprintln!(
+                "--log-level: expected one of {}, found {l:?}",
+                LEVELS.join(", ")
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    if args.workers == Some(0) || args.max_connections == Some(0) {
+        eprintln!("--workers and --max-connections must be positive");
+        return ExitCode::FAILURE;
+    }
+    let overrides = Overrides {
+        workers: args.workers,
+        max_connections: args.max_connections,
+        log_level: args.log_level.clone(),
+    };
+    let mut cfg = match sluicegate_config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    overrides.apply(&mut cfg);
+    let (filter_layer, filter_handle) = reload::Layer::new(level_filter(&cfg.log.level));
+    tracing_subscriber::registry()
+        .with(filter_layer)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
+        .init();
+    match serve(args.config, cfg, overrides, filter_handle) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("sluicegate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type FilterHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
+
+fn serve(
+    path: PathBuf,
+    cfg: Config,
+    overrides: Overrides,
+    filter: FilterHandle,
+) -> Result<(), String> {
+    let workers = cfg
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let shared = sluicegate_proxy::Shared::new(&cfg)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    // The admin listener binds before the workers so a bad address fails early.
+    let admin = match &cfg.admin {
+        Some(a) => Some(
+            rt.block_on(sluicegate_admin::http::bind(a.listen))
+                .map_err(|e| format!("admin listen {}: {e}", a.listen))?,
+        ),
+        None => None,
+    };
+    let gateway = sluicegate_proxy::Gateway::start(shared.clone(), &cfg.listen, workers)
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        listen = ?gateway.local_addrs,
+        admin = ?cfg.admin.as_ref().map(|a| a.listen),
+        workers,
+        routes = cfg.routes.len(),
+        services = cfg.services.len(),
+        "sluicegate started"
+    );
+    let watch = cfg.reload.clone();
+    let on_apply = Box::new(move |c: &Config| {
+        if let Err(e) = filter.reload(level_filter(&c.log.level)) {
+            tracing::warn!(error = %e, "log level not changed");
+        }
+    });
+    let mut reloader = Reloader::new(path, shared.clone(), overrides, cfg, on_apply);
+    rt.block_on(async {
+        if let Some(listener) = admin {
+            tokio::spawn(sluicegate_admin::http::serve(listener, shared.clone()));
+        }
+        let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+        let mut tick = tokio::time::interval(watch.poll_interval.max(Duration::from_millis(50)));
+        loop {
+            tokio::select! {
+                _ = hup.recv() => { reloader.reload("SIGHUP"); }
+                _ = term.recv() => { tracing::info!("SIGTERM: draining"); break; }
+                _ = int.recv() => { tracing::info!("SIGINT: draining"); break; }
+                _ = tick.tick(), if watch.watch => reloader.check(),
+            }
+        }
+        Ok::<(), String>(())
+    })?;
+    gateway.shutdown();
+    tracing::info!("sluicegate stopped");
+    Ok(())
+}
