@@ -62,6 +62,8 @@ pub struct Bufs {
     pub res: ResponseHead,
     /// Method and target of the current request, for the access log.
     pub log_line: Vec<u8>,
+    /// The current request is HEAD: answers carry no body.
+    pub is_head: bool,
 }
 
 impl Worker {
@@ -85,6 +87,7 @@ impl Worker {
             req: RequestHead::default(),
             res: ResponseHead::default(),
             log_line: Vec::new(),
+            is_head: false,
         }))
     }
 
@@ -308,6 +311,7 @@ impl Conn<'_> {
         bufs.log_line.extend_from_slice(&raw[req.target.clone()]);
         let method_len = method.len();
         let is_head = method == b"HEAD";
+        bufs.is_head = is_head;
         let Some(found) = found else {
             let outcome = self.answer_locally(bufs, None, is_head).await;
             self.worker.shared.global.unrouted.record(outcome.status);
@@ -371,17 +375,21 @@ impl Conn<'_> {
         let (status, body_len) = match fixed {
             Some((status, head, body)) => {
                 bufs.out.extend_from_slice(head);
-                response::content_length(&mut bufs.out, body.len() as u64);
+                // 1xx, 204 and 304 carry no body and no Content-Length.
+                let bodiless = status < 200 || status == 204 || status == 304;
+                if !bodiless {
+                    response::content_length(&mut bufs.out, body.len() as u64);
+                }
                 if close {
                     bufs.out.extend_from_slice(b"connection: close\r\n");
                 } else if bufs.req.minor == 0 {
                     bufs.out.extend_from_slice(b"connection: keep-alive\r\n");
                 }
                 bufs.out.extend_from_slice(b"\r\n");
-                if !is_head {
+                if !is_head && !bodiless {
                     bufs.out.extend_from_slice(body);
                 }
-                (status, body.len())
+                (status, if bodiless { 0 } else { body.len() })
             }
             None => {
                 let before = bufs.out.len();

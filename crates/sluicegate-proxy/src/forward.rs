@@ -281,7 +281,7 @@ enum HeadError {
 async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool) -> Outcome<'s> {
     let close = close || kind.closes();
     bufs.out.clear();
-    response::error(&mut bufs.out, kind, close, false);
+    response::error(&mut bufs.out, kind, close, bufs.is_head);
     let len = bufs.out.len() as u64;
     let write = write_all_by(
         &conn.client,
@@ -369,7 +369,10 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let replayable = remaining == 0 && !chunked;
     let mut sent_continue = !expect_continue || !bufs.inb.is_empty() || bytes_in > 0;
     let mut attempt = 0;
+    // The upstream answered before the whole body was sent.
+    let mut body_cut = false;
     let (up, sent_at) = loop {
+        bufs.upb.clear();
         let pooled = worker.pool.borrow_mut().take(ep.id, Instant::now());
         let reused = pooled.is_some();
         let up = match pooled {
@@ -420,7 +423,21 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             return o;
         }
         if !replayable {
-            let sent = send_body(conn, &up, bufs, body, remaining, snap).await;
+            // Stream the body while watching the upstream: one that answers
+            // early (say 413) gets its answer relayed at once, and the rest
+            // of the body is not sent.
+            let Bufs { inb, out, upb, .. } = &mut *bufs;
+            let sent = tokio::select! {
+                r = send_body(&conn.client, &up, inb, out, body, remaining, snap) => r,
+                early = early_response(&up, upb) => {
+                    if early {
+                        body_cut = true;
+                        Ok(0)
+                    } else {
+                        Err(BodyError::Upstream)
+                    }
+                }
+            };
             match sent {
                 Ok(n) => bytes_in += n,
                 Err(e) => {
@@ -461,6 +478,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let status = bufs.res.status;
     let res_body = bufs.res.body();
     let close = close_req
+        || body_cut
         || *worker.shutdown.borrow()
         || res_body == BodyKind::UntilClose
         || (res_body == BodyKind::Chunked && client_minor == 0);
@@ -477,7 +495,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     match relay {
         Ok(n) => {
             outcome.bytes_out = n;
-            if !bufs.res.close && bufs.upb.is_empty() {
+            if !bufs.res.close && !body_cut && bufs.upb.is_empty() {
                 let expires = Instant::now() + service.timeouts.idle;
                 worker.pool.borrow_mut().put(ep_arc, up, expires, ep.max);
             }
@@ -487,14 +505,38 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             outcome.close = true;
         }
     }
+    if body_cut {
+        linger(&conn.client, &mut bufs.inb, snap.limits.max_body_bytes).await;
+    }
     outcome
+}
+
+/// After answering before the client finished sending its body, reads and
+/// drops what it still sends (bounded in bytes and time) before the close,
+/// so the client reads the answer instead of a reset.
+async fn linger(client: &TcpStream, inb: &mut RecvBuf, max: u64) {
+    const IDLE: Duration = Duration::from_secs(1);
+    const TOTAL: Duration = Duration::from_secs(10);
+    let until = Instant::now() + TOTAL;
+    let mut dropped = 0u64;
+    while dropped <= max && Instant::now() < until {
+        inb.clear();
+        match inb
+            .fill(client, STREAM_BUF, (Instant::now() + IDLE).min(until))
+            .await
+        {
+            Ok(n) if n > 0 => dropped += n as u64,
+            _ => break,
+        }
+    }
 }
 
 /// Streams the rest of a request body upstream; returns the bytes sent.
 async fn send_body(
-    conn: &Conn<'_>,
+    client: &TcpStream,
     up: &TcpStream,
-    bufs: &mut Bufs,
+    inb: &mut RecvBuf,
+    out: &mut Vec<u8>,
     body: BodyKind,
     mut remaining: u64,
     snap: &Snapshot,
@@ -504,21 +546,17 @@ async fn send_body(
     match body {
         BodyKind::Length(_) => {
             while remaining > 0 {
-                if bufs.inb.is_empty() {
-                    match bufs
-                        .inb
-                        .fill(&conn.client, STREAM_BUF, Instant::now() + idle)
-                        .await
-                    {
+                if inb.is_empty() {
+                    match inb.fill(client, STREAM_BUF, Instant::now() + idle).await {
                         Ok(0) | Err(_) => return Err(BodyError::Client),
                         Ok(_) => {}
                     }
                 }
-                let take = (bufs.inb.len() as u64).min(remaining) as usize;
-                write_all_by(up, &bufs.inb.filled()[..take], Instant::now() + idle)
+                let take = (inb.len() as u64).min(remaining) as usize;
+                write_all_by(up, &inb.filled()[..take], Instant::now() + idle)
                     .await
                     .map_err(|_| BodyError::Upstream)?;
-                bufs.inb.consume(take);
+                inb.consume(take);
                 remaining -= take as u64;
                 sent += take as u64;
             }
@@ -526,37 +564,31 @@ async fn send_body(
         BodyKind::Chunked => {
             let mut dec = ChunkedDecoder::new();
             loop {
-                let step = dec
-                    .step(bufs.inb.filled())
-                    .map_err(|_| BodyError::BadChunk)?;
+                let step = dec.step(inb.filled()).map_err(|_| BodyError::BadChunk)?;
                 if let Some(r) = step.data {
-                    write_chunk_header(&mut bufs.out, r.len());
-                    bufs.out.extend_from_slice(&bufs.inb.filled()[r]);
-                    bufs.out.extend_from_slice(b"\r\n");
+                    write_chunk_header(out, r.len());
+                    out.extend_from_slice(&inb.filled()[r]);
+                    out.extend_from_slice(b"\r\n");
                 }
-                bufs.inb.consume(step.consumed);
+                inb.consume(step.consumed);
                 if dec.total > snap.limits.max_body_bytes {
                     return Err(BodyError::TooLarge);
                 }
                 if dec.is_done() {
-                    bufs.out.extend_from_slice(LAST_CHUNK);
+                    out.extend_from_slice(LAST_CHUNK);
                 }
-                if dec.is_done() || bufs.out.len() >= FLUSH_AT || bufs.inb.is_empty() {
-                    write_all_by(up, &bufs.out, Instant::now() + idle)
+                if dec.is_done() || out.len() >= FLUSH_AT || inb.is_empty() {
+                    write_all_by(up, out, Instant::now() + idle)
                         .await
                         .map_err(|_| BodyError::Upstream)?;
-                    bufs.out.clear();
+                    out.clear();
                 }
                 if dec.is_done() {
                     sent = dec.total;
                     break;
                 }
-                if bufs.inb.is_empty() {
-                    match bufs
-                        .inb
-                        .fill(&conn.client, STREAM_BUF, Instant::now() + idle)
-                        .await
-                    {
+                if inb.is_empty() {
+                    match inb.fill(client, STREAM_BUF, Instant::now() + idle).await {
                         Ok(0) | Err(_) => return Err(BodyError::Client),
                         Ok(_) => {}
                     }
@@ -566,6 +598,23 @@ async fn send_body(
         BodyKind::None | BodyKind::UntilClose => {}
     }
     Ok(sent)
+}
+
+/// Resolves when the upstream sends something while the request body is
+/// still being streamed: true when response bytes arrived (kept in `upb`),
+/// false when it closed or failed. Stale readiness from a pooled
+/// connection's previous response is cleared by the failed read.
+async fn early_response(up: &TcpStream, upb: &mut RecvBuf) -> bool {
+    loop {
+        if up.readable().await.is_err() {
+            return false;
+        }
+        match upb.try_fill(up, MAX_RESPONSE_HEAD) {
+            Ok(None) => continue,
+            Ok(Some(n)) => return n > 0,
+            Err(_) => return false,
+        }
+    }
 }
 
 /// Reads the final response head into `bufs.res`, relaying 1xx
@@ -578,7 +627,6 @@ async fn read_response_head(
     client_minor: u8,
     deadline: Instant,
 ) -> Result<(), HeadError> {
-    bufs.upb.clear();
     let mut got = false;
     loop {
         match codec::parse_response(bufs.upb.filled(), MAX_RESPONSE_HEAD, is_head, &mut bufs.res) {
