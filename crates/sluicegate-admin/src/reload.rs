@@ -31,16 +31,18 @@ impl Overrides {
     }
 }
 
-/// What identifies one version of the file on disk.
+/// What identifies one version of the file on disk. Take it before reading
+/// the file, so a change made while it is read is seen as a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp {
+pub struct Stamp {
     modified: Option<SystemTime>,
     len: u64,
     /// Inode, so an editor's rename-over is seen even within one mtime tick.
     ino: u64,
 }
 
-fn stamp(path: &Path) -> Option<Stamp> {
+/// The file's current stamp, or None when it cannot be read.
+pub fn stamp(path: &Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(path).ok()?;
     Some(Stamp {
@@ -60,15 +62,16 @@ pub struct Reloader {
 }
 
 impl Reloader {
-    /// `running` is the config the gateway started with.
+    /// `running` is the config the gateway started with and `last` the
+    /// file's stamp taken before it was read.
     pub fn new(
         path: PathBuf,
         shared: Arc<Shared>,
         overrides: Overrides,
-        running: Config,
+        running: (Config, Option<Stamp>),
         on_apply: Box<dyn Fn(&Config) + Send>,
     ) -> Reloader {
-        let last = stamp(&path);
+        let (running, last) = running;
         Reloader {
             path,
             shared,
@@ -89,6 +92,7 @@ impl Reloader {
 
     /// Reads, validates and publishes the file. Returns whether it was applied.
     pub fn reload(&mut self, why: &str) -> bool {
+        // Stamp first: a write racing with this read triggers one more reload.
         self.last = stamp(&self.path);
         let mut cfg = match sluicegate_config::load(&self.path) {
             Ok(c) => c,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::accesslog;
+use crate::accesslog::{self, Sink};
 use crate::codec::{self, BodyKind, HeadError, Parsed, RequestHead, ResponseHead};
 use crate::forward::{self, Outcome};
 use crate::io::{write_all_by, Pool, ReadError, RecvBuf};
@@ -44,6 +44,9 @@ pub struct Worker {
     pub shared: Arc<Shared>,
     pub pool: RefCell<Pool>,
     pub log_buf: RefCell<Vec<u8>>,
+    /// The sink the buffered lines belong to (the log in force when their
+    /// requests ran, even if a reload changed it since).
+    log_sink: RefCell<Option<Arc<Sink>>>,
     pub shutdown: watch::Receiver<bool>,
     /// Connections this worker is serving now.
     pub active: Cell<usize>,
@@ -72,6 +75,7 @@ impl Worker {
             shared,
             pool: RefCell::new(Pool::default()),
             log_buf: RefCell::new(Vec::new()),
+            log_sink: RefCell::new(None),
             shutdown,
             active: Cell::new(0),
             free: RefCell::new(Vec::new()),
@@ -105,16 +109,27 @@ impl Worker {
         }
     }
 
-    /// Writes buffered access log lines to the current sink.
+    /// Writes buffered access log lines to the sink they belong to.
     pub fn flush_log(&self) {
         let mut buf = self.log_buf.borrow_mut();
         if buf.is_empty() {
             return;
         }
-        if let Some(sink) = &self.shared.snapshot.load().access_log {
+        if let Some(sink) = &*self.log_sink.borrow() {
             sink.write(&buf);
         }
         buf.clear();
+    }
+
+    /// The log buffer, ready for a line bound for `sink`: lines buffered
+    /// for another sink (before a reload) are written out first.
+    fn log_buf_for(&self, sink: &Arc<Sink>) -> std::cell::RefMut<'_, Vec<u8>> {
+        let same = matches!(&*self.log_sink.borrow(), Some(s) if Arc::ptr_eq(s, sink));
+        if !same {
+            self.flush_log();
+            *self.log_sink.borrow_mut() = Some(sink.clone());
+        }
+        self.log_buf.borrow_mut()
     }
 
     fn shutting_down(&self) -> bool {
@@ -228,14 +243,30 @@ impl Conn<'_> {
 
     /// Reads, routes and answers one request.
     async fn request(&mut self, snap: &Snapshot, bufs: &mut Bufs) -> Next {
-        let started = Instant::now();
+        // A request's time starts with its first byte; the header deadline
+        // starts now, so a connection that never sends is closed in time.
+        let mut started = Instant::now();
         let max_head = snap.limits.max_header_bytes;
         let deadline = started + snap.timeouts.client_header;
         loop {
             match codec::parse_request(bufs.inb.filled(), max_head, &mut bufs.req) {
                 Ok(Parsed::Complete(())) => break,
                 Ok(Parsed::Partial) => {
-                    match bufs.inb.fill(&self.client, max_head, deadline).await {
+                    let fresh = bufs.inb.is_empty();
+                    let read = if fresh {
+                        // Nothing received yet: shutdown closes it at once.
+                        tokio::select! {
+                            biased;
+                            _ = self.shutdown.changed() => return Next::Close,
+                            r = bufs.inb.fill(&self.client, max_head, deadline) => r,
+                        }
+                    } else {
+                        bufs.inb.fill(&self.client, max_head, deadline).await
+                    };
+                    if fresh {
+                        started = Instant::now();
+                    }
+                    match read {
                         Ok(0) => return Next::Close,
                         Ok(_) => {}
                         Err(ReadError::Timeout) => {
@@ -436,7 +467,7 @@ impl Conn<'_> {
         let Some(sink) = &snap.access_log else { return };
         let line = &bufs.log_line;
         let (method, target) = (&line[..method_len], &line[method_len + 1..]);
-        let mut buf = self.worker.log_buf.borrow_mut();
+        let mut buf = self.worker.log_buf_for(sink);
         accesslog::format(
             &mut buf,
             &accesslog::Entry {

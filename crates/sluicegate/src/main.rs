@@ -105,6 +105,7 @@ fn run(args: RunArgs) -> ExitCode {
         max_connections: args.max_connections,
         log_level: args.log_level.clone(),
     };
+    let stamp = sluicegate_admin::reload::stamp(&args.config);
     let mut cfg = match sluicegate_config::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
@@ -122,7 +123,7 @@ fn run(args: RunArgs) -> ExitCode {
                 .with_ansi(std::io::stderr().is_terminal()),
         )
         .init();
-    match serve(args.config, cfg, overrides, filter_handle) {
+    match serve(args.config, (cfg, stamp), overrides, filter_handle) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -134,12 +135,14 @@ fn run(args: RunArgs) -> ExitCode {
 
 type FilterHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 
+/// `loaded` is the config and the file's stamp taken before reading it.
 fn serve(
     path: PathBuf,
-    cfg: Config,
+    loaded: (Config, Option<sluicegate_admin::reload::Stamp>),
     overrides: Overrides,
     filter: FilterHandle,
 ) -> Result<(), String> {
+    let (cfg, stamp) = loaded;
     let workers = cfg
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -148,6 +151,17 @@ fn serve(
         .enable_all()
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
+    // Signal handlers go in before any socket is bound: a SIGHUP or SIGTERM
+    // sent as soon as the port answers must reload or drain, not kill.
+    let (mut hup, mut term, mut int) = {
+        let _rt = rt.enter();
+        let sig = |k| signal(k).map_err(|e| format!("signal handler: {e}"));
+        (
+            sig(SignalKind::hangup())?,
+            sig(SignalKind::terminate())?,
+            sig(SignalKind::interrupt())?,
+        )
+    };
     // The admin listener binds before the workers so a bad address fails early.
     let admin = match &cfg.admin {
         Some(a) => Some(
@@ -172,14 +186,11 @@ fn serve(
             tracing::warn!(error = %e, "log level not changed");
         }
     });
-    let mut reloader = Reloader::new(path, shared.clone(), overrides, cfg, on_apply);
+    let mut reloader = Reloader::new(path, shared.clone(), overrides, (cfg, stamp), on_apply);
     rt.block_on(async {
         if let Some(listener) = admin {
             tokio::spawn(sluicegate_admin::http::serve(listener, shared.clone()));
         }
-        let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
-        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
         let mut tick = tokio::time::interval(watch.poll_interval.max(Duration::from_millis(50)));
         loop {
             tokio::select! {
