@@ -176,7 +176,7 @@ pub(crate) fn big_config(n: usize) -> String {
     for i in 0..n {
         let (a, b) = (i / 250 % 250, i % 250);
         text.push_str(&format!(
-            "  - name: s{i}\n    endpoints: [\"10.{a}.{b}.1:80\", {{ addr: \"10.{a}.{b}.2:80\", weight: 2 }}]\n"
+            "  - name: s{i}\n    endpoints: [\"127.{a}.{b}.1:80\", {{ addr: \"127.{a}.{b}.2:80\", weight: 2 }}]\n"
         ));
     }
     text.push_str("routes:\n");
@@ -205,16 +205,4 @@ fn large_configs_parse() {
         "{}",
         errors[n]
     );
-}
-
-/// The scale the loader is built for; run with
-/// `cargo test --release -p sluicegate-config -- --ignored million`.
-#[test]
-#[ignore = "slow in debug builds"]
-fn a_million_services_and_routes() {
-    let text = big_config(1_000_000);
-    let start = std::time::Instant::now();
-    let config = parse(&text).unwrap_or_else(|e| panic!("{:?}", &e[..e.len().min(3)]));
-    eprintln!("{} bytes parsed in {:?}", text.len(), start.elapsed());
-    assert_eq!(config.routes.len(), 1_000_000);
 }
