@@ -6,6 +6,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 
@@ -85,9 +86,11 @@ impl RecvBuf {
         if spare.is_empty() {
             return Ok(Some(0));
         }
+        let room = spare.len();
         match s.try_read(spare) {
             Ok(n) => {
                 self.end += n;
+                drained(s, n, room);
                 Ok(Some(n))
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
@@ -108,9 +111,12 @@ impl RecvBuf {
             return Ok(0);
         }
         loop {
-            match s.try_read(self.spare(limit)) {
+            let spare = self.spare(limit);
+            let room = spare.len();
+            match s.try_read(spare) {
                 Ok(n) => {
                     self.end += n;
+                    drained(s, n, room);
                     return Ok(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -122,6 +128,19 @@ impl RecvBuf {
                 Err(_) => return Err(ReadError::Timeout),
             }
         }
+    }
+}
+
+/// After a short read the kernel had nothing more: forget the socket's read
+/// readiness now, so the next read waits for a new edge instead of making a
+/// syscall that returns EAGAIN. Safe with edge-triggered epoll: data that
+/// arrives after the read raises a new event, and tokio only clears the
+/// readiness it saw before this point.
+fn drained(s: &TcpStream, n: usize, room: usize) {
+    if n > 0 && n < room {
+        let _ = s.try_io(Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
     }
 }
 
