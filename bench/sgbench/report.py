@@ -1,0 +1,144 @@
+"""Medians, markdown tables, and the raw-run JSON."""
+
+import json
+import statistics
+from pathlib import Path
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize(runs, targets):
+    """Per target: medians over its kept runs of one scenario."""
+    out = {}
+    for t in targets:
+        rs = [r for r in runs if r["target"] == t]
+        if not rs:
+            continue
+        px = [r["proxy"] for r in rs if r.get("proxy")]
+        out[t] = {
+            "runs": len(rs),
+            "req_s": _median(r["req_s"] for r in rs),
+            "p50_us": _median(r["p50_us"] for r in rs),
+            "p99_us": _median(r["p99_us"] for r in rs),
+            "req_per_cpu_s": _median(p["req_per_cpu_s"] for p in px),
+            "user_us_per_req": _median(p["user_us_per_req"] for p in px),
+            "sys_us_per_req": _median(p["sys_us_per_req"] for p in px),
+            "rss_kib": _median(p["rss_max_kib"] for p in px),
+            "errors": sum(r["errors"] or 0 for r in rs),
+            "failed": sum(1 for r in rs if r.get("error")),
+            "flagged": sum(1 for r in rs if r.get("disturbed")),
+            "other_cpu_pct_max": max((r["other_cpu_pct"] for r in rs), default=None),
+            "error_samples": sorted({r["error"] for r in rs if r.get("error")})[:2],
+        }
+    return out
+
+
+def _num(v, fmt="{:,.0f}"):
+    return "—" if v is None else fmt.format(v)
+
+
+def _ms(us):
+    return "—" if us is None else f"{us / 1000:.3f} ms"
+
+
+def _ratio(a, b):
+    return "—" if a is None or not b else f"{a / b:.2f}×"
+
+
+def scenario_table(summary):
+    hap = summary.get("haproxy", {}).get("req_per_cpu_s")
+    ngx = summary.get("nginx", {}).get("req_per_cpu_s")
+    direct = summary.get("direct", {})
+    head = ("| target | req/s (median) | req per proxy CPU-s | user µs/req | sys µs/req "
+            "| p50 | p99 | p50 added vs direct | proxy RSS MiB | req/CPU-s vs HAProxy "
+            "| req/CPU-s vs nginx | req/s vs direct | errors | runs | notes |")
+    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for t, s in summary.items():
+        added = None
+        if s["p50_us"] is not None and direct.get("p50_us") is not None and t != "direct":
+            added = s["p50_us"] - direct["p50_us"]
+        notes = []
+        if s["flagged"]:
+            notes.append(f"{s['flagged']} run(s) disturbed >5%")
+        if s["failed"]:
+            notes.append(f"{s['failed']} run(s) failed: " + "; ".join(s["error_samples"])
+                         .replace("|", "/").replace("\n", " "))
+        lines.append("| " + " | ".join([
+            t,
+            _num(s["req_s"]),
+            _num(s["req_per_cpu_s"]),
+            _num(s["user_us_per_req"], "{:.2f}"),
+            _num(s["sys_us_per_req"], "{:.2f}"),
+            _ms(s["p50_us"]),
+            _ms(s["p99_us"]),
+            "—" if added is None else f"{added / 1000:+.3f} ms",
+            _num(None if s["rss_kib"] is None else s["rss_kib"] / 1024, "{:.1f}"),
+            _ratio(s["req_per_cpu_s"], hap),
+            _ratio(s["req_per_cpu_s"], ngx),
+            _ratio(s["req_s"], direct.get("req_s")),
+            str(s["errors"]),
+            str(s["runs"]),
+            ", ".join(notes),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def idle_table(records):
+    lines = ["| target | connections held | failures | RSS before MiB | RSS after MiB "
+             "| bytes per connection |",
+             "|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(
+            f"| {r['target']} | {r['held']:,} of {r['requested']:,} | {r['failures']} "
+            f"| {r['rss_before_kib'] / 1024:.1f} | {r['rss_after_kib'] / 1024:.1f} "
+            f"| {_num(r['bytes_per_conn'])} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown(meta, sections, notes):
+    """sections: list of (title, description, table)."""
+    out = [f"## {meta['date']} {meta['time']} UTC, commit {meta['commit']}", ""]
+    out.append(f"- Machine: {meta['nproc']} CPUs, {meta['cpu_model']}, "
+               f"Linux {meta['kernel']}")
+    out.append(f"- Peers: {meta['versions']}")
+    out.append(f"- Command: `{meta['command']}`")
+    out.append(f"- Rounds: {meta['rounds']} (interleaved, median reported"
+               f"{', after one warm-up run per target' if meta['warmup'] else ', no warm-up'}); "
+               f"proxy on CPU {meta['proxy_cpu']}, upstream and load generator on CPU "
+               f"{meta['load_cpu']}")
+    if meta.get("raw"):
+        out.append(f"- Raw runs: `{meta['raw']}`")
+    for n in notes:
+        out.append(f"- Note: {n}")
+    out.append("")
+    for title, desc, table in sections:
+        out += [f"### {title}", "", desc, "", table, ""]
+    return "\n".join(out)
+
+
+DOC_HEADER = """# Benchmarks
+
+Side-by-side runs of Sluicegate, HAProxy and nginx in front of the same nginx
+upstream, appended by `bench/compare` (see `bench/README.md` for the method
+and how to read the tables). Newest at the bottom.
+
+"""
+
+
+def append_doc(path, text):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = path.read_text() if path.exists() else DOC_HEADER
+    if not existing.endswith("\n\n"):
+        existing = existing.rstrip("\n") + "\n\n"
+    path.write_text(existing + text.rstrip("\n") + "\n")
+
+
+def write_json(path, data):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
