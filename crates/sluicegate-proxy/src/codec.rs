@@ -89,21 +89,51 @@ fn offset(buf: &[u8], part: &[u8]) -> Range<usize> {
     start..start + part.len()
 }
 
-/// Headers that belong to one connection and are never forwarded
-/// (RFC 9110 section 7.6.1), plus framing headers the gateway re-emits itself.
-fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 9] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"content-length",
-        b"proxy-authenticate",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+/// The headers the codec treats specially, found by length first so an
+/// ordinary header costs one or two comparisons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    ContentLength,
+    TransferEncoding,
+    Host,
+    Connection,
+    Expect,
+    XForwardedFor,
+    /// `X-Forwarded-Proto` and `X-Forwarded-Host`: set by the gateway.
+    XForwardedOther,
+    /// Other hop-by-hop headers (RFC 9110 7.6.1): `Keep-Alive`,
+    /// `Proxy-Connection`, `TE`, `Trailer`, `Upgrade`, `Proxy-Authenticate`.
+    HopByHop,
+    Other,
+}
+
+fn classify(name: &[u8]) -> Known {
+    let is = |k: &[u8]| name.eq_ignore_ascii_case(k);
+    match name.len() {
+        2 if is(b"te") => Known::HopByHop,
+        4 if is(b"host") => Known::Host,
+        6 if is(b"expect") => Known::Expect,
+        7 if is(b"upgrade") || is(b"trailer") => Known::HopByHop,
+        10 if is(b"connection") => Known::Connection,
+        10 if is(b"keep-alive") => Known::HopByHop,
+        14 if is(b"content-length") => Known::ContentLength,
+        15 if is(b"x-forwarded-for") => Known::XForwardedFor,
+        16 if is(b"x-forwarded-host") => Known::XForwardedOther,
+        16 if is(b"proxy-connection") => Known::HopByHop,
+        17 if is(b"transfer-encoding") => Known::TransferEncoding,
+        17 if is(b"x-forwarded-proto") => Known::XForwardedOther,
+        18 if is(b"proxy-authenticate") => Known::HopByHop,
+        _ => Known::Other,
+    }
+}
+
+/// Never forwarded as received: hop-by-hop headers, and the framing
+/// headers the gateway writes itself from its own framing decision.
+fn is_hop_by_hop(k: Known) -> bool {
+    matches!(
+        k,
+        Known::HopByHop | Known::Connection | Known::ContentLength | Known::TransferEncoding
+    )
 }
 
 /// A bare LF (one not preceded by CR) anywhere in the head is refused:
@@ -143,10 +173,28 @@ pub fn trim(v: &[u8]) -> &[u8] {
     &v[start..=end]
 }
 
-/// Tokens of a `Connection` header, lower-case-insensitively compared later.
-fn connection_has(v: &[u8], token: &[u8]) -> bool {
-    v.split(|&b| b == b',')
-        .any(|t| trim(t).eq_ignore_ascii_case(token))
+/// What a `Connection` header value says, read in one pass.
+#[derive(Default, Clone, Copy)]
+struct ConnTokens {
+    close: bool,
+    keep_alive: bool,
+    /// It names other headers, which are then hop-by-hop too.
+    other: bool,
+}
+
+fn connection_tokens(v: &[u8]) -> ConnTokens {
+    let mut t = ConnTokens::default();
+    for token in v.split(|&b| b == b',') {
+        let token = trim(token);
+        if token.eq_ignore_ascii_case(b"close") {
+            t.close = true;
+        } else if token.eq_ignore_ascii_case(b"keep-alive") {
+            t.keep_alive = true;
+        } else if !token.is_empty() {
+            t.other = true;
+        }
+    }
+    t
 }
 
 /// Outcome of trying to parse a head from the bytes received so far.
@@ -207,14 +255,15 @@ pub fn parse_request(
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = h.value;
-        let mut skip = is_hop_by_hop(name);
-        if name.eq_ignore_ascii_case(b"content-length") {
+        let kind = classify(name);
+        let mut skip = is_hop_by_hop(kind);
+        if kind == Known::ContentLength {
             let n = parse_content_length(value).ok_or(HeadError::Bad("invalid Content-Length"))?;
             if length.is_some_and(|prev| prev != n) {
                 return Err(HeadError::Bad("conflicting Content-Length headers"));
             }
             length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if kind == Known::TransferEncoding {
             if te_seen {
                 return Err(HeadError::Bad("repeated Transfer-Encoding"));
             }
@@ -231,34 +280,35 @@ pub fn parse_request(
                 return Err(HeadError::NotImplemented("transfer coding not supported"));
             }
             chunked = true;
-        } else if name.eq_ignore_ascii_case(b"host") {
+        } else if kind == Known::Host {
             if head.host.is_some() {
                 return Err(HeadError::Bad("repeated Host header"));
             }
             head.host = Some(offset(buf, value));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            if conn_count == conn_values.len() {
-                return Err(HeadError::Bad("too many Connection headers"));
+        } else if kind == Known::Connection {
+            let t = connection_tokens(value);
+            if t.other {
+                if conn_count == conn_values.len() {
+                    return Err(HeadError::Bad("too many Connection headers"));
+                }
+                conn_values[conn_count] = Some(offset(buf, value));
+                conn_count += 1;
             }
-            conn_values[conn_count] = Some(offset(buf, value));
-            conn_count += 1;
-            if connection_has(value, b"close") {
+            if t.close {
                 close = true;
-            } else if minor == 0 && connection_has(value, b"keep-alive") {
+            } else if minor == 0 && t.keep_alive {
                 close = false;
             }
-        } else if name.eq_ignore_ascii_case(b"expect") {
+        } else if kind == Known::Expect {
             if !trim(value).eq_ignore_ascii_case(b"100-continue") {
                 return Err(HeadError::Bad("unsupported Expect value"));
             }
             head.expect_continue = minor == 1;
             skip = true;
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+        } else if kind == Known::XForwardedFor {
             head.xff.push(offset(buf, value));
             skip = true;
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-proto")
-            || name.eq_ignore_ascii_case(b"x-forwarded-host")
-        {
+        } else if kind == Known::XForwardedOther {
             skip = true;
         }
         head.headers.push(HeaderRef {
@@ -357,30 +407,32 @@ pub fn parse_response(
     for h in res.headers.iter() {
         let name = h.name.as_bytes();
         let value = h.value;
-        if name.eq_ignore_ascii_case(b"content-length") {
+        let kind = classify(name);
+        if kind == Known::ContentLength {
             let n = parse_content_length(value).ok_or(HeadError::Bad("invalid Content-Length"))?;
             if length.is_some_and(|prev| prev != n) {
                 return Err(HeadError::Bad("conflicting Content-Length headers"));
             }
             length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if kind == Known::TransferEncoding {
             let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
             te = Some(te.unwrap_or(true) && last.eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            if conn_count < conn_values.len() {
+        } else if kind == Known::Connection {
+            let t = connection_tokens(value);
+            if t.other && conn_count < conn_values.len() {
                 conn_values[conn_count] = Some(offset(buf, value));
                 conn_count += 1;
             }
-            if connection_has(value, b"close") {
+            if t.close {
                 close = true;
-            } else if minor == 0 && connection_has(value, b"keep-alive") {
+            } else if minor == 0 && t.keep_alive {
                 close = false;
             }
         }
         head.headers.push(HeaderRef {
             name: offset(buf, name),
             value: offset(buf, value),
-            skip: is_hop_by_hop(name),
+            skip: is_hop_by_hop(kind),
         });
     }
     if conn_count > 0 {
