@@ -192,11 +192,11 @@ impl Conn<'_> {
         let mut cache = arc_swap::Cache::new(&self.worker.shared.snapshot);
         let mut first = true;
         loop {
-            if !first
-                && !self
-                    .await_next_request(cache.load().timeouts.keepalive)
-                    .await
-            {
+            // A new connection gets the header timeout to send its first
+            // byte; between requests the keep-alive timeout applies.
+            let t = &cache.load().timeouts;
+            let wait = if first { t.client_header } else { t.keepalive };
+            if !self.await_next_request(wait).await {
                 return;
             }
             first = false;
@@ -213,13 +213,12 @@ impl Conn<'_> {
         }
     }
 
-    /// Between requests: returns once bytes of the next request are there
+    /// Before a request: returns once its first bytes are there
     /// (true) or the connection should close (false). While nothing has
     /// arrived the buffers go back to the worker.
-    async fn await_next_request(&mut self, keepalive: Duration) -> bool {
-        let Some(bufs) = self.bufs.as_mut() else {
-            return true;
-        };
+    async fn await_next_request(&mut self, wait: Duration) -> bool {
+        let worker = self.worker;
+        let bufs = self.bufs.get_or_insert_with(|| worker.take_bufs());
         if !bufs.inb.is_empty() {
             return true; // pipelined request already received
         }
@@ -237,7 +236,7 @@ impl Conn<'_> {
         tokio::select! {
             biased;
             _ = self.shutdown.changed() => false,
-            r = tokio::time::timeout(keepalive, self.client.readable()) => matches!(r, Ok(Ok(()))),
+            r = tokio::time::timeout(wait, self.client.readable()) => matches!(r, Ok(Ok(()))),
         }
     }
 
