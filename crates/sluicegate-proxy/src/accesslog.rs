@@ -3,9 +3,9 @@
 //! buffer fills or on the worker's periodic tick, so logging costs no lock
 //! and no syscall per request.
 
+use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -51,7 +51,8 @@ fn open_append(p: &Path) -> io::Result<File> {
 
 /// One access log record.
 pub struct Entry<'a> {
-    pub client: IpAddr,
+    /// The client's address, already formatted.
+    pub client: &'a str,
     pub method: &'a [u8],
     pub target: &'a [u8],
     pub status: u16,
@@ -71,7 +72,7 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(b"{\"ts\":\"");
     timestamp(out, SystemTime::now());
     out.extend_from_slice(b"\",\"client\":\"");
-    out.extend_from_slice(e.client.to_string().as_bytes());
+    out.extend_from_slice(e.client.as_bytes());
     out.extend_from_slice(b"\",\"method\":\"");
     escape(out, e.method);
     out.extend_from_slice(b"\",\"path\":\"");
@@ -128,20 +129,38 @@ pub fn escape(out: &mut Vec<u8>, s: &[u8]) {
     }
 }
 
+thread_local! {
+    /// The formatted date and time of the last second seen by this thread,
+    /// so a busy worker formats the calendar part once a second.
+    static SECOND: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+}
+
 /// RFC 3339 UTC timestamp with milliseconds.
 pub fn timestamp(out: &mut Vec<u8>, t: SystemTime) {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
-    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    let s = format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        d.subsec_millis()
-    );
-    out.extend_from_slice(s.as_bytes());
+    SECOND.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs {
+            let (y, m, day) = civil_from_days((secs / 86_400) as i64);
+            let rem = secs % 86_400;
+            let text = format!(
+                "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.",
+                rem / 3600,
+                rem / 60 % 60,
+                rem % 60
+            );
+            *cached = (secs, text.into_bytes());
+        }
+        out.extend_from_slice(&cached.1);
+    });
+    let ms = d.subsec_millis();
+    out.extend_from_slice(&[
+        b'0' + (ms / 100) as u8,
+        b'0' + (ms / 10 % 10) as u8,
+        b'0' + (ms % 10) as u8,
+        b'Z',
+    ]);
 }
 
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
@@ -177,12 +196,28 @@ mod tests {
     }
 
     #[test]
+    fn timestamp_cache_follows_the_second() {
+        // Same second twice (cache hit), then the next second and a
+        // different day (cache refreshed), then back again.
+        let at = |ms: u64| {
+            let mut out = Vec::new();
+            timestamp(&mut out, UNIX_EPOCH + Duration::from_millis(ms));
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(at(1_700_000_000_005), "2023-11-14T22:13:20.005Z");
+        assert_eq!(at(1_700_000_000_999), "2023-11-14T22:13:20.999Z");
+        assert_eq!(at(1_700_000_001_000), "2023-11-14T22:13:21.000Z");
+        assert_eq!(at(1_700_086_400_042), "2023-11-15T22:13:20.042Z");
+        assert_eq!(at(1_700_000_000_050), "2023-11-14T22:13:20.050Z");
+    }
+
+    #[test]
     fn line_is_json() {
         let mut out = Vec::new();
         format(
             &mut out,
             &Entry {
-                client: "127.0.0.1".parse().unwrap(),
+                client: "127.0.0.1",
                 method: b"GET",
                 target: b"/a\"b\x01\xff",
                 status: 200,

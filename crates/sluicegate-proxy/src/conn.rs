@@ -470,7 +470,7 @@ impl Conn<'_> {
         accesslog::format(
             &mut buf,
             &accesslog::Entry {
-                client: self.peer.ip(),
+                client: &self.peer_ip,
                 method,
                 target,
                 status: outcome.status,
