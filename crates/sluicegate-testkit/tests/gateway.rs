@@ -2,12 +2,31 @@
 //! script that runs `sluicegate-upstream` on the port written in the "config".
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use sluicegate_testkit::{free_port, http_get, Gateway};
 
+/// Held by every test here: a test that writes an executable must not race
+/// another test's fork, or the child inherits the write descriptor for a
+/// moment and exec of the script fails with ETXTBSY.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Polls `read` until it contains `needle` or five seconds pass.
+fn eventually_contains(read: impl Fn() -> String, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = read();
+        if text.contains(needle) || Instant::now() >= deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn gateway_runner_starts_waits_and_stops() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("fake-gateway");
     // Invoked as `fake-gateway run --config FILE`; FILE holds a port number.
@@ -29,11 +48,9 @@ fn gateway_runner_starts_waits_and_stops() {
     );
     let resp = http_get(("127.0.0.1", port), "/x", &[]);
     assert_eq!(resp.header("x-upstream-id"), Some("gw"));
-    assert!(
-        gw.stdout().contains("listening on 127.0.0.1:"),
-        "{}",
-        gw.stdout()
-    );
+    // The stand-in prints after it binds, so a request can beat the line.
+    let stdout = eventually_contains(|| gw.stdout(), "listening on 127.0.0.1:");
+    assert!(stdout.contains("listening on 127.0.0.1:"), "{stdout}");
     assert!(
         gw.stderr().contains("args: run --config "),
         "{}",
@@ -48,6 +65,7 @@ fn gateway_runner_starts_waits_and_stops() {
 
 #[test]
 fn gateway_that_exits_early_is_reported() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut gw = Gateway::spawn(std::path::Path::new("/bin/false"), "listen: []");
     let err = gw
         .wait_ready(&[free_port()], Duration::from_secs(5))
