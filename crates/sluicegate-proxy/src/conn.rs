@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 use crate::accesslog::{self, Sink};
 use crate::codec::{self, BodyKind, HeadError, Parsed, RequestHead, ResponseHead};
+use crate::deadline::{Deadlines, Wait};
 use crate::forward::{self, Outcome};
 use crate::io::{write_all_by, Pool, ReadError, RecvBuf};
 use crate::response::{self, ErrorKind};
@@ -47,7 +47,9 @@ pub struct Worker {
     /// The sink the buffered lines belong to (the log in force when their
     /// requests ran, even if a reload changed it since).
     log_sink: RefCell<Option<Arc<Sink>>>,
-    pub shutdown: watch::Receiver<bool>,
+    /// Deadlines of the waits on this worker's sockets, and its shutdown
+    /// signal.
+    pub deadlines: Deadlines,
     /// Connections this worker is serving now.
     pub active: Cell<usize>,
     free: RefCell<Vec<Bufs>>,
@@ -70,13 +72,13 @@ pub struct Bufs {
 }
 
 impl Worker {
-    pub fn new(shared: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Worker {
+    pub fn new(shared: Arc<Shared>) -> Worker {
         Worker {
             shared,
             pool: RefCell::new(Pool::default()),
             log_buf: RefCell::new(Vec::new()),
             log_sink: RefCell::new(None),
-            shutdown,
+            deadlines: Deadlines::new(),
             active: Cell::new(0),
             free: RefCell::new(Vec::new()),
         }
@@ -132,8 +134,14 @@ impl Worker {
         self.log_buf.borrow_mut()
     }
 
-    fn shutting_down(&self) -> bool {
-        *self.shutdown.borrow()
+    /// True once the worker started draining.
+    pub fn shutting_down(&self) -> bool {
+        self.deadlines.shutting_down()
+    }
+
+    /// A wait that gives up at `deadline`.
+    pub fn until(&self, deadline: Instant) -> Wait<'_> {
+        self.deadlines.at(deadline)
     }
 }
 
@@ -162,7 +170,6 @@ pub async fn serve(worker: Rc<Worker>, client: TcpStream, peer: SocketAddr) {
         peer,
         peer_ip: peer.ip().to_string(),
         bufs: None,
-        shutdown: worker.shutdown.clone(),
     };
     conn.run().await;
     if let Some(b) = conn.bufs.take() {
@@ -177,7 +184,6 @@ pub struct Conn<'w> {
     /// The client's address as text, formatted once for X-Forwarded-For.
     pub peer_ip: String,
     bufs: Option<Box<Bufs>>,
-    shutdown: watch::Receiver<bool>,
 }
 
 /// What the request loop does after a request.
@@ -233,11 +239,8 @@ impl Conn<'_> {
         if let Some(b) = self.bufs.take() {
             self.worker.give_bufs(b);
         }
-        tokio::select! {
-            biased;
-            _ = self.shutdown.changed() => false,
-            r = tokio::time::timeout(wait, self.client.readable()) => matches!(r, Ok(Ok(()))),
-        }
+        let wait = worker.until(Instant::now() + wait).or_shutdown();
+        matches!(wait.bound(self.client.readable()).await, Ok(Ok(())))
     }
 
     /// Reads, routes and answers one request.
@@ -252,16 +255,12 @@ impl Conn<'_> {
                 Ok(Parsed::Complete(())) => break,
                 Ok(Parsed::Partial) => {
                     let fresh = bufs.inb.is_empty();
-                    let read = if fresh {
-                        // Nothing received yet: shutdown closes it at once.
-                        tokio::select! {
-                            biased;
-                            _ = self.shutdown.changed() => return Next::Close,
-                            r = bufs.inb.fill(&self.client, max_head, deadline) => r,
-                        }
-                    } else {
-                        bufs.inb.fill(&self.client, max_head, deadline).await
-                    };
+                    // Nothing received yet: shutdown closes it at once.
+                    let mut wait = self.worker.until(deadline);
+                    if fresh {
+                        wait = wait.or_shutdown();
+                    }
+                    let read = bufs.inb.fill(&self.client, max_head, wait).await;
                     if fresh {
                         started = Instant::now();
                     }
@@ -274,7 +273,7 @@ impl Conn<'_> {
                             }
                             return Next::Close;
                         }
-                        Err(ReadError::Io(_)) => return Next::Close,
+                        Err(ReadError::Io(_) | ReadError::Shutdown) => return Next::Close,
                     }
                 }
                 Err(e) => {
@@ -301,7 +300,7 @@ impl Conn<'_> {
         let _ = write_all_by(
             &self.client,
             &bufs.out,
-            Instant::now() + CLIENT_WRITE_TIMEOUT,
+            self.worker.until(Instant::now() + CLIENT_WRITE_TIMEOUT),
         )
         .await;
         self.worker.shared.global.unrouted.record(kind.status());
@@ -431,7 +430,7 @@ impl Conn<'_> {
         let mut outcome = Outcome::local(status, body_len as u64, close);
         if let (false, BodyKind::Length(n)) = (close, body) {
             let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
-            if forward::discard(&self.client, &mut bufs.inb, n, deadline)
+            if forward::discard(&self.client, &mut bufs.inb, n, self.worker.until(deadline))
                 .await
                 .is_err()
             {
@@ -442,7 +441,7 @@ impl Conn<'_> {
         if write_all_by(
             &self.client,
             &bufs.out,
-            Instant::now() + CLIENT_WRITE_TIMEOUT,
+            self.worker.until(Instant::now() + CLIENT_WRITE_TIMEOUT),
         )
         .await
         .is_err()

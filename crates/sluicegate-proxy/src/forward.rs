@@ -19,6 +19,7 @@ use crate::balancer::PickContext;
 use crate::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::codec::{self, BodyKind, Parsed, RequestHead};
 use crate::conn::{Bufs, Conn};
+use crate::deadline::{Deadlines, Wait};
 use crate::endpoint::EndpointState;
 use crate::io::{write_all_by, ReadError, RecvBuf};
 use crate::response::{self, ErrorKind};
@@ -173,7 +174,7 @@ pub async fn discard(
     client: &TcpStream,
     inb: &mut RecvBuf,
     mut n: u64,
-    deadline: Instant,
+    wait: Wait<'_>,
 ) -> Result<(), ()> {
     loop {
         let take = (inb.len() as u64).min(n) as usize;
@@ -182,7 +183,7 @@ pub async fn discard(
         if n == 0 {
             return Ok(());
         }
-        match inb.fill(client, STREAM_BUF, deadline).await {
+        match inb.fill(client, STREAM_BUF, wait).await {
             Ok(0) | Err(_) => return Err(()),
             Ok(_) => {}
         }
@@ -286,7 +287,7 @@ async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool
     let write = write_all_by(
         &conn.client,
         &bufs.out,
-        Instant::now() + CLIENT_WRITE_TIMEOUT,
+        conn.worker.until(Instant::now() + CLIENT_WRITE_TIMEOUT),
     )
     .await;
     Outcome::local(kind.status(), len, close || write.is_err())
@@ -303,7 +304,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     } = cx;
     let worker = conn.worker;
     let body = bufs.req.body();
-    let close_req = bufs.req.close || *worker.shutdown.borrow();
+    let close_req = bufs.req.close || worker.shutting_down();
     // Until the body is read, an error answer must close the connection.
     let body_pending = body != BodyKind::None;
     if let BodyKind::Length(n) = body {
@@ -398,15 +399,23 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         if !sent_continue && body_pending {
             sent_continue = true;
             let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
-            if write_all_by(&conn.client, b"HTTP/1.1 100 Continue\r\n\r\n", deadline)
-                .await
-                .is_err()
+            if write_all_by(
+                &conn.client,
+                b"HTTP/1.1 100 Continue\r\n\r\n",
+                worker.until(deadline),
+            )
+            .await
+            .is_err()
             {
                 return Outcome::local(400, 0, true);
             }
         }
         let deadline = Instant::now() + service.timeouts.response_header;
-        if !chunked && write_all_by(&up, &bufs.out, deadline).await.is_err() {
+        if !chunked
+            && write_all_by(&up, &bufs.out, worker.until(deadline))
+                .await
+                .is_err()
+        {
             // Nothing beyond `out` was consumed: a retry is safe.
             if reused && attempt == 0 {
                 attempt += 1;
@@ -428,7 +437,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             // of the body is not sent.
             let Bufs { inb, out, upb, .. } = &mut *bufs;
             let sent = tokio::select! {
-                r = send_body(&conn.client, &up, inb, out, body, remaining, snap) => r,
+                r = send_body(&worker.deadlines, &conn.client, &up, inb, out, body, remaining, snap) => r,
                 early = early_response(&up, upb) => {
                     if early {
                         body_cut = true;
@@ -479,7 +488,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let res_body = bufs.res.body();
     let close = close_req
         || body_cut
-        || *worker.shutdown.borrow()
+        || worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (res_body == BodyKind::Chunked && client_minor == 0);
     write_response_head(bufs, close, client_minor);
@@ -506,7 +515,13 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         }
     }
     if body_cut {
-        linger(&conn.client, &mut bufs.inb, snap.limits.max_body_bytes).await;
+        linger(
+            &worker.deadlines,
+            &conn.client,
+            &mut bufs.inb,
+            snap.limits.max_body_bytes,
+        )
+        .await;
     }
     outcome
 }
@@ -514,7 +529,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
 /// After answering before the client finished sending its body, reads and
 /// drops what it still sends (bounded in bytes and time) before the close,
 /// so the client reads the answer instead of a reset.
-async fn linger(client: &TcpStream, inb: &mut RecvBuf, max: u64) {
+async fn linger(dl: &Deadlines, client: &TcpStream, inb: &mut RecvBuf, max: u64) {
     const IDLE: Duration = Duration::from_secs(1);
     const TOTAL: Duration = Duration::from_secs(10);
     let until = Instant::now() + TOTAL;
@@ -522,7 +537,11 @@ async fn linger(client: &TcpStream, inb: &mut RecvBuf, max: u64) {
     while dropped <= max && Instant::now() < until {
         inb.clear();
         match inb
-            .fill(client, STREAM_BUF, (Instant::now() + IDLE).min(until))
+            .fill(
+                client,
+                STREAM_BUF,
+                dl.at((Instant::now() + IDLE).min(until)),
+            )
             .await
         {
             Ok(n) if n > 0 => dropped += n as u64,
@@ -532,7 +551,9 @@ async fn linger(client: &TcpStream, inb: &mut RecvBuf, max: u64) {
 }
 
 /// Streams the rest of a request body upstream; returns the bytes sent.
+#[allow(clippy::too_many_arguments)]
 async fn send_body(
+    dl: &Deadlines,
     client: &TcpStream,
     up: &TcpStream,
     inb: &mut RecvBuf,
@@ -547,13 +568,16 @@ async fn send_body(
         BodyKind::Length(_) => {
             while remaining > 0 {
                 if inb.is_empty() {
-                    match inb.fill(client, STREAM_BUF, Instant::now() + idle).await {
+                    match inb
+                        .fill(client, STREAM_BUF, dl.at(Instant::now() + idle))
+                        .await
+                    {
                         Ok(0) | Err(_) => return Err(BodyError::Client),
                         Ok(_) => {}
                     }
                 }
                 let take = (inb.len() as u64).min(remaining) as usize;
-                write_all_by(up, &inb.filled()[..take], Instant::now() + idle)
+                write_all_by(up, &inb.filled()[..take], dl.at(Instant::now() + idle))
                     .await
                     .map_err(|_| BodyError::Upstream)?;
                 inb.consume(take);
@@ -578,7 +602,7 @@ async fn send_body(
                     out.extend_from_slice(LAST_CHUNK);
                 }
                 if dec.is_done() || out.len() >= FLUSH_AT || inb.is_empty() {
-                    write_all_by(up, out, Instant::now() + idle)
+                    write_all_by(up, out, dl.at(Instant::now() + idle))
                         .await
                         .map_err(|_| BodyError::Upstream)?;
                     out.clear();
@@ -588,7 +612,10 @@ async fn send_body(
                     break;
                 }
                 if inb.is_empty() {
-                    match inb.fill(client, STREAM_BUF, Instant::now() + idle).await {
+                    match inb
+                        .fill(client, STREAM_BUF, dl.at(Instant::now() + idle))
+                        .await
+                    {
                         Ok(0) | Err(_) => return Err(BodyError::Client),
                         Ok(_) => {}
                     }
@@ -640,13 +667,17 @@ async fn read_response_head(
                 }
                 if status != 100 && client_minor == 1 {
                     let info = &bufs.upb.filled()[..bufs.res.len];
-                    let _ = write_all_by(&conn.client, info, deadline).await;
+                    let _ = write_all_by(&conn.client, info, conn.worker.until(deadline)).await;
                 }
                 bufs.upb.consume(bufs.res.len);
                 got = true;
             }
-            Ok(Parsed::Partial) => match bufs.upb.fill(up, MAX_RESPONSE_HEAD, deadline).await {
-                Ok(0) | Err(ReadError::Io(_)) => {
+            Ok(Parsed::Partial) => match bufs
+                .upb
+                .fill(up, MAX_RESPONSE_HEAD, conn.worker.until(deadline))
+                .await
+            {
+                Ok(0) | Err(ReadError::Io(_) | ReadError::Shutdown) => {
                     return Err(if bufs.upb.is_empty() && !got {
                         HeadError::ClosedEarly
                     } else {
@@ -721,7 +752,8 @@ async fn relay_body(
 ) -> Result<u64, (u64, bool)> {
     let idle = service.timeouts.response_header;
     let client = &conn.client;
-    let wdl = || Instant::now() + CLIENT_WRITE_TIMEOUT;
+    let dl = &conn.worker.deadlines;
+    let wdl = || dl.at(Instant::now() + CLIENT_WRITE_TIMEOUT);
     let mut written = 0u64;
     match body {
         BodyKind::None => {
@@ -738,7 +770,11 @@ async fn relay_body(
                 .map_err(|_| (0, false))?;
             written = take as u64;
             while written < n {
-                match bufs.upb.fill(up, STREAM_BUF, Instant::now() + idle).await {
+                match bufs
+                    .upb
+                    .fill(up, STREAM_BUF, dl.at(Instant::now() + idle))
+                    .await
+                {
                     Ok(0) | Err(_) => return Err((written, true)),
                     Ok(_) => {}
                 }
@@ -778,7 +814,11 @@ async fn relay_body(
                     break;
                 }
                 if bufs.upb.is_empty() {
-                    match bufs.upb.fill(up, STREAM_BUF, Instant::now() + idle).await {
+                    match bufs
+                        .upb
+                        .fill(up, STREAM_BUF, dl.at(Instant::now() + idle))
+                        .await
+                    {
                         Ok(0) | Err(_) => return Err((written, true)),
                         Ok(_) => {}
                     }
@@ -793,7 +833,11 @@ async fn relay_body(
                 .await
                 .map_err(|_| (0, false))?;
             loop {
-                match bufs.upb.fill(up, STREAM_BUF, Instant::now() + idle).await {
+                match bufs
+                    .upb
+                    .fill(up, STREAM_BUF, dl.at(Instant::now() + idle))
+                    .await
+                {
                     Ok(0) => break,
                     Err(_) => return Err((written, true)),
                     Ok(_) => {}

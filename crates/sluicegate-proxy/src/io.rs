@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio::time::timeout_at;
 
+use crate::deadline::{Stop, Wait};
 use crate::endpoint::EndpointState;
 
 /// A receive buffer: bytes `start..end` are received and not yet used.
@@ -24,6 +24,9 @@ pub struct RecvBuf {
 #[derive(Debug)]
 pub enum ReadError {
     Timeout,
+    /// The wait was made with [`Wait::or_shutdown`] and the worker is
+    /// shutting down.
+    Shutdown,
     Io(io::Error),
 }
 
@@ -98,14 +101,14 @@ impl RecvBuf {
         }
     }
 
-    /// Reads once from `s`, waiting at most until `deadline`. Ok(0) is EOF;
-    /// a full buffer (at `limit`) also returns Ok(0) without reading, so
-    /// callers check `len()` against their limit first.
+    /// Reads once from `s`, waiting at most until `wait`'s deadline. Ok(0)
+    /// is EOF; a full buffer (at `limit`) also returns Ok(0) without
+    /// reading, so callers check `len()` against their limit first.
     pub async fn fill(
         &mut self,
         s: &TcpStream,
         limit: usize,
-        deadline: Instant,
+        wait: Wait<'_>,
     ) -> Result<usize, ReadError> {
         if self.spare(limit).is_empty() {
             return Ok(0);
@@ -122,10 +125,11 @@ impl RecvBuf {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(ReadError::Io(e)),
             }
-            match timeout_at(deadline.into(), s.readable()).await {
+            match wait.bound(s.readable()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(ReadError::Io(e)),
-                Err(_) => return Err(ReadError::Timeout),
+                Err(Stop::Timeout) => return Err(ReadError::Timeout),
+                Err(Stop::Shutdown) => return Err(ReadError::Shutdown),
             }
         }
     }
@@ -157,11 +161,20 @@ pub async fn write_all(s: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes all of `bytes`, giving up at `deadline`.
-pub async fn write_all_by(s: &TcpStream, bytes: &[u8], deadline: Instant) -> io::Result<()> {
-    match timeout_at(deadline.into(), write_all(s, bytes)).await {
+/// Writes all of `bytes`, giving up at `wait`'s deadline.
+pub async fn write_all_by(s: &TcpStream, bytes: &[u8], wait: Wait<'_>) -> io::Result<()> {
+    // Most writes go out whole at once: no wait, so nothing to register.
+    let bytes = match s.try_write(bytes) {
+        Ok(n) if n == bytes.len() => return Ok(()),
+        Ok(0) if !bytes.is_empty() => return Err(io::ErrorKind::WriteZero.into()),
+        Ok(n) => &bytes[n..],
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => bytes,
+        Err(e) => return Err(e),
+    };
+    match wait.bound(write_all(s, bytes)).await {
         Ok(r) => r,
-        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+        Err(Stop::Timeout) => Err(io::ErrorKind::TimedOut.into()),
+        Err(Stop::Shutdown) => Err(io::ErrorKind::Interrupted.into()),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod balancer;
 pub mod chunked;
 pub mod codec;
 pub mod conn;
+pub mod deadline;
 pub mod endpoint;
 pub mod forward;
 pub mod io;

@@ -116,7 +116,11 @@ fn run_worker(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let worker = Rc::new(Worker::new(shared.clone(), shutdown.clone()));
+        let worker = Rc::new(Worker::new(shared.clone()));
+        tokio::task::spawn_local({
+            let worker = worker.clone();
+            async move { worker.deadlines.run().await }
+        });
         for l in listeners {
             match TcpListener::from_std(l) {
                 Ok(l) => {
@@ -138,8 +142,10 @@ fn run_worker(
                 }
             }
         }
-        // Drain: idle connections close at once (they watch the same
-        // channel); busy ones finish their request, bounded by the timeout.
+        // Drain: idle connections close at once (their waits end on the
+        // shutdown signal); busy ones finish their request, bounded by the
+        // timeout.
+        worker.deadlines.shutdown();
         let drain = shared.snapshot.load().timeouts.drain;
         let deadline = Instant::now() + drain;
         while worker.active.get() > 0 && Instant::now() < deadline {

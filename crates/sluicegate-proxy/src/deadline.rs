@@ -1,0 +1,419 @@
+//! Worker-local deadlines and the shutdown signal for waits on sockets.
+//!
+//! Every read and write on the data path is bounded by a deadline, and most
+//! of them finish long before it. Registering each wait in tokio's timer
+//! wheel costs about a thousand instructions per request; here a wait that
+//! has to sleep takes one slab slot (its deadline and waker), and a single
+//! sweeper task per worker wakes the waits whose deadline has passed. The
+//! sweeper sleeps until the earliest deadline it knows of, so it runs about
+//! once per shortest timeout, not once per request; deadlines fire at most
+//! [`GRANULARITY`] late, so a burst of expiries costs one scan.
+//!
+//! The same slots carry the worker's shutdown signal: a wait made with
+//! [`Deadlines::until_or_shutdown`] ends at once when the worker starts
+//! draining, which is how idle keep-alive connections close.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use slab::Slab;
+
+/// How late a deadline may fire; expiries this close together share a scan.
+pub const GRANULARITY: Duration = Duration::from_millis(10);
+
+/// Why a bounded wait ended without its future completing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    Timeout,
+    Shutdown,
+}
+
+struct Entry {
+    deadline: Instant,
+    waker: Waker,
+    fired: Option<Stop>,
+    on_shutdown: bool,
+}
+
+/// One worker's pending deadlines. Not `Sync`: it lives on its worker's
+/// thread, and its sweeper ([`Deadlines::run`]) must run on the same one.
+#[derive(Default)]
+pub struct Deadlines {
+    entries: RefCell<Slab<Entry>>,
+    /// When the sweeper looks next; `None` while it has nothing to wait for.
+    armed: Cell<Option<Instant>>,
+    kicked: Cell<bool>,
+    sweeper: RefCell<Option<Waker>>,
+    shutting_down: Cell<bool>,
+}
+
+impl Deadlines {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `fut`, or `Err(Stop::Timeout)` once `deadline` has passed.
+    pub fn until<F: Future>(&self, deadline: Instant, fut: F) -> Bounded<'_, F> {
+        Bounded {
+            fut,
+            slot: Slot {
+                deadlines: self,
+                key: None,
+            },
+            deadline,
+            on_shutdown: false,
+        }
+    }
+
+    /// Like [`Deadlines::until`], also ending with `Err(Stop::Shutdown)` as
+    /// soon as the worker starts to shut down (or at once if it has).
+    pub fn until_or_shutdown<F: Future>(&self, deadline: Instant, fut: F) -> Bounded<'_, F> {
+        let mut b = self.until(deadline, fut);
+        b.on_shutdown = true;
+        b
+    }
+
+    /// A deadline to hand to the socket helpers in [`crate::io`].
+    pub fn at(&self, deadline: Instant) -> Wait<'_> {
+        Wait {
+            deadlines: self,
+            deadline,
+            on_shutdown: false,
+        }
+    }
+
+    /// True once [`Deadlines::shutdown`] was called.
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.get()
+    }
+
+    /// Starts the shutdown: ends every wait made with `until_or_shutdown`.
+    pub fn shutdown(&self) {
+        self.shutting_down.set(true);
+        for (_, e) in self.entries.borrow_mut().iter_mut() {
+            if e.on_shutdown && e.fired.is_none() {
+                e.fired = Some(Stop::Shutdown);
+                e.waker.wake_by_ref();
+            }
+        }
+    }
+
+    /// Waits now pending.
+    pub fn pending(&self) -> usize {
+        self.entries.borrow().len()
+    }
+
+    /// The sweeper: wakes the waits whose deadline passed. Runs until the
+    /// worker's runtime stops; spawn it once per worker.
+    pub async fn run(&self) {
+        let sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(sleep);
+        let mut sleeping_until: Option<Instant> = None;
+        loop {
+            std::future::poll_fn(|cx| {
+                {
+                    let mut w = self.sweeper.borrow_mut();
+                    if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        *w = Some(cx.waker().clone());
+                    }
+                }
+                if self.kicked.replace(false) {
+                    return Poll::Ready(());
+                }
+                match self.armed.get() {
+                    Some(at) => {
+                        if sleeping_until != Some(at) {
+                            sleep.as_mut().reset(at.into());
+                            sleeping_until = Some(at);
+                        }
+                        sleep.as_mut().poll(cx)
+                    }
+                    None => Poll::Pending,
+                }
+            })
+            .await;
+            let now = Instant::now();
+            let next = self.fire(now).map(|at| at.max(now + GRANULARITY));
+            self.armed.set(next);
+        }
+    }
+
+    /// Fires every entry due at `now`; returns the earliest deadline left.
+    fn fire(&self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for (_, e) in self.entries.borrow_mut().iter_mut() {
+            if e.fired.is_some() {
+                continue;
+            }
+            if e.deadline <= now {
+                e.fired = Some(Stop::Timeout);
+                e.waker.wake_by_ref();
+            } else if next.is_none_or(|n| e.deadline < n) {
+                next = Some(e.deadline);
+            }
+        }
+        next
+    }
+
+    fn register(&self, deadline: Instant, waker: &Waker, on_shutdown: bool) -> usize {
+        let key = self.entries.borrow_mut().insert(Entry {
+            deadline,
+            waker: waker.clone(),
+            fired: None,
+            on_shutdown,
+        });
+        // Only a deadline earlier than the sweeper's next look wakes it.
+        if self.armed.get().is_none_or(|at| deadline < at) {
+            self.armed.set(Some(deadline));
+            self.kicked.set(true);
+            if let Some(w) = &*self.sweeper.borrow() {
+                w.wake_by_ref();
+            }
+        }
+        key
+    }
+}
+
+/// A deadline on a worker's [`Deadlines`], maybe also ending at shutdown.
+#[derive(Clone, Copy)]
+pub struct Wait<'d> {
+    deadlines: &'d Deadlines,
+    pub deadline: Instant,
+    on_shutdown: bool,
+}
+
+impl<'d> Wait<'d> {
+    /// The same deadline, also ending the wait when the worker shuts down.
+    pub fn or_shutdown(mut self) -> Self {
+        self.on_shutdown = true;
+        self
+    }
+
+    /// Bounds `fut` by this wait.
+    pub fn bound<F: Future>(self, fut: F) -> Bounded<'d, F> {
+        let mut b = self.deadlines.until(self.deadline, fut);
+        b.on_shutdown = self.on_shutdown;
+        b
+    }
+}
+
+/// A registration in [`Deadlines`], removed when the wait ends or is dropped.
+struct Slot<'d> {
+    deadlines: &'d Deadlines,
+    key: Option<usize>,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Some(k) = self.key.take() {
+            self.deadlines.entries.borrow_mut().remove(k);
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future bounded by a deadline (and maybe by shutdown); see
+    /// [`Deadlines::until`].
+    pub struct Bounded<'d, F> {
+        #[pin]
+        fut: F,
+        slot: Slot<'d>,
+        deadline: Instant,
+        on_shutdown: bool,
+    }
+}
+
+impl<F: Future> Future for Bounded<'_, F> {
+    type Output = Result<F::Output, Stop>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.fut.poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        let d = this.slot.deadlines;
+        match this.slot.key {
+            Some(k) => {
+                let mut entries = d.entries.borrow_mut();
+                let e = &mut entries[k];
+                if let Some(stop) = e.fired {
+                    return Poll::Ready(Err(stop));
+                }
+                if !e.waker.will_wake(cx.waker()) {
+                    e.waker = cx.waker().clone();
+                }
+            }
+            None => {
+                if *this.on_shutdown && d.shutting_down.get() {
+                    return Poll::Ready(Err(Stop::Shutdown));
+                }
+                this.slot.key = Some(d.register(*this.deadline, cx.waker(), *this.on_shutdown));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    fn local<F: Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, f)
+    }
+
+    fn never() -> std::future::Pending<()> {
+        std::future::pending()
+    }
+
+    #[test]
+    fn ready_future_needs_no_slot() {
+        local(async {
+            let d = Deadlines::new();
+            let r = d.until(Instant::now(), async { 7 }).await;
+            assert_eq!(r, Ok(7));
+            assert_eq!(d.pending(), 0);
+        });
+    }
+
+    #[test]
+    fn deadlines_fire_in_order_and_free_their_slots() {
+        local(async {
+            let d = Rc::new(Deadlines::new());
+            tokio::task::spawn_local({
+                let d = d.clone();
+                async move { d.run().await }
+            });
+            let start = Instant::now();
+            let long = d.until(start + Duration::from_millis(300), never());
+            let short = d.until(start + Duration::from_millis(50), never());
+            let (a, b) = tokio::join!(
+                async {
+                    let r = long.await;
+                    (r, start.elapsed())
+                },
+                async {
+                    let r = short.await;
+                    (r, start.elapsed())
+                }
+            );
+            assert_eq!(a.0, Err(Stop::Timeout));
+            assert_eq!(b.0, Err(Stop::Timeout));
+            assert!(b.1 >= Duration::from_millis(50), "{:?}", b.1);
+            assert!(
+                b.1 < Duration::from_millis(250),
+                "short fired late: {:?}",
+                b.1
+            );
+            assert!(a.1 >= Duration::from_millis(300), "{:?}", a.1);
+            assert!(
+                a.1 < Duration::from_millis(600),
+                "long fired late: {:?}",
+                a.1
+            );
+            assert_eq!(d.pending(), 0);
+        });
+    }
+
+    #[test]
+    fn an_earlier_deadline_wakes_a_sleeping_sweeper() {
+        local(async {
+            let d = Rc::new(Deadlines::new());
+            tokio::task::spawn_local({
+                let d = d.clone();
+                async move { d.run().await }
+            });
+            // The sweeper first sleeps towards a far deadline...
+            let far = tokio::task::spawn_local({
+                let d = d.clone();
+                async move {
+                    d.until(Instant::now() + Duration::from_secs(30), never())
+                        .await
+                }
+            });
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            // ...and a nearer one must still fire in time.
+            let start = Instant::now();
+            let r = d.until(start + Duration::from_millis(40), never()).await;
+            assert_eq!(r, Err(Stop::Timeout));
+            assert!(start.elapsed() < Duration::from_millis(500));
+            far.abort();
+        });
+    }
+
+    #[test]
+    fn completion_wins_and_drop_unregisters() {
+        local(async {
+            let d = Rc::new(Deadlines::new());
+            tokio::task::spawn_local({
+                let d = d.clone();
+                async move { d.run().await }
+            });
+            let r = d
+                .until(
+                    Instant::now() + Duration::from_secs(5),
+                    tokio::time::sleep(Duration::from_millis(20)),
+                )
+                .await;
+            assert_eq!(r, Ok(()));
+            assert_eq!(d.pending(), 0);
+            {
+                let mut f = Box::pin(d.until(Instant::now() + Duration::from_secs(5), never()));
+                let waker = futures_noop_waker();
+                let mut cx = Context::from_waker(&waker);
+                assert!(f.as_mut().poll(&mut cx).is_pending());
+                assert_eq!(d.pending(), 1);
+            }
+            assert_eq!(d.pending(), 0);
+        });
+    }
+
+    #[test]
+    fn shutdown_ends_only_the_waits_that_asked() {
+        local(async {
+            let d = Rc::new(Deadlines::new());
+            tokio::task::spawn_local({
+                let d = d.clone();
+                async move { d.run().await }
+            });
+            let far = Instant::now() + Duration::from_secs(30);
+            let idle = tokio::task::spawn_local({
+                let d = d.clone();
+                async move { d.until_or_shutdown(far, never()).await }
+            });
+            let busy = tokio::task::spawn_local({
+                let d = d.clone();
+                async move {
+                    d.until(
+                        Instant::now() + Duration::from_secs(30),
+                        tokio::time::sleep(Duration::from_millis(100)),
+                    )
+                    .await
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            d.shutdown();
+            assert_eq!(idle.await.unwrap(), Err(Stop::Shutdown));
+            assert_eq!(busy.await.unwrap(), Ok(()));
+            // A wait that starts after the shutdown ends at once.
+            assert_eq!(d.until_or_shutdown(far, never()).await, Err(Stop::Shutdown));
+        });
+    }
+
+    fn futures_noop_waker() -> Waker {
+        struct Noop;
+        impl std::task::Wake for Noop {
+            fn wake(self: std::sync::Arc<Self>) {}
+        }
+        Waker::from(std::sync::Arc::new(Noop))
+    }
+}
