@@ -143,6 +143,27 @@ fn has_bare_lf(head: &[u8]) -> bool {
     memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
 }
 
+/// [`has_bare_lf`] for a complete head, without scanning it: every LF in a
+/// head httparse accepted ends a line (none can sit inside a token, target
+/// or value), and each line but the last ends just before the next one
+/// starts. So checking the byte before each header line, the two line ends
+/// at the close of the head, and any empty lines skipped before the request
+/// line (`line0` is where the request line starts) covers every LF.
+fn complete_head_has_bare_lf(
+    buf: &[u8],
+    len: usize,
+    line0: usize,
+    headers: &[httparse::Header<'_>],
+) -> bool {
+    let crlf_before = |at: usize| at >= 2 && buf[at - 2] == b'\r' && buf[at - 1] == b'\n';
+    (line0 > 0 && has_bare_lf(&buf[..line0]))
+        || !crlf_before(len)
+        || !crlf_before(len - 2)
+        || headers
+            .iter()
+            .any(|h| !crlf_before(offset(buf, h.name.as_bytes()).start))
+}
+
 /// Parses a Content-Length value: digits only, and a comma list only when
 /// every element is the same number.
 fn parse_content_length(v: &[u8]) -> Option<u64> {
@@ -232,12 +253,13 @@ pub fn parse_request(
     if len > max {
         return Err(HeadError::TooLarge);
     }
-    if has_bare_lf(&buf[..len]) {
-        return Err(HeadError::Bad("bare LF in request head"));
-    }
     let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(HeadError::Bad("malformed request line"));
     };
+    let line0 = offset(buf, method.as_bytes()).start;
+    if complete_head_has_bare_lf(buf, len, line0, req.headers) {
+        return Err(HeadError::Bad("bare LF in request head"));
+    }
     head.len = len;
     head.method = offset(buf, method.as_bytes());
     head.target = offset(buf, path.as_bytes());
@@ -473,6 +495,61 @@ mod tests {
         match parse_request(raw, 16384, &mut head)? {
             Parsed::Complete(()) => Ok(head),
             Parsed::Partial => Err(HeadError::Bad("partial")),
+        }
+    }
+
+    #[test]
+    fn bare_lf_check_without_scan_agrees_with_the_scan() {
+        // Every combination of CRLF / LF for the line ends of heads with
+        // leading empty lines, 0 to 3 headers (some with trailing spaces),
+        // and the final blank line: refused exactly when the scan finds a
+        // bare LF.
+        let lines: &[&[u8]] = &[b"Host: x", b"A: 1  ", b"B:\t2"];
+        for leading in 0..=2usize {
+            for n in 0..=lines.len() {
+                let ends = leading + n + 2; // leading, request line, headers, blank
+                for mask in 0u32..(1 << ends) {
+                    let eol = |i: usize| -> &[u8] {
+                        if mask & (1 << i) != 0 {
+                            b"\n"
+                        } else {
+                            b"\r\n"
+                        }
+                    };
+                    let mut raw = Vec::new();
+                    let mut e = 0;
+                    for _ in 0..leading {
+                        raw.extend_from_slice(eol(e));
+                        e += 1;
+                    }
+                    raw.extend_from_slice(b"GET /p HTTP/1.1");
+                    raw.extend_from_slice(eol(e));
+                    e += 1;
+                    for l in &lines[..n] {
+                        raw.extend_from_slice(l);
+                        raw.extend_from_slice(eol(e));
+                        e += 1;
+                    }
+                    raw.extend_from_slice(eol(e));
+                    let scan = has_bare_lf(&raw);
+                    let mut head = RequestHead::default();
+                    match parse_request(&raw, 16384, &mut head) {
+                        Err(HeadError::Bad("bare LF in request head")) => {
+                            assert!(scan, "{:?}", String::from_utf8_lossy(&raw))
+                        }
+                        // Without Host an HTTP/1.1 head is refused anyway.
+                        Err(HeadError::Bad(_)) if n == 0 && !scan => {}
+                        Ok(Parsed::Complete(())) => {
+                            assert!(!scan, "{:?}", String::from_utf8_lossy(&raw))
+                        }
+                        other => panic!(
+                            "{:?}: {:?}",
+                            String::from_utf8_lossy(&raw),
+                            other.map(|_| ())
+                        ),
+                    }
+                }
+            }
         }
     }
 

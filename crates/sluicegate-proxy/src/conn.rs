@@ -52,7 +52,10 @@ pub struct Worker {
     pub deadlines: Deadlines,
     /// Connections this worker is serving now.
     pub active: Cell<usize>,
-    free: RefCell<Vec<Bufs>>,
+    // Boxed on purpose: the sets move between the list and connections,
+    // and a pointer moves cheaper than the struct.
+    #[allow(clippy::vec_box)]
+    free: RefCell<Vec<Box<Bufs>>>,
 }
 
 /// Per-request scratch space, reused across requests and connections.
@@ -85,16 +88,19 @@ impl Worker {
     }
 
     fn take_bufs(&self) -> Box<Bufs> {
-        // Boxed so a connection task's future stays small and moves cheaply.
-        Box::new(self.free.borrow_mut().pop().unwrap_or_else(|| Bufs {
-            inb: RecvBuf::new(BUF_SIZE),
-            upb: RecvBuf::new(BUF_SIZE),
-            out: Vec::with_capacity(BUF_SIZE),
-            req: RequestHead::default(),
-            res: ResponseHead::default(),
-            log_line: Vec::new(),
-            is_head: false,
-        }))
+        // Boxed so a connection task's future stays small and moves cheaply,
+        // and kept boxed on the free list so reuse moves only a pointer.
+        self.free.borrow_mut().pop().unwrap_or_else(|| {
+            Box::new(Bufs {
+                inb: RecvBuf::new(BUF_SIZE),
+                upb: RecvBuf::new(BUF_SIZE),
+                out: Vec::with_capacity(BUF_SIZE),
+                req: RequestHead::default(),
+                res: ResponseHead::default(),
+                log_line: Vec::new(),
+                is_head: false,
+            })
+        })
     }
 
     fn give_bufs(&self, mut b: Box<Bufs>) {
@@ -107,7 +113,7 @@ impl Worker {
             b.inb.clear();
             b.upb.clear();
             b.out.clear();
-            free.push(*b);
+            free.push(b);
         }
     }
 
@@ -239,30 +245,29 @@ impl Conn<'_> {
         if let Some(b) = self.bufs.take() {
             self.worker.give_bufs(b);
         }
-        let wait = worker.until(Instant::now() + wait).or_shutdown();
+        let wait = worker.deadlines.after(wait).or_shutdown();
         matches!(wait.bound(self.client.readable()).await, Ok(Ok(())))
     }
 
     /// Reads, routes and answers one request.
     async fn request(&mut self, snap: &Snapshot, bufs: &mut Bufs) -> Next {
-        // A request's time starts with its first byte; the header deadline
-        // starts now, so a connection that never sends is closed in time.
-        let mut started = Instant::now();
+        // A request's time, and its header deadline, start with its first
+        // byte (the wait before that has its own timeout).
+        let mut started = (!bufs.inb.is_empty()).then(Instant::now);
         let max_head = snap.limits.max_header_bytes;
-        let deadline = started + snap.timeouts.client_header;
+        let header_time = snap.timeouts.client_header;
         loop {
             match codec::parse_request(bufs.inb.filled(), max_head, &mut bufs.req) {
                 Ok(Parsed::Complete(())) => break,
                 Ok(Parsed::Partial) => {
-                    let fresh = bufs.inb.is_empty();
-                    // Nothing received yet: shutdown closes it at once.
-                    let mut wait = self.worker.until(deadline);
-                    if fresh {
-                        wait = wait.or_shutdown();
-                    }
+                    let wait = match started {
+                        Some(t) => self.worker.until(t + header_time),
+                        // Nothing received yet: shutdown closes it at once.
+                        None => self.worker.deadlines.after(header_time).or_shutdown(),
+                    };
                     let read = bufs.inb.fill(&self.client, max_head, wait).await;
-                    if fresh {
-                        started = Instant::now();
+                    if started.is_none() {
+                        started = Some(Instant::now());
                     }
                     match read {
                         Ok(0) => return Next::Close,
@@ -290,6 +295,7 @@ impl Conn<'_> {
                 }
             }
         }
+        let started = started.unwrap_or_else(Instant::now);
         self.dispatch(snap, bufs, started).await
     }
 
@@ -300,7 +306,7 @@ impl Conn<'_> {
         let _ = write_all_by(
             &self.client,
             &bufs.out,
-            self.worker.until(Instant::now() + CLIENT_WRITE_TIMEOUT),
+            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
         )
         .await;
         self.worker.shared.global.unrouted.record(kind.status());
@@ -441,7 +447,7 @@ impl Conn<'_> {
         if write_all_by(
             &self.client,
             &bufs.out,
-            self.worker.until(Instant::now() + CLIENT_WRITE_TIMEOUT),
+            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
         )
         .await
         .is_err()

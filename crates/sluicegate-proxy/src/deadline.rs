@@ -24,6 +24,23 @@ use slab::Slab;
 /// How late a deadline may fire; expiries this close together share a scan.
 pub const GRANULARITY: Duration = Duration::from_millis(10);
 
+/// When a wait gives up: at a fixed time, or a span after it starts to
+/// sleep (so a wait that never sleeps never reads the clock).
+#[derive(Debug, Clone, Copy)]
+pub enum When {
+    At(Instant),
+    After(Duration),
+}
+
+impl When {
+    fn resolve(self) -> Instant {
+        match self {
+            When::At(t) => t,
+            When::After(d) => Instant::now() + d,
+        }
+    }
+}
+
 /// Why a bounded wait ended without its future completing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
@@ -63,7 +80,7 @@ impl Deadlines {
                 deadlines: self,
                 key: None,
             },
-            deadline,
+            when: When::At(deadline),
             on_shutdown: false,
         }
     }
@@ -80,7 +97,16 @@ impl Deadlines {
     pub fn at(&self, deadline: Instant) -> Wait<'_> {
         Wait {
             deadlines: self,
-            deadline,
+            when: When::At(deadline),
+            on_shutdown: false,
+        }
+    }
+
+    /// A deadline `span` after the wait starts to sleep.
+    pub fn after(&self, span: Duration) -> Wait<'_> {
+        Wait {
+            deadlines: self,
+            when: When::After(span),
             on_shutdown: false,
         }
     }
@@ -181,7 +207,7 @@ impl Deadlines {
 #[derive(Clone, Copy)]
 pub struct Wait<'d> {
     deadlines: &'d Deadlines,
-    pub deadline: Instant,
+    when: When,
     on_shutdown: bool,
 }
 
@@ -192,11 +218,24 @@ impl<'d> Wait<'d> {
         self
     }
 
+    /// The same wait with an `After` span turned into a fixed time from
+    /// now, so repeated waits share one deadline.
+    pub fn fix(mut self) -> Self {
+        self.when = When::At(self.when.resolve());
+        self
+    }
+
     /// Bounds `fut` by this wait.
     pub fn bound<F: Future>(self, fut: F) -> Bounded<'d, F> {
-        let mut b = self.deadlines.until(self.deadline, fut);
-        b.on_shutdown = self.on_shutdown;
-        b
+        Bounded {
+            fut,
+            slot: Slot {
+                deadlines: self.deadlines,
+                key: None,
+            },
+            when: self.when,
+            on_shutdown: self.on_shutdown,
+        }
     }
 }
 
@@ -221,7 +260,7 @@ pin_project_lite::pin_project! {
         #[pin]
         fut: F,
         slot: Slot<'d>,
-        deadline: Instant,
+        when: When,
         on_shutdown: bool,
     }
 }
@@ -250,7 +289,8 @@ impl<F: Future> Future for Bounded<'_, F> {
                 if *this.on_shutdown && d.shutting_down.get() {
                     return Poll::Ready(Err(Stop::Shutdown));
                 }
-                this.slot.key = Some(d.register(*this.deadline, cx.waker(), *this.on_shutdown));
+                let deadline = this.when.resolve();
+                this.slot.key = Some(d.register(deadline, cx.waker(), *this.on_shutdown));
             }
         }
         Poll::Pending

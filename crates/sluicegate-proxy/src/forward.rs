@@ -164,9 +164,11 @@ pub struct Request<'a, 'w, 's> {
     pub started: Instant,
 }
 
-fn epoch_us() -> u64 {
+/// Microseconds from a process-wide origin to `now`.
+fn epoch_us(now: Instant) -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+    now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
+        .as_micros() as u64
 }
 
 /// Reads and drops `n` body bytes from the client.
@@ -287,7 +289,7 @@ async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool
     let write = write_all_by(
         &conn.client,
         &bufs.out,
-        conn.worker.until(Instant::now() + CLIENT_WRITE_TIMEOUT),
+        conn.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
     )
     .await;
     Outcome::local(kind.status(), len, close || write.is_err())
@@ -300,7 +302,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         service,
         target,
         strip,
-        started: _,
+        started,
     } = cx;
     let worker = conn.worker;
     let body = bufs.req.body();
@@ -374,7 +376,9 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let mut body_cut = false;
     let (up, sent_at) = loop {
         bufs.upb.clear();
-        let pooled = worker.pool.borrow_mut().take(ep.id, Instant::now());
+        // The request's start stands in for the clock: an idle connection
+        // that expired microseconds ago is still fine to use.
+        let pooled = worker.pool.borrow_mut().take(ep.id, started);
         let reused = pooled.is_some();
         let up = match pooled {
             Some(s) => s,
@@ -410,9 +414,9 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 return Outcome::local(400, 0, true);
             }
         }
-        let deadline = Instant::now() + service.timeouts.response_header;
+        let deadline = service.timeouts.response_header;
         if !chunked
-            && write_all_by(&up, &bufs.out, worker.until(deadline))
+            && write_all_by(&up, &bufs.out, worker.deadlines.after(deadline))
                 .await
                 .is_err()
         {
@@ -482,8 +486,9 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             }
         }
     };
-    let upstream_us = sent_at.elapsed().as_micros() as u64;
-    ep.ewma.observe(epoch_us(), upstream_us as f64);
+    let head_at = Instant::now();
+    let upstream_us = head_at.duration_since(sent_at).as_micros() as u64;
+    ep.ewma.observe(epoch_us(head_at), upstream_us as f64);
     let status = bufs.res.status;
     let res_body = bufs.res.body();
     let close = close_req
@@ -505,7 +510,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         Ok(n) => {
             outcome.bytes_out = n;
             if !bufs.res.close && !body_cut && bufs.upb.is_empty() {
-                let expires = Instant::now() + service.timeouts.idle;
+                let expires = head_at + service.timeouts.idle;
                 worker.pool.borrow_mut().put(ep_arc, up, expires, ep.max);
             }
         }
@@ -568,16 +573,13 @@ async fn send_body(
         BodyKind::Length(_) => {
             while remaining > 0 {
                 if inb.is_empty() {
-                    match inb
-                        .fill(client, STREAM_BUF, dl.at(Instant::now() + idle))
-                        .await
-                    {
+                    match inb.fill(client, STREAM_BUF, dl.after(idle)).await {
                         Ok(0) | Err(_) => return Err(BodyError::Client),
                         Ok(_) => {}
                     }
                 }
                 let take = (inb.len() as u64).min(remaining) as usize;
-                write_all_by(up, &inb.filled()[..take], dl.at(Instant::now() + idle))
+                write_all_by(up, &inb.filled()[..take], dl.after(idle))
                     .await
                     .map_err(|_| BodyError::Upstream)?;
                 inb.consume(take);
@@ -602,7 +604,7 @@ async fn send_body(
                     out.extend_from_slice(LAST_CHUNK);
                 }
                 if dec.is_done() || out.len() >= FLUSH_AT || inb.is_empty() {
-                    write_all_by(up, out, dl.at(Instant::now() + idle))
+                    write_all_by(up, out, dl.after(idle))
                         .await
                         .map_err(|_| BodyError::Upstream)?;
                     out.clear();
@@ -612,10 +614,7 @@ async fn send_body(
                     break;
                 }
                 if inb.is_empty() {
-                    match inb
-                        .fill(client, STREAM_BUF, dl.at(Instant::now() + idle))
-                        .await
-                    {
+                    match inb.fill(client, STREAM_BUF, dl.after(idle)).await {
                         Ok(0) | Err(_) => return Err(BodyError::Client),
                         Ok(_) => {}
                     }
@@ -753,7 +752,7 @@ async fn relay_body(
     let idle = service.timeouts.response_header;
     let client = &conn.client;
     let dl = &conn.worker.deadlines;
-    let wdl = || dl.at(Instant::now() + CLIENT_WRITE_TIMEOUT);
+    let wdl = || dl.after(CLIENT_WRITE_TIMEOUT);
     let mut written = 0u64;
     match body {
         BodyKind::None => {
@@ -770,11 +769,7 @@ async fn relay_body(
                 .map_err(|_| (0, false))?;
             written = take as u64;
             while written < n {
-                match bufs
-                    .upb
-                    .fill(up, STREAM_BUF, dl.at(Instant::now() + idle))
-                    .await
-                {
+                match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
                     Ok(0) | Err(_) => return Err((written, true)),
                     Ok(_) => {}
                 }
@@ -814,11 +809,7 @@ async fn relay_body(
                     break;
                 }
                 if bufs.upb.is_empty() {
-                    match bufs
-                        .upb
-                        .fill(up, STREAM_BUF, dl.at(Instant::now() + idle))
-                        .await
-                    {
+                    match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
                         Ok(0) | Err(_) => return Err((written, true)),
                         Ok(_) => {}
                     }
@@ -833,11 +824,7 @@ async fn relay_body(
                 .await
                 .map_err(|_| (0, false))?;
             loop {
-                match bufs
-                    .upb
-                    .fill(up, STREAM_BUF, dl.at(Instant::now() + idle))
-                    .await
-                {
+                match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
                     Ok(0) => break,
                     Err(_) => return Err((written, true)),
                     Ok(_) => {}

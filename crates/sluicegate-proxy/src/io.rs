@@ -108,7 +108,7 @@ impl RecvBuf {
         &mut self,
         s: &TcpStream,
         limit: usize,
-        wait: Wait<'_>,
+        mut wait: Wait<'_>,
     ) -> Result<usize, ReadError> {
         if self.spare(limit).is_empty() {
             return Ok(0);
@@ -125,6 +125,8 @@ impl RecvBuf {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(ReadError::Io(e)),
             }
+            // A wake-up without data must not push the deadline out.
+            wait = wait.fix();
             match wait.bound(s.readable()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(ReadError::Io(e)),
