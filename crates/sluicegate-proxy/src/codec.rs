@@ -70,6 +70,9 @@ pub struct ResponseHead {
     pub body: Option<BodyKind>,
     /// The upstream will close (or did not promise keep-alive).
     pub close: bool,
+    /// Every line of the head ends in CRLF, so its lines can be copied as
+    /// received (see [`append_header_lines`]).
+    pub crlf: bool,
 }
 
 impl RequestHead {
@@ -205,6 +208,15 @@ struct ConnTokens {
 
 fn connection_tokens(v: &[u8]) -> ConnTokens {
     let mut t = ConnTokens::default();
+    // The usual values, a single token, without splitting.
+    if v.eq_ignore_ascii_case(b"keep-alive") {
+        t.keep_alive = true;
+        return t;
+    }
+    if v.eq_ignore_ascii_case(b"close") {
+        t.close = true;
+        return t;
+    }
     for token in v.split(|&b| b == b',') {
         let token = trim(token);
         if token.eq_ignore_ascii_case(b"close") {
@@ -216,6 +228,42 @@ fn connection_tokens(v: &[u8]) -> ConnTokens {
         }
     }
     t
+}
+
+/// Appends to `out` the header lines of a head in `raw` for which `keep`
+/// holds, in order. When every line ends in CRLF (`crlf`; always so for a
+/// request head we accepted) each run of kept lines is copied as received
+/// in one piece; otherwise each line is rebuilt as `name: value` CRLF.
+/// `head_len` is the head's length, final blank line included.
+pub fn append_header_lines(
+    out: &mut Vec<u8>,
+    raw: &[u8],
+    headers: &[HeaderRef],
+    head_len: usize,
+    crlf: bool,
+    keep: impl Fn(&HeaderRef) -> bool,
+) {
+    if !crlf {
+        for h in headers.iter().filter(|h| keep(h)) {
+            out.extend_from_slice(&raw[h.name.clone()]);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(&raw[h.value.clone()]);
+            out.extend_from_slice(b"\r\n");
+        }
+        return;
+    }
+    let mut run: Option<usize> = None;
+    for h in headers {
+        if keep(h) {
+            run.get_or_insert(h.name.start);
+        } else if let Some(start) = run.take() {
+            out.extend_from_slice(&raw[start..h.name.start]);
+        }
+    }
+    if let Some(start) = run {
+        // The last run ends where the final blank line starts.
+        out.extend_from_slice(&raw[start..head_len - 2]);
+    }
 }
 
 /// Outcome of trying to parse a head from the bytes received so far.
@@ -418,6 +466,7 @@ pub fn parse_response(
         return Err(HeadError::Bad("invalid status code"));
     }
     head.len = len;
+    head.crlf = !complete_head_has_bare_lf(buf, len, 0, res.headers);
     head.status = status;
     head.minor = minor;
     head.headers.clear();
@@ -551,6 +600,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn header_lines_copied_in_runs_or_rebuilt() {
+        let raw =
+            b"GET / HTTP/1.1\r\nHost: x\r\nA:1  \r\nConnection: close\r\nB: 2\r\nC: 3\r\n\r\n";
+        let h = req(raw).unwrap();
+        let names = |keep: &[&str], crlf: bool| {
+            let mut out = Vec::new();
+            append_header_lines(&mut out, raw, &h.headers, h.len, crlf, |r| {
+                keep.iter()
+                    .any(|k| raw[r.name.clone()].eq_ignore_ascii_case(k.as_bytes()))
+            });
+            String::from_utf8(out).unwrap()
+        };
+        // Runs keep the bytes as received (including "A:1  ").
+        assert_eq!(
+            names(&["host", "a", "b", "c"], true),
+            "Host: x\r\nA:1  \r\nB: 2\r\nC: 3\r\n"
+        );
+        assert_eq!(names(&["a", "c"], true), "A:1  \r\nC: 3\r\n");
+        assert_eq!(names(&[], true), "");
+        assert_eq!(names(&["c"], true), "C: 3\r\n");
+        // Rebuilt lines are normalised.
+        assert_eq!(names(&["a", "c"], false), "A: 1\r\nC: 3\r\n");
+    }
+
+    #[test]
+    fn response_head_line_ends() {
+        let mut head = ResponseHead::default();
+        let ok = b"HTTP/1.1 200 OK\r\nA: 1\r\nContent-Length: 0\r\n\r\n";
+        assert!(matches!(
+            parse_response(ok, 4096, false, &mut head),
+            Ok(Parsed::Complete(()))
+        ));
+        assert!(head.crlf);
+        let lf = b"HTTP/1.1 200 OK\nA: 1\r\nContent-Length: 0\n\n";
+        assert!(matches!(
+            parse_response(lf, 4096, false, &mut head),
+            Ok(Parsed::Complete(()))
+        ));
+        assert!(!head.crlf);
     }
 
     #[test]

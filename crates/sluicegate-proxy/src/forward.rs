@@ -228,15 +228,9 @@ fn write_request_head(
     out.extend_from_slice(&raw[t.query.clone()]);
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let replace_host = t.authority.is_some();
-    for h in &req.headers {
-        if h.skip || (replace_host && raw[h.name.clone()].eq_ignore_ascii_case(b"host")) {
-            continue;
-        }
-        out.extend_from_slice(&raw[h.name.clone()]);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(&raw[h.value.clone()]);
-        out.extend_from_slice(b"\r\n");
-    }
+    codec::append_header_lines(out, raw, &req.headers, req.len, true, |h| {
+        !(h.skip || (replace_host && raw[h.name.clone()].eq_ignore_ascii_case(b"host")))
+    });
     if replace_host || req.host.is_none() {
         out.extend_from_slice(b"host: ");
         match &t.authority {
@@ -711,16 +705,9 @@ fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8) {
     // With no body (HEAD, 304), the upstream's Content-Length still
     // describes the resource and is passed on.
     let keep_length = body == BodyKind::None && res.status != 204 && res.status >= 200;
-    for h in &res.headers {
-        let name = &raw[h.name.clone()];
-        if h.skip && !(keep_length && name.eq_ignore_ascii_case(b"content-length")) {
-            continue;
-        }
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(&raw[h.value.clone()]);
-        out.extend_from_slice(b"\r\n");
-    }
+    codec::append_header_lines(out, raw, &res.headers, res.len, res.crlf, |h| {
+        !h.skip || (keep_length && raw[h.name.clone()].eq_ignore_ascii_case(b"content-length"))
+    });
     match body {
         BodyKind::Length(n) => response::content_length(out, n),
         BodyKind::Chunked if client_minor == 1 => {

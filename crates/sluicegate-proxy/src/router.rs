@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxBuildHasher;
+
 use regex::Regex;
 use sluicegate_config::{HostMatch, Match, PathMatch};
 
@@ -68,8 +70,10 @@ pub struct RouteMatch {
 
 #[derive(Debug, Default)]
 pub struct Router {
-    exact: HashMap<Box<[u8]>, Vec<usize>>,
-    prefix: HashMap<Box<[u8]>, Vec<usize>>,
+    // Keys come from the config, so a fast non-keyed hash is safe here:
+    // a request can only probe the table, not fill it with collisions.
+    exact: HashMap<Box<[u8]>, Vec<usize>, FxBuildHasher>,
+    prefix: HashMap<Box<[u8]>, Vec<usize>, FxBuildHasher>,
     regex: Vec<(Regex, usize)>,
     any: Vec<usize>,
     conds: Vec<Cond>,
