@@ -1,4 +1,4 @@
-//! The top-level config keys (listen, admin, workers, limits, timeouts, log, reload) and the order of decoding.
+//! The top-level config keys (listen, admin, workers, limits, timeouts, log, reload) and the order of decoding; plans, apps and app_key are in `apps`.
 //!
 //! Services and routes have their own modules. Decoding never stops at the
 //! first problem: each section is read as far as it can be, with defaults
@@ -13,10 +13,11 @@ use crate::model::{
 };
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
-use crate::{route, service};
+use crate::{apps, route, service};
 
 const TOP_KEYS: &[&str] = &[
     "listen", "admin", "workers", "limits", "timeouts", "log", "reload", "services", "routes",
+    "plans", "apps", "app_key",
 ];
 
 /// Decodes the document's root node. The returned config is only meaningful
@@ -32,6 +33,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
         reload: ReloadConfig::default(),
         services: Vec::new(),
         routes: Vec::new(),
+        plans: Vec::new(),
+        apps: Vec::new(),
+        app_key: Default::default(),
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -74,6 +78,15 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
     }
     if let Some(node) = f.get("routes") {
         config.routes = route::routes(cx, node, path.key("routes"), &names);
+    }
+    if let Some(node) = f.get("plans") {
+        config.plans = apps::plans(cx, node, path.key("plans"));
+    }
+    if let Some(node) = f.get("apps") {
+        config.apps = apps::apps(cx, node, path.key("apps"), &names, &config.plans);
+    }
+    if let Some(node) = f.get("app_key") {
+        config.app_key = apps::app_key(cx, node, path.key("app_key"));
     }
     config
 }

@@ -5,6 +5,7 @@
 //! first; `load` reads a file and prefixes each problem with its path.
 //! The schema is documented key by key in `docs/config.md`.
 
+mod apps;
 mod decode;
 pub mod model;
 mod reader;
@@ -19,6 +20,7 @@ mod tests;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use apps::valid_key;
 pub use model::*;
 pub use units::{parse_duration, parse_size};
 

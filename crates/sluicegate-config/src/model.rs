@@ -23,6 +23,89 @@ pub struct Config {
     pub reload: ReloadConfig,
     pub services: Vec<Service>,
     pub routes: Vec<Route>,
+    /// Named limits apps are put on.
+    pub plans: Vec<Plan>,
+    /// The applications (consumers) that call the routes with `auth`.
+    pub apps: Vec<App>,
+    /// Where `auth: app_key` routes look for the key.
+    pub app_key: AppKeySources,
+}
+
+/// A rate limit: `count` requests per `per`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u64,
+    pub per: Duration,
+}
+
+/// A calendar window (UTC) for quotas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaWindow {
+    Minute,
+    Hour,
+    Day,
+    Month,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub limit: u64,
+    pub window: QuotaWindow,
+}
+
+/// A named set of limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub name: String,
+    pub rate: Option<Rate>,
+    /// Requests allowed at once above the steady rate; defaults to the
+    /// rate's count. Only with `rate`.
+    pub burst: Option<u64>,
+    pub quota: Option<Quota>,
+    /// Requests in flight at once.
+    pub concurrency: Option<u64>,
+}
+
+/// An application allowed to call authenticated routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct App {
+    pub id: String,
+    pub keys: Vec<String>,
+    /// The plan for services without an entry in `plans_by_service`.
+    pub plan: Option<String>,
+    /// (service, plan) pairs.
+    pub plans_by_service: Vec<(String, String)>,
+    /// Services the app may call; `None` means all.
+    pub services: Option<Vec<String>>,
+}
+
+/// Where app keys are looked for, in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppKeySources {
+    /// Lower-cased header name.
+    pub header: Option<String>,
+    pub query: Option<String>,
+    /// `/prefix/~KEY/rest`: a segment starting with `~` right after the
+    /// route's path prefix.
+    pub path_segment: bool,
+}
+
+impl Default for AppKeySources {
+    fn default() -> Self {
+        AppKeySources {
+            header: Some("x-app-key".to_string()),
+            query: Some("app_key".to_string()),
+            path_segment: true,
+        }
+    }
+}
+
+/// How a route authenticates the calling app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Auth {
+    #[default]
+    None,
+    AppKey,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -180,6 +263,7 @@ pub struct Route {
     pub name: String,
     pub matcher: Match,
     pub action: Action,
+    pub auth: Auth,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -3,11 +3,18 @@
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
 
-use crate::model::{Action, HostMatch, Match, PathMatch, Route};
+use crate::model::{Action, Auth, HostMatch, Match, PathMatch, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
-const ROUTE_KEYS: &[&str] = &["name", "match", "service", "respond", "strip_prefix"];
+const ROUTE_KEYS: &[&str] = &[
+    "name",
+    "match",
+    "service",
+    "respond",
+    "strip_prefix",
+    "auth",
+];
 const MATCH_KEYS: &[&str] = &[
     "host",
     "path",
@@ -115,10 +122,30 @@ fn route<'n>(
             respond_action(cx, respond, path.key("respond"))
         }
     };
+    let auth = match f.get("auth") {
+        None => Some(Auth::None),
+        Some(n) => {
+            let p = path.key("auth");
+            match reader::scalar(cx, n, p, "app_key or none") {
+                Some("none") => Some(Auth::None),
+                Some("app_key") => Some(Auth::AppKey),
+                Some(other) => {
+                    cx.at(
+                        n.pos,
+                        p,
+                        format_args!("unknown auth {} (expected app_key or none)", quote(other)),
+                    );
+                    None
+                }
+                None => None,
+            }
+        }
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
         action: action?,
+        auth: auth?,
     })
 }
 

@@ -64,6 +64,9 @@ pub struct Entry<'a> {
     pub total_us: u64,
     /// Time from sending the request upstream to the response head.
     pub upstream_us: Option<u64>,
+    /// The authenticated app, and a fingerprint of its key (never the key).
+    pub app: Option<&'a str>,
+    pub key_fp: Option<&'a str>,
 }
 
 /// Appends `e` as one JSON line to `out`.
@@ -95,6 +98,17 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
     match e.upstream_us {
         Some(us) => millis(out, us),
         None => out.extend_from_slice(b"null"),
+    }
+    for (name, v) in [(&b",\"app\":"[..], e.app), (b",\"key\":", e.key_fp)] {
+        out.extend_from_slice(name);
+        match v {
+            Some(v) => {
+                out.push(b'"');
+                escape(out, v.as_bytes());
+                out.push(b'"');
+            }
+            None => out.extend_from_slice(b"null"),
+        }
     }
     out.extend_from_slice(b"}\n");
 }
@@ -164,7 +178,7 @@ pub fn timestamp(out: &mut Vec<u8>, t: SystemTime) {
 }
 
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -177,10 +191,30 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (y, m, d)
 }
 
+/// (year, month, day) to days since 1970-01-01; the inverse of
+/// [`civil_from_days`].
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn days_round_trip() {
+        for z in [-800_000i64, -1, 0, 59, 10_957, 20_414, 2_932_896] {
+            let (y, m, d) = civil_from_days(z);
+            assert_eq!(days_from_civil(y, m, d), z);
+        }
+    }
 
     #[test]
     fn dates() {
@@ -228,13 +262,15 @@ mod tests {
                 bytes_out: 12,
                 total_us: 1234,
                 upstream_us: None,
+                app: Some("shop"),
+                key_fp: None,
             },
         );
         let s = String::from_utf8(out).unwrap();
         assert!(s.ends_with("}\n"));
         assert!(s.contains("\"path\":\"/a\\\"b\\u0001\u{fffd}\""), "{s}");
         assert!(
-            s.contains("\"duration_ms\":1.234,\"upstream_ms\":null"),
+            s.contains("\"duration_ms\":1.234,\"upstream_ms\":null,\"app\":\"shop\",\"key\":null}"),
             "{s}"
         );
     }

@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use crate::accesslog::{self, Sink};
 use crate::codec::{self, BodyKind, HeadError, Parsed, RequestHead, ResponseHead};
 use crate::deadline::{Deadlines, Wait};
+use crate::filter::{Edits, Refuse, ReqCx};
 use crate::forward::{self, Outcome};
 use crate::io::{write_all_by, Pool, ReadError, RecvBuf};
 use crate::response::{self, ErrorKind};
@@ -72,6 +73,8 @@ pub struct Bufs {
     pub log_line: Vec<u8>,
     /// The current request is HEAD: answers carry no body.
     pub is_head: bool,
+    /// What the route's filters changed for the current request.
+    pub edits: Edits,
 }
 
 impl Worker {
@@ -99,6 +102,7 @@ impl Worker {
                 res: ResponseHead::default(),
                 log_line: Vec::new(),
                 is_head: false,
+                edits: Edits::default(),
             })
         })
     }
@@ -113,6 +117,7 @@ impl Worker {
             b.inb.clear();
             b.upb.clear();
             b.out.clear();
+            b.edits.clear();
             free.push(b);
         }
     }
@@ -190,6 +195,14 @@ pub struct Conn<'w> {
     /// The client's address as text, formatted once for X-Forwarded-For.
     pub peer_ip: String,
     bufs: Option<Box<Bufs>>,
+}
+
+/// A response the gateway writes itself.
+enum Local<'a> {
+    /// A `respond` route's: status, status line and headers, body.
+    Fixed(u16, &'a [u8], &'a [u8]),
+    /// An error, with extra header lines.
+    Error(ErrorKind, &'a [u8]),
 }
 
 /// What the request loop does after a request.
@@ -347,16 +360,47 @@ impl Conn<'_> {
         let method_len = method.len();
         let is_head = method == b"HEAD";
         bufs.is_head = is_head;
+        bufs.edits.clear();
         let Some(found) = found else {
-            let outcome = self.answer_locally(bufs, None, is_head).await;
+            let outcome = self
+                .answer_locally(bufs, Local::Error(ErrorKind::NoRoute, &[]), is_head)
+                .await;
             self.worker.shared.global.unrouted.record(outcome.status);
             self.log(snap, bufs, method_len, "", "", &outcome, started);
             return outcome.next();
         };
         let route = &snap.routes[found.index];
+        let refused = run_filters(route, bufs, &target, found.prefix_len, started);
+        if bufs.edits.path.is_some() || bufs.edits.query.is_some() {
+            // A key was taken out of the path or query: log it without.
+            let raw = bufs.inb.filled();
+            bufs.log_line.truncate(method_len + 1);
+            let path = bufs
+                .edits
+                .path
+                .as_deref()
+                .unwrap_or(&raw[target.path.clone()]);
+            bufs.log_line.extend_from_slice(path);
+            let query = bufs
+                .edits
+                .query
+                .as_deref()
+                .unwrap_or(&raw[target.query.clone()]);
+            bufs.log_line.extend_from_slice(query);
+        }
+        if let Some(refuse) = refused {
+            let outcome = self
+                .answer_locally(bufs, Local::Error(refuse.kind, &refuse.headers), is_head)
+                .await;
+            route
+                .metrics
+                .record(outcome.status, started.elapsed().as_micros() as u64);
+            self.log(snap, bufs, method_len, &route.name, "", &outcome, started);
+            return outcome.next();
+        }
         let outcome = match &route.action {
             ActionRt::Respond { status, head, body } => {
-                self.answer_locally(bufs, Some((*status, head, body)), is_head)
+                self.answer_locally(bufs, Local::Fixed(*status, head, body), is_head)
                     .await
             }
             ActionRt::Proxy {
@@ -382,17 +426,19 @@ impl Conn<'_> {
             ActionRt::Proxy { service, .. } => &*service.name,
             ActionRt::Respond { .. } => "",
         };
+        // Concurrency slots end with the request, not with the connection.
+        bufs.edits.guards.clear();
         self.log(snap, bufs, method_len, &route.name, svc, &outcome, started);
         outcome.next()
     }
 
     /// Writes a response the gateway makes itself: a `respond` route's, or
-    /// 404 when `fixed` is None. A request body is read and dropped when
-    /// small, otherwise the connection closes after the answer.
+    /// an error (404, or a filter's refusal). A request body is read and dropped when small,
+    /// otherwise the connection closes after the answer.
     async fn answer_locally(
         &self,
         bufs: &mut Bufs,
-        fixed: Option<(u16, &Vec<u8>, &Vec<u8>)>,
+        fixed: Local<'_>,
         is_head: bool,
     ) -> Outcome<'static> {
         let head_len = bufs.req.len;
@@ -408,8 +454,9 @@ impl Conn<'_> {
         }
         bufs.out.clear();
         let (status, body_len) = match fixed {
-            Some((status, head, body)) => {
+            Local::Fixed(status, head, body) => {
                 bufs.out.extend_from_slice(head);
+                bufs.out.extend_from_slice(&bufs.edits.response_headers);
                 // 1xx, 204 and 304 carry no body and no Content-Length.
                 let bodiless = status < 200 || status == 204 || status == 304;
                 if !bodiless {
@@ -426,10 +473,10 @@ impl Conn<'_> {
                 }
                 (status, if bodiless { 0 } else { body.len() })
             }
-            None => {
+            Local::Error(kind, extra) => {
                 let before = bufs.out.len();
-                response::error(&mut bufs.out, ErrorKind::NoRoute, close, is_head);
-                (404, bufs.out.len() - before)
+                response::error_with(&mut bufs.out, kind, close, is_head, extra);
+                (kind.status(), bufs.out.len() - before)
             }
         };
         bufs.inb.consume(head_len);
@@ -486,6 +533,8 @@ impl Conn<'_> {
                 bytes_out: outcome.bytes_out,
                 total_us: started.elapsed().as_micros() as u64,
                 upstream_us: outcome.upstream_us,
+                app: bufs.edits.app.as_deref(),
+                key_fp: bufs.edits.key_fp.as_deref(),
             },
         );
         if buf.len() >= accesslog::FLUSH_AT {
@@ -493,6 +542,42 @@ impl Conn<'_> {
             buf.clear();
         }
     }
+}
+
+/// Runs the route's filters on the request in `bufs`; the first refusal
+/// is returned. Their edits are left in `bufs.edits`.
+fn run_filters(
+    route: &crate::snapshot::RouteRt,
+    bufs: &mut Bufs,
+    target: &forward::Target,
+    prefix_len: usize,
+    now: Instant,
+) -> Option<Refuse> {
+    if route.filters.is_empty() {
+        return None;
+    }
+    let service = match &route.action {
+        ActionRt::Proxy { service, .. } => Some(service.index),
+        ActionRt::Respond { .. } => None,
+    };
+    let Bufs {
+        inb, req, edits, ..
+    } = bufs;
+    let mut cx = ReqCx {
+        raw: inb.filled(),
+        head: req,
+        path: target.path.clone(),
+        query: target.query.clone(),
+        prefix_len,
+        service,
+        edits,
+        app: None,
+        now,
+    };
+    route
+        .filters
+        .iter()
+        .find_map(|f| f.on_request(&mut cx).err())
 }
 
 impl Outcome<'_> {

@@ -21,6 +21,7 @@ use crate::codec::{self, BodyKind, Parsed, RequestHead};
 use crate::conn::{Bufs, Conn};
 use crate::deadline::{Deadlines, Wait};
 use crate::endpoint::EndpointState;
+use crate::filter::Edits;
 use crate::io::{write_all_by, ReadError, RecvBuf};
 use crate::response::{self, ErrorKind};
 use crate::snapshot::{ServiceRt, Snapshot};
@@ -201,6 +202,7 @@ async fn connect(addr: std::net::SocketAddr, timeout: Duration) -> std::io::Resu
 }
 
 /// Writes the request head as it goes upstream into `out`.
+#[allow(clippy::too_many_arguments)]
 fn write_request_head(
     out: &mut Vec<u8>,
     raw: &[u8],
@@ -209,11 +211,12 @@ fn write_request_head(
     strip: usize,
     peer_ip: &str,
     ep: &EndpointState,
+    edits: &Edits,
 ) {
     out.clear();
     out.extend_from_slice(&raw[req.method.clone()]);
     out.push(b' ');
-    let path = t.path(raw);
+    let path = edits.path.as_deref().unwrap_or_else(|| t.path(raw));
     let path = if strip > 0 && strip <= path.len() {
         let rest = &path[strip..];
         if rest.is_empty() {
@@ -225,7 +228,10 @@ fn write_request_head(
         path
     };
     out.extend_from_slice(path);
-    out.extend_from_slice(&raw[t.query.clone()]);
+    match &edits.query {
+        Some(q) => out.extend_from_slice(q),
+        None => out.extend_from_slice(&raw[t.query.clone()]),
+    }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let replace_host = t.authority.is_some();
     codec::append_header_lines(out, raw, &req.headers, req.len, true, |h| {
@@ -246,6 +252,7 @@ fn write_request_head(
     }
     out.extend_from_slice(peer_ip.as_bytes());
     out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    out.extend_from_slice(&edits.request_headers);
     if let Some(h) = t.host(raw) {
         out.extend_from_slice(b"x-forwarded-host: ");
         out.extend_from_slice(h);
@@ -347,6 +354,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         strip,
         &conn.peer_ip,
         ep,
+        &bufs.edits,
     );
     let is_head = &raw[bufs.req.method.clone()] == b"HEAD";
     let client_minor = bufs.req.minor;
@@ -715,6 +723,7 @@ fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8) {
         }
         _ => {}
     }
+    out.extend_from_slice(&bufs.edits.response_headers);
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     } else if client_minor == 0 {

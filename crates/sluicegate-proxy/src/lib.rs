@@ -4,14 +4,17 @@
 //! flow.
 
 pub mod accesslog;
+pub mod apps;
 pub mod balancer;
 pub mod chunked;
 pub mod codec;
 pub mod conn;
 pub mod deadline;
 pub mod endpoint;
+pub mod filter;
 pub mod forward;
 pub mod io;
+pub mod limit;
 pub mod metrics;
 pub mod response;
 pub mod router;

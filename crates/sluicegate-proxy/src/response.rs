@@ -20,6 +20,12 @@ pub enum ErrorKind {
     UpstreamTimeout,
     /// Every connection slot of the endpoint stayed busy (503).
     UpstreamBusy,
+    /// No credentials, or unknown ones (401).
+    Unauthorized,
+    /// The caller is known but not allowed here (403).
+    Forbidden,
+    /// Over a plan or route limit (429).
+    TooManyRequests,
 }
 
 impl ErrorKind {
@@ -35,6 +41,9 @@ impl ErrorKind {
             ErrorKind::UpstreamFailed => 502,
             ErrorKind::UpstreamBusy => 503,
             ErrorKind::UpstreamTimeout => 504,
+            ErrorKind::Unauthorized => 401,
+            ErrorKind::Forbidden => 403,
+            ErrorKind::TooManyRequests => 429,
         }
     }
 
@@ -50,6 +59,9 @@ impl ErrorKind {
             ErrorKind::UpstreamFailed => "bad gateway",
             ErrorKind::UpstreamBusy => "service unavailable",
             ErrorKind::UpstreamTimeout => "gateway timeout",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::TooManyRequests => "too many requests",
         }
     }
 
@@ -121,6 +133,11 @@ pub fn content_length(out: &mut Vec<u8>, n: u64) {
 /// Appends a complete error response. `head_only` leaves the body out
 /// (for HEAD requests) while keeping its length.
 pub fn error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool) {
+    error_with(out, kind, close, head_only, &[]);
+}
+
+/// [`error`] with extra header lines (`name: value\r\n` each).
+pub fn error_with(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool, extra: &[u8]) {
     let status = kind.status();
     let mut body = Vec::with_capacity(64);
     body.extend_from_slice(b"{\"error\":\"");
@@ -131,6 +148,7 @@ pub fn error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool) {
     status_line(out, status);
     out.extend_from_slice(b"content-type: application/json\r\n");
     content_length(out, body.len() as u64);
+    out.extend_from_slice(extra);
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     }

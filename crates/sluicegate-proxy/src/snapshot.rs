@@ -14,18 +14,22 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use sluicegate_config::{
-    Action, Balance, ClientTimeouts, Config, HashKey, Limits, UpstreamTimeouts,
+    Action, Auth, Balance, ClientTimeouts, Config, HashKey, Limits, UpstreamTimeouts,
 };
 
 use crate::accesslog::Sink;
+use crate::apps::{AppTable, LimitStates};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
+use crate::filter::{AppKeyAuth, Filter, PlanLimit};
 use crate::metrics::{GlobalMetrics, RouteMetrics};
 use crate::router::Router;
 
 #[derive(Debug)]
 pub struct ServiceRt {
     pub name: Arc<str>,
+    /// Position in the config's service list (what app ACLs refer to).
+    pub index: u32,
     pub endpoints: Vec<Arc<EndpointState>>,
     pub balancer: Balancer,
     pub timeouts: UpstreamTimeouts,
@@ -51,6 +55,8 @@ pub struct RouteRt {
     pub name: Arc<str>,
     pub action: ActionRt,
     pub metrics: Arc<RouteMetrics>,
+    /// Policies run in order before the action.
+    pub filters: Vec<Box<dyn Filter>>,
 }
 
 /// Everything a request needs, immutable once published.
@@ -80,6 +86,10 @@ pub struct Registry {
     endpoint_order: Vec<(Arc<str>, Arc<EndpointState>)>,
     generation: u64,
     access_log: Option<(sluicegate_config::AccessLog, Arc<Sink>)>,
+    /// Plan counters by (app, scope), kept while the app exists.
+    limits: LimitStates,
+    /// The key-hashing secret of the apps table, random per process.
+    key_secret: std::collections::hash_map::RandomState,
 }
 
 /// Process-wide state: the current snapshot, the registry, global counters.
@@ -197,7 +207,9 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     let mut live_endpoints = HashMap::new();
     let mut endpoint_order = Vec::new();
     let mut live_balancers = HashMap::new();
-    for svc in &config.services {
+    let mut service_index: HashMap<&str, u32> = HashMap::new();
+    for (index, svc) in config.services.iter().enumerate() {
+        service_index.insert(&svc.name, index as u32);
         let name: Arc<str> = svc.name.as_str().into();
         let mut eps = Vec::with_capacity(svc.endpoints.len());
         for ep in &svc.endpoints {
@@ -235,6 +247,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
             &svc.name,
             Arc::new(ServiceRt {
                 name,
+                index: index as u32,
                 endpoints: eps,
                 balancer,
                 timeouts: svc.timeouts.clone(),
@@ -242,6 +255,14 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         );
     }
     let router = Router::new(config.routes.iter().map(|r| &r.matcher))?;
+    let mut live_limits = LimitStates::new();
+    let apps = Arc::new(AppTable::new(
+        config,
+        &service_index,
+        &reg.limits,
+        &mut live_limits,
+        &reg.key_secret,
+    ));
     let mut routes = Vec::with_capacity(config.routes.len());
     let mut live_routes = HashMap::new();
     let mut route_order = Vec::new();
@@ -284,10 +305,19 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 }
             }
         };
+        let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        if r.auth == Auth::AppKey {
+            filters.push(Box::new(AppKeyAuth {
+                apps: apps.clone(),
+                sources: config.app_key.clone(),
+            }));
+            filters.push(Box::new(PlanLimit));
+        }
         routes.push(RouteRt {
             name: r.name.as_str().into(),
             action,
             metrics,
+            filters,
         });
     }
     let access_log = match &reg.access_log {
@@ -301,6 +331,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     reg.endpoints = live_endpoints;
     reg.balancers = live_balancers;
     reg.routes = live_routes;
+    reg.limits = live_limits;
     reg.route_order = route_order;
     reg.endpoint_order = endpoint_order;
     reg.generation += 1;

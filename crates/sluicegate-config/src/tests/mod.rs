@@ -1,5 +1,6 @@
 //! Tests of `parse` and `load` on whole configs: valid ones here, errors and hostile input in submodules.
 
+mod apps;
 mod errors;
 mod hostile;
 
@@ -146,6 +147,7 @@ fn full_example_parses_to_the_expected_model() {
                     service: "web".into(),
                     strip_prefix: true,
                 },
+                auth: Auth::None,
             },
             Route {
                 name: "hello".into(),
@@ -160,6 +162,7 @@ fn full_example_parses_to_the_expected_model() {
                     body: "hello\n".into(),
                     headers: vec![("Content-Type".into(), "text/plain".into())],
                 },
+                auth: Auth::None,
             },
             Route {
                 name: "re".into(),
@@ -173,6 +176,7 @@ fn full_example_parses_to_the_expected_model() {
                     service: "api.v2".into(),
                     strip_prefix: false,
                 },
+                auth: Auth::None,
             },
             Route {
                 name: "fallback".into(),
@@ -186,8 +190,12 @@ fn full_example_parses_to_the_expected_model() {
                     service: "api.v2".into(),
                     strip_prefix: false,
                 },
+                auth: Auth::None,
             },
         ],
+        plans: vec![],
+        apps: vec![],
+        app_key: AppKeySources::default(),
     };
     assert_eq!(ok(FULL), expected);
 }

@@ -1,0 +1,134 @@
+//! `plans`, `apps` and `app_key`: what they decode to, and each error with
+//! the line and column of the node at fault.
+
+use std::time::Duration;
+
+use super::{errors, ok};
+use crate::*;
+
+const BASE: &str = "listen: 127.0.0.1:8080
+services:
+  - name: orders
+    endpoints: [\"127.0.0.1:9001\"]
+  - name: web
+    endpoints: [\"127.0.0.1:9002\"]
+routes:
+  - name: orders
+    match: { path_prefix: /orders }
+    service: orders
+    auth: app_key
+";
+
+fn with(rest: &str) -> String {
+    format!("{BASE}{rest}")
+}
+
+#[test]
+fn plans_apps_and_sources_decode() {
+    let c = ok(&with(
+        "plans:
+  gold: { rate: 1000/s, burst: 200, quota: 1000000/day, concurrency: 50 }
+  slow: { rate: 60/min }
+apps:
+  - id: shop-web
+    keys: [\"9cf3319cbd254202cf882a79a755ba6e\", \"second-key-123\"]
+    plan: gold
+    plans_by_service: { web: slow }
+    services: [orders, web]
+  - id: bare
+app_key: { header: X-Key, query: off, path_segment: false }
+",
+    ));
+    assert_eq!(c.routes[0].auth, Auth::AppKey);
+    assert_eq!(
+        c.plans[0],
+        Plan {
+            name: "gold".into(),
+            rate: Some(Rate {
+                count: 1000,
+                per: Duration::from_secs(1)
+            }),
+            burst: Some(200),
+            quota: Some(Quota {
+                limit: 1_000_000,
+                window: QuotaWindow::Day
+            }),
+            concurrency: Some(50),
+        }
+    );
+    // burst defaults to the rate's count.
+    assert_eq!(c.plans[1].burst, Some(60));
+    assert_eq!(c.plans[1].rate.unwrap().per, Duration::from_secs(60));
+    assert_eq!(
+        c.apps[0],
+        App {
+            id: "shop-web".into(),
+            keys: vec![
+                "9cf3319cbd254202cf882a79a755ba6e".into(),
+                "second-key-123".into()
+            ],
+            plan: Some("gold".into()),
+            plans_by_service: vec![("web".into(), "slow".into())],
+            services: Some(vec!["orders".into(), "web".into()]),
+        }
+    );
+    assert_eq!(c.apps[1].services, None);
+    assert_eq!(
+        c.app_key,
+        AppKeySources {
+            header: Some("x-key".into()),
+            query: None,
+            path_segment: false
+        }
+    );
+}
+
+#[test]
+fn each_mistake_is_named_where_it_is() {
+    let all = errors(&with(
+        "plans:
+  gold: { rate: 1000/fortnight, burst: 0 }
+  empty: {}
+  lonely: { burst: 5, quota: 10/year }
+apps:
+  - id: a
+    keys: [\"short\", \"has space in it\", \"good-key-0001\"]
+    plan: platinum
+    services: [orders, nope]
+    plans_by_service: { nope: gold, web: missing }
+  - id: a
+    keys: [\"good-key-0001\"]
+  - keys: []
+app_key: { header: off, query: off, path_segment: false }
+",
+    ));
+    let expect = [
+        "13:17: plans.gold.rate: expected a rate like 100/s, 60/min, 1000/h or 10000/day, found \"1000/fortnight\"",
+        "13:40: plans.gold.burst: expected an integer from 1 to 1000000000, found \"0\"",
+        "14:10: plans.empty: a plan needs at least one of rate, quota, concurrency",
+        "15:11: plans.lonely: burst needs a rate",
+        "15:30: plans.lonely.quota: expected a quota like 1000/minute, 50000/hour, 1000000/day or 10000000/month, found \"10/year\"",
+        "18:12: apps[0].keys[0]: an app key is 8 to 256 characters of letters, digits and - _ . ~ + only",
+        "18:21: apps[0].keys[1]: an app key is 8 to 256 characters of letters, digits and - _ . ~ + only",
+        "19:11: apps[0].plan: unknown plan \"platinum\"",
+        "20:24: apps[0].services[1]: unknown service \"nope\"",
+        "21:25: apps[0].plans_by_service: unknown service \"nope\"",
+        "21:42: apps[0].plans_by_service.web: unknown plan \"missing\"",
+        "22:9: apps[1].id: duplicate app id \"a\" (first at 17:9)",
+        "23:12: apps[1].keys[0]: key already given to another app (first at 18:40)",
+        "24:5: apps[2]: missing required key \"id\"",
+        "25:10: app_key: every key source is off: keep at least one",
+    ];
+    assert_eq!(all, expect);
+    // A key is never echoed in an error.
+    assert!(all.iter().all(|e| !e.contains("good-key-0001")));
+}
+
+#[test]
+fn unknown_auth() {
+    let text = BASE.replace("auth: app_key", "auth: basic");
+    assert_eq!(
+        errors(&text),
+        ["11:11: routes[0].auth: unknown auth \"basic\" (expected app_key or none)"]
+    );
+}

@@ -1,0 +1,279 @@
+//! Route filters: the one trait every policy implements (auth, ACL, plan
+//! limits, ...), the per-request context they read and edit, and the
+//! filters themselves. A route holds its filters in order; the first to
+//! refuse answers the request.
+
+use std::fmt::Debug;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use sluicegate_config::AppKeySources;
+
+use crate::apps::{AppRt, AppTable};
+use crate::codec::RequestHead;
+use crate::limit::InFlight;
+use crate::response::ErrorKind;
+
+/// What filters change about the request and its response, reused across
+/// requests (cleared before each).
+#[derive(Debug, Default)]
+pub struct Edits {
+    /// The path to forward instead of the received one (before any
+    /// `strip_prefix`, which still applies).
+    pub path: Option<Vec<u8>>,
+    /// The query to forward instead of the received one, with its `?`
+    /// (empty for none).
+    pub query: Option<Vec<u8>>,
+    /// Header lines (`name: value\r\n`) added to the request upstream.
+    pub request_headers: Vec<u8>,
+    /// Header lines added to the response to the client.
+    pub response_headers: Vec<u8>,
+    /// The authenticated app, and the fingerprint of the key it used.
+    pub app: Option<Arc<str>>,
+    pub key_fp: Option<String>,
+    /// Held until the request ends (concurrency slots).
+    pub guards: Vec<InFlight>,
+}
+
+impl Edits {
+    pub fn clear(&mut self) {
+        self.path = None;
+        self.query = None;
+        self.request_headers.clear();
+        self.response_headers.clear();
+        self.app = None;
+        self.key_fp = None;
+        self.guards.clear();
+    }
+}
+
+/// A refusal: the error to answer and header lines to add to it.
+#[derive(Debug)]
+pub struct Refuse {
+    pub kind: ErrorKind,
+    pub headers: Vec<u8>,
+}
+
+/// What a filter sees of a request.
+pub struct ReqCx<'a> {
+    pub raw: &'a [u8],
+    pub head: &'a mut RequestHead,
+    /// The received path and query (with its `?`) as ranges of `raw`.
+    pub path: Range<usize>,
+    pub query: Range<usize>,
+    /// Length of the route's matched path prefix (0 for other matches).
+    pub prefix_len: usize,
+    /// Index of the route's service; `None` for `respond` routes.
+    pub service: Option<u32>,
+    pub edits: &'a mut Edits,
+    /// The app authenticated by an earlier filter.
+    pub app: Option<&'a AppRt>,
+    pub now: Instant,
+}
+
+/// One policy on a route.
+pub trait Filter: Send + Sync + Debug {
+    /// Runs before the request is forwarded; an error answers it.
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse>;
+}
+
+/// `auth: app_key`: finds the app key in a header, a query parameter or a
+/// `~KEY` path segment right after the route's prefix, removes it from the
+/// request, checks the app may call the route's service, and tells the
+/// upstream who called in `X-App-Id`.
+#[derive(Debug)]
+pub struct AppKeyAuth {
+    pub apps: Arc<AppTable>,
+    pub sources: AppKeySources,
+}
+
+/// `WWW-Authenticate` for app-key routes.
+const CHALLENGE: &[u8] = b"www-authenticate: AppKey realm=\"sluicegate\"\r\n";
+
+impl AppKeyAuth {
+    fn refuse_401() -> Refuse {
+        Refuse {
+            kind: ErrorKind::Unauthorized,
+            headers: CHALLENGE.to_vec(),
+        }
+    }
+}
+
+impl Filter for AppKeyAuth {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let raw = cx.raw;
+        let mut key: Option<&[u8]> = None;
+        // Header: every copy is removed; a client-sent X-App-Id too, so an
+        // upstream can trust the one the gateway adds.
+        for h in cx.head.headers.iter_mut() {
+            let name = &raw[h.name.clone()];
+            if let Some(hn) = &self.sources.header {
+                if name.eq_ignore_ascii_case(hn.as_bytes()) {
+                    h.skip = true;
+                    if key.is_none() {
+                        key = Some(crate::codec::trim(&raw[h.value.clone()]));
+                    }
+                    continue;
+                }
+            }
+            if name.eq_ignore_ascii_case(b"x-app-id") {
+                h.skip = true;
+            }
+        }
+        // Query parameter: removed from the query sent upstream.
+        if let Some(param) = &self.sources.query {
+            let q = &raw[cx.query.clone()];
+            if q.len() > 1 {
+                let (found, rest) = take_query_param(&q[1..], param.as_bytes());
+                if let Some(v) = found {
+                    key = key.or(Some(v));
+                    cx.edits.query = Some(rest);
+                }
+            }
+        }
+        // Path segment: /prefix/~KEY/rest -> /prefix/rest.
+        if self.sources.path_segment {
+            let path = &raw[cx.path.clone()];
+            let after = &path[cx.prefix_len.min(path.len())..];
+            if let Some(seg) = after.strip_prefix(b"/~") {
+                let end = memchr::memchr(b'/', seg).unwrap_or(seg.len());
+                key = key.or(Some(&seg[..end]));
+                let mut p = Vec::with_capacity(path.len());
+                p.extend_from_slice(&path[..cx.prefix_len]);
+                p.extend_from_slice(&seg[end..]);
+                if p.is_empty() {
+                    p.push(b'/');
+                }
+                cx.edits.path = Some(p);
+            }
+        }
+        let Some(key) = key.filter(|k| !k.is_empty()) else {
+            return Err(Self::refuse_401());
+        };
+        let Some(app) = self.apps.by_key(key) else {
+            return Err(Self::refuse_401());
+        };
+        if let Some(svc) = cx.service {
+            if !app.may_call(svc) {
+                cx.edits.app = Some(app.id.clone());
+                return Err(Refuse {
+                    kind: ErrorKind::Forbidden,
+                    headers: Vec::new(),
+                });
+            }
+        }
+        cx.edits.app = Some(app.id.clone());
+        cx.edits.key_fp = Some(crate::apps::fingerprint(key));
+        cx.edits.request_headers.extend_from_slice(b"x-app-id: ");
+        cx.edits
+            .request_headers
+            .extend_from_slice(app.id.as_bytes());
+        cx.edits.request_headers.extend_from_slice(b"\r\n");
+        cx.app = Some(app);
+        Ok(())
+    }
+}
+
+/// Splits `name=value` out of a query (without its `?`): the first value
+/// of `name`, and the query without every `name` parameter (with its `?`,
+/// or empty when nothing is left).
+fn take_query_param<'q>(q: &'q [u8], name: &[u8]) -> (Option<&'q [u8]>, Vec<u8>) {
+    let mut found = None;
+    let mut rest = Vec::with_capacity(q.len() + 1);
+    for part in q.split(|&b| b == b'&') {
+        let (k, v) = match memchr::memchr(b'=', part) {
+            Some(i) => (&part[..i], &part[i + 1..]),
+            None => (part, &part[part.len()..]),
+        };
+        if k == name {
+            found = found.or(Some(v));
+            continue;
+        }
+        if part.is_empty() {
+            continue;
+        }
+        rest.push(if rest.is_empty() { b'?' } else { b'&' });
+        rest.extend_from_slice(part);
+    }
+    (found, rest)
+}
+
+/// The authenticated app's plan for the route's service: rate, quota and
+/// concurrency. Over a limit: 429 with `Retry-After` and `RateLimit-*`;
+/// under it, `RateLimit-*` go on the response.
+#[derive(Debug)]
+pub struct PlanLimit;
+
+impl Filter for PlanLimit {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let Some(app) = cx.app else { return Ok(()) };
+        let Some(charge) = app.charge_for(cx.service.unwrap_or(u32::MAX)) else {
+            return Ok(());
+        };
+        match charge.state.admit(&charge.plan, cx.now, SystemTime::now()) {
+            Ok((guard, c)) => {
+                cx.edits.guards.extend(guard);
+                if c.limit > 0 {
+                    ratelimit_headers(
+                        &mut cx.edits.response_headers,
+                        c.limit,
+                        c.remaining,
+                        c.reset,
+                    );
+                }
+                Ok(())
+            }
+            Err(r) => {
+                let mut headers = Vec::with_capacity(128);
+                headers.extend_from_slice(b"retry-after: ");
+                let secs = r.retry_after.as_secs() + u64::from(r.retry_after.subsec_nanos() > 0);
+                headers.extend_from_slice(itoa::Buffer::new().format(secs.max(1)).as_bytes());
+                headers.extend_from_slice(b"\r\n");
+                ratelimit_headers(&mut headers, r.limit, 0, r.reset);
+                Err(Refuse {
+                    kind: ErrorKind::TooManyRequests,
+                    headers,
+                })
+            }
+        }
+    }
+}
+
+fn ratelimit_headers(out: &mut Vec<u8>, limit: u64, remaining: u64, reset: u64) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b"ratelimit-limit: ");
+    out.extend_from_slice(b.format(limit).as_bytes());
+    out.extend_from_slice(b"\r\nratelimit-remaining: ");
+    out.extend_from_slice(b.format(remaining).as_bytes());
+    out.extend_from_slice(b"\r\nratelimit-reset: ");
+    out.extend_from_slice(b.format(reset).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_param_is_taken_out() {
+        let t = |q: &str| {
+            let (v, rest) = take_query_param(q.as_bytes(), b"app_key");
+            (
+                v.map(|v| String::from_utf8(v.to_vec()).unwrap()),
+                String::from_utf8(rest).unwrap(),
+            )
+        };
+        assert_eq!(t("app_key=K1"), (Some("K1".into()), "".into()));
+        assert_eq!(
+            t("a=1&app_key=K1&b=2"),
+            (Some("K1".into()), "?a=1&b=2".into())
+        );
+        assert_eq!(
+            t("app_key=K1&app_key=K2&c"),
+            (Some("K1".into()), "?c".into())
+        );
+        assert_eq!(t("xapp_key=K&a="), (None, "?xapp_key=K&a=".into()));
+        assert_eq!(t("&&a=1&"), (None, "?a=1".into()));
+    }
+}

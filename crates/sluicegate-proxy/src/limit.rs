@@ -1,0 +1,353 @@
+//! Plan limits shared by every worker thread: a rate with a burst (GCRA,
+//! one atomic), a quota per calendar window (one atomic), and requests in
+//! flight (one atomic). The state lives in [`LimitState`], which the
+//! registry keeps across reloads by app and scope, while the numbers come
+//! from the plan in force ([`PlanRt`]), so a reload that changes a plan
+//! applies at once without resetting anyone's bucket.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sluicegate_config::{Plan, QuotaWindow};
+
+/// A plan compiled for the data plane.
+#[derive(Debug, Clone)]
+pub struct PlanRt {
+    pub name: Arc<str>,
+    /// Nanoseconds between requests at the steady rate, and the burst.
+    rate: Option<(u64, u64)>,
+    quota: Option<(u64, QuotaWindow)>,
+    concurrency: Option<u64>,
+}
+
+impl PlanRt {
+    pub fn new(p: &Plan) -> PlanRt {
+        PlanRt {
+            name: p.name.as_str().into(),
+            rate: p.rate.map(|r| {
+                let interval = (r.per.as_nanos() / u128::from(r.count)).max(1) as u64;
+                (interval, p.burst.unwrap_or(r.count).max(1))
+            }),
+            quota: p.quota.map(|q| (q.limit, q.window)),
+            concurrency: p.concurrency,
+        }
+    }
+}
+
+/// One app's counters for one scope (the whole app, or one service).
+#[derive(Debug, Default)]
+pub struct LimitState {
+    /// GCRA theoretical arrival time, nanoseconds since [`clock_origin`].
+    tat: AtomicU64,
+    /// Quota window number (low 24 bits, high part) and count (low 40 bits).
+    quota: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+/// Why a request was refused, and what to tell the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub retry_after: Duration,
+    /// `RateLimit-Limit` for the limit that refused.
+    pub limit: u64,
+    /// Seconds until the limit has room again (`RateLimit-Reset`).
+    pub reset: u64,
+    pub what: &'static str,
+}
+
+/// What the request was charged, for the `RateLimit-*` headers of an
+/// accepted request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Charged {
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset: u64,
+}
+
+/// Releases a concurrency slot when dropped.
+#[derive(Debug)]
+pub struct InFlight(Arc<LimitState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A fixed instant before any request of this process (an hour before the
+/// first call, or less on a machine up for less), so request times taken
+/// just before the first call do not saturate to zero.
+fn clock_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(|| {
+        let now = Instant::now();
+        [3600, 60, 1]
+            .iter()
+            .find_map(|&s| now.checked_sub(Duration::from_secs(s)))
+            .unwrap_or(now)
+    })
+}
+
+/// Nanoseconds since the process's clock origin (never zero).
+pub fn mono_ns(now: Instant) -> u64 {
+    now.saturating_duration_since(clock_origin()).as_nanos() as u64 + 1
+}
+
+const COUNT_BITS: u32 = 40;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+
+/// The calendar window `t` falls in (UTC), as a number that changes
+/// when the window does, and the seconds left in it.
+fn window_of(t: SystemTime, w: QuotaWindow) -> (u64, u64) {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let span = |len: u64| (secs / len, len - secs % len);
+    match w {
+        QuotaWindow::Minute => span(60),
+        QuotaWindow::Hour => span(3600),
+        QuotaWindow::Day => span(86_400),
+        QuotaWindow::Month => {
+            let days = secs / 86_400;
+            let (y, m, _) = crate::accesslog::civil_from_days(days as i64);
+            let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+            let next = crate::accesslog::days_from_civil(ny, nm, 1) as u64 * 86_400;
+            (
+                (y as u64) * 12 + u64::from(m),
+                next.saturating_sub(secs).max(1),
+            )
+        }
+    }
+}
+
+impl LimitState {
+    /// Checks and charges one request against `plan`: the concurrency
+    /// slot first (released by dropping the returned guard), then the rate,
+    /// then the quota. Nothing is charged when the request is refused.
+    pub fn admit(
+        self: &Arc<Self>,
+        plan: &PlanRt,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<(Option<InFlight>, Charged), Refusal> {
+        let guard = match plan.concurrency {
+            None => None,
+            Some(max) => {
+                if self.in_flight.fetch_add(1, Ordering::Relaxed) >= max {
+                    self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    return Err(Refusal {
+                        retry_after: Duration::from_secs(1),
+                        limit: max,
+                        reset: 1,
+                        what: "too many requests in flight",
+                    });
+                }
+                Some(InFlight(self.clone()))
+            }
+        };
+        let mut charged = Charged::default();
+        let mut rate_undo = None;
+        if let Some((interval, burst)) = plan.rate {
+            let now_ns = mono_ns(now);
+            let window = interval.saturating_mul(burst);
+            let mut cur = self.tat.load(Ordering::Relaxed);
+            loop {
+                let new = cur.max(now_ns) + interval;
+                let ahead = new - now_ns;
+                if ahead > window {
+                    let wait = ahead - window;
+                    return Err(Refusal {
+                        retry_after: Duration::from_nanos(wait),
+                        limit: burst,
+                        reset: (wait.div_ceil(1_000_000_000)).max(1),
+                        what: "rate limit exceeded",
+                    });
+                }
+                match self
+                    .tat
+                    .compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed)
+                {
+                    Ok(_) => {
+                        charged = Charged {
+                            limit: burst,
+                            remaining: (window - ahead) / interval,
+                            reset: ahead.div_ceil(1_000_000_000),
+                        };
+                        rate_undo = Some(interval);
+                        break;
+                    }
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+        if let Some((limit, w)) = plan.quota {
+            let (win, left) = window_of(wall, w);
+            let tag = win & ((1 << (64 - COUNT_BITS)) - 1);
+            let mut cur = self.quota.load(Ordering::Relaxed);
+            loop {
+                let used = if cur >> COUNT_BITS == tag {
+                    cur & COUNT_MASK
+                } else {
+                    0
+                };
+                if used >= limit {
+                    // Give the rate token back: this request is not served.
+                    if let Some(interval) = rate_undo {
+                        self.tat.fetch_sub(interval, Ordering::Relaxed);
+                    }
+                    return Err(Refusal {
+                        retry_after: Duration::from_secs(left),
+                        limit,
+                        reset: left,
+                        what: "quota exhausted",
+                    });
+                }
+                let new = (tag << COUNT_BITS) | (used + 1).min(COUNT_MASK);
+                match self.quota.compare_exchange_weak(
+                    cur,
+                    new,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        if rate_undo.is_none() {
+                            charged = Charged {
+                                limit,
+                                remaining: limit - used - 1,
+                                reset: left,
+                            };
+                        }
+                        break;
+                    }
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+        Ok((guard, charged))
+    }
+
+    /// Requests now in flight under this state.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluicegate_config::{Quota, Rate};
+
+    fn plan(
+        rate: Option<(u64, u64)>,
+        burst: Option<u64>,
+        quota: Option<u64>,
+        conc: Option<u64>,
+    ) -> PlanRt {
+        PlanRt::new(&Plan {
+            name: "p".into(),
+            rate: rate.map(|(count, secs)| Rate {
+                count,
+                per: Duration::from_secs(secs),
+            }),
+            burst,
+            quota: quota.map(|limit| Quota {
+                limit,
+                window: QuotaWindow::Day,
+            }),
+            concurrency: conc,
+        })
+    }
+
+    #[test]
+    fn burst_then_steady_rate() {
+        let s = Arc::new(LimitState::default());
+        let p = plan(Some((10, 1)), Some(5), None, None); // 10/s, burst 5
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        for i in 0..5 {
+            let (_, c) = s.admit(&p, t0, wall).unwrap();
+            assert_eq!(c.remaining, 4 - i);
+        }
+        let r = s.admit(&p, t0, wall).unwrap_err();
+        assert_eq!(r.what, "rate limit exceeded");
+        assert_eq!(r.retry_after, Duration::from_millis(100));
+        // 100 ms later one more token is there, and only one.
+        let t1 = t0 + Duration::from_millis(100);
+        s.admit(&p, t1, wall).unwrap();
+        s.admit(&p, t1, wall).unwrap_err();
+        // After a long pause the bucket is full again (burst, not more).
+        let t2 = t1 + Duration::from_secs(10);
+        for _ in 0..5 {
+            s.admit(&p, t2, wall).unwrap();
+        }
+        s.admit(&p, t2, wall).unwrap_err();
+    }
+
+    #[test]
+    fn quota_counts_per_window_and_refunds_the_rate() {
+        let s = Arc::new(LimitState::default());
+        let p = plan(Some((1000, 1)), None, Some(3), None);
+        let t = Instant::now();
+        let day1 = UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 5);
+        for _ in 0..3 {
+            s.admit(&p, t, day1).unwrap();
+        }
+        let r = s.admit(&p, t, day1).unwrap_err();
+        assert_eq!(r.what, "quota exhausted");
+        assert_eq!(r.retry_after, Duration::from_secs(86_400 - 5));
+        // The refused request gave its rate token back.
+        let tat = s.tat.load(Ordering::Relaxed);
+        assert_eq!(tat, mono_ns(t).max(1) + 3 * 1_000_000);
+        // Next day: a fresh quota.
+        let day2 = day1 + Duration::from_secs(86_400);
+        s.admit(&p, t + Duration::from_secs(1), day2).unwrap();
+    }
+
+    #[test]
+    fn concurrency_slots_are_released_on_drop() {
+        let s = Arc::new(LimitState::default());
+        let p = plan(None, None, None, Some(2));
+        let t = Instant::now();
+        let w = SystemTime::now();
+        let a = s.admit(&p, t, w).unwrap().0;
+        let b = s.admit(&p, t, w).unwrap().0;
+        assert_eq!(
+            s.admit(&p, t, w).unwrap_err().what,
+            "too many requests in flight"
+        );
+        drop(a);
+        let c = s.admit(&p, t, w).unwrap().0;
+        assert_eq!(s.in_flight(), 2);
+        drop((b, c));
+        assert_eq!(s.in_flight(), 0);
+    }
+
+    #[test]
+    fn shared_by_threads_without_overcharging() {
+        let s = Arc::new(LimitState::default());
+        let p = plan(Some((1, 3600)), Some(1000), None, None);
+        let t = Instant::now();
+        let w = SystemTime::now();
+        let ok = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..4 {
+                sc.spawn(|| {
+                    for _ in 0..500 {
+                        if s.admit(&p, t, w).is_ok() {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(ok.load(Ordering::Relaxed), 1000);
+    }
+
+    #[test]
+    fn month_windows() {
+        // 2026-11-22 12:00 UTC: the window ends at 2026-12-01 00:00.
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_348_800);
+        let (w, left) = window_of(t, QuotaWindow::Month);
+        assert_eq!(w, 2026 * 12 + 11);
+        assert_eq!(left, 8 * 86_400 + 12 * 3600);
+    }
+}
