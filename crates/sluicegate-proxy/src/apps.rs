@@ -17,6 +17,7 @@ use sluicegate_config::{App, Config};
 use subtle::ConstantTimeEq;
 
 use crate::limit::{LimitState, PlanRt};
+use crate::metrics::AppMetrics;
 
 /// A plan and the counters it charges.
 #[derive(Debug, Clone)]
@@ -28,6 +29,7 @@ pub struct Charge {
 #[derive(Debug)]
 pub struct AppRt {
     pub id: Arc<str>,
+    pub metrics: Arc<AppMetrics>,
     keys: Box<[Box<[u8]>]>,
     /// Allowed service indices (sorted); `None` means every service.
     services: Option<Box<[u32]>>,
@@ -57,6 +59,13 @@ impl AppRt {
 /// default plan) -> counters.
 pub type LimitStates = HashMap<(Arc<str>, Arc<str>), Arc<LimitState>>;
 
+/// Per-app state that outlives a snapshot: plan counters and metrics.
+#[derive(Debug, Default)]
+pub struct AppStates {
+    pub limits: LimitStates,
+    pub metrics: HashMap<Arc<str>, Arc<AppMetrics>>,
+}
+
 #[derive(Debug)]
 pub struct AppTable {
     apps: Vec<AppRt>,
@@ -72,8 +81,8 @@ impl AppTable {
     pub fn new(
         config: &Config,
         service_index: &HashMap<&str, u32>,
-        old: &LimitStates,
-        live: &mut LimitStates,
+        old: &AppStates,
+        live: &mut AppStates,
         secret: &RandomState,
     ) -> AppTable {
         let plans: HashMap<&str, Arc<PlanRt>> = config
@@ -130,18 +139,25 @@ fn compile_app(
     app: &App,
     service_index: &HashMap<&str, u32>,
     plans: &HashMap<&str, Arc<PlanRt>>,
-    old: &LimitStates,
-    live: &mut LimitStates,
+    old: &AppStates,
+    live: &mut AppStates,
 ) -> AppRt {
     let id: Arc<str> = app.id.as_str().into();
+    let metrics = old
+        .metrics
+        .get(&id)
+        .cloned()
+        .unwrap_or_else(|| Arc::new(AppMetrics::new(id.clone())));
+    live.metrics.insert(id.clone(), metrics.clone());
     let mut charge = |scope: &str, plan: &str| -> Option<Charge> {
         let plan = plans.get(plan)?.clone();
         let key = (id.clone(), Arc::<str>::from(scope));
         let state = old
+            .limits
             .get(&key)
             .cloned()
             .unwrap_or_else(|| Arc::new(LimitState::default()));
-        live.insert(key, state.clone());
+        live.limits.insert(key, state.clone());
         Some(Charge { plan, state })
     };
     let default = app.plan.as_deref().and_then(|p| charge("", p));
@@ -161,6 +177,7 @@ fn compile_app(
     });
     AppRt {
         id,
+        metrics,
         keys: app
             .keys
             .iter()

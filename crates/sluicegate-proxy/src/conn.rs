@@ -389,6 +389,12 @@ impl Conn<'_> {
             bufs.log_line.extend_from_slice(query);
         }
         if let Some(refuse) = refused {
+            if refuse.kind == ErrorKind::Unauthorized {
+                route
+                    .metrics
+                    .unauthorized
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let outcome = self
                 .answer_locally(bufs, Local::Error(refuse.kind, &refuse.headers), is_head)
                 .await;

@@ -5,6 +5,7 @@
 
 use std::fmt::Debug;
 use std::ops::Range;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -154,8 +155,10 @@ impl Filter for AppKeyAuth {
         let Some(app) = self.apps.by_key(key) else {
             return Err(Self::refuse_401());
         };
+        app.metrics.requests.fetch_add(1, Ordering::Relaxed);
         if let Some(svc) = cx.service {
             if !app.may_call(svc) {
+                app.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
                 cx.edits.app = Some(app.id.clone());
                 return Err(Refuse {
                     kind: ErrorKind::Forbidden,
@@ -225,6 +228,7 @@ impl Filter for PlanLimit {
                 Ok(())
             }
             Err(r) => {
+                app.metrics.limited.fetch_add(1, Ordering::Relaxed);
                 let mut headers = Vec::with_capacity(128);
                 headers.extend_from_slice(b"retry-after: ");
                 let secs = r.retry_after.as_secs() + u64::from(r.retry_after.subsec_nanos() > 0);

@@ -49,6 +49,63 @@ pub struct RouteMetrics {
     /// Index 0 for 1xx ... 4 for 5xx.
     pub status: [AtomicU64; 5],
     pub latency: Histogram,
+    /// Requests refused 401 by the route's auth (no or unknown credentials).
+    pub unauthorized: AtomicU64,
+}
+
+/// Per-app counters. Apps come from the config, so the label set is
+/// bounded; apps that never called are left out of the output.
+#[derive(Debug)]
+pub struct AppMetrics {
+    pub id: std::sync::Arc<str>,
+    /// Requests that authenticated as the app.
+    pub requests: AtomicU64,
+    /// Refused 403: a service the app may not call.
+    pub forbidden: AtomicU64,
+    /// Refused 429: over the app's plan.
+    pub limited: AtomicU64,
+}
+
+impl AppMetrics {
+    pub fn new(id: std::sync::Arc<str>) -> Self {
+        AppMetrics {
+            id,
+            requests: AtomicU64::new(0),
+            forbidden: AtomicU64::new(0),
+            limited: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Writes the per-app families, skipping apps with no requests.
+pub fn render_apps<'a>(out: &mut String, apps: impl Iterator<Item = &'a AppMetrics> + Clone) {
+    type Family = (&'static str, &'static str, fn(&AppMetrics) -> u64);
+    let families: [Family; 3] = [
+        (
+            "sluicegate_app_requests_total",
+            "Requests authenticated as an app.",
+            |a| a.requests.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_app_forbidden_total",
+            "Requests of an app refused 403 (service not allowed).",
+            |a| a.forbidden.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_app_limited_total",
+            "Requests of an app refused 429 (over its plan).",
+            |a| a.limited.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, get) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for a in apps
+            .clone()
+            .filter(|a| a.requests.load(Ordering::Relaxed) > 0)
+        {
+            let _ = writeln!(out, "{name}{{app=\"{}\"}} {}", label(&a.id), get(a));
+        }
+    }
 }
 
 impl RouteMetrics {
@@ -57,6 +114,7 @@ impl RouteMetrics {
             name: name.to_string(),
             status: Default::default(),
             latency: Histogram::default(),
+            unauthorized: AtomicU64::new(0),
         }
     }
 
@@ -125,6 +183,18 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
                 c.load(Ordering::Relaxed)
             );
         }
+    }
+    out.push_str(
+        "# HELP sluicegate_unauthorized_total Requests refused 401 by a route's auth, by route.\n",
+    );
+    out.push_str("# TYPE sluicegate_unauthorized_total counter\n");
+    for r in routes.clone() {
+        let _ = writeln!(
+            out,
+            "sluicegate_unauthorized_total{{route=\"{}\"}} {}",
+            label(&r.name),
+            r.unauthorized.load(Ordering::Relaxed)
+        );
     }
     out.push_str("# HELP sluicegate_request_duration_seconds Time from request head to response end, by route.\n");
     out.push_str("# TYPE sluicegate_request_duration_seconds histogram\n");

@@ -18,7 +18,7 @@ use sluicegate_config::{
 };
 
 use crate::accesslog::Sink;
-use crate::apps::{AppTable, LimitStates};
+use crate::apps::{AppStates, AppTable};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
 use crate::filter::{AppKeyAuth, Filter, PlanLimit};
@@ -86,8 +86,9 @@ pub struct Registry {
     endpoint_order: Vec<(Arc<str>, Arc<EndpointState>)>,
     generation: u64,
     access_log: Option<(sluicegate_config::AccessLog, Arc<Sink>)>,
-    /// Plan counters by (app, scope), kept while the app exists.
-    limits: LimitStates,
+    /// Plan counters by (app, scope) and metrics by app, kept while the app
+    /// exists.
+    apps: AppStates,
     /// The key-hashing secret of the apps table, random per process.
     key_secret: std::collections::hash_map::RandomState,
 }
@@ -138,6 +139,15 @@ impl Shared {
         };
         crate::metrics::render_routes(&mut out, reg.route_order.iter().map(|r| &**r));
         render_endpoints(&mut out, &reg.endpoint_order);
+        let mut called: Vec<&crate::metrics::AppMetrics> = reg
+            .apps
+            .metrics
+            .values()
+            .map(|m| &**m)
+            .filter(|m| m.requests.load(Ordering::Relaxed) > 0)
+            .collect();
+        called.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        crate::metrics::render_apps(&mut out, called.into_iter());
         out
     }
 }
@@ -255,12 +265,12 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         );
     }
     let router = Router::new(config.routes.iter().map(|r| &r.matcher))?;
-    let mut live_limits = LimitStates::new();
+    let mut live_apps = AppStates::default();
     let apps = Arc::new(AppTable::new(
         config,
         &service_index,
-        &reg.limits,
-        &mut live_limits,
+        &reg.apps,
+        &mut live_apps,
         &reg.key_secret,
     ));
     let mut routes = Vec::with_capacity(config.routes.len());
@@ -331,7 +341,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     reg.endpoints = live_endpoints;
     reg.balancers = live_balancers;
     reg.routes = live_routes;
-    reg.limits = live_limits;
+    reg.apps = live_apps;
     reg.route_order = route_order;
     reg.endpoint_order = endpoint_order;
     reg.generation += 1;

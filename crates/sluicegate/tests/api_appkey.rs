@@ -329,3 +329,44 @@ fn wait_for(mut f: impl FnMut() -> bool) {
         thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn metrics_by_app_and_unauthorized_by_route() {
+    let (orders, other) = (TestUpstream::start(), TestUpstream::start());
+    let admin = sluicegate_testkit::free_port();
+    let yaml = format!(
+        "admin: {{ listen: \"127.0.0.1:{admin}\" }}\n{}",
+        config(
+            &orders,
+            &other,
+            "  one: { rate: 1/h, burst: 2 }",
+            "    plan: one"
+        )
+    );
+    let gw = Gw::start(&yaml);
+    for _ in 0..3 {
+        http_get(gw.addr(), "/orders/1", &[("X-App-Key", KEY_A)]); // 200, 200, 429
+    }
+    http_get(gw.addr(), "/other/1", &[("X-App-Key", KEY_A)]); // 403
+    http_get(gw.addr(), "/orders/1", &[]); // 401
+    http_get(
+        gw.addr(),
+        "/orders/1",
+        &[("X-App-Key", "key-none-0123456789")],
+    ); // 401
+    let text = http_get(("127.0.0.1", admin), "/metrics", &[]).body_str();
+    for line in [
+        "sluicegate_app_requests_total{app=\"shop-web\"} 4",
+        "sluicegate_app_forbidden_total{app=\"shop-web\"} 1",
+        "sluicegate_app_limited_total{app=\"shop-web\"} 1",
+        "sluicegate_unauthorized_total{route=\"orders\"} 2",
+        "sluicegate_unauthorized_total{route=\"other\"} 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in:\n{text}"
+        );
+    }
+    // An app that never called is not listed.
+    assert!(!text.contains("app=\"partner\""), "{text}");
+}
