@@ -5,13 +5,58 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::model::{App, AppKeySources, Plan, Quota, QuotaWindow, Rate};
+use crate::model::{App, AppKeySources, LimitKey, Plan, Quota, QuotaWindow, Rate, RouteLimit};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
 const PLAN_KEYS: &[&str] = &["rate", "burst", "quota", "concurrency"];
 const APP_KEYS: &[&str] = &["id", "keys", "plan", "plans_by_service", "services"];
 const APP_KEY_KEYS: &[&str] = &["header", "query", "path_segment"];
+const ROUTE_LIMIT_KEYS: &[&str] = &["rate", "burst", "concurrency", "per"];
+
+/// Decodes a route's `limit`.
+pub(crate) fn route_limit(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<RouteLimit> {
+    let f = fields(cx, node, path, "limit", ROUTE_LIMIT_KEYS)?;
+    let rate = f.get("rate").and_then(|n| rate(cx, n, path.key("rate")));
+    let burst = f
+        .get("burst")
+        .and_then(|n| reader::int_in(cx, n, path.key("burst"), 1, 1_000_000_000));
+    let concurrency = f
+        .get("concurrency")
+        .and_then(|n| reader::int_in(cx, n, path.key("concurrency"), 1, 1_000_000_000));
+    let per = match f.get("per") {
+        None => Some(LimitKey::ClientIp),
+        Some(n) => {
+            let p = path.key("per");
+            match reader::scalar(cx, n, p, "client_ip or route") {
+                Some("client_ip") => Some(LimitKey::ClientIp),
+                Some("route") => Some(LimitKey::Route),
+                Some(other) => {
+                    cx.at(
+                        n.pos,
+                        p,
+                        format_args!("expected client_ip or route, found {}", quote(other)),
+                    );
+                    None
+                }
+                None => None,
+            }
+        }
+    };
+    if f.get("burst").is_some() && f.get("rate").is_none() {
+        cx.at(f.pos, path, "burst needs a rate");
+    }
+    if f.get("rate").is_none() && f.get("concurrency").is_none() {
+        cx.at(f.pos, path, "a limit needs rate or concurrency");
+        return None;
+    }
+    Some(RouteLimit {
+        rate,
+        burst: burst.or(rate.map(|r| r.count)),
+        concurrency,
+        per: per?,
+    })
+}
 
 /// Shortest and longest app key accepted.
 pub const KEY_MIN: usize = 8;

@@ -100,6 +100,26 @@ impl Default for AppKeySources {
     }
 }
 
+/// A route's own limit, for every caller (with or without an app).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteLimit {
+    pub rate: Option<Rate>,
+    /// Defaults to the rate's count; only with `rate`.
+    pub burst: Option<u64>,
+    pub concurrency: Option<u64>,
+    pub per: LimitKey,
+}
+
+/// Whose requests a route limit counts together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LimitKey {
+    /// Each client IP address has its own counters.
+    #[default]
+    ClientIp,
+    /// All requests on the route share one set of counters.
+    Route,
+}
+
 /// How a route authenticates the calling app.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Auth {
@@ -264,6 +284,7 @@ pub struct Route {
     pub matcher: Match,
     pub action: Action,
     pub auth: Auth,
+    pub limit: Option<RouteLimit>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

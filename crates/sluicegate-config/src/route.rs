@@ -14,6 +14,7 @@ const ROUTE_KEYS: &[&str] = &[
     "respond",
     "strip_prefix",
     "auth",
+    "limit",
 ];
 const MATCH_KEYS: &[&str] = &[
     "host",
@@ -141,11 +142,16 @@ fn route<'n>(
             }
         }
     };
+    let limit = match f.get("limit") {
+        None => Some(None),
+        Some(n) => crate::apps::route_limit(cx, n, path.key("limit")).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
         action: action?,
         auth: auth?,
+        limit: limit?,
     })
 }
 

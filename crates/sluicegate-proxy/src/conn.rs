@@ -346,11 +346,20 @@ impl Conn<'_> {
                 .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
                 .map(|h| &raw[h.value.clone()])
         };
+        // Routed, filtered and forwarded: the normal form of the path.
+        let norm = match crate::path::normalize(&raw[target.path.clone()]) {
+            Ok(n) => n,
+            Err(crate::path::BadPath(why)) => {
+                tracing::debug!(peer = %self.peer, why, "bad request path");
+                self.fail_early(bufs, ErrorKind::BadRequest).await;
+                return Next::Close;
+            }
+        };
         let host = target.host(raw).map(forward::strip_port);
         let found = snap.router.find(&RouteRequest {
             host,
             method,
-            path: &raw[target.path.clone()],
+            path: norm.as_deref().unwrap_or(&raw[target.path.clone()]),
             header: &lookup,
         });
         bufs.log_line.clear();
@@ -370,9 +379,20 @@ impl Conn<'_> {
             return outcome.next();
         };
         let route = &snap.routes[found.index];
-        let refused = run_filters(route, bufs, &target, found.prefix_len, started);
+        let refused = run_filters(
+            route,
+            bufs,
+            (norm.as_deref(), &target),
+            found.prefix_len,
+            started,
+            self.peer.ip(),
+        );
+        if bufs.edits.path.is_none() {
+            bufs.edits.path = norm;
+        }
         if bufs.edits.path.is_some() || bufs.edits.query.is_some() {
-            // A key was taken out of the path or query: log it without.
+            // A key was taken out of the path or query (or the path was
+            // normalised): log what was forwarded.
             let raw = bufs.inb.filled();
             bufs.log_line.truncate(method_len + 1);
             let path = bufs
@@ -555,9 +575,10 @@ impl Conn<'_> {
 fn run_filters(
     route: &crate::snapshot::RouteRt,
     bufs: &mut Bufs,
-    target: &forward::Target,
+    (norm, target): (Option<&[u8]>, &forward::Target),
     prefix_len: usize,
     now: Instant,
+    client: std::net::IpAddr,
 ) -> Option<Refuse> {
     if route.filters.is_empty() {
         return None;
@@ -572,13 +593,14 @@ fn run_filters(
     let mut cx = ReqCx {
         raw: inb.filled(),
         head: req,
-        path: target.path.clone(),
+        path: norm.unwrap_or(&inb.filled()[target.path.clone()]),
         query: target.query.clone(),
         prefix_len,
         service,
         edits,
         app: None,
         now,
+        client,
     };
     route
         .filters

@@ -4,6 +4,7 @@
 //! refuse answers the request.
 
 use std::fmt::Debug;
+use std::net::IpAddr;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use sluicegate_config::AppKeySources;
 
 use crate::apps::{AppRt, AppTable};
 use crate::codec::RequestHead;
-use crate::limit::InFlight;
+use crate::limit::{ClientLimits, InFlight, LimitState, PlanRt};
 use crate::response::ErrorKind;
 
 /// What filters change about the request and its response, reused across
@@ -60,8 +61,9 @@ pub struct Refuse {
 pub struct ReqCx<'a> {
     pub raw: &'a [u8],
     pub head: &'a mut RequestHead,
-    /// The received path and query (with its `?`) as ranges of `raw`.
-    pub path: Range<usize>,
+    /// The path in normal form (see [`crate::path`]), what routing saw.
+    pub path: &'a [u8],
+    /// The received query (with its `?`) as a range of `raw`.
     pub query: Range<usize>,
     /// Length of the route's matched path prefix (0 for other matches).
     pub prefix_len: usize,
@@ -71,6 +73,7 @@ pub struct ReqCx<'a> {
     /// The app authenticated by an earlier filter.
     pub app: Option<&'a AppRt>,
     pub now: Instant,
+    pub client: IpAddr,
 }
 
 /// One policy on a route.
@@ -135,7 +138,7 @@ impl Filter for AppKeyAuth {
         }
         // Path segment: /prefix/~KEY/rest -> /prefix/rest.
         if self.sources.path_segment {
-            let path = &raw[cx.path.clone()];
+            let path = cx.path;
             let after = &path[cx.prefix_len.min(path.len())..];
             if let Some(seg) = after.strip_prefix(b"/~") {
                 let end = memchr::memchr(b'/', seg).unwrap_or(seg.len());
@@ -214,33 +217,73 @@ impl Filter for PlanLimit {
         let Some(charge) = app.charge_for(cx.service.unwrap_or(u32::MAX)) else {
             return Ok(());
         };
-        match charge.state.admit(&charge.plan, cx.now, SystemTime::now()) {
-            Ok((guard, c)) => {
-                cx.edits.guards.extend(guard);
-                if c.limit > 0 {
-                    ratelimit_headers(
-                        &mut cx.edits.response_headers,
-                        c.limit,
-                        c.remaining,
-                        c.reset,
-                    );
-                }
-                Ok(())
+        charge_or_refuse(&charge.state, &charge.plan, cx, || {
+            app.metrics.limited.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+}
+
+/// Charges one request to `state` under `plan`: the concurrency guard and
+/// the `RateLimit-*` response headers go into the edits, or the refusal
+/// (429, `Retry-After`, `RateLimit-*`) is returned after `on_refuse` ran.
+fn charge_or_refuse(
+    state: &Arc<LimitState>,
+    plan: &PlanRt,
+    cx: &mut ReqCx<'_>,
+    on_refuse: impl FnOnce(),
+) -> Result<(), Refuse> {
+    match state.admit(plan, cx.now, SystemTime::now()) {
+        Ok((guard, c)) => {
+            cx.edits.guards.extend(guard);
+            if c.limit > 0 {
+                ratelimit_headers(
+                    &mut cx.edits.response_headers,
+                    c.limit,
+                    c.remaining,
+                    c.reset,
+                );
             }
-            Err(r) => {
-                app.metrics.limited.fetch_add(1, Ordering::Relaxed);
-                let mut headers = Vec::with_capacity(128);
-                headers.extend_from_slice(b"retry-after: ");
-                let secs = r.retry_after.as_secs() + u64::from(r.retry_after.subsec_nanos() > 0);
-                headers.extend_from_slice(itoa::Buffer::new().format(secs.max(1)).as_bytes());
-                headers.extend_from_slice(b"\r\n");
-                ratelimit_headers(&mut headers, r.limit, 0, r.reset);
-                Err(Refuse {
-                    kind: ErrorKind::TooManyRequests,
-                    headers,
-                })
-            }
+            Ok(())
         }
+        Err(r) => {
+            on_refuse();
+            let mut headers = Vec::with_capacity(128);
+            headers.extend_from_slice(b"retry-after: ");
+            let secs = r.retry_after.as_secs() + u64::from(r.retry_after.subsec_nanos() > 0);
+            headers.extend_from_slice(itoa::Buffer::new().format(secs.max(1)).as_bytes());
+            headers.extend_from_slice(b"\r\n");
+            ratelimit_headers(&mut headers, r.limit, 0, r.reset);
+            Err(Refuse {
+                kind: ErrorKind::TooManyRequests,
+                headers,
+            })
+        }
+    }
+}
+
+/// Whose counters a route limit charges.
+#[derive(Debug, Clone)]
+pub enum RouteCounters {
+    /// One set for the whole route.
+    Route(Arc<LimitState>),
+    /// A set per client IP address.
+    ClientIp(Arc<ClientLimits>),
+}
+
+/// A route's own `limit`, for every caller: 429 like a plan.
+#[derive(Debug)]
+pub struct RouteLimiter {
+    pub plan: PlanRt,
+    pub counters: RouteCounters,
+}
+
+impl Filter for RouteLimiter {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let state = match &self.counters {
+            RouteCounters::Route(s) => s.clone(),
+            RouteCounters::ClientIp(t) => t.state(cx.client, cx.now),
+        };
+        charge_or_refuse(&state, &self.plan, cx, || {})
     }
 }
 

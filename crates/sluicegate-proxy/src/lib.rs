@@ -16,6 +16,7 @@ pub mod forward;
 pub mod io;
 pub mod limit;
 pub mod metrics;
+pub mod path;
 pub mod response;
 pub mod router;
 pub mod server;

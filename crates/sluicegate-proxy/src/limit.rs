@@ -5,8 +5,12 @@
 //! from the plan in force ([`PlanRt`]), so a reload that changes a plan
 //! applies at once without resetting anyone's bucket.
 
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluicegate_config::{Plan, QuotaWindow};
@@ -229,6 +233,70 @@ impl LimitState {
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
     }
+
+    /// Nothing in flight and the rate bucket full again (no quota used):
+    /// forgetting this state changes nothing for its client.
+    fn is_idle(&self, now_ns: u64) -> bool {
+        self.tat.load(Ordering::Relaxed) <= now_ns
+            && self.in_flight.load(Ordering::Relaxed) == 0
+            && self.quota.load(Ordering::Relaxed) == 0
+    }
+}
+
+/// Shards of the per-client table; a lookup locks one shard briefly.
+const SHARDS: usize = 64;
+/// A shard with more clients than this forgets its idle ones.
+const SWEEP_AT: usize = 4096;
+
+type ClientMap = HashMap<IpAddr, Arc<LimitState>, RandomState>;
+
+/// Counters per client IP address for a route's `limit`, shared by the
+/// workers. Clients whose counters are back to rest are forgotten when a
+/// shard grows, so memory follows the clients active now. The hash is
+/// keyed (random per table) because clients choose their addresses.
+#[derive(Debug)]
+pub struct ClientLimits {
+    shards: Box<[Mutex<ClientMap>]>,
+    pick: RandomState,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
+            pick: RandomState::new(),
+        }
+    }
+}
+
+impl ClientLimits {
+    /// The counters of `ip`, created on first use.
+    pub fn state(&self, ip: IpAddr, now: Instant) -> Arc<LimitState> {
+        let shard = &self.shards[self.pick.hash_one(ip) as usize % SHARDS];
+        let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = map.get(&ip) {
+            return s.clone();
+        }
+        if map.len() >= SWEEP_AT {
+            let now_ns = mono_ns(now);
+            map.retain(|_, s| Arc::strong_count(s) > 1 || !s.is_idle(now_ns));
+        }
+        map.entry(ip).or_default().clone()
+    }
+
+    /// Clients with counters now.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
@@ -340,6 +408,24 @@ mod tests {
             }
         });
         assert_eq!(ok.load(Ordering::Relaxed), 1000);
+    }
+
+    #[test]
+    fn idle_clients_are_forgotten_busy_ones_kept() {
+        let t = ClientLimits::default();
+        let p = plan(Some((1, 3600)), Some(1), None, None);
+        let now = Instant::now();
+        let w = SystemTime::now();
+        // One client uses up its bucket; thousands of others stay at rest.
+        let busy: IpAddr = "10.0.0.1".parse().unwrap();
+        t.state(busy, now).admit(&p, now, w).unwrap();
+        for i in 0..(SHARDS * SWEEP_AT) as u32 {
+            let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0b00_0000 + i));
+            drop(t.state(ip, now));
+        }
+        assert!(t.len() < SHARDS * SWEEP_AT, "idle clients were swept");
+        // The busy client still has no token: it was not forgotten.
+        assert!(t.state(busy, now).admit(&p, now, w).is_err());
     }
 
     #[test]

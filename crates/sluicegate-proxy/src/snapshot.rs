@@ -14,14 +14,16 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use sluicegate_config::{
-    Action, Auth, Balance, ClientTimeouts, Config, HashKey, Limits, UpstreamTimeouts,
+    Action, Auth, Balance, ClientTimeouts, Config, HashKey, LimitKey, Limits, Plan,
+    UpstreamTimeouts,
 };
 
 use crate::accesslog::Sink;
 use crate::apps::{AppStates, AppTable};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
-use crate::filter::{AppKeyAuth, Filter, PlanLimit};
+use crate::filter::{AppKeyAuth, Filter, PlanLimit, RouteCounters, RouteLimiter};
+use crate::limit::PlanRt;
 use crate::metrics::{GlobalMetrics, RouteMetrics};
 use crate::router::Router;
 
@@ -89,6 +91,8 @@ pub struct Registry {
     /// Plan counters by (app, scope) and metrics by app, kept while the app
     /// exists.
     apps: AppStates,
+    /// Counters of route `limit`s by route name.
+    route_limits: HashMap<String, RouteCounters>,
     /// The key-hashing secret of the apps table, random per process.
     key_secret: std::collections::hash_map::RandomState,
 }
@@ -275,6 +279,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     ));
     let mut routes = Vec::with_capacity(config.routes.len());
     let mut live_routes = HashMap::new();
+    let mut live_route_limits = HashMap::new();
     let mut route_order = Vec::new();
     for r in &config.routes {
         let metrics = reg
@@ -316,6 +321,24 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
             }
         };
         let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        // The route's own limit first: it also bounds key guessing.
+        if let Some(l) = &r.limit {
+            let counters = match (reg.route_limits.get(&r.name), l.per) {
+                (Some(c @ RouteCounters::Route(_)), LimitKey::Route) => c.clone(),
+                (Some(c @ RouteCounters::ClientIp(_)), LimitKey::ClientIp) => c.clone(),
+                (_, LimitKey::Route) => RouteCounters::Route(Arc::default()),
+                (_, LimitKey::ClientIp) => RouteCounters::ClientIp(Arc::default()),
+            };
+            live_route_limits.insert(r.name.clone(), counters.clone());
+            let plan = PlanRt::new(&Plan {
+                name: r.name.clone(),
+                rate: l.rate,
+                burst: l.burst,
+                quota: None,
+                concurrency: l.concurrency,
+            });
+            filters.push(Box::new(RouteLimiter { plan, counters }));
+        }
         if r.auth == Auth::AppKey {
             filters.push(Box::new(AppKeyAuth {
                 apps: apps.clone(),
@@ -342,6 +365,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     reg.balancers = live_balancers;
     reg.routes = live_routes;
     reg.apps = live_apps;
+    reg.route_limits = live_route_limits;
     reg.route_order = route_order;
     reg.endpoint_order = endpoint_order;
     reg.generation += 1;

@@ -76,3 +76,12 @@ fn config_seeds() {
         }
     }
 }
+
+#[test]
+fn path_seeds() {
+    for (name, data) in seeds("path") {
+        if let Ok(Some(p)) = sluicegate_proxy::path::normalize(&data) {
+            assert_eq!(sluicegate_proxy::path::normalize(&p), Ok(None), "{name}");
+        }
+    }
+}

@@ -370,3 +370,70 @@ fn metrics_by_app_and_unauthorized_by_route() {
     // An app that never called is not listed.
     assert!(!text.contains("app=\"partner\""), "{text}");
 }
+
+/// GET `path` from source address `src` (another loopback address), with
+/// `Connection: close`; returns the status code.
+fn get_from(src: std::net::Ipv4Addr, gw: std::net::SocketAddr, path: &str) -> u16 {
+    use socket2::{Domain, Socket, Type};
+    use std::io::{Read, Write};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from((src, 0)).into())
+        .unwrap();
+    s.connect_timeout(&gw.into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: std::net::TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+#[test]
+fn route_limits_per_client_ip_and_per_route() {
+    let (orders, other) = (TestUpstream::start(), TestUpstream::start());
+    let mut yaml = no_plans(&orders, &other);
+    yaml = yaml.replace(
+        "  - name: open\n    match: { path_prefix: /open }\n    service: orders\n",
+        "  - name: open\n    match: { path_prefix: /open }\n    service: orders\n    \
+         limit: { rate: 1/h, burst: 2 }\n  \
+         - name: shared\n    match: { path_prefix: /shared }\n    service: orders\n    \
+         limit: { rate: 1/h, burst: 3, per: route }\n",
+    );
+    // The per-client-IP limit also runs before auth on an auth route.
+    yaml = yaml.replace(
+        "    service: other\n    auth: app_key\n",
+        "    service: other\n    auth: app_key\n    limit: { rate: 1/h, burst: 1 }\n",
+    );
+    let gw = Gw::start(&yaml);
+    let a = std::net::Ipv4Addr::new(127, 0, 0, 1);
+    let b = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    // Per client IP: two each, then 429 for that address only.
+    assert_eq!(get_from(a, gw.addr(), "/open"), 200);
+    assert_eq!(get_from(a, gw.addr(), "/open"), 200);
+    assert_eq!(get_from(a, gw.addr(), "/open"), 429);
+    assert_eq!(get_from(b, gw.addr(), "/open"), 200);
+    assert_eq!(get_from(b, gw.addr(), "/open"), 200);
+    assert_eq!(get_from(b, gw.addr(), "/open"), 429);
+    // Per route: three in all, whoever sends them.
+    assert_eq!(get_from(a, gw.addr(), "/shared"), 200);
+    assert_eq!(get_from(b, gw.addr(), "/shared"), 200);
+    assert_eq!(get_from(a, gw.addr(), "/shared"), 200);
+    assert_eq!(get_from(b, gw.addr(), "/shared"), 429);
+    let r = http_get(gw.addr(), "/shared", &[]);
+    assert_json_error(&r, 429);
+    assert!(r.header("retry-after").is_some());
+    // Key guessing on /other is bounded per address before auth runs.
+    assert_eq!(
+        get_from(b, gw.addr(), "/other?app_key=guess-0000000001"),
+        401
+    );
+    assert_eq!(
+        get_from(b, gw.addr(), "/other?app_key=guess-0000000002"),
+        429
+    );
+}

@@ -132,3 +132,37 @@ fn unknown_auth() {
         ["11:11: routes[0].auth: unknown auth \"basic\" (expected app_key or none)"]
     );
 }
+
+#[test]
+fn route_limits() {
+    let text = BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    limit: { rate: 10/s, concurrency: 4 }\n  - name: b\n    service: web\n    limit: { concurrency: 2, per: route }\n",
+    );
+    let c = ok(&text);
+    assert_eq!(
+        c.routes[0].limit,
+        Some(RouteLimit {
+            rate: Some(Rate {
+                count: 10,
+                per: Duration::from_secs(1)
+            }),
+            burst: Some(10),
+            concurrency: Some(4),
+            per: LimitKey::ClientIp,
+        })
+    );
+    assert_eq!(c.routes[1].limit.as_ref().unwrap().per, LimitKey::Route);
+    let bad = BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    limit: { burst: 3, per: everyone }\n",
+    );
+    assert_eq!(
+        errors(&bad),
+        [
+            "12:12: routes[0].limit: burst needs a rate",
+            "12:12: routes[0].limit: a limit needs rate or concurrency",
+            "12:29: routes[0].limit.per: expected client_ip or route, found \"everyone\"",
+        ]
+    );
+}

@@ -148,6 +148,7 @@ fn full_example_parses_to_the_expected_model() {
                     strip_prefix: true,
                 },
                 auth: Auth::None,
+                limit: None,
             },
             Route {
                 name: "hello".into(),
@@ -163,6 +164,7 @@ fn full_example_parses_to_the_expected_model() {
                     headers: vec![("Content-Type".into(), "text/plain".into())],
                 },
                 auth: Auth::None,
+                limit: None,
             },
             Route {
                 name: "re".into(),
@@ -177,6 +179,7 @@ fn full_example_parses_to_the_expected_model() {
                     strip_prefix: false,
                 },
                 auth: Auth::None,
+                limit: None,
             },
             Route {
                 name: "fallback".into(),
@@ -191,6 +194,7 @@ fn full_example_parses_to_the_expected_model() {
                     strip_prefix: false,
                 },
                 auth: Auth::None,
+                limit: None,
             },
         ],
         plans: vec![],
