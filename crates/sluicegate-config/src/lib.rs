@@ -8,6 +8,7 @@
 mod apps;
 mod decode;
 pub mod model;
+mod policy;
 mod reader;
 mod route;
 mod service;

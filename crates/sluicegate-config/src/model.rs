@@ -100,6 +100,17 @@ impl Default for AppKeySources {
     }
 }
 
+/// Header changes on the way upstream or back.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeaderOps {
+    /// Replace every received value with this one (names as written).
+    pub set: Vec<(String, String)>,
+    /// Add this line, keeping received ones.
+    pub add: Vec<(String, String)>,
+    /// Drop every received value (names lower-cased).
+    pub remove: Vec<String>,
+}
+
 /// A route's own limit, for every caller (with or without an app).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteLimit {
@@ -285,6 +296,8 @@ pub struct Route {
     pub action: Action,
     pub auth: Auth,
     pub limit: Option<RouteLimit>,
+    pub request_headers: HeaderOps,
+    pub response_headers: HeaderOps,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
 
-use crate::model::{Action, Auth, HostMatch, Match, PathMatch, Route};
+use crate::model::{Action, Auth, HeaderOps, HostMatch, Match, PathMatch, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
@@ -15,6 +15,8 @@ const ROUTE_KEYS: &[&str] = &[
     "strip_prefix",
     "auth",
     "limit",
+    "request_headers",
+    "response_headers",
 ];
 const MATCH_KEYS: &[&str] = &[
     "host",
@@ -146,12 +148,20 @@ fn route<'n>(
         None => Some(None),
         Some(n) => crate::apps::route_limit(cx, n, path.key("limit")).map(Some),
     };
+    let mut ops = |key: &str| match f.get(key) {
+        None => Some(HeaderOps::default()),
+        Some(n) => crate::policy::header_ops(cx, n, path.key(key)),
+    };
+    let request_headers = ops("request_headers");
+    let response_headers = ops("response_headers");
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
         action: action?,
         auth: auth?,
         limit: limit?,
+        request_headers: request_headers?,
+        response_headers: response_headers?,
     })
 }
 
@@ -400,7 +410,7 @@ fn match_headers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<(String
 
 /// Checks one header entry: a token name (as `name`, compared
 /// case-insensitively for duplicates) and a sendable string value.
-fn header<'a, 'n>(
+pub(crate) fn header<'a, 'n>(
     cx: &mut Cx,
     key: &Node,
     name: &'a str,

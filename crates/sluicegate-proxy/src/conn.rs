@@ -483,6 +483,9 @@ impl Conn<'_> {
             Local::Fixed(status, head, body) => {
                 bufs.out.extend_from_slice(head);
                 bufs.out.extend_from_slice(&bufs.edits.response_headers);
+                if let Some(o) = &bufs.edits.response_ops {
+                    bufs.out.extend_from_slice(&o.lines);
+                }
                 // 1xx, 204 and 304 carry no body and no Content-Length.
                 let bodiless = status < 200 || status == 204 || status == 304;
                 if !bodiless {

@@ -36,6 +36,8 @@ pub struct Edits {
     pub key_fp: Option<String>,
     /// Held until the request ends (concurrency slots).
     pub guards: Vec<InFlight>,
+    /// Headers to drop from the upstream's response and lines to add.
+    pub response_ops: Option<Arc<HeaderOpsRt>>,
 }
 
 impl Edits {
@@ -47,6 +49,7 @@ impl Edits {
         self.app = None;
         self.key_fp = None;
         self.guards.clear();
+        self.response_ops = None;
     }
 }
 
@@ -284,6 +287,63 @@ impl Filter for RouteLimiter {
             RouteCounters::ClientIp(t) => t.state(cx.client, cx.now),
         };
         charge_or_refuse(&state, &self.plan, cx, || {})
+    }
+}
+
+/// `set`/`add`/`remove` compiled: names to drop (removed and set ones,
+/// lower-cased) and the lines to add (set ones, then added ones).
+#[derive(Debug, Default)]
+pub struct HeaderOpsRt {
+    drop: Vec<Box<[u8]>>,
+    pub lines: Vec<u8>,
+}
+
+impl HeaderOpsRt {
+    pub fn new(ops: &sluicegate_config::HeaderOps) -> Option<HeaderOpsRt> {
+        if ops.set.is_empty() && ops.add.is_empty() && ops.remove.is_empty() {
+            return None;
+        }
+        let mut rt = HeaderOpsRt::default();
+        for name in &ops.remove {
+            rt.drop.push(name.as_bytes().into());
+        }
+        for (name, value) in ops.set.iter().chain(&ops.add) {
+            rt.lines.extend_from_slice(name.as_bytes());
+            rt.lines.extend_from_slice(b": ");
+            rt.lines.extend_from_slice(value.as_bytes());
+            rt.lines.extend_from_slice(b"\r\n");
+        }
+        for (name, _) in &ops.set {
+            rt.drop.push(name.to_ascii_lowercase().into_bytes().into());
+        }
+        Some(rt)
+    }
+
+    /// Whether a received header named `name` is dropped.
+    pub fn drops(&self, name: &[u8]) -> bool {
+        self.drop.iter().any(|d| name.eq_ignore_ascii_case(d))
+    }
+}
+
+/// `request_headers` and `response_headers` of a route.
+#[derive(Debug)]
+pub struct HeaderPolicy {
+    pub request: Option<HeaderOpsRt>,
+    pub response: Option<Arc<HeaderOpsRt>>,
+}
+
+impl Filter for HeaderPolicy {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        if let Some(ops) = &self.request {
+            for h in cx.head.headers.iter_mut() {
+                if !h.skip && ops.drops(&cx.raw[h.name.clone()]) {
+                    h.skip = true;
+                }
+            }
+            cx.edits.request_headers.extend_from_slice(&ops.lines);
+        }
+        cx.edits.response_ops.clone_from(&self.response);
+        Ok(())
     }
 }
 

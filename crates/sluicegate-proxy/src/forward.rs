@@ -713,9 +713,15 @@ fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8) {
     // With no body (HEAD, 304), the upstream's Content-Length still
     // describes the resource and is passed on.
     let keep_length = body == BodyKind::None && res.status != 204 && res.status >= 200;
+    let ops = bufs.edits.response_ops.as_deref();
     codec::append_header_lines(out, raw, &res.headers, res.len, res.crlf, |h| {
-        !h.skip || (keep_length && raw[h.name.clone()].eq_ignore_ascii_case(b"content-length"))
+        let name = &raw[h.name.clone()];
+        (!h.skip || (keep_length && name.eq_ignore_ascii_case(b"content-length")))
+            && !ops.is_some_and(|o| o.drops(name))
     });
+    if let Some(o) = ops {
+        out.extend_from_slice(&o.lines);
+    }
     match body {
         BodyKind::Length(n) => response::content_length(out, n),
         BodyKind::Chunked if client_minor == 1 => {

@@ -22,7 +22,9 @@ use crate::accesslog::Sink;
 use crate::apps::{AppStates, AppTable};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
-use crate::filter::{AppKeyAuth, Filter, PlanLimit, RouteCounters, RouteLimiter};
+use crate::filter::{
+    AppKeyAuth, Filter, HeaderOpsRt, HeaderPolicy, PlanLimit, RouteCounters, RouteLimiter,
+};
 use crate::limit::PlanRt;
 use crate::metrics::{GlobalMetrics, RouteMetrics};
 use crate::router::Router;
@@ -345,6 +347,12 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 sources: config.app_key.clone(),
             }));
             filters.push(Box::new(PlanLimit));
+        }
+        // Last, so a policy can also drop what an earlier filter left.
+        let request = HeaderOpsRt::new(&r.request_headers);
+        let response = HeaderOpsRt::new(&r.response_headers).map(Arc::new);
+        if request.is_some() || response.is_some() {
+            filters.push(Box::new(HeaderPolicy { request, response }));
         }
         routes.push(RouteRt {
             name: r.name.as_str().into(),

@@ -166,3 +166,44 @@ fn route_limits() {
         ]
     );
 }
+
+#[test]
+fn header_policies() {
+    let text = BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    request_headers: { set: { X-Env: prod }, add: { X-Tag: a }, remove: [X-Debug] }\n    response_headers: { remove: [server] }\n",
+    );
+    let c = ok(&text);
+    assert_eq!(
+        c.routes[0].request_headers,
+        HeaderOps {
+            set: vec![("X-Env".into(), "prod".into())],
+            add: vec![("X-Tag".into(), "a".into())],
+            remove: vec!["x-debug".into()],
+        }
+    );
+    assert_eq!(
+        c.routes[0].response_headers.remove,
+        vec!["server".to_string()]
+    );
+    let bad = BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    request_headers: { set: { Host: x, \"bad name\": y }, remove: [content-length], drop: [a] }\n",
+    );
+    assert_eq!(
+        errors(&bad).last().unwrap(),
+        "12:83: unknown key \"drop\" in header policy (expected one of: set, add, remove)"
+    );
+    let bad = BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    request_headers: { set: { Host: x, \"bad name\": y }, remove: [content-length] }\n",
+    );
+    assert_eq!(
+        errors(&bad),
+        [
+            "12:31: routes[0].request_headers.set: \"Host\" is managed by the gateway and cannot be changed here",
+            "12:40: routes[0].request_headers.set: bad header name \"bad name\"",
+            "12:66: routes[0].request_headers.remove[0]: \"content-length\" is managed by the gateway and cannot be changed here",
+        ]
+    );
+}

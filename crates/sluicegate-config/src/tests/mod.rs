@@ -149,6 +149,8 @@ fn full_example_parses_to_the_expected_model() {
                 },
                 auth: Auth::None,
                 limit: None,
+                request_headers: HeaderOps::default(),
+                response_headers: HeaderOps::default(),
             },
             Route {
                 name: "hello".into(),
@@ -165,6 +167,8 @@ fn full_example_parses_to_the_expected_model() {
                 },
                 auth: Auth::None,
                 limit: None,
+                request_headers: HeaderOps::default(),
+                response_headers: HeaderOps::default(),
             },
             Route {
                 name: "re".into(),
@@ -180,6 +184,8 @@ fn full_example_parses_to_the_expected_model() {
                 },
                 auth: Auth::None,
                 limit: None,
+                request_headers: HeaderOps::default(),
+                response_headers: HeaderOps::default(),
             },
             Route {
                 name: "fallback".into(),
@@ -195,6 +201,8 @@ fn full_example_parses_to_the_expected_model() {
                 },
                 auth: Auth::None,
                 limit: None,
+                request_headers: HeaderOps::default(),
+                response_headers: HeaderOps::default(),
             },
         ],
         plans: vec![],

@@ -1,0 +1,73 @@
+//! Header policies end to end: a route's `request_headers` and
+//! `response_headers` (`set`, `add`, `remove`) as the upstream and the
+//! client see them, on proxied and `respond` routes.
+
+mod http_common;
+
+use http_common::{service, Gw};
+use sluicegate_testkit::{http_get, TestUpstream};
+
+#[test]
+fn request_and_response_headers_are_set_added_and_removed() {
+    let up = TestUpstream::start_with_id("up1");
+    let gw = Gw::start(&format!(
+        r#"services:
+{}
+routes:
+  - name: api
+    match: {{ path_prefix: /api }}
+    service: s
+    request_headers:
+      set: {{ X-Env: prod }}
+      add: {{ X-Tag: gw }}
+      remove: [x-debug, cookie]
+    response_headers:
+      set: {{ Cache-Control: no-store }}
+      add: {{ X-Served-By: sluicegate }}
+      remove: [x-upstream-id]
+  - name: hello
+    match: {{ path: /hello }}
+    respond: {{ body: hi }}
+    response_headers:
+      add: {{ X-Served-By: sluicegate }}
+  - name: plain
+    match: {{ path_prefix: /plain }}
+    service: s
+"#,
+        service("s", &[up.addr()], "")
+    ));
+    let r = http_get(
+        gw.addr(),
+        "/api/x?header=cache-control:max-age%3D60&header=x-keep:1",
+        &[
+            ("X-Env", "dev"),
+            ("X-Env", "qa"),
+            ("X-Tag", "client"),
+            ("X-Debug", "1"),
+            ("Cookie", "a=b"),
+            ("X-Other", "kept"),
+        ],
+    );
+    assert_eq!(r.status, 200);
+    let seen = up.last_request().unwrap();
+    assert_eq!(seen.header_all("x-env"), vec!["prod"]);
+    assert_eq!(seen.header_all("x-tag"), vec!["client", "gw"]);
+    assert_eq!(seen.header("x-debug"), None);
+    assert_eq!(seen.header("cookie"), None);
+    assert_eq!(seen.header("x-other"), Some("kept"));
+    // The upstream asked for max-age=60 and sent its id: both replaced/dropped.
+    assert_eq!(r.header_all("cache-control"), vec!["no-store"]);
+    assert_eq!(r.header("x-served-by"), Some("sluicegate"));
+    assert_eq!(r.header("x-upstream-id"), None);
+    assert_eq!(r.header("x-keep"), Some("1"));
+
+    let r = http_get(gw.addr(), "/hello", &[]);
+    assert_eq!(r.body_str(), "hi");
+    assert_eq!(r.header("x-served-by"), Some("sluicegate"));
+
+    // Other routes are untouched.
+    let r = http_get(gw.addr(), "/plain", &[("X-Debug", "1")]);
+    assert_eq!(up.last_request().unwrap().header("x-debug"), Some("1"));
+    assert_eq!(r.header("x-upstream-id"), Some("up1"));
+    assert_eq!(r.header("x-served-by"), None);
+}
