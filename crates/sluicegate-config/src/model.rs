@@ -111,6 +111,34 @@ pub struct HeaderOps {
     pub remove: Vec<String>,
 }
 
+/// Cross-origin resource sharing for a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cors {
+    /// Allowed origins.
+    pub origins: Vec<OriginMatch>,
+    /// Allowed methods (upper-case).
+    pub methods: Vec<String>,
+    /// Allowed request headers (lower-case).
+    pub headers: Vec<String>,
+    /// Response headers the browser may read (as written).
+    pub expose_headers: Vec<String>,
+    pub credentials: bool,
+    /// How long a browser may cache a preflight answer.
+    pub max_age: Option<Duration>,
+}
+
+/// An allowed origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginMatch {
+    /// `*`: every origin.
+    Any,
+    /// `https://shop.example.com` (lower-case, no trailing slash).
+    Exact(String),
+    /// `https://*.example.com`: scheme `https://`, host ending `.example.com`
+    /// with at least one more label (stored as scheme and suffix).
+    Suffix { scheme: String, suffix: String },
+}
+
 /// A route's own limit, for every caller (with or without an app).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteLimit {
@@ -298,6 +326,7 @@ pub struct Route {
     pub limit: Option<RouteLimit>,
     pub request_headers: HeaderOps,
     pub response_headers: HeaderOps,
+    pub cors: Option<Cors>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -17,6 +17,7 @@ const ROUTE_KEYS: &[&str] = &[
     "limit",
     "request_headers",
     "response_headers",
+    "cors",
 ];
 const MATCH_KEYS: &[&str] = &[
     "host",
@@ -154,6 +155,10 @@ fn route<'n>(
     };
     let request_headers = ops("request_headers");
     let response_headers = ops("response_headers");
+    let cors = match f.get("cors") {
+        None => Some(None),
+        Some(n) => crate::policy::cors(cx, n, path.key("cors")).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -162,6 +167,7 @@ fn route<'n>(
         limit: limit?,
         request_headers: request_headers?,
         response_headers: response_headers?,
+        cors: cors?,
     })
 }
 

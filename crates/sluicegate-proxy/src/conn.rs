@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use crate::accesslog::{self, Sink};
 use crate::codec::{self, BodyKind, HeadError, Parsed, RequestHead, ResponseHead};
 use crate::deadline::{Deadlines, Wait};
-use crate::filter::{Edits, Refuse, ReqCx};
+use crate::filter::{Answer, Edits, Refuse, ReqCx};
 use crate::forward::{self, Outcome};
 use crate::io::{write_all_by, Pool, ReadError, RecvBuf};
 use crate::response::{self, ErrorKind};
@@ -409,14 +409,15 @@ impl Conn<'_> {
             bufs.log_line.extend_from_slice(query);
         }
         if let Some(refuse) = refused {
-            if refuse.kind == ErrorKind::Unauthorized {
+            let mut head = Vec::new();
+            if refuse.answer == Answer::Error(ErrorKind::Unauthorized) {
                 route
                     .metrics
                     .unauthorized
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             let outcome = self
-                .answer_locally(bufs, Local::Error(refuse.kind, &refuse.headers), is_head)
+                .answer_locally(bufs, refuse.local(&mut head), is_head)
                 .await;
             route
                 .metrics
@@ -504,6 +505,15 @@ impl Conn<'_> {
             }
             Local::Error(kind, extra) => {
                 let before = bufs.out.len();
+                // Filters' response lines (CORS) go on refusals too.
+                let mut lines = Vec::new();
+                let extra = if bufs.edits.response_headers.is_empty() {
+                    extra
+                } else {
+                    lines.extend_from_slice(extra);
+                    lines.extend_from_slice(&bufs.edits.response_headers);
+                    &lines[..]
+                };
                 response::error_with(&mut bufs.out, kind, close, is_head, extra);
                 (kind.status(), bufs.out.len() - before)
             }
@@ -609,6 +619,20 @@ fn run_filters(
         .filters
         .iter()
         .find_map(|f| f.on_request(&mut cx).err())
+}
+
+impl Refuse {
+    /// The answer to write; a 204's head is built into `head`.
+    fn local<'a>(&'a self, head: &'a mut Vec<u8>) -> Local<'a> {
+        match self.answer {
+            Answer::Error(kind) => Local::Error(kind, &self.headers),
+            Answer::NoContent => {
+                response::status_line(head, 204);
+                head.extend_from_slice(&self.headers);
+                Local::Fixed(204, head, &[])
+            }
+        }
+    }
 }
 
 impl Outcome<'_> {

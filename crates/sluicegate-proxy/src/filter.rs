@@ -38,6 +38,9 @@ pub struct Edits {
     pub guards: Vec<InFlight>,
     /// Headers to drop from the upstream's response and lines to add.
     pub response_ops: Option<Arc<HeaderOpsRt>>,
+    /// The route's CORS policy answers for this request: the upstream's
+    /// own `Access-Control-*` headers are dropped.
+    pub cors: bool,
 }
 
 impl Edits {
@@ -50,14 +53,22 @@ impl Edits {
         self.key_fp = None;
         self.guards.clear();
         self.response_ops = None;
+        self.cors = false;
     }
 }
 
-/// A refusal: the error to answer and header lines to add to it.
+/// A filter's own answer, ending the request: usually a refusal, or a
+/// bodiless 204 (a CORS preflight); with header lines to add to it.
 #[derive(Debug)]
 pub struct Refuse {
-    pub kind: ErrorKind,
+    pub answer: Answer,
     pub headers: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Error(ErrorKind),
+    NoContent,
 }
 
 /// What a filter sees of a request.
@@ -101,7 +112,7 @@ const CHALLENGE: &[u8] = b"www-authenticate: AppKey realm=\"sluicegate\"\r\n";
 impl AppKeyAuth {
     fn refuse_401() -> Refuse {
         Refuse {
-            kind: ErrorKind::Unauthorized,
+            answer: Answer::Error(ErrorKind::Unauthorized),
             headers: CHALLENGE.to_vec(),
         }
     }
@@ -167,7 +178,7 @@ impl Filter for AppKeyAuth {
                 app.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
                 cx.edits.app = Some(app.id.clone());
                 return Err(Refuse {
-                    kind: ErrorKind::Forbidden,
+                    answer: Answer::Error(ErrorKind::Forbidden),
                     headers: Vec::new(),
                 });
             }
@@ -257,7 +268,7 @@ fn charge_or_refuse(
             headers.extend_from_slice(b"\r\n");
             ratelimit_headers(&mut headers, r.limit, 0, r.reset);
             Err(Refuse {
-                kind: ErrorKind::TooManyRequests,
+                answer: Answer::Error(ErrorKind::TooManyRequests),
                 headers,
             })
         }
@@ -343,6 +354,151 @@ impl Filter for HeaderPolicy {
             cx.edits.request_headers.extend_from_slice(&ops.lines);
         }
         cx.edits.response_ops.clone_from(&self.response);
+        Ok(())
+    }
+}
+
+/// A route's `cors`: preflights (OPTIONS with
+/// `Access-Control-Request-Method`) are answered here, before auth, with
+/// 204 or 403; other requests from an allowed origin get the
+/// `Access-Control-Allow-*` headers on their response, from the gateway
+/// only.
+#[derive(Debug)]
+pub struct CorsPolicy {
+    origins: Vec<sluicegate_config::OriginMatch>,
+    methods: Vec<String>,
+    headers: Vec<String>,
+    /// Prebuilt `access-control-allow-methods` / `-headers` / `-max-age`
+    /// lines for preflights, and `-expose-headers` for the others.
+    preflight_lines: Vec<u8>,
+    expose_line: Vec<u8>,
+    credentials: bool,
+}
+
+impl CorsPolicy {
+    pub fn new(c: &sluicegate_config::Cors) -> CorsPolicy {
+        let mut preflight_lines = Vec::new();
+        preflight_lines.extend_from_slice(b"access-control-allow-methods: ");
+        preflight_lines.extend_from_slice(c.methods.join(", ").as_bytes());
+        preflight_lines.extend_from_slice(b"\r\n");
+        if !c.headers.is_empty() {
+            preflight_lines.extend_from_slice(b"access-control-allow-headers: ");
+            preflight_lines.extend_from_slice(c.headers.join(", ").as_bytes());
+            preflight_lines.extend_from_slice(b"\r\n");
+        }
+        if let Some(age) = c.max_age {
+            preflight_lines.extend_from_slice(b"access-control-max-age: ");
+            preflight_lines.extend_from_slice(itoa::Buffer::new().format(age.as_secs()).as_bytes());
+            preflight_lines.extend_from_slice(b"\r\n");
+        }
+        let mut expose_line = Vec::new();
+        if !c.expose_headers.is_empty() {
+            expose_line.extend_from_slice(b"access-control-expose-headers: ");
+            expose_line.extend_from_slice(c.expose_headers.join(", ").as_bytes());
+            expose_line.extend_from_slice(b"\r\n");
+        }
+        CorsPolicy {
+            origins: c.origins.clone(),
+            methods: c.methods.clone(),
+            headers: c.headers.clone(),
+            preflight_lines,
+            expose_line,
+            credentials: c.credentials,
+        }
+    }
+
+    fn allows(&self, origin: &[u8]) -> bool {
+        use sluicegate_config::OriginMatch;
+        self.origins.iter().any(|o| match o {
+            OriginMatch::Any => true,
+            OriginMatch::Exact(e) => origin.eq_ignore_ascii_case(e.as_bytes()),
+            OriginMatch::Suffix { scheme, suffix } => {
+                origin.len() > scheme.len() + suffix.len()
+                    && origin[..scheme.len()].eq_ignore_ascii_case(scheme.as_bytes())
+                    && host_ends_with(&origin[scheme.len()..], suffix.as_bytes())
+            }
+        })
+    }
+
+    /// `Access-Control-Allow-Origin` (and credentials, Vary) for `origin`.
+    fn origin_lines(&self, out: &mut Vec<u8>, origin: &[u8]) {
+        let any = self.origins.contains(&sluicegate_config::OriginMatch::Any);
+        out.extend_from_slice(b"access-control-allow-origin: ");
+        if any && !self.credentials {
+            out.extend_from_slice(b"*\r\n");
+        } else {
+            out.extend_from_slice(origin);
+            out.extend_from_slice(b"\r\nvary: Origin\r\n");
+        }
+        if self.credentials {
+            out.extend_from_slice(b"access-control-allow-credentials: true\r\n");
+        }
+    }
+}
+
+/// `host[:port]` ends with `suffix` (".example.com"), port aside.
+fn host_ends_with(host_port: &[u8], suffix: &[u8]) -> bool {
+    let host = match memchr::memrchr(b':', host_port) {
+        Some(i) if !host_port.ends_with(b"]") => &host_port[..i],
+        _ => host_port,
+    };
+    host.len() > suffix.len() && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+}
+
+impl Filter for CorsPolicy {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let raw = cx.raw;
+        let header = |name: &[u8]| {
+            cx.head
+                .headers
+                .iter()
+                .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
+                .map(|h| crate::codec::trim(&raw[h.value.clone()]))
+        };
+        let Some(origin) = header(b"origin") else {
+            return Ok(()); // not a cross-origin request
+        };
+        let allowed = self.allows(origin);
+        let preflight_method = header(b"access-control-request-method");
+        if &raw[cx.head.method.clone()] == b"OPTIONS" {
+            if let Some(method) = preflight_method {
+                let forbidden = || Refuse {
+                    answer: Answer::Error(ErrorKind::Forbidden),
+                    headers: Vec::new(),
+                };
+                if !allowed || !self.methods.iter().any(|m| m.as_bytes() == method) {
+                    return Err(forbidden());
+                }
+                if let Some(asked) = header(b"access-control-request-headers") {
+                    let all_allowed = asked
+                        .split(|&b| b == b',')
+                        .map(crate::codec::trim)
+                        .filter(|h| !h.is_empty())
+                        .all(|h| {
+                            self.headers
+                                .iter()
+                                .any(|a| h.eq_ignore_ascii_case(a.as_bytes()))
+                        });
+                    if !all_allowed {
+                        return Err(forbidden());
+                    }
+                }
+                let mut headers = Vec::with_capacity(256);
+                self.origin_lines(&mut headers, origin);
+                headers.extend_from_slice(&self.preflight_lines);
+                return Err(Refuse {
+                    answer: Answer::NoContent,
+                    headers,
+                });
+            }
+        }
+        if allowed {
+            cx.edits.cors = true;
+            self.origin_lines(&mut cx.edits.response_headers, origin);
+            cx.edits
+                .response_headers
+                .extend_from_slice(&self.expose_line);
+        }
         Ok(())
     }
 }

@@ -714,10 +714,12 @@ fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8) {
     // describes the resource and is passed on.
     let keep_length = body == BodyKind::None && res.status != 204 && res.status >= 200;
     let ops = bufs.edits.response_ops.as_deref();
+    let cors = bufs.edits.cors;
     codec::append_header_lines(out, raw, &res.headers, res.len, res.crlf, |h| {
         let name = &raw[h.name.clone()];
         (!h.skip || (keep_length && name.eq_ignore_ascii_case(b"content-length")))
             && !ops.is_some_and(|o| o.drops(name))
+            && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
     });
     if let Some(o) = ops {
         out.extend_from_slice(&o.lines);

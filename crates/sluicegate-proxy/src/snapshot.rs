@@ -23,7 +23,8 @@ use crate::apps::{AppStates, AppTable};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
 use crate::filter::{
-    AppKeyAuth, Filter, HeaderOpsRt, HeaderPolicy, PlanLimit, RouteCounters, RouteLimiter,
+    AppKeyAuth, CorsPolicy, Filter, HeaderOpsRt, HeaderPolicy, PlanLimit, RouteCounters,
+    RouteLimiter,
 };
 use crate::limit::PlanRt;
 use crate::metrics::{GlobalMetrics, RouteMetrics};
@@ -340,6 +341,10 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 concurrency: l.concurrency,
             });
             filters.push(Box::new(RouteLimiter { plan, counters }));
+        }
+        // Preflights carry no credentials: answered before auth.
+        if let Some(c) = &r.cors {
+            filters.push(Box::new(CorsPolicy::new(c)));
         }
         if r.auth == Auth::AppKey {
             filters.push(Box::new(AppKeyAuth {

@@ -207,3 +207,37 @@ fn header_policies() {
         ]
     );
 }
+
+#[test]
+fn cors() {
+    let text = BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    cors: { origins: [\"https://Shop.example.com\", \"https://*.partner.test\"], headers: [Content-Type], max_age: 1m }\n",
+    );
+    let c = ok(&text).routes[0].cors.clone().unwrap();
+    assert_eq!(
+        c.origins,
+        vec![
+            OriginMatch::Exact("https://shop.example.com".into()),
+            OriginMatch::Suffix {
+                scheme: "https://".into(),
+                suffix: ".partner.test".into()
+            }
+        ]
+    );
+    assert_eq!(c.methods, ["GET", "HEAD", "POST"]);
+    assert_eq!(c.headers, ["content-type"]);
+    assert_eq!(c.max_age, Some(Duration::from_secs(60)));
+    let bad = BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    cors: { origins: [\"*\", \"ftp://x\", \"shop.example.com\"], credentials: true }\n",
+    );
+    assert_eq!(
+        errors(&bad),
+        [
+            "12:28: routes[0].cors.origins[1]: expected an origin like https://shop.example.com, https://*.example.com or *, found \"ftp://x\"",
+            "12:39: routes[0].cors.origins[2]: expected an origin like https://shop.example.com, https://*.example.com or *, found \"shop.example.com\"",
+            "12:73: routes[0].cors.credentials: browsers refuse credentials with origin \"*\": list the origins",
+        ]
+    );
+}

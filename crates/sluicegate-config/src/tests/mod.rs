@@ -151,6 +151,7 @@ fn full_example_parses_to_the_expected_model() {
                 limit: None,
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
+                cors: None,
             },
             Route {
                 name: "hello".into(),
@@ -169,6 +170,7 @@ fn full_example_parses_to_the_expected_model() {
                 limit: None,
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
+                cors: None,
             },
             Route {
                 name: "re".into(),
@@ -186,6 +188,7 @@ fn full_example_parses_to_the_expected_model() {
                 limit: None,
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
+                cors: None,
             },
             Route {
                 name: "fallback".into(),
@@ -203,6 +206,7 @@ fn full_example_parses_to_the_expected_model() {
                 limit: None,
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
+                cors: None,
             },
         ],
         plans: vec![],
