@@ -17,7 +17,7 @@ use crate::{apps, route, service};
 
 const TOP_KEYS: &[&str] = &[
     "listen", "admin", "workers", "limits", "timeouts", "log", "reload", "services", "routes",
-    "plans", "apps", "app_key",
+    "plans", "apps", "app_key", "ip",
 ];
 
 /// Decodes the document's root node. The returned config is only meaningful
@@ -36,6 +36,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
         plans: Vec::new(),
         apps: Vec::new(),
         app_key: Default::default(),
+        ip: Default::default(),
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -87,6 +88,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
     }
     if let Some(node) = f.get("app_key") {
         config.app_key = apps::app_key(cx, node, path.key("app_key"));
+    }
+    if let Some(node) = f.get("ip") {
+        config.ip = crate::policy::ip_rules(cx, node, path.key("ip")).unwrap_or_default();
     }
     config
 }

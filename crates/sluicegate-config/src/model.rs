@@ -29,6 +29,104 @@ pub struct Config {
     pub apps: Vec<App>,
     /// Where `auth: app_key` routes look for the key.
     pub app_key: AppKeySources,
+    /// Client addresses allowed and denied on every route.
+    pub ip: IpRules,
+}
+
+/// Client address rules: denied when in `deny`, or when `allow` is not
+/// empty and the address is not in it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IpRules {
+    pub allow: Vec<Cidr>,
+    pub deny: Vec<Cidr>,
+}
+
+/// An address block such as `10.0.0.0/8` or `2001:db8::/32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `ADDR/LEN` or a bare address (a block of one).
+    pub fn parse(text: &str) -> Result<Cidr, String> {
+        let (a, len) = match text.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (text, None),
+        };
+        let addr: std::net::IpAddr = a.trim().parse().map_err(|_| {
+            format!("expected an address block like 10.0.0.0/8 or 2001:db8::/32, found {text:?}")
+        })?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match len {
+            None => max,
+            Some(l) => l
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("prefix length must be 0 to {max}, found {l:?}"))?,
+        };
+        let c = Cidr { addr, prefix };
+        if c.network() != addr {
+            return Err(format!(
+                "{text:?} has bits set after the prefix; the block is {}/{prefix}",
+                c.network()
+            ));
+        }
+        Ok(c)
+    }
+
+    fn network(&self) -> std::net::IpAddr {
+        use std::net::IpAddr;
+        match self.addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V4((u32::from(a) & mask).into())
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V6((u128::from(a) & mask).into())
+            }
+        }
+    }
+
+    /// Whether `ip` is in the block (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        match (self.addr, ip.to_canonical()) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(a) & mask == u32::from(n)
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(a) & mask == u128::from(n)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl IpRules {
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+
+    /// Whether `ip` may pass.
+    pub fn admits(&self, ip: std::net::IpAddr) -> bool {
+        !self.deny.iter().any(|c| c.contains(ip))
+            && (self.allow.is_empty() || self.allow.iter().any(|c| c.contains(ip)))
+    }
 }
 
 /// A rate limit: `count` requests per `per`.
@@ -327,6 +425,7 @@ pub struct Route {
     pub request_headers: HeaderOps,
     pub response_headers: HeaderOps,
     pub cors: Option<Cors>,
+    pub ip: IpRules,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,9 +1,10 @@
 //! A route's header policies (`request_headers` and `response_headers`,
-//! each `{ set, add, remove }`) and its `cors`.
+//! each `{ set, add, remove }`), its `cors`, and `ip` rules (per route and
+//! global).
 
 use std::collections::HashMap;
 
-use crate::model::{Cors, HeaderOps, OriginMatch};
+use crate::model::{Cidr, Cors, HeaderOps, IpRules, OriginMatch};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
@@ -236,4 +237,30 @@ fn origin(text: &str) -> Result<OriginMatch, String> {
         return Err(bad());
     }
     Ok(OriginMatch::Exact(lower))
+}
+
+/// Decodes `ip: { allow: [...], deny: [...] }`.
+pub(crate) fn ip_rules(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<IpRules> {
+    let f = fields(cx, node, path, "ip", &["allow", "deny"])?;
+    let mut ok = true;
+    let mut out = IpRules::default();
+    for (key, list) in [("allow", &mut out.allow), ("deny", &mut out.deny)] {
+        let Some(n) = f.get(key) else { continue };
+        let p = path.key(key);
+        for (i, item) in reader::list(cx, n, p, "a list of address blocks")
+            .unwrap_or(&[])
+            .iter()
+            .enumerate()
+        {
+            match reader::string(cx, item, p.index(i)).map(Cidr::parse) {
+                Some(Ok(c)) => list.push(c),
+                Some(Err(why)) => {
+                    cx.at(item.pos, p.index(i), why);
+                    ok = false;
+                }
+                None => ok = false,
+            }
+        }
+    }
+    ok.then_some(out)
 }

@@ -80,8 +80,8 @@ impl Cx {
     }
 }
 
-/// Most keys a schema mapping has (the top level has nine).
-const MAX_FIELDS: usize = 12;
+/// Most keys a schema mapping has (the top level has thirteen).
+const MAX_FIELDS: usize = 16;
 
 /// A schema mapping's values by key, after unknown and duplicate keys were
 /// reported. Null values count as absent.

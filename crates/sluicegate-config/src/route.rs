@@ -18,6 +18,7 @@ const ROUTE_KEYS: &[&str] = &[
     "request_headers",
     "response_headers",
     "cors",
+    "ip",
 ];
 const MATCH_KEYS: &[&str] = &[
     "host",
@@ -159,6 +160,10 @@ fn route<'n>(
         None => Some(None),
         Some(n) => crate::policy::cors(cx, n, path.key("cors")).map(Some),
     };
+    let ip = match f.get("ip") {
+        None => Some(Default::default()),
+        Some(n) => crate::policy::ip_rules(cx, n, path.key("ip")),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -168,6 +173,7 @@ fn route<'n>(
         request_headers: request_headers?,
         response_headers: response_headers?,
         cors: cors?,
+        ip: ip?,
     })
 }
 

@@ -370,6 +370,14 @@ impl Conn<'_> {
         let is_head = method == b"HEAD";
         bufs.is_head = is_head;
         bufs.edits.clear();
+        if !snap.ip.is_empty() && !snap.ip.admits(self.peer.ip()) {
+            let outcome = self
+                .answer_locally(bufs, Local::Error(ErrorKind::Forbidden, &[]), is_head)
+                .await;
+            self.worker.shared.global.unrouted.record(outcome.status);
+            self.log(snap, bufs, method_len, "", "", &outcome, started);
+            return outcome.next();
+        }
         let Some(found) = found else {
             let outcome = self
                 .answer_locally(bufs, Local::Error(ErrorKind::NoRoute, &[]), is_head)

@@ -503,6 +503,23 @@ impl Filter for CorsPolicy {
     }
 }
 
+/// A route's `ip` rules: 403 for a client address they do not admit.
+#[derive(Debug)]
+pub struct IpFilter(pub sluicegate_config::IpRules);
+
+impl Filter for IpFilter {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        if self.0.admits(cx.client) {
+            Ok(())
+        } else {
+            Err(Refuse {
+                answer: Answer::Error(ErrorKind::Forbidden),
+                headers: Vec::new(),
+            })
+        }
+    }
+}
+
 fn ratelimit_headers(out: &mut Vec<u8>, limit: u64, remaining: u64, reset: u64) {
     let mut b = itoa::Buffer::new();
     out.extend_from_slice(b"ratelimit-limit: ");

@@ -23,7 +23,7 @@ use crate::apps::{AppStates, AppTable};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
 use crate::filter::{
-    AppKeyAuth, CorsPolicy, Filter, HeaderOpsRt, HeaderPolicy, PlanLimit, RouteCounters,
+    AppKeyAuth, CorsPolicy, Filter, HeaderOpsRt, HeaderPolicy, IpFilter, PlanLimit, RouteCounters,
     RouteLimiter,
 };
 use crate::limit::PlanRt;
@@ -72,6 +72,8 @@ pub struct Snapshot {
     pub limits: Limits,
     pub timeouts: ClientTimeouts,
     pub access_log: Option<Arc<Sink>>,
+    /// Client address rules for every request (`ip` at the top level).
+    pub ip: sluicegate_config::IpRules,
     /// Increases with every published snapshot.
     pub generation: u64,
 }
@@ -324,6 +326,9 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
             }
         };
         let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+        if !r.ip.is_empty() {
+            filters.push(Box::new(IpFilter(r.ip.clone())));
+        }
         // The route's own limit first: it also bounds key guessing.
         if let Some(l) = &r.limit {
             let counters = match (reg.route_limits.get(&r.name), l.per) {
@@ -388,6 +393,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         limits: config.limits.clone(),
         timeouts: config.timeouts.clone(),
         access_log,
+        ip: config.ip.clone(),
         generation: reg.generation,
     })
 }

@@ -437,3 +437,29 @@ fn route_limits_per_client_ip_and_per_route() {
         429
     );
 }
+
+#[test]
+fn ip_allow_and_deny_globally_and_per_route() {
+    let (orders, other) = (TestUpstream::start(), TestUpstream::start());
+    let mut yaml = no_plans(&orders, &other);
+    yaml = yaml.replace(
+        "  - name: open\n    match: { path_prefix: /open }\n    service: orders\n",
+        "  - name: open\n    match: { path_prefix: /open }\n    service: orders\n    \
+         ip: { allow: [127.0.0.0/30], deny: [127.0.0.2] }\n",
+    );
+    yaml.push_str("ip: { deny: [\"127.0.0.3/32\"] }\n");
+    let gw = Gw::start(&yaml);
+    let ip = |d: u8| std::net::Ipv4Addr::new(127, 0, 0, d);
+    assert_eq!(get_from(ip(1), gw.addr(), "/open"), 200);
+    assert_eq!(get_from(ip(2), gw.addr(), "/open"), 403, "route deny");
+    assert_eq!(
+        get_from(ip(5), gw.addr(), "/open"),
+        403,
+        "outside the route's allow"
+    );
+    assert_eq!(get_from(ip(3), gw.addr(), "/open"), 403, "global deny");
+    // The global rule covers every route and unrouted requests.
+    assert_eq!(get_from(ip(3), gw.addr(), "/nope"), 403);
+    assert_eq!(get_from(ip(5), gw.addr(), "/nope"), 404);
+    assert_eq!(orders.requests_seen(), 1);
+}

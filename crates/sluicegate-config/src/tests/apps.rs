@@ -241,3 +241,27 @@ fn cors() {
         ]
     );
 }
+
+#[test]
+fn ip_rules() {
+    let c = ok(&format!(
+        "{BASE}ip: {{ allow: [10.0.0.0/8, \"2001:db8::/32\", 192.168.1.7] }}\n"
+    ));
+    assert_eq!(c.ip.allow.len(), 3);
+    assert!(c.ip.admits("10.1.2.3".parse().unwrap()));
+    assert!(c.ip.admits("::ffff:10.1.2.3".parse().unwrap()));
+    assert!(c.ip.admits("2001:db8::1".parse().unwrap()));
+    assert!(c.ip.admits("192.168.1.7".parse().unwrap()));
+    assert!(!c.ip.admits("192.168.1.8".parse().unwrap()));
+    assert!(!c.ip.admits("11.0.0.1".parse().unwrap()));
+    assert_eq!(
+        errors(&format!(
+            "{BASE}ip: {{ deny: [10.0.0.1/8, 10.0.0.0/33, nope] }}\n"
+        )),
+        [
+            "12:14: ip.deny[0]: \"10.0.0.1/8\" has bits set after the prefix; the block is 10.0.0.0/8",
+            "12:26: ip.deny[1]: prefix length must be 0 to 32, found \"33\"",
+            "12:39: ip.deny[2]: expected an address block like 10.0.0.0/8 or 2001:db8::/32, found \"nope\"",
+        ]
+    );
+}

@@ -152,6 +152,7 @@ fn full_example_parses_to_the_expected_model() {
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
                 cors: None,
+                ip: IpRules::default(),
             },
             Route {
                 name: "hello".into(),
@@ -171,6 +172,7 @@ fn full_example_parses_to_the_expected_model() {
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
                 cors: None,
+                ip: IpRules::default(),
             },
             Route {
                 name: "re".into(),
@@ -189,6 +191,7 @@ fn full_example_parses_to_the_expected_model() {
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
                 cors: None,
+                ip: IpRules::default(),
             },
             Route {
                 name: "fallback".into(),
@@ -207,11 +210,13 @@ fn full_example_parses_to_the_expected_model() {
                 request_headers: HeaderOps::default(),
                 response_headers: HeaderOps::default(),
                 cors: None,
+                ip: IpRules::default(),
             },
         ],
         plans: vec![],
         apps: vec![],
         app_key: AppKeySources::default(),
+        ip: IpRules::default(),
     };
     assert_eq!(ok(FULL), expected);
 }
