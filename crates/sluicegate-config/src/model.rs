@@ -426,6 +426,16 @@ pub struct Route {
     pub response_headers: HeaderOps,
     pub cors: Option<Cors>,
     pub ip: IpRules,
+    /// Path rewrite applied after `strip_prefix`, before forwarding.
+    pub rewrite: Option<Rewrite>,
+}
+
+/// `rewrite: { regex, replacement }`: the first match of `regex` in the
+/// path is replaced (`$1`, `${name}` refer to capture groups).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    pub regex: String,
+    pub replacement: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -19,6 +19,7 @@ const ROUTE_KEYS: &[&str] = &[
     "response_headers",
     "cors",
     "ip",
+    "rewrite",
 ];
 const MATCH_KEYS: &[&str] = &[
     "host",
@@ -164,6 +165,21 @@ fn route<'n>(
         None => Some(Default::default()),
         Some(n) => crate::policy::ip_rules(cx, n, path.key("ip")),
     };
+    let rewrite = match f.get("rewrite") {
+        None => Some(None),
+        Some(n) => {
+            if f.get("respond").is_some() {
+                cx.at(
+                    n.pos,
+                    path.key("rewrite"),
+                    "only applies to routes with a service",
+                );
+                None
+            } else {
+                rewrite(cx, n, path.key("rewrite")).map(Some)
+            }
+        }
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -174,6 +190,7 @@ fn route<'n>(
         response_headers: response_headers?,
         cors: cors?,
         ip: ip?,
+        rewrite: rewrite?,
     })
 }
 
@@ -518,5 +535,42 @@ fn respond_action(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Action> {
         status,
         body,
         headers,
+    })
+}
+
+/// Decodes `rewrite: { regex, replacement }`.
+fn rewrite(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<crate::model::Rewrite> {
+    let f = fields(cx, node, path, "rewrite", &["regex", "replacement"])?;
+    let re = f.require(cx, path, "regex").and_then(|n| {
+        let p = path.key("regex");
+        let text = reader::string(cx, n, p)?;
+        match regex::bytes::Regex::new(text) {
+            Ok(_) => Some(text),
+            Err(e) => {
+                cx.at(n.pos, p, format_args!("invalid regex: {e}"));
+                None
+            }
+        }
+    });
+    let replacement = f.require(cx, path, "replacement").and_then(|n| {
+        let p = path.key("replacement");
+        let text = reader::string(cx, n, p)?;
+        // Literal text must be fit for a request line: no spaces or controls.
+        if text
+            .bytes()
+            .any(|b| b <= b' ' || b == 0x7f || b == b'?' || b == b'#')
+        {
+            cx.at(
+                n.pos,
+                p,
+                "a replacement cannot contain spaces, control characters, ? or #",
+            );
+            return None;
+        }
+        Some(text)
+    });
+    Some(crate::model::Rewrite {
+        regex: re?.to_string(),
+        replacement: replacement?.to_string(),
     })
 }

@@ -21,9 +21,11 @@ use crate::response::ErrorKind;
 /// requests (cleared before each).
 #[derive(Debug, Default)]
 pub struct Edits {
-    /// The path to forward instead of the received one (before any
-    /// `strip_prefix`, which still applies).
+    /// The path to forward instead of the received one: before any
+    /// `strip_prefix` (which still applies), unless `path_final`.
     pub path: Option<Vec<u8>>,
+    /// `path` is final: `strip_prefix` was applied already (by `rewrite`).
+    pub path_final: bool,
     /// The query to forward instead of the received one, with its `?`
     /// (empty for none).
     pub query: Option<Vec<u8>>,
@@ -46,6 +48,7 @@ pub struct Edits {
 impl Edits {
     pub fn clear(&mut self) {
         self.path = None;
+        self.path_final = false;
         self.query = None;
         self.request_headers.clear();
         self.response_headers.clear();
@@ -499,6 +502,37 @@ impl Filter for CorsPolicy {
                 .response_headers
                 .extend_from_slice(&self.expose_line);
         }
+        Ok(())
+    }
+}
+
+/// A route's `rewrite`: after `strip_prefix`, the first match of the
+/// regex in the path is replaced; the result is what goes upstream.
+#[derive(Debug)]
+pub struct PathRewrite {
+    pub regex: regex::bytes::Regex,
+    pub replacement: Vec<u8>,
+    /// The route strips its matched prefix first.
+    pub strip: bool,
+}
+
+impl Filter for PathRewrite {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let base = cx.edits.path.as_deref().unwrap_or(cx.path);
+        let base = if self.strip && cx.prefix_len > 0 && cx.prefix_len <= base.len() {
+            match &base[cx.prefix_len..] {
+                b"" => &b"/"[..],
+                rest => rest,
+            }
+        } else {
+            base
+        };
+        let mut out = self.regex.replace(base, &self.replacement[..]).into_owned();
+        if out.first() != Some(&b'/') {
+            out.insert(0, b'/');
+        }
+        cx.edits.path = Some(out);
+        cx.edits.path_final = true;
         Ok(())
     }
 }

@@ -217,7 +217,7 @@ fn write_request_head(
     out.extend_from_slice(&raw[req.method.clone()]);
     out.push(b' ');
     let path = edits.path.as_deref().unwrap_or_else(|| t.path(raw));
-    let path = if strip > 0 && strip <= path.len() {
+    let path = if !edits.path_final && strip > 0 && strip <= path.len() {
         let rest = &path[strip..];
         if rest.is_empty() {
             b"/"

@@ -23,8 +23,8 @@ use crate::apps::{AppStates, AppTable};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
 use crate::filter::{
-    AppKeyAuth, CorsPolicy, Filter, HeaderOpsRt, HeaderPolicy, IpFilter, PlanLimit, RouteCounters,
-    RouteLimiter,
+    AppKeyAuth, CorsPolicy, Filter, HeaderOpsRt, HeaderPolicy, IpFilter, PathRewrite, PlanLimit,
+    RouteCounters, RouteLimiter,
 };
 use crate::limit::PlanRt;
 use crate::metrics::{GlobalMetrics, RouteMetrics};
@@ -363,6 +363,22 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         let response = HeaderOpsRt::new(&r.response_headers).map(Arc::new);
         if request.is_some() || response.is_some() {
             filters.push(Box::new(HeaderPolicy { request, response }));
+        }
+        if let Some(rw) = &r.rewrite {
+            let regex = regex::bytes::Regex::new(&rw.regex)
+                .map_err(|e| format!("route {}: rewrite.regex: {e}", r.name))?;
+            let strip = matches!(
+                r.action,
+                Action::Proxy {
+                    strip_prefix: true,
+                    ..
+                }
+            );
+            filters.push(Box::new(PathRewrite {
+                regex,
+                replacement: rw.replacement.as_bytes().to_vec(),
+                strip,
+            }));
         }
         routes.push(RouteRt {
             name: r.name.as_str().into(),

@@ -71,3 +71,37 @@ routes:
     assert_eq!(r.header("x-upstream-id"), Some("up1"));
     assert_eq!(r.header("x-served-by"), None);
 }
+
+#[test]
+fn rewrite_after_strip_prefix_keeps_the_query() {
+    let up = TestUpstream::start();
+    let gw = Gw::start(&format!(
+        r#"services:
+{}
+routes:
+  - name: v1
+    match: {{ path_prefix: /v1 }}
+    service: s
+    strip_prefix: true
+    rewrite: {{ regex: "^/users/([0-9]+)(/.*)?$", replacement: "/accounts/$1$2" }}
+  - name: legacy
+    match: {{ path_prefix: /legacy }}
+    service: s
+    rewrite: {{ regex: "^/legacy", replacement: "/new" }}
+"#,
+        service("s", &[up.addr()], "")
+    ));
+    let cases = [
+        ("/v1/users/42?x=1", "/accounts/42?x=1"),
+        ("/v1/users/42/orders", "/accounts/42/orders"),
+        ("/v1/users/abc", "/users/abc"),
+        ("/v1", "/"),
+        ("/legacy/a/../b", "/new/b"),
+        ("/legacy", "/new"),
+    ];
+    for (sent, seen) in cases {
+        let r = http_get(gw.addr(), sent, &[]);
+        assert_eq!(r.status, 200, "{sent}");
+        assert_eq!(up.last_request().unwrap().target, seen, "{sent}");
+    }
+}

@@ -265,3 +265,31 @@ fn ip_rules() {
         ]
     );
 }
+
+#[test]
+fn rewrite() {
+    let c = ok(&BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    rewrite: { regex: \"^/orders/(.*)\", replacement: \"/v2/$1\" }\n",
+    ));
+    assert_eq!(
+        c.routes[0].rewrite,
+        Some(Rewrite {
+            regex: "^/orders/(.*)".into(),
+            replacement: "/v2/$1".into()
+        })
+    );
+    let all = errors(&BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    rewrite: { regex: \"(\", replacement: \"/a b\" }\n",
+    ));
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(
+        all[0].starts_with("12:23: routes[0].rewrite.regex: invalid regex: "),
+        "{all:?}"
+    );
+    assert_eq!(
+        all[1],
+        "12:41: routes[0].rewrite.replacement: a replacement cannot contain spaces, control characters, ? or #"
+    );
+}

@@ -153,6 +153,7 @@ fn full_example_parses_to_the_expected_model() {
                 response_headers: HeaderOps::default(),
                 cors: None,
                 ip: IpRules::default(),
+                rewrite: None,
             },
             Route {
                 name: "hello".into(),
@@ -173,6 +174,7 @@ fn full_example_parses_to_the_expected_model() {
                 response_headers: HeaderOps::default(),
                 cors: None,
                 ip: IpRules::default(),
+                rewrite: None,
             },
             Route {
                 name: "re".into(),
@@ -192,6 +194,7 @@ fn full_example_parses_to_the_expected_model() {
                 response_headers: HeaderOps::default(),
                 cors: None,
                 ip: IpRules::default(),
+                rewrite: None,
             },
             Route {
                 name: "fallback".into(),
@@ -211,6 +214,7 @@ fn full_example_parses_to_the_expected_model() {
                 response_headers: HeaderOps::default(),
                 cors: None,
                 ip: IpRules::default(),
+                rewrite: None,
             },
         ],
         plans: vec![],
