@@ -10,7 +10,15 @@ use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
 const PLAN_KEYS: &[&str] = &["rate", "burst", "quota", "concurrency"];
-const APP_KEYS: &[&str] = &["id", "keys", "plan", "plans_by_service", "services"];
+const APP_KEYS: &[&str] = &[
+    "id",
+    "keys",
+    "plan",
+    "plans_by_service",
+    "services",
+    "methods",
+    "paths",
+];
 const APP_KEY_KEYS: &[&str] = &["header", "query", "path_segment"];
 const ROUTE_LIMIT_KEYS: &[&str] = &["rate", "burst", "concurrency", "per"];
 
@@ -293,6 +301,49 @@ pub(crate) fn apps(
             }
             out
         });
+        let mut methods = Vec::new();
+        if let Some(n) = f.get("methods") {
+            let mp = p.key("methods");
+            for (j, m) in reader::list(cx, n, mp, "a list of methods")
+                .unwrap_or(&[])
+                .iter()
+                .enumerate()
+            {
+                match reader::string(cx, m, mp.index(j)) {
+                    Some(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphabetic()) => {
+                        methods.push(t.to_ascii_uppercase())
+                    }
+                    Some(t) => cx.at(m.pos, mp.index(j), format_args!("bad method {}", quote(t))),
+                    None => {}
+                }
+            }
+        }
+        let mut paths = Vec::new();
+        if let Some(n) = f.get("paths") {
+            let pp = p.key("paths");
+            for (j, item) in reader::list(cx, n, pp, "a list of path prefixes")
+                .unwrap_or(&[])
+                .iter()
+                .enumerate()
+            {
+                match reader::string(cx, item, pp.index(j)) {
+                    Some(t) if t.starts_with('/') && !t.contains(['?', '#', ' ', '*']) => {
+                        let t = if t.len() > 1 {
+                            t.trim_end_matches('/')
+                        } else {
+                            t
+                        };
+                        paths.push(t.to_string())
+                    }
+                    Some(t) => cx.at(
+                        item.pos,
+                        pp.index(j),
+                        format_args!("expected a path prefix like /orders, found {}", quote(t)),
+                    ),
+                    None => {}
+                }
+            }
+        }
         if let Some(id) = id {
             out.push(App {
                 id: id.to_string(),
@@ -300,6 +351,8 @@ pub(crate) fn apps(
                 plan,
                 plans_by_service: by_service,
                 services: allowed,
+                methods,
+                paths,
             });
         }
     }

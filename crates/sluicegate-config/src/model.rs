@@ -175,6 +175,11 @@ pub struct App {
     pub plans_by_service: Vec<(String, String)>,
     /// Services the app may call; `None` means all.
     pub services: Option<Vec<String>>,
+    /// Methods the app may use (upper-case); empty means all.
+    pub methods: Vec<String>,
+    /// Path prefixes (segment-wise, on the normalised path) the app may
+    /// call; empty means all.
+    pub paths: Vec<String>,
 }
 
 /// Where app keys are looked for, in this order.

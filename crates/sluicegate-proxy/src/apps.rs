@@ -33,6 +33,9 @@ pub struct AppRt {
     keys: Box<[Box<[u8]>]>,
     /// Allowed service indices (sorted); `None` means every service.
     services: Option<Box<[u32]>>,
+    /// Allowed methods and path prefixes; empty means any.
+    methods: Box<[Box<[u8]>]>,
+    paths: Box<[Box<[u8]>]>,
     /// The plan for services without their own.
     default: Option<Charge>,
     /// (service index, plan), sorted by service.
@@ -44,6 +47,16 @@ impl AppRt {
         self.services
             .as_ref()
             .is_none_or(|s| s.binary_search(&service).is_ok())
+    }
+
+    /// Whether the app may use `method` on `path` (normalised).
+    pub fn may_request(&self, method: &[u8], path: &[u8]) -> bool {
+        (self.methods.is_empty() || self.methods.iter().any(|m| **m == *method))
+            && (self.paths.is_empty()
+                || self.paths.iter().any(|p| {
+                    p.as_ref() == b"/"
+                        || (path.starts_with(p) && matches!(path.get(p.len()), None | Some(b'/')))
+                }))
     }
 
     /// The plan that applies to a call of `service`, if any.
@@ -175,9 +188,14 @@ fn compile_app(
         ids.sort_unstable();
         ids.into_boxed_slice()
     });
+    let bytes = |list: &[String]| -> Box<[Box<[u8]>]> {
+        list.iter().map(|s| s.as_bytes().into()).collect()
+    };
     AppRt {
         id,
         metrics,
+        methods: bytes(&app.methods),
+        paths: bytes(&app.paths),
         keys: app
             .keys
             .iter()

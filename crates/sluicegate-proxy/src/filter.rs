@@ -176,15 +176,14 @@ impl Filter for AppKeyAuth {
             return Err(Self::refuse_401());
         };
         app.metrics.requests.fetch_add(1, Ordering::Relaxed);
-        if let Some(svc) = cx.service {
-            if !app.may_call(svc) {
-                app.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
-                cx.edits.app = Some(app.id.clone());
-                return Err(Refuse {
-                    answer: Answer::Error(ErrorKind::Forbidden),
-                    headers: Vec::new(),
-                });
-            }
+        let method = &raw[cx.head.method.clone()];
+        if !cx.service.is_none_or(|svc| app.may_call(svc)) || !app.may_request(method, cx.path) {
+            app.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
+            cx.edits.app = Some(app.id.clone());
+            return Err(Refuse {
+                answer: Answer::Error(ErrorKind::Forbidden),
+                headers: Vec::new(),
+            });
         }
         cx.edits.app = Some(app.id.clone());
         cx.edits.key_fp = Some(crate::apps::fingerprint(key));

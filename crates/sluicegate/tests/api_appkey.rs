@@ -463,3 +463,41 @@ fn ip_allow_and_deny_globally_and_per_route() {
     assert_eq!(get_from(ip(5), gw.addr(), "/nope"), 404);
     assert_eq!(orders.requests_seen(), 1);
 }
+
+#[test]
+fn app_acl_on_methods_and_paths() {
+    let (orders, other) = (TestUpstream::start(), TestUpstream::start());
+    let gw = Gw::start(&config(
+        &orders,
+        &other,
+        "  free: { concurrency: 1000 }",
+        "    methods: [GET]\n    paths: [/orders/public]",
+    ));
+    let call = |method: &str, path: &str| {
+        sluicegate_testkit::http_request(gw.addr(), method, path, &[("X-App-Key", KEY_A)], b"")
+            .status
+    };
+    assert_eq!(call("GET", "/orders/public"), 200);
+    assert_eq!(call("GET", "/orders/public/x"), 200);
+    assert_eq!(call("POST", "/orders/public/x"), 403);
+    assert_eq!(call("GET", "/orders/private"), 403);
+    assert_eq!(
+        call("GET", "/orders/publicity"),
+        403,
+        "prefixes are segment-wise"
+    );
+    assert_eq!(
+        call("GET", "/orders/public/../private"),
+        403,
+        "on the normalised path"
+    );
+    // partner has no such limits.
+    let r = sluicegate_testkit::http_request(
+        gw.addr(),
+        "POST",
+        "/orders/private",
+        &[("X-App-Key", KEY_B)],
+        b"",
+    );
+    assert_eq!(r.status, 200);
+}

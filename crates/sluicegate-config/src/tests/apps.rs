@@ -35,6 +35,8 @@ apps:
     plan: gold
     plans_by_service: { web: slow }
     services: [orders, web]
+    methods: [get, POST]
+    paths: [/orders/, /]
   - id: bare
 app_key: { header: X-Key, query: off, path_segment: false }
 ",
@@ -70,6 +72,8 @@ app_key: { header: X-Key, query: off, path_segment: false }
             plan: Some("gold".into()),
             plans_by_service: vec![("web".into(), "slow".into())],
             services: Some(vec!["orders".into(), "web".into()]),
+            methods: vec!["GET".into(), "POST".into()],
+            paths: vec!["/orders".into(), "/".into()],
         }
     );
     assert_eq!(c.apps[1].services, None);
