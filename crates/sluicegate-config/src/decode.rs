@@ -17,7 +17,7 @@ use crate::{apps, route, service};
 
 const TOP_KEYS: &[&str] = &[
     "listen", "admin", "workers", "limits", "timeouts", "log", "reload", "services", "routes",
-    "plans", "apps", "app_key", "ip",
+    "plans", "apps", "app_key", "ip", "jwt",
 ];
 
 /// Decodes the document's root node. The returned config is only meaningful
@@ -37,6 +37,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
         apps: Vec::new(),
         app_key: Default::default(),
         ip: Default::default(),
+        jwt: Default::default(),
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -88,6 +89,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
     }
     if let Some(node) = f.get("app_key") {
         config.app_key = apps::app_key(cx, node, path.key("app_key"));
+    }
+    if let Some(node) = f.get("jwt") {
+        config.jwt = apps::jwt_settings(cx, node, path.key("jwt"));
     }
     if let Some(node) = f.get("ip") {
         config.ip = crate::policy::ip_rules(cx, node, path.key("ip")).unwrap_or_default();

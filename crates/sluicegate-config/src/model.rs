@@ -31,6 +31,56 @@ pub struct Config {
     pub app_key: AppKeySources,
     /// Client addresses allowed and denied on every route.
     pub ip: IpRules,
+    /// How `auth: jwt` routes check tokens.
+    pub jwt: JwtSettings,
+}
+
+/// Token checks shared by all `auth: jwt` routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwtSettings {
+    /// Required `iss`, when set.
+    pub issuer: Option<String>,
+    /// Required `aud` (one of the token's), when set.
+    pub audience: Option<String>,
+    /// The claim naming the app (its `id`).
+    pub app_claim: String,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: Duration,
+}
+
+impl Default for JwtSettings {
+    fn default() -> Self {
+        JwtSettings {
+            issuer: None,
+            audience: None,
+            app_claim: "sub".to_string(),
+            leeway: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Signature algorithms an app's tokens may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwtAlg {
+    HS256,
+    RS256,
+    ES256,
+}
+
+/// Where an app's verification key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwtKey {
+    /// HS256 shared secret, inline or in a file (read at load).
+    Secret(Vec<u8>),
+    /// RS256/ES256 public key, PEM, inline or from a file (read at load).
+    PublicKeyPem(Vec<u8>),
+}
+
+/// An app's token verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppJwt {
+    pub alg: JwtAlg,
+    pub key: JwtKey,
 }
 
 /// Client address rules: denied when in `deny`, or when `allow` is not
@@ -180,6 +230,8 @@ pub struct App {
     /// Path prefixes (segment-wise, on the normalised path) the app may
     /// call; empty means all.
     pub paths: Vec<String>,
+    /// How the app's JWTs are verified, for `auth: jwt` routes.
+    pub jwt: Option<AppJwt>,
 }
 
 /// Where app keys are looked for, in this order.
@@ -268,6 +320,7 @@ pub enum Auth {
     #[default]
     None,
     AppKey,
+    Jwt,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -132,14 +132,18 @@ fn route<'n>(
         None => Some(Auth::None),
         Some(n) => {
             let p = path.key("auth");
-            match reader::scalar(cx, n, p, "app_key or none") {
+            match reader::scalar(cx, n, p, "app_key, jwt or none") {
                 Some("none") => Some(Auth::None),
                 Some("app_key") => Some(Auth::AppKey),
+                Some("jwt") => Some(Auth::Jwt),
                 Some(other) => {
                     cx.at(
                         n.pos,
                         p,
-                        format_args!("unknown auth {} (expected app_key or none)", quote(other)),
+                        format_args!(
+                            "unknown auth {} (expected app_key, jwt or none)",
+                            quote(other)
+                        ),
                     );
                     None
                 }

@@ -40,6 +40,20 @@ pub struct AppRt {
     default: Option<Charge>,
     /// (service index, plan), sorted by service.
     by_service: Box<[(u32, Charge)]>,
+    /// How the app's JWTs are verified (boxed: most apps have none).
+    pub jwt: Option<Box<JwtKeyRt>>,
+}
+
+/// An app's JWT algorithm and verification key.
+pub struct JwtKeyRt {
+    pub alg: jsonwebtoken::Algorithm,
+    pub key: jsonwebtoken::DecodingKey,
+}
+
+impl std::fmt::Debug for JwtKeyRt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JwtKeyRt({:?})", self.alg) // never the key
+    }
 }
 
 impl AppRt {
@@ -84,6 +98,8 @@ pub struct AppTable {
     apps: Vec<AppRt>,
     /// Keyed hash of a key -> (app index, key index); collisions keep all.
     by_key: HashMap<u64, Vec<(u32, u32)>, FxBuildHasher>,
+    /// App id -> index, for JWTs (which name their app in a claim).
+    by_id: HashMap<Arc<str>, u32, FxBuildHasher>,
     secret: RandomState,
 }
 
@@ -97,7 +113,7 @@ impl AppTable {
         old: &AppStates,
         live: &mut AppStates,
         secret: &RandomState,
-    ) -> AppTable {
+    ) -> Result<AppTable, String> {
         let plans: HashMap<&str, Arc<PlanRt>> = config
             .plans
             .iter()
@@ -106,6 +122,7 @@ impl AppTable {
         let mut by_key: HashMap<u64, Vec<(u32, u32)>, FxBuildHasher> =
             HashMap::with_capacity_and_hasher(config.apps.len(), FxBuildHasher);
         let mut apps = Vec::with_capacity(config.apps.len());
+        let mut by_id = HashMap::with_capacity_and_hasher(config.apps.len(), FxBuildHasher);
         for (i, app) in config.apps.iter().enumerate() {
             for (k, key) in app.keys.iter().enumerate() {
                 by_key
@@ -113,13 +130,21 @@ impl AppTable {
                     .or_default()
                     .push((i as u32, k as u32));
             }
-            apps.push(compile_app(app, service_index, &plans, old, live));
+            let rt = compile_app(app, service_index, &plans, old, live)?;
+            by_id.insert(rt.id.clone(), i as u32);
+            apps.push(rt);
         }
-        AppTable {
+        Ok(AppTable {
             apps,
             by_key,
+            by_id,
             secret: secret.clone(),
-        }
+        })
+    }
+
+    /// The app with this id.
+    pub fn by_id(&self, id: &str) -> Option<&AppRt> {
+        self.by_id.get(id).map(|&i| &self.apps[i as usize])
     }
 
     /// The app holding `key`.
@@ -154,7 +179,7 @@ fn compile_app(
     plans: &HashMap<&str, Arc<PlanRt>>,
     old: &AppStates,
     live: &mut AppStates,
-) -> AppRt {
+) -> Result<AppRt, String> {
     let id: Arc<str> = app.id.as_str().into();
     let metrics = old
         .metrics
@@ -191,9 +216,16 @@ fn compile_app(
     let bytes = |list: &[String]| -> Box<[Box<[u8]>]> {
         list.iter().map(|s| s.as_bytes().into()).collect()
     };
-    AppRt {
+    let jwt = match &app.jwt {
+        None => None,
+        Some(j) => Some(Box::new(
+            jwt_key(j).map_err(|e| format!("apps {}: jwt: {e}", app.id))?,
+        )),
+    };
+    Ok(AppRt {
         id,
         metrics,
+        jwt,
         methods: bytes(&app.methods),
         paths: bytes(&app.paths),
         keys: app
@@ -204,7 +236,24 @@ fn compile_app(
         services,
         default,
         by_service: by_service.into_boxed_slice(),
-    }
+    })
+}
+
+fn jwt_key(j: &sluicegate_config::AppJwt) -> Result<JwtKeyRt, String> {
+    use jsonwebtoken::{Algorithm, DecodingKey};
+    use sluicegate_config::{JwtAlg, JwtKey};
+    let err = |e: jsonwebtoken::errors::Error| format!("bad public key: {e}");
+    let (alg, key) = match (j.alg, &j.key) {
+        (JwtAlg::HS256, JwtKey::Secret(s)) => (Algorithm::HS256, DecodingKey::from_secret(s)),
+        (JwtAlg::RS256, JwtKey::PublicKeyPem(p)) => {
+            (Algorithm::RS256, DecodingKey::from_rsa_pem(p).map_err(err)?)
+        }
+        (JwtAlg::ES256, JwtKey::PublicKeyPem(p)) => {
+            (Algorithm::ES256, DecodingKey::from_ec_pem(p).map_err(err)?)
+        }
+        _ => return Err("key does not match the algorithm".to_string()),
+    };
+    Ok(JwtKeyRt { alg, key })
 }
 
 /// A short, stable fingerprint of a key for logs: never the key itself.

@@ -23,8 +23,8 @@ use crate::apps::{AppStates, AppTable};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
 use crate::filter::{
-    AppKeyAuth, CorsPolicy, Filter, HeaderOpsRt, HeaderPolicy, IpFilter, PathRewrite, PlanLimit,
-    RouteCounters, RouteLimiter,
+    AppKeyAuth, CorsPolicy, Filter, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth, PathRewrite,
+    PlanLimit, RouteCounters, RouteLimiter,
 };
 use crate::limit::PlanRt;
 use crate::metrics::{GlobalMetrics, RouteMetrics};
@@ -281,7 +281,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         &reg.apps,
         &mut live_apps,
         &reg.key_secret,
-    ));
+    )?);
     let mut routes = Vec::with_capacity(config.routes.len());
     let mut live_routes = HashMap::new();
     let mut live_route_limits = HashMap::new();
@@ -356,6 +356,10 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 apps: apps.clone(),
                 sources: config.app_key.clone(),
             }));
+            filters.push(Box::new(PlanLimit));
+        }
+        if r.auth == Auth::Jwt {
+            filters.push(Box::new(JwtAuth::new(apps.clone(), &config.jwt)));
             filters.push(Box::new(PlanLimit));
         }
         // Last, so a policy can also drop what an earlier filter left.

@@ -74,6 +74,7 @@ app_key: { header: X-Key, query: off, path_segment: false }
             services: Some(vec!["orders".into(), "web".into()]),
             methods: vec!["GET".into(), "POST".into()],
             paths: vec!["/orders".into(), "/".into()],
+            jwt: None,
         }
     );
     assert_eq!(c.apps[1].services, None);
@@ -133,7 +134,7 @@ fn unknown_auth() {
     let text = BASE.replace("auth: app_key", "auth: basic");
     assert_eq!(
         errors(&text),
-        ["11:11: routes[0].auth: unknown auth \"basic\" (expected app_key or none)"]
+        ["11:11: routes[0].auth: unknown auth \"basic\" (expected app_key, jwt or none)"]
     );
 }
 
@@ -295,5 +296,51 @@ fn rewrite() {
     assert_eq!(
         all[1],
         "12:41: routes[0].rewrite.replacement: a replacement cannot contain spaces, control characters, ? or #"
+    );
+}
+
+#[test]
+fn app_jwt_and_settings() {
+    let c = ok(&with(
+        "jwt: { issuer: https://i.test, leeway: 10s }
+apps:
+  - id: a
+    jwt: { alg: HS256, secret: \"0123456789abcdef0123456789abcdef\" }
+",
+    ));
+    assert_eq!(c.jwt.issuer.as_deref(), Some("https://i.test"));
+    assert_eq!(c.jwt.app_claim, "sub");
+    assert_eq!(c.jwt.leeway, Duration::from_secs(10));
+    assert_eq!(
+        c.apps[0].jwt,
+        Some(AppJwt {
+            alg: JwtAlg::HS256,
+            key: JwtKey::Secret(b"0123456789abcdef0123456789abcdef".to_vec())
+        })
+    );
+    let all = errors(&with(
+        "apps:
+  - id: a
+    jwt: { alg: HS256, secret: short }
+  - id: b
+    jwt: { alg: RS256, public_key: \"not pem\" }
+  - id: c
+    jwt: { alg: none }
+  - id: d
+    jwt: { alg: ES256, public_key_file: /nonexistent/key.pem }
+  - id: e
+    jwt: { alg: RS256, secret: \"0123456789abcdef0123456789abcdef\" }
+",
+    ));
+    assert_eq!(
+        all,
+        [
+            "14:32: apps[0].jwt: an HS256 secret needs at least 32 bytes",
+            "16:36: apps[1].jwt: expected a PEM public key (-----BEGIN PUBLIC KEY-----)",
+            "18:17: apps[2].jwt.alg: expected HS256, RS256 or ES256, found \"none\"",
+            "20:41: apps[3].jwt.public_key_file: cannot read \"/nonexistent/key.pem\": No such file or directory (os error 2)",
+            "22:10: apps[4].jwt: missing public_key or public_key_file (a PEM public key)",
+            "22:32: apps[4].jwt.secret: does not apply to this alg",
+        ]
     );
 }

@@ -221,6 +221,7 @@ fn full_example_parses_to_the_expected_model() {
         apps: vec![],
         app_key: AppKeySources::default(),
         ip: IpRules::default(),
+        jwt: JwtSettings::default(),
     };
     assert_eq!(ok(FULL), expected);
 }
