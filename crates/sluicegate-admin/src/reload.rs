@@ -56,9 +56,29 @@ pub struct Reloader {
     path: PathBuf,
     shared: Arc<Shared>,
     overrides: Overrides,
-    running: Config,
+    /// The running config's keys that need a restart (the rest of it,
+    /// apps included, is not kept: it lives on compiled in the snapshot).
+    running: RestartOnly,
     last: Option<Stamp>,
     on_apply: Box<dyn Fn(&Config) + Send>,
+}
+
+/// The keys a reload cannot apply.
+#[derive(PartialEq)]
+struct RestartOnly {
+    listen: Vec<std::net::SocketAddr>,
+    workers: Option<usize>,
+    admin: Option<sluicegate_config::AdminConfig>,
+}
+
+impl RestartOnly {
+    fn of(c: &Config) -> RestartOnly {
+        RestartOnly {
+            listen: c.listen.clone(),
+            workers: c.workers,
+            admin: c.admin.clone(),
+        }
+    }
 }
 
 impl Reloader {
@@ -76,7 +96,7 @@ impl Reloader {
             path,
             shared,
             overrides,
-            running,
+            running: RestartOnly::of(&running),
             last,
             on_apply,
         }
@@ -123,17 +143,13 @@ impl Reloader {
             }
         };
         self.overrides.apply(&mut cfg);
-        if cfg.listen != self.running.listen
-            || cfg.workers != self.running.workers
-            || cfg.admin != self.running.admin
-        {
+        if RestartOnly::of(&cfg) != self.running {
             tracing::warn!("listen, workers and admin changes take effect on restart only");
         }
         match self.shared.reload(&cfg) {
             Ok(generation) => {
                 tracing::info!(reason = why, generation, "config reloaded");
                 (self.on_apply)(&cfg);
-                self.running = cfg;
                 true
             }
             Err(e) => {
