@@ -117,7 +117,8 @@ impl Worker {
             b.inb.clear();
             b.upb.clear();
             b.out.clear();
-            b.edits.clear();
+            // The rest of the edits is cleared before each use.
+            b.edits.guards.clear();
             free.push(b);
         }
     }
