@@ -428,6 +428,8 @@ impl Conn<'_> {
             let outcome = self
                 .answer_locally(bufs, refuse.local(&mut head), is_head)
                 .await;
+            // A slot taken by an earlier filter ends with the refusal.
+            bufs.edits.guards.clear();
             route
                 .metrics
                 .record(outcome.status, started.elapsed().as_micros() as u64);
