@@ -423,6 +423,23 @@ pub struct Service {
     /// In-flight requests to one endpoint at once, across all workers.
     pub max_connections_per_endpoint: usize,
     pub timeouts: UpstreamTimeouts,
+    /// Active health checks; `None`: every endpoint counts as healthy.
+    pub health: Option<HealthCheck>,
+}
+
+/// Active health checks of a service's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// `Some(path)`: `GET path` over HTTP/1.1; `None`: a TCP connect.
+    pub path: Option<String>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that bring an endpoint back.
+    pub healthy_after: u32,
+    /// Consecutive failures that take an endpoint out.
+    pub unhealthy_after: u32,
+    /// Statuses counted as healthy (inclusive ranges).
+    pub expect_status: Vec<(u16, u16)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

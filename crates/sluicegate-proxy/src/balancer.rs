@@ -74,32 +74,42 @@ impl Balancer {
         Balancer { kind, state }
     }
 
-    /// Picks an endpoint index among `endpoints` (never empty).
-    pub fn pick(&self, endpoints: &[Arc<EndpointState>], cx: &PickContext<'_>) -> usize {
+    /// Picks a healthy endpoint index among `endpoints` (never empty);
+    /// `None` when every endpoint is unhealthy.
+    pub fn pick(&self, endpoints: &[Arc<EndpointState>], cx: &PickContext<'_>) -> Option<usize> {
         let n = endpoints.len();
+        let ok = |i: usize| endpoints[i].is_healthy();
         if n == 1 {
-            return 0;
+            return ok(0).then_some(0);
         }
         match &self.kind {
             Kind::RoundRobin { sequence } => {
                 let c = self.state.counter.fetch_add(1, Ordering::Relaxed);
-                sequence[c % sequence.len()] as usize
+                // The next healthy entry of the smooth sequence.
+                (0..sequence.len())
+                    .map(|k| sequence[(c + k) % sequence.len()] as usize)
+                    .find(|&i| ok(i))
             }
             Kind::LeastConn => {
                 // Rotate the starting point so ties spread evenly.
                 let start = self.state.counter.fetch_add(1, Ordering::Relaxed) % n;
                 let mut best = start;
                 let mut best_load = u64::MAX;
+                let mut found = false;
                 for k in 0..n {
                     let i = (start + k) % n;
                     let e = &endpoints[i];
+                    if !e.is_healthy() {
+                        continue;
+                    }
                     let load = (e.in_flight() as u64 * 1_000_000) / u64::from(e.weight);
-                    if load < best_load {
+                    if !found || load < best_load {
                         best = i;
                         best_load = load;
+                        found = true;
                     }
                 }
-                best
+                found.then_some(best)
             }
             Kind::P2c => {
                 let a = fastrand::usize(..n);
@@ -107,10 +117,16 @@ impl Balancer {
                 if b >= a {
                     b += 1;
                 }
-                if endpoints[a].p2c_cost() <= endpoints[b].p2c_cost() {
-                    a
-                } else {
-                    b
+                match (ok(a), ok(b)) {
+                    (true, true) => Some(if endpoints[a].p2c_cost() <= endpoints[b].p2c_cost() {
+                        a
+                    } else {
+                        b
+                    }),
+                    (true, false) => Some(a),
+                    (false, true) => Some(b),
+                    // Both out: any healthy one, from a random start.
+                    (false, false) => (0..n).map(|k| (a + k) % n).find(|&i| ok(i)),
                 }
             }
             Kind::Hash { key, ring } => {
@@ -133,10 +149,17 @@ impl Balancer {
                     Some(b) => {
                         let h = xxhash_rust::xxh3::xxh3_64(b);
                         let pos = ring.partition_point(|&(p, _)| p < h);
-                        ring[pos % ring.len()].1 as usize
+                        // The first healthy owner clockwise: keys of a
+                        // healthy endpoint never move.
+                        (0..ring.len())
+                            .map(|k| ring[(pos + k) % ring.len()].1 as usize)
+                            .find(|&i| ok(i))
                     }
                     // No key in this request: spread like round robin.
-                    None => self.state.counter.fetch_add(1, Ordering::Relaxed) % n,
+                    None => {
+                        let c = self.state.counter.fetch_add(1, Ordering::Relaxed);
+                        (0..n).map(|k| (c + k) % n).find(|&i| ok(i))
+                    }
                 }
             }
         }
@@ -274,7 +297,7 @@ mod tests {
         );
         let mut counts = [0; 2];
         for _ in 0..300 {
-            counts[b.pick(&e, &cx())] += 1;
+            counts[b.pick(&e, &cx()).unwrap()] += 1;
         }
         assert_eq!(counts, [100, 200]);
     }
@@ -291,7 +314,7 @@ mod tests {
             Default::default(),
         );
         for _ in 0..10 {
-            assert_eq!(b.pick(&e, &cx()), 1);
+            assert_eq!(b.pick(&e, &cx()).unwrap(), 1);
         }
     }
 
@@ -313,8 +336,8 @@ mod tests {
                 path: b"/",
                 header: &lookup,
             };
-            let first = b.pick(&e, &c);
-            assert_eq!(first, b.pick(&e, &c));
+            let first = b.pick(&e, &c).unwrap();
+            assert_eq!(first, b.pick(&e, &c).unwrap());
             spread[first] += 1;
         }
         assert!(spread.iter().all(|&n| n > 50), "{spread:?}");
@@ -334,9 +357,9 @@ mod tests {
                 path: b"/",
                 header: &lookup,
             };
-            let before = b.pick(&e, &c);
+            let before = b.pick(&e, &c).unwrap();
             if before != 2 {
-                assert_eq!(b2.pick(&e2, &c), before);
+                assert_eq!(b2.pick(&e2, &c).unwrap(), before);
             }
         }
     }
@@ -348,7 +371,50 @@ mod tests {
         e[1].ewma.observe(1, 100.0);
         let b = Balancer::new(Balance::P2cEwma, &HashKey::ClientIp, &e, Default::default());
         for _ in 0..20 {
-            assert_eq!(b.pick(&e, &cx()), 1);
+            assert_eq!(b.pick(&e, &cx()).unwrap(), 1);
+        }
+    }
+
+    #[test]
+    fn unhealthy_endpoints_are_skipped_by_every_balancer() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let e: Vec<Arc<EndpointState>> = (0..3)
+            .map(|i| {
+                Arc::new(EndpointState::new(
+                    i,
+                    format!("10.0.0.{i}:80"),
+                    format!("10.0.0.{i}:80").parse().unwrap(),
+                    1,
+                    8,
+                ))
+            })
+            .collect();
+        let ip = "192.0.2.1".parse().unwrap();
+        let none = |_: &[u8]| -> Option<&[u8]> { None };
+        let c = PickContext {
+            client_ip: ip,
+            path: b"/x",
+            header: &none,
+        };
+        for balance in [
+            Balance::RoundRobin,
+            Balance::LeastConn,
+            Balance::P2cEwma,
+            Balance::Hash,
+        ] {
+            let b = Balancer::new(balance, &HashKey::ClientIp, &e, Arc::default());
+            e[1].healthy.store(false, Relaxed);
+            for _ in 0..50 {
+                assert_ne!(b.pick(&e, &c), Some(1), "{balance:?}");
+                assert!(b.pick(&e, &c).is_some(), "{balance:?}");
+            }
+            for x in &e {
+                x.healthy.store(false, Relaxed);
+            }
+            assert_eq!(b.pick(&e, &c), None, "{balance:?}");
+            for x in &e {
+                x.healthy.store(true, Relaxed);
+            }
         }
     }
 }

@@ -26,9 +26,18 @@ pub struct EndpointState {
     pub idle: AtomicI64,
     pub connect_errors: AtomicU64,
     pub requests: AtomicU64,
+    /// Set by the active health checks; balancers skip unhealthy endpoints.
+    pub healthy: std::sync::atomic::AtomicBool,
+    /// Consecutive passed and failed health checks.
+    pub health_oks: std::sync::atomic::AtomicU32,
+    pub health_fails: std::sync::atomic::AtomicU32,
 }
 
 impl EndpointState {
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn new(id: usize, name: String, addr: SocketAddr, weight: u32, max: usize) -> Self {
         EndpointState {
             id,
@@ -41,6 +50,9 @@ impl EndpointState {
             idle: AtomicI64::new(0),
             connect_errors: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            healthy: std::sync::atomic::AtomicBool::new(true),
+            health_oks: std::sync::atomic::AtomicU32::new(0),
+            health_fails: std::sync::atomic::AtomicU32::new(0),
         }
     }
 

@@ -329,8 +329,29 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             path: target.path(raw),
             header: &lookup,
         };
-        &service.endpoints[service.balancer.pick(&service.endpoints, &pcx)]
+        service.balancer.pick(&service.endpoints, &pcx)
     };
+    let Some(ep_index) = ep_arc else {
+        // Every endpoint is down: shed at once, never queue.
+        let close = close_req || body_pending || ErrorKind::NoHealthyEndpoint.closes();
+        bufs.out.clear();
+        response::error_with(
+            &mut bufs.out,
+            ErrorKind::NoHealthyEndpoint,
+            close,
+            bufs.is_head,
+            b"retry-after: 1\r\n",
+        );
+        let len = bufs.out.len() as u64;
+        let write = write_all_by(
+            &conn.client,
+            &bufs.out,
+            conn.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
+        )
+        .await;
+        return Outcome::local(503, len, close || write.is_err());
+    };
+    let ep_arc = &service.endpoints[ep_index];
     let ep: &'s EndpointState = ep_arc;
     let Some(_permit) = ep.acquire(service.timeouts.connect).await else {
         let mut o = fail(

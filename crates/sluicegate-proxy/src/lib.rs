@@ -13,6 +13,7 @@ pub mod deadline;
 pub mod endpoint;
 pub mod filter;
 pub mod forward;
+pub mod health;
 pub mod io;
 pub mod limit;
 pub mod metrics;

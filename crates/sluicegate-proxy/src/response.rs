@@ -26,6 +26,8 @@ pub enum ErrorKind {
     Forbidden,
     /// Over a plan or route limit (429).
     TooManyRequests,
+    /// Every endpoint of the service is down (503, with Retry-After).
+    NoHealthyEndpoint,
 }
 
 impl ErrorKind {
@@ -44,6 +46,7 @@ impl ErrorKind {
             ErrorKind::Unauthorized => 401,
             ErrorKind::Forbidden => 403,
             ErrorKind::TooManyRequests => 429,
+            ErrorKind::NoHealthyEndpoint => 503,
         }
     }
 
@@ -62,6 +65,7 @@ impl ErrorKind {
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::Forbidden => "forbidden",
             ErrorKind::TooManyRequests => "too many requests",
+            ErrorKind::NoHealthyEndpoint => "no healthy upstream",
         }
     }
 

@@ -38,6 +38,8 @@ pub struct ServiceRt {
     pub endpoints: Vec<Arc<EndpointState>>,
     pub balancer: Balancer,
     pub timeouts: UpstreamTimeouts,
+    /// Active health checks of the endpoints, if configured.
+    pub health: Option<sluicegate_config::HealthCheck>,
 }
 
 #[derive(Debug)]
@@ -68,6 +70,8 @@ pub struct RouteRt {
 #[derive(Debug)]
 pub struct Snapshot {
     pub router: Router,
+    /// Every service, in config order (the health checker walks them).
+    pub services: Vec<Arc<ServiceRt>>,
     pub routes: Vec<RouteRt>,
     pub limits: Limits,
     pub timeouts: ClientTimeouts,
@@ -172,7 +176,7 @@ type EndpointFamily = (
 fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
     use crate::metrics::label;
     use std::fmt::Write as _;
-    let families: [EndpointFamily; 4] = [
+    let families: [EndpointFamily; 5] = [
         (
             "sluicegate_upstream_requests_total",
             "counter",
@@ -184,6 +188,12 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
             "counter",
             "Failed connection attempts to an endpoint.",
             |e| e.connect_errors.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_upstream_healthy",
+            "gauge",
+            "1 while an endpoint is in rotation, 0 while its health checks fail.",
+            |e| u64::from(e.is_healthy()),
         ),
         (
             "sluicegate_upstream_in_flight",
@@ -270,6 +280,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 endpoints: eps,
                 balancer,
                 timeouts: svc.timeouts.clone(),
+                health: svc.health.clone(),
             }),
         );
     }
@@ -407,8 +418,14 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     reg.route_order = route_order;
     reg.endpoint_order = endpoint_order;
     reg.generation += 1;
+    let services_in_order = config
+        .services
+        .iter()
+        .filter_map(|s| services.get(s.name.as_str()).cloned())
+        .collect();
     Ok(Snapshot {
         router,
+        services: services_in_order,
         routes,
         limits: config.limits.clone(),
         timeouts: config.timeouts.clone(),

@@ -344,3 +344,45 @@ apps:
         ]
     );
 }
+
+#[test]
+fn health_checks() {
+    let text = BASE.replace(
+        "    endpoints: [\"127.0.0.1:9001\"]\n",
+        "    endpoints: [\"127.0.0.1:9001\"]\n    health: { path: /healthz, interval: 500ms, expect_status: [200, 300-302] }\n",
+    );
+    let h = ok(&text).services[0].health.clone().unwrap();
+    assert_eq!(
+        h,
+        HealthCheck {
+            path: Some("/healthz".into()),
+            interval: Duration::from_millis(500),
+            timeout: Duration::from_secs(1),
+            healthy_after: 2,
+            unhealthy_after: 3,
+            expect_status: vec![(200, 200), (300, 302)],
+        }
+    );
+    let text = BASE.replace(
+        "    endpoints: [\"127.0.0.1:9001\"]\n",
+        "    endpoints: [\"127.0.0.1:9001\"]\n    health: { type: udp, path: healthz, unhealthy_after: 0, expect_status: [99] }\n",
+    );
+    let all = errors(&text);
+    assert_eq!(all.len(), 4, "{all:?}");
+    assert!(
+        all[0].contains("services[0].health.type: expected http or tcp, found \"udp\""),
+        "{all:?}"
+    );
+    assert!(
+        all[1].contains("services[0].health.path: expected a path like /healthz"),
+        "{all:?}"
+    );
+    assert!(
+        all[2].contains("services[0].health.unhealthy_after: expected an integer from 1 to 100"),
+        "{all:?}"
+    );
+    assert!(
+        all[3].contains("services[0].health.expect_status[0]: expected a status or a range"),
+        "{all:?}"
+    );
+}

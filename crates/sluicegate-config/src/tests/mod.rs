@@ -120,6 +120,7 @@ fn full_example_parses_to_the_expected_model() {
                     response_header: secs(2),
                     idle: secs(3600),
                 },
+                health: None,
             },
             Service {
                 name: "api.v2".into(),
@@ -132,6 +133,7 @@ fn full_example_parses_to_the_expected_model() {
                 hash_key: HashKey::ClientIp,
                 max_connections_per_endpoint: 512,
                 timeouts: UpstreamTimeouts::default(),
+                health: None,
             },
         ],
         routes: vec![
