@@ -1,0 +1,289 @@
+//! Authentication filters: app keys (header, query, `~KEY` segment) and
+//! JWTs, both ending in the app's ACL check and `X-App-Id`.
+
+use std::fmt::Debug;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use sluicegate_config::AppKeySources;
+
+use super::{Answer, Filter, Refuse, ReqCx};
+use crate::apps::{AppRt, AppTable};
+use crate::response::ErrorKind;
+
+/// `auth: app_key`: finds the app key in a header, a query parameter or a
+/// `~KEY` path segment right after the route's prefix, removes it from the
+/// request, checks the app may call the route's service, and tells the
+/// upstream who called in `X-App-Id`.
+#[derive(Debug)]
+pub struct AppKeyAuth {
+    pub apps: Arc<AppTable>,
+    pub sources: AppKeySources,
+}
+
+/// `WWW-Authenticate` for app-key routes.
+const CHALLENGE: &[u8] = b"www-authenticate: AppKey realm=\"sluicegate\"\r\n";
+
+impl AppKeyAuth {
+    fn refuse_401() -> Refuse {
+        Refuse {
+            answer: Answer::Error(ErrorKind::Unauthorized),
+            headers: CHALLENGE.to_vec(),
+        }
+    }
+}
+
+impl Filter for AppKeyAuth {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let raw = cx.raw;
+        let mut key: Option<&[u8]> = None;
+        // Header: every copy is removed; a client-sent X-App-Id too, so an
+        // upstream can trust the one the gateway adds.
+        for h in cx.head.headers.iter_mut() {
+            let name = &raw[h.name.clone()];
+            if let Some(hn) = &self.sources.header {
+                if name.eq_ignore_ascii_case(hn.as_bytes()) {
+                    h.skip = true;
+                    if key.is_none() {
+                        key = Some(crate::codec::trim(&raw[h.value.clone()]));
+                    }
+                    continue;
+                }
+            }
+            if name.eq_ignore_ascii_case(b"x-app-id") {
+                h.skip = true;
+            }
+        }
+        // Query parameter: removed from the query sent upstream.
+        if let Some(param) = &self.sources.query {
+            let q = &raw[cx.query.clone()];
+            if q.len() > 1 {
+                let (found, rest) = take_query_param(&q[1..], param.as_bytes());
+                if let Some(v) = found {
+                    key = key.or(Some(v));
+                    cx.edits.query = Some(rest);
+                }
+            }
+        }
+        // Path segment: /prefix/~KEY/rest -> /prefix/rest.
+        if self.sources.path_segment {
+            let path = cx.path;
+            let after = &path[cx.prefix_len.min(path.len())..];
+            if let Some(seg) = after.strip_prefix(b"/~") {
+                let end = memchr::memchr(b'/', seg).unwrap_or(seg.len());
+                key = key.or(Some(&seg[..end]));
+                let mut p = Vec::with_capacity(path.len());
+                p.extend_from_slice(&path[..cx.prefix_len]);
+                p.extend_from_slice(&seg[end..]);
+                if p.is_empty() {
+                    p.push(b'/');
+                }
+                cx.edits.path = Some(p);
+            }
+        }
+        let Some(key) = key.filter(|k| !k.is_empty()) else {
+            return Err(Self::refuse_401());
+        };
+        let Some(app) = self.apps.by_key(key) else {
+            return Err(Self::refuse_401());
+        };
+        admit_app(app, cx, Some(crate::apps::fingerprint(key)))
+    }
+}
+
+/// After authentication: counts the request for the app, checks its
+/// service, method and path rules (403), and records it for the upstream
+/// (`X-App-Id`), the later filters and the log.
+fn admit_app<'a>(app: &'a AppRt, cx: &mut ReqCx<'a>, key_fp: Option<String>) -> Result<(), Refuse> {
+    app.metrics.requests.fetch_add(1, Ordering::Relaxed);
+    cx.edits.app = Some(app.id.clone());
+    let method = &cx.raw[cx.head.method.clone()];
+    if !cx.service.is_none_or(|svc| app.may_call(svc)) || !app.may_request(method, cx.path) {
+        app.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
+        return Err(Refuse {
+            answer: Answer::Error(ErrorKind::Forbidden),
+            headers: Vec::new(),
+        });
+    }
+    cx.edits.key_fp = key_fp;
+    cx.edits.request_headers.extend_from_slice(b"x-app-id: ");
+    cx.edits
+        .request_headers
+        .extend_from_slice(app.id.as_bytes());
+    cx.edits.request_headers.extend_from_slice(b"\r\n");
+    cx.app = Some(app);
+    Ok(())
+}
+
+/// `auth: jwt`: a `Bearer` token in `Authorization`, signed with the key of
+/// the app its `app_claim` names, with that app's algorithm only (so never
+/// `none`), not expired and already valid (with the configured leeway),
+/// and with the configured `iss` and `aud`. Any failure: 401.
+pub struct JwtAuth {
+    pub apps: Arc<AppTable>,
+    pub app_claim: String,
+    /// Checks per algorithm: HS256, RS256, ES256.
+    validations: [jsonwebtoken::Validation; 3],
+}
+
+impl Debug for JwtAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtAuth")
+            .field("app_claim", &self.app_claim)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JwtAuth {
+    pub fn new(apps: Arc<AppTable>, s: &sluicegate_config::JwtSettings) -> JwtAuth {
+        use jsonwebtoken::{Algorithm, Validation};
+        let make = |alg| {
+            let mut v = Validation::new(alg);
+            v.leeway = s.leeway.as_secs();
+            v.validate_nbf = true;
+            // A configured iss or aud must be present, not just right when
+            // present.
+            let mut required = vec!["exp"];
+            if s.issuer.is_some() {
+                required.push("iss");
+            }
+            if s.audience.is_some() {
+                required.push("aud");
+            }
+            v.set_required_spec_claims(&required);
+            match &s.issuer {
+                Some(iss) => v.set_issuer(&[iss]),
+                None => v.iss = None,
+            }
+            match &s.audience {
+                Some(aud) => v.set_audience(&[aud]),
+                None => v.validate_aud = false,
+            }
+            v
+        };
+        JwtAuth {
+            apps,
+            app_claim: s.app_claim.clone(),
+            validations: [
+                make(Algorithm::HS256),
+                make(Algorithm::RS256),
+                make(Algorithm::ES256),
+            ],
+        }
+    }
+
+    fn refuse(token_given: bool) -> Refuse {
+        let headers = if token_given {
+            b"www-authenticate: Bearer realm=\"sluicegate\", error=\"invalid_token\"\r\n".to_vec()
+        } else {
+            b"www-authenticate: Bearer realm=\"sluicegate\"\r\n".to_vec()
+        };
+        Refuse {
+            answer: Answer::Error(ErrorKind::Unauthorized),
+            headers,
+        }
+    }
+
+    /// The app id a token names, read before its signature is checked
+    /// (only to choose the key; nothing else is trusted until verified).
+    fn claimed_app(&self, token: &str) -> Option<String> {
+        use base64::Engine;
+        let payload = token.split('.').nth(1)?;
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload.trim_end_matches('='))
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&json).ok()?;
+        v.get(&self.app_claim)?.as_str().map(str::to_string)
+    }
+}
+
+impl Filter for JwtAuth {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let raw = cx.raw;
+        let auth = cx
+            .head
+            .headers
+            .iter()
+            .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(b"authorization"))
+            .map(|h| crate::codec::trim(&raw[h.value.clone()]));
+        let token = match auth {
+            Some(v) if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") => {
+                crate::codec::trim(&v[7..])
+            }
+            _ => return Err(Self::refuse(false)),
+        };
+        let Ok(token) = std::str::from_utf8(token) else {
+            return Err(Self::refuse(true));
+        };
+        let app = self
+            .claimed_app(token)
+            .and_then(|id| self.apps.by_id(&id))
+            .filter(|a| a.jwt.is_some())
+            .ok_or_else(|| Self::refuse(true))?;
+        let Some(key) = app.jwt.as_deref() else {
+            return Err(Self::refuse(true));
+        };
+        let validation = match key.alg {
+            jsonwebtoken::Algorithm::HS256 => &self.validations[0],
+            jsonwebtoken::Algorithm::RS256 => &self.validations[1],
+            _ => &self.validations[2],
+        };
+        // The claim named the app; the signature (with that app's key and
+        // algorithm) must now vouch for all of it.
+        if jsonwebtoken::decode::<serde_json::Value>(token, &key.key, validation).is_err() {
+            return Err(Self::refuse(true));
+        }
+        admit_app(app, cx, None)
+    }
+}
+
+/// Splits `name=value` out of a query (without its `?`): the first value
+/// of `name`, and the query without every `name` parameter (with its `?`,
+/// or empty when nothing is left).
+fn take_query_param<'q>(q: &'q [u8], name: &[u8]) -> (Option<&'q [u8]>, Vec<u8>) {
+    let mut found = None;
+    let mut rest = Vec::with_capacity(q.len() + 1);
+    for part in q.split(|&b| b == b'&') {
+        let (k, v) = match memchr::memchr(b'=', part) {
+            Some(i) => (&part[..i], &part[i + 1..]),
+            None => (part, &part[part.len()..]),
+        };
+        if k == name {
+            found = found.or(Some(v));
+            continue;
+        }
+        if part.is_empty() {
+            continue;
+        }
+        rest.push(if rest.is_empty() { b'?' } else { b'&' });
+        rest.extend_from_slice(part);
+    }
+    (found, rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_param_is_taken_out() {
+        let t = |q: &str| {
+            let (v, rest) = take_query_param(q.as_bytes(), b"app_key");
+            (
+                v.map(|v| String::from_utf8(v.to_vec()).unwrap()),
+                String::from_utf8(rest).unwrap(),
+            )
+        };
+        assert_eq!(t("app_key=K1"), (Some("K1".into()), "".into()));
+        assert_eq!(
+            t("a=1&app_key=K1&b=2"),
+            (Some("K1".into()), "?a=1&b=2".into())
+        );
+        assert_eq!(
+            t("app_key=K1&app_key=K2&c"),
+            (Some("K1".into()), "?c".into())
+        );
+        assert_eq!(t("xapp_key=K&a="), (None, "?xapp_key=K&a=".into()));
+        assert_eq!(t("&&a=1&"), (None, "?a=1".into()));
+    }
+}

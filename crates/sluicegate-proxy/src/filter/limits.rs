@@ -1,0 +1,103 @@
+//! Limit filters: an app's plan, and a route's own limit (per client IP
+//! or per route); both answer 429 with `Retry-After` and `RateLimit-*`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::{Answer, Filter, Refuse, ReqCx};
+use crate::limit::{ClientLimits, LimitState, PlanRt};
+use crate::response::ErrorKind;
+
+/// The authenticated app's plan for the route's service: rate, quota and
+/// concurrency. Over a limit: 429 with `Retry-After` and `RateLimit-*`;
+/// under it, `RateLimit-*` go on the response.
+#[derive(Debug)]
+pub struct PlanLimit;
+
+impl Filter for PlanLimit {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let Some(app) = cx.app else { return Ok(()) };
+        let Some(charge) = app.charge_for(cx.service.unwrap_or(u32::MAX)) else {
+            return Ok(());
+        };
+        charge_or_refuse(&charge.state, &charge.plan, cx, || {
+            app.metrics.limited.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+}
+
+/// Charges one request to `state` under `plan`: the concurrency guard and
+/// the `RateLimit-*` response headers go into the edits, or the refusal
+/// (429, `Retry-After`, `RateLimit-*`) is returned after `on_refuse` ran.
+fn charge_or_refuse(
+    state: &Arc<LimitState>,
+    plan: &PlanRt,
+    cx: &mut ReqCx<'_>,
+    on_refuse: impl FnOnce(),
+) -> Result<(), Refuse> {
+    match state.admit(plan, cx.now, SystemTime::now()) {
+        Ok((guard, c)) => {
+            cx.edits.guards.extend(guard);
+            if c.limit > 0 {
+                ratelimit_headers(
+                    &mut cx.edits.response_headers,
+                    c.limit,
+                    c.remaining,
+                    c.reset,
+                );
+            }
+            Ok(())
+        }
+        Err(r) => {
+            on_refuse();
+            let mut headers = Vec::with_capacity(128);
+            headers.extend_from_slice(b"retry-after: ");
+            let secs = r.retry_after.as_secs() + u64::from(r.retry_after.subsec_nanos() > 0);
+            headers.extend_from_slice(itoa::Buffer::new().format(secs.max(1)).as_bytes());
+            headers.extend_from_slice(b"\r\n");
+            ratelimit_headers(&mut headers, r.limit, 0, r.reset);
+            Err(Refuse {
+                answer: Answer::Error(ErrorKind::TooManyRequests),
+                headers,
+            })
+        }
+    }
+}
+
+/// Whose counters a route limit charges.
+#[derive(Debug, Clone)]
+pub enum RouteCounters {
+    /// One set for the whole route.
+    Route(Arc<LimitState>),
+    /// A set per client IP address.
+    ClientIp(Arc<ClientLimits>),
+}
+
+/// A route's own `limit`, for every caller: 429 like a plan.
+#[derive(Debug)]
+pub struct RouteLimiter {
+    pub plan: PlanRt,
+    pub counters: RouteCounters,
+}
+
+impl Filter for RouteLimiter {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let state = match &self.counters {
+            RouteCounters::Route(s) => s.clone(),
+            RouteCounters::ClientIp(t) => t.state(cx.client, cx.now),
+        };
+        charge_or_refuse(&state, &self.plan, cx, || {})
+    }
+}
+
+fn ratelimit_headers(out: &mut Vec<u8>, limit: u64, remaining: u64, reset: u64) {
+    let mut b = itoa::Buffer::new();
+    out.extend_from_slice(b"ratelimit-limit: ");
+    out.extend_from_slice(b.format(limit).as_bytes());
+    out.extend_from_slice(b"\r\nratelimit-remaining: ");
+    out.extend_from_slice(b.format(remaining).as_bytes());
+    out.extend_from_slice(b"\r\nratelimit-reset: ");
+    out.extend_from_slice(b.format(reset).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}

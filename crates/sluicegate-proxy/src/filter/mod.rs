@@ -1,0 +1,106 @@
+//! Route filters: the one trait every policy implements (auth, ACL, plan
+//! limits, ...) and the per-request context they read and edit. The
+//! filters are in `auth` (app keys, JWT), `limits` (plans, route limits)
+//! and `policy` (IP rules, CORS, header policies, rewrite). A route holds
+//! its filters in order; the first to refuse answers the request.
+
+mod auth;
+mod limits;
+mod policy;
+
+pub use auth::{AppKeyAuth, JwtAuth};
+pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
+pub use policy::{CorsPolicy, HeaderOpsRt, HeaderPolicy, IpFilter, PathRewrite};
+
+use std::fmt::Debug;
+use std::net::IpAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::apps::AppRt;
+use crate::codec::RequestHead;
+use crate::limit::InFlight;
+use crate::response::ErrorKind;
+
+/// What filters change about the request and its response, reused across
+/// requests (cleared before each).
+#[derive(Debug, Default)]
+pub struct Edits {
+    /// The path to forward instead of the received one: before any
+    /// `strip_prefix` (which still applies), unless `path_final`.
+    pub path: Option<Vec<u8>>,
+    /// `path` is final: `strip_prefix` was applied already (by `rewrite`).
+    pub path_final: bool,
+    /// The query to forward instead of the received one, with its `?`
+    /// (empty for none).
+    pub query: Option<Vec<u8>>,
+    /// Header lines (`name: value\r\n`) added to the request upstream.
+    pub request_headers: Vec<u8>,
+    /// Header lines added to the response to the client.
+    pub response_headers: Vec<u8>,
+    /// The authenticated app, and the fingerprint of the key it used.
+    pub app: Option<Arc<str>>,
+    pub key_fp: Option<String>,
+    /// Held until the request ends (concurrency slots).
+    pub guards: Vec<InFlight>,
+    /// Headers to drop from the upstream's response and lines to add.
+    pub response_ops: Option<Arc<HeaderOpsRt>>,
+    /// The route's CORS policy answers for this request: the upstream's
+    /// own `Access-Control-*` headers are dropped.
+    pub cors: bool,
+}
+
+impl Edits {
+    pub fn clear(&mut self) {
+        self.path = None;
+        self.path_final = false;
+        self.query = None;
+        self.request_headers.clear();
+        self.response_headers.clear();
+        self.app = None;
+        self.key_fp = None;
+        self.guards.clear();
+        self.response_ops = None;
+        self.cors = false;
+    }
+}
+
+/// A filter's own answer, ending the request: usually a refusal, or a
+/// bodiless 204 (a CORS preflight); with header lines to add to it.
+#[derive(Debug)]
+pub struct Refuse {
+    pub answer: Answer,
+    pub headers: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Error(ErrorKind),
+    NoContent,
+}
+
+/// What a filter sees of a request.
+pub struct ReqCx<'a> {
+    pub raw: &'a [u8],
+    pub head: &'a mut RequestHead,
+    /// The path in normal form (see [`crate::path`]), what routing saw.
+    pub path: &'a [u8],
+    /// The received query (with its `?`) as a range of `raw`.
+    pub query: Range<usize>,
+    /// Length of the route's matched path prefix (0 for other matches).
+    pub prefix_len: usize,
+    /// Index of the route's service; `None` for `respond` routes.
+    pub service: Option<u32>,
+    pub edits: &'a mut Edits,
+    /// The app authenticated by an earlier filter.
+    pub app: Option<&'a AppRt>,
+    pub now: Instant,
+    pub client: IpAddr,
+}
+
+/// One policy on a route.
+pub trait Filter: Send + Sync + Debug {
+    /// Runs before the request is forwarded; an error answers it.
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse>;
+}

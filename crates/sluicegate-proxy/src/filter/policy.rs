@@ -1,0 +1,257 @@
+//! Policy filters: client IP rules, CORS, header policies and the path
+//! rewrite.
+
+use std::sync::Arc;
+
+use super::{Answer, Filter, Refuse, ReqCx};
+use crate::response::ErrorKind;
+
+/// `set`/`add`/`remove` compiled: names to drop (removed and set ones,
+/// lower-cased) and the lines to add (set ones, then added ones).
+#[derive(Debug, Default)]
+pub struct HeaderOpsRt {
+    drop: Vec<Box<[u8]>>,
+    pub lines: Vec<u8>,
+}
+
+impl HeaderOpsRt {
+    pub fn new(ops: &sluicegate_config::HeaderOps) -> Option<HeaderOpsRt> {
+        if ops.set.is_empty() && ops.add.is_empty() && ops.remove.is_empty() {
+            return None;
+        }
+        let mut rt = HeaderOpsRt::default();
+        for name in &ops.remove {
+            rt.drop.push(name.as_bytes().into());
+        }
+        for (name, value) in ops.set.iter().chain(&ops.add) {
+            rt.lines.extend_from_slice(name.as_bytes());
+            rt.lines.extend_from_slice(b": ");
+            rt.lines.extend_from_slice(value.as_bytes());
+            rt.lines.extend_from_slice(b"\r\n");
+        }
+        for (name, _) in &ops.set {
+            rt.drop.push(name.to_ascii_lowercase().into_bytes().into());
+        }
+        Some(rt)
+    }
+
+    /// Whether a received header named `name` is dropped.
+    pub fn drops(&self, name: &[u8]) -> bool {
+        self.drop.iter().any(|d| name.eq_ignore_ascii_case(d))
+    }
+}
+
+/// `request_headers` and `response_headers` of a route.
+#[derive(Debug)]
+pub struct HeaderPolicy {
+    pub request: Option<HeaderOpsRt>,
+    pub response: Option<Arc<HeaderOpsRt>>,
+}
+
+impl Filter for HeaderPolicy {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        if let Some(ops) = &self.request {
+            for h in cx.head.headers.iter_mut() {
+                if !h.skip && ops.drops(&cx.raw[h.name.clone()]) {
+                    h.skip = true;
+                }
+            }
+            cx.edits.request_headers.extend_from_slice(&ops.lines);
+        }
+        cx.edits.response_ops.clone_from(&self.response);
+        Ok(())
+    }
+}
+
+/// A route's `cors`: preflights (OPTIONS with
+/// `Access-Control-Request-Method`) are answered here, before auth, with
+/// 204 or 403; other requests from an allowed origin get the
+/// `Access-Control-Allow-*` headers on their response, from the gateway
+/// only.
+#[derive(Debug)]
+pub struct CorsPolicy {
+    origins: Vec<sluicegate_config::OriginMatch>,
+    methods: Vec<String>,
+    headers: Vec<String>,
+    /// Prebuilt `access-control-allow-methods` / `-headers` / `-max-age`
+    /// lines for preflights, and `-expose-headers` for the others.
+    preflight_lines: Vec<u8>,
+    expose_line: Vec<u8>,
+    credentials: bool,
+}
+
+impl CorsPolicy {
+    pub fn new(c: &sluicegate_config::Cors) -> CorsPolicy {
+        let mut preflight_lines = Vec::new();
+        preflight_lines.extend_from_slice(b"access-control-allow-methods: ");
+        preflight_lines.extend_from_slice(c.methods.join(", ").as_bytes());
+        preflight_lines.extend_from_slice(b"\r\n");
+        if !c.headers.is_empty() {
+            preflight_lines.extend_from_slice(b"access-control-allow-headers: ");
+            preflight_lines.extend_from_slice(c.headers.join(", ").as_bytes());
+            preflight_lines.extend_from_slice(b"\r\n");
+        }
+        if let Some(age) = c.max_age {
+            preflight_lines.extend_from_slice(b"access-control-max-age: ");
+            preflight_lines.extend_from_slice(itoa::Buffer::new().format(age.as_secs()).as_bytes());
+            preflight_lines.extend_from_slice(b"\r\n");
+        }
+        let mut expose_line = Vec::new();
+        if !c.expose_headers.is_empty() {
+            expose_line.extend_from_slice(b"access-control-expose-headers: ");
+            expose_line.extend_from_slice(c.expose_headers.join(", ").as_bytes());
+            expose_line.extend_from_slice(b"\r\n");
+        }
+        CorsPolicy {
+            origins: c.origins.clone(),
+            methods: c.methods.clone(),
+            headers: c.headers.clone(),
+            preflight_lines,
+            expose_line,
+            credentials: c.credentials,
+        }
+    }
+
+    fn allows(&self, origin: &[u8]) -> bool {
+        use sluicegate_config::OriginMatch;
+        self.origins.iter().any(|o| match o {
+            OriginMatch::Any => true,
+            OriginMatch::Exact(e) => origin.eq_ignore_ascii_case(e.as_bytes()),
+            OriginMatch::Suffix { scheme, suffix } => {
+                origin.len() > scheme.len() + suffix.len()
+                    && origin[..scheme.len()].eq_ignore_ascii_case(scheme.as_bytes())
+                    && host_ends_with(&origin[scheme.len()..], suffix.as_bytes())
+            }
+        })
+    }
+
+    /// `Access-Control-Allow-Origin` (and credentials, Vary) for `origin`.
+    fn origin_lines(&self, out: &mut Vec<u8>, origin: &[u8]) {
+        let any = self.origins.contains(&sluicegate_config::OriginMatch::Any);
+        out.extend_from_slice(b"access-control-allow-origin: ");
+        if any && !self.credentials {
+            out.extend_from_slice(b"*\r\n");
+        } else {
+            out.extend_from_slice(origin);
+            out.extend_from_slice(b"\r\nvary: Origin\r\n");
+        }
+        if self.credentials {
+            out.extend_from_slice(b"access-control-allow-credentials: true\r\n");
+        }
+    }
+}
+
+/// `host[:port]` ends with `suffix` (".example.com"), port aside.
+fn host_ends_with(host_port: &[u8], suffix: &[u8]) -> bool {
+    let host = match memchr::memrchr(b':', host_port) {
+        Some(i) if !host_port.ends_with(b"]") => &host_port[..i],
+        _ => host_port,
+    };
+    host.len() > suffix.len() && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+}
+
+impl Filter for CorsPolicy {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let raw = cx.raw;
+        let header = |name: &[u8]| {
+            cx.head
+                .headers
+                .iter()
+                .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
+                .map(|h| crate::codec::trim(&raw[h.value.clone()]))
+        };
+        let Some(origin) = header(b"origin") else {
+            return Ok(()); // not a cross-origin request
+        };
+        let allowed = self.allows(origin);
+        let preflight_method = header(b"access-control-request-method");
+        if &raw[cx.head.method.clone()] == b"OPTIONS" {
+            if let Some(method) = preflight_method {
+                let forbidden = || Refuse {
+                    answer: Answer::Error(ErrorKind::Forbidden),
+                    headers: Vec::new(),
+                };
+                if !allowed || !self.methods.iter().any(|m| m.as_bytes() == method) {
+                    return Err(forbidden());
+                }
+                if let Some(asked) = header(b"access-control-request-headers") {
+                    let all_allowed = asked
+                        .split(|&b| b == b',')
+                        .map(crate::codec::trim)
+                        .filter(|h| !h.is_empty())
+                        .all(|h| {
+                            self.headers
+                                .iter()
+                                .any(|a| h.eq_ignore_ascii_case(a.as_bytes()))
+                        });
+                    if !all_allowed {
+                        return Err(forbidden());
+                    }
+                }
+                let mut headers = Vec::with_capacity(256);
+                self.origin_lines(&mut headers, origin);
+                headers.extend_from_slice(&self.preflight_lines);
+                return Err(Refuse {
+                    answer: Answer::NoContent,
+                    headers,
+                });
+            }
+        }
+        if allowed {
+            cx.edits.cors = true;
+            self.origin_lines(&mut cx.edits.response_headers, origin);
+            cx.edits
+                .response_headers
+                .extend_from_slice(&self.expose_line);
+        }
+        Ok(())
+    }
+}
+
+/// A route's `rewrite`: after `strip_prefix`, the first match of the
+/// regex in the path is replaced; the result is what goes upstream.
+#[derive(Debug)]
+pub struct PathRewrite {
+    pub regex: regex::bytes::Regex,
+    pub replacement: Vec<u8>,
+    /// The route strips its matched prefix first.
+    pub strip: bool,
+}
+
+impl Filter for PathRewrite {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        let base = cx.edits.path.as_deref().unwrap_or(cx.path);
+        let base = if self.strip && cx.prefix_len > 0 && cx.prefix_len <= base.len() {
+            match &base[cx.prefix_len..] {
+                b"" => &b"/"[..],
+                rest => rest,
+            }
+        } else {
+            base
+        };
+        let mut out = self.regex.replace(base, &self.replacement[..]).into_owned();
+        if out.first() != Some(&b'/') {
+            out.insert(0, b'/');
+        }
+        cx.edits.path = Some(out);
+        cx.edits.path_final = true;
+        Ok(())
+    }
+}
+
+/// A route's `ip` rules: 403 for a client address they do not admit.
+#[derive(Debug)]
+pub struct IpFilter(pub sluicegate_config::IpRules);
+
+impl Filter for IpFilter {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        if self.0.admits(cx.client) {
+            Ok(())
+        } else {
+            Err(Refuse {
+                answer: Answer::Error(ErrorKind::Forbidden),
+                headers: Vec::new(),
+            })
+        }
+    }
+}
