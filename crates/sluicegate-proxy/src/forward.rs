@@ -283,9 +283,20 @@ enum HeadError {
 
 /// Answers an error to the client from inside `forward`.
 async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool) -> Outcome<'s> {
+    fail_with(conn, bufs, kind, close, &[]).await
+}
+
+/// [`fail`] with extra header lines on the answer.
+async fn fail_with<'s>(
+    conn: &Conn<'_>,
+    bufs: &mut Bufs,
+    kind: ErrorKind,
+    close: bool,
+    extra: &[u8],
+) -> Outcome<'s> {
     let close = close || kind.closes();
     bufs.out.clear();
-    response::error(&mut bufs.out, kind, close, bufs.is_head);
+    response::error_with(&mut bufs.out, kind, close, bufs.is_head, extra);
     let len = bufs.out.len() as u64;
     let write = write_all_by(
         &conn.client,
@@ -333,23 +344,15 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     };
     let Some(ep_index) = ep_arc else {
         // Every endpoint is down: shed at once, never queue.
-        let close = close_req || body_pending || ErrorKind::NoHealthyEndpoint.closes();
-        bufs.out.clear();
-        response::error_with(
-            &mut bufs.out,
+        let close = close_req || body_pending;
+        return fail_with(
+            conn,
+            bufs,
             ErrorKind::NoHealthyEndpoint,
             close,
-            bufs.is_head,
             b"retry-after: 1\r\n",
-        );
-        let len = bufs.out.len() as u64;
-        let write = write_all_by(
-            &conn.client,
-            &bufs.out,
-            conn.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
         )
         .await;
-        return Outcome::local(503, len, close || write.is_err());
     };
     let ep_arc = &service.endpoints[ep_index];
     let ep: &'s EndpointState = ep_arc;
