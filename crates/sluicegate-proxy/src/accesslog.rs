@@ -66,7 +66,7 @@ pub struct Entry<'a> {
     pub upstream_us: Option<u64>,
     /// The authenticated app, and a fingerprint of its key (never the key).
     pub app: Option<&'a str>,
-    pub key_fp: Option<&'a str>,
+    pub key_fp: Option<u32>,
 }
 
 /// Appends `e` as one JSON line to `out`.
@@ -99,16 +99,24 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
         Some(us) => millis(out, us),
         None => out.extend_from_slice(b"null"),
     }
-    for (name, v) in [(&b",\"app\":"[..], e.app), (b",\"key\":", e.key_fp)] {
-        out.extend_from_slice(name);
-        match v {
-            Some(v) => {
-                out.push(b'"');
-                escape(out, v.as_bytes());
-                out.push(b'"');
-            }
-            None => out.extend_from_slice(b"null"),
+    out.extend_from_slice(b",\"app\":");
+    match e.app {
+        Some(v) => {
+            out.push(b'"');
+            escape(out, v.as_bytes());
+            out.push(b'"');
         }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"key\":");
+    match e.key_fp {
+        Some(fp) => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push(b'"');
+            out.extend((0..8).rev().map(|i| HEX[(fp >> (i * 4)) as usize & 15]));
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b"}\n");
 }
@@ -263,14 +271,16 @@ mod tests {
                 total_us: 1234,
                 upstream_us: None,
                 app: Some("shop"),
-                key_fp: None,
+                key_fp: Some(0x00ab_cdef),
             },
         );
         let s = String::from_utf8(out).unwrap();
         assert!(s.ends_with("}\n"));
         assert!(s.contains("\"path\":\"/a\\\"b\\u0001\u{fffd}\""), "{s}");
         assert!(
-            s.contains("\"duration_ms\":1.234,\"upstream_ms\":null,\"app\":\"shop\",\"key\":null}"),
+            s.contains(
+                "\"duration_ms\":1.234,\"upstream_ms\":null,\"app\":\"shop\",\"key\":\"00abcdef\"}"
+            ),
             "{s}"
         );
     }

@@ -256,8 +256,8 @@ fn jwt_key(j: &sluicegate_config::AppJwt) -> Result<JwtKeyRt, String> {
     Ok(JwtKeyRt { alg, key })
 }
 
-/// A short, stable fingerprint of a key for logs: never the key itself.
-pub fn fingerprint(key: &[u8]) -> String {
-    let h = xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x5167_6174_6557_6179);
-    format!("{:08x}", h >> 32)
+/// A short, stable fingerprint of a key for logs (written as 8 hex
+/// digits): never the key itself.
+pub fn fingerprint(key: &[u8]) -> u32 {
+    (xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x5167_6174_6557_6179) >> 32) as u32
 }

@@ -584,7 +584,7 @@ impl Conn<'_> {
                 total_us: started.elapsed().as_micros() as u64,
                 upstream_us: outcome.upstream_us,
                 app: bufs.edits.app.as_deref(),
-                key_fp: bufs.edits.key_fp.as_deref(),
+                key_fp: bufs.edits.key_fp,
             },
         );
         if buf.len() >= accesslog::FLUSH_AT {

@@ -10,7 +10,7 @@
 //! [`GRANULARITY`] late, so a burst of expiries costs one scan.
 //!
 //! The same slots carry the worker's shutdown signal: a wait made with
-//! [`Deadlines::until_or_shutdown`] ends at once when the worker starts
+//! [`Wait::or_shutdown`] ends at once when the worker starts
 //! draining, which is how idle keep-alive connections close.
 
 use std::cell::{Cell, RefCell};
@@ -85,14 +85,6 @@ impl Deadlines {
         }
     }
 
-    /// Like [`Deadlines::until`], also ending with `Err(Stop::Shutdown)` as
-    /// soon as the worker starts to shut down (or at once if it has).
-    pub fn until_or_shutdown<F: Future>(&self, deadline: Instant, fut: F) -> Bounded<'_, F> {
-        let mut b = self.until(deadline, fut);
-        b.on_shutdown = true;
-        b
-    }
-
     /// A deadline to hand to the socket helpers in [`crate::io`].
     pub fn at(&self, deadline: Instant) -> Wait<'_> {
         Wait {
@@ -116,7 +108,7 @@ impl Deadlines {
         self.shutting_down.get()
     }
 
-    /// Starts the shutdown: ends every wait made with `until_or_shutdown`.
+    /// Starts the shutdown: ends every wait made with [`Wait::or_shutdown`].
     pub fn shutdown(&self) {
         self.shutting_down.set(true);
         for (_, e) in self.entries.borrow_mut().iter_mut() {
@@ -428,7 +420,7 @@ mod tests {
             let far = Instant::now() + Duration::from_secs(30);
             let idle = tokio::task::spawn_local({
                 let d = d.clone();
-                async move { d.until_or_shutdown(far, never()).await }
+                async move { d.at(far).or_shutdown().bound(never()).await }
             });
             let busy = tokio::task::spawn_local({
                 let d = d.clone();
@@ -445,7 +437,10 @@ mod tests {
             assert_eq!(idle.await.unwrap(), Err(Stop::Shutdown));
             assert_eq!(busy.await.unwrap(), Ok(()));
             // A wait that starts after the shutdown ends at once.
-            assert_eq!(d.until_or_shutdown(far, never()).await, Err(Stop::Shutdown));
+            assert_eq!(
+                d.at(far).or_shutdown().bound(never()).await,
+                Err(Stop::Shutdown)
+            );
         });
     }
 

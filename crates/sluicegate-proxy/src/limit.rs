@@ -127,11 +127,12 @@ impl LimitState {
     /// Checks and charges one request against `plan`: the concurrency
     /// slot first (released by dropping the returned guard), then the rate,
     /// then the quota. Nothing is charged when the request is refused.
+    /// `wall` is read only for a quota.
     pub fn admit(
         self: &Arc<Self>,
         plan: &PlanRt,
         now: Instant,
-        wall: SystemTime,
+        wall: impl FnOnce() -> SystemTime,
     ) -> Result<(Option<InFlight>, Charged), Refusal> {
         let guard = match plan.concurrency {
             None => None,
@@ -184,7 +185,7 @@ impl LimitState {
             }
         }
         if let Some((limit, w)) = plan.quota {
-            let (win, left) = window_of(wall, w);
+            let (win, left) = window_of(wall(), w);
             let tag = win & ((1 << (64 - COUNT_BITS)) - 1);
             let mut cur = self.quota.load(Ordering::Relaxed);
             loop {
@@ -332,22 +333,22 @@ mod tests {
         let t0 = Instant::now();
         let wall = SystemTime::now();
         for i in 0..5 {
-            let (_, c) = s.admit(&p, t0, wall).unwrap();
+            let (_, c) = s.admit(&p, t0, || wall).unwrap();
             assert_eq!(c.remaining, 4 - i);
         }
-        let r = s.admit(&p, t0, wall).unwrap_err();
+        let r = s.admit(&p, t0, || wall).unwrap_err();
         assert_eq!(r.what, "rate limit exceeded");
         assert_eq!(r.retry_after, Duration::from_millis(100));
         // 100 ms later one more token is there, and only one.
         let t1 = t0 + Duration::from_millis(100);
-        s.admit(&p, t1, wall).unwrap();
-        s.admit(&p, t1, wall).unwrap_err();
+        s.admit(&p, t1, || wall).unwrap();
+        s.admit(&p, t1, || wall).unwrap_err();
         // After a long pause the bucket is full again (burst, not more).
         let t2 = t1 + Duration::from_secs(10);
         for _ in 0..5 {
-            s.admit(&p, t2, wall).unwrap();
+            s.admit(&p, t2, || wall).unwrap();
         }
-        s.admit(&p, t2, wall).unwrap_err();
+        s.admit(&p, t2, || wall).unwrap_err();
     }
 
     #[test]
@@ -357,9 +358,9 @@ mod tests {
         let t = Instant::now();
         let day1 = UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 5);
         for _ in 0..3 {
-            s.admit(&p, t, day1).unwrap();
+            s.admit(&p, t, || day1).unwrap();
         }
-        let r = s.admit(&p, t, day1).unwrap_err();
+        let r = s.admit(&p, t, || day1).unwrap_err();
         assert_eq!(r.what, "quota exhausted");
         assert_eq!(r.retry_after, Duration::from_secs(86_400 - 5));
         // The refused request gave its rate token back.
@@ -367,7 +368,7 @@ mod tests {
         assert_eq!(tat, mono_ns(t).max(1) + 3 * 1_000_000);
         // Next day: a fresh quota.
         let day2 = day1 + Duration::from_secs(86_400);
-        s.admit(&p, t + Duration::from_secs(1), day2).unwrap();
+        s.admit(&p, t + Duration::from_secs(1), || day2).unwrap();
     }
 
     #[test]
@@ -376,14 +377,14 @@ mod tests {
         let p = plan(None, None, None, Some(2));
         let t = Instant::now();
         let w = SystemTime::now();
-        let a = s.admit(&p, t, w).unwrap().0;
-        let b = s.admit(&p, t, w).unwrap().0;
+        let a = s.admit(&p, t, || w).unwrap().0;
+        let b = s.admit(&p, t, || w).unwrap().0;
         assert_eq!(
-            s.admit(&p, t, w).unwrap_err().what,
+            s.admit(&p, t, || w).unwrap_err().what,
             "too many requests in flight"
         );
         drop(a);
-        let c = s.admit(&p, t, w).unwrap().0;
+        let c = s.admit(&p, t, || w).unwrap().0;
         assert_eq!(s.in_flight(), 2);
         drop((b, c));
         assert_eq!(s.in_flight(), 0);
@@ -400,7 +401,7 @@ mod tests {
             for _ in 0..4 {
                 sc.spawn(|| {
                     for _ in 0..500 {
-                        if s.admit(&p, t, w).is_ok() {
+                        if s.admit(&p, t, || w).is_ok() {
                             ok.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -418,14 +419,14 @@ mod tests {
         let w = SystemTime::now();
         // One client uses up its bucket; thousands of others stay at rest.
         let busy: IpAddr = "10.0.0.1".parse().unwrap();
-        t.state(busy, now).admit(&p, now, w).unwrap();
+        t.state(busy, now).admit(&p, now, || w).unwrap();
         for i in 0..(SHARDS * SWEEP_AT) as u32 {
             let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0b00_0000 + i));
             drop(t.state(ip, now));
         }
         assert!(t.len() < SHARDS * SWEEP_AT, "idle clients were swept");
         // The busy client still has no token: it was not forgotten.
-        assert!(t.state(busy, now).admit(&p, now, w).is_err());
+        assert!(t.state(busy, now).admit(&p, now, || w).is_err());
     }
 
     #[test]

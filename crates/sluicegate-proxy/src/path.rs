@@ -17,6 +17,8 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadPath(pub &'static str);
 
+use crate::chunked::hex;
+
 /// True when `path` is already in normal form (the common case, checked
 /// without copying).
 fn is_normal(path: &[u8]) -> bool {
@@ -52,15 +54,6 @@ fn is_normal(path: &[u8]) -> bool {
         prev = b;
     }
     true
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }
 
 fn unreserved(b: u8) -> bool {

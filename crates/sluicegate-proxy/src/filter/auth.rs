@@ -94,7 +94,7 @@ impl Filter for AppKeyAuth {
 /// After authentication: counts the request for the app, checks its
 /// service, method and path rules (403), and records it for the upstream
 /// (`X-App-Id`), the later filters and the log.
-fn admit_app<'a>(app: &'a AppRt, cx: &mut ReqCx<'a>, key_fp: Option<String>) -> Result<(), Refuse> {
+fn admit_app<'a>(app: &'a AppRt, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Result<(), Refuse> {
     app.metrics.requests.fetch_add(1, Ordering::Relaxed);
     cx.edits.app = Some(app.id.clone());
     let method = &cx.raw[cx.head.method.clone()];
@@ -239,8 +239,17 @@ impl Filter for JwtAuth {
 
 /// Splits `name=value` out of a query (without its `?`): the first value
 /// of `name`, and the query without every `name` parameter (with its `?`,
-/// or empty when nothing is left).
+/// or empty when nothing is left). Without `name` nothing is copied and
+/// the second part is empty (the query is forwarded as received).
 fn take_query_param<'q>(q: &'q [u8], name: &[u8]) -> (Option<&'q [u8]>, Vec<u8>) {
+    let key_of = |part: &'q [u8]| match memchr::memchr(b'=', part) {
+        Some(i) => &part[..i],
+        None => part,
+    };
+    // Most queries on these routes carry no key: no copy for them.
+    if !q.split(|&b| b == b'&').any(|part| key_of(part) == name) {
+        return (None, Vec::new());
+    }
     let mut found = None;
     let mut rest = Vec::with_capacity(q.len() + 1);
     for part in q.split(|&b| b == b'&') {
@@ -283,7 +292,8 @@ mod tests {
             t("app_key=K1&app_key=K2&c"),
             (Some("K1".into()), "?c".into())
         );
-        assert_eq!(t("xapp_key=K&a="), (None, "?xapp_key=K&a=".into()));
-        assert_eq!(t("&&a=1&"), (None, "?a=1".into()));
+        assert_eq!(t("xapp_key=K&a="), (None, "".into()));
+        assert_eq!(t("&&a=1&"), (None, "".into()));
+        assert_eq!(t("&&app_key=K&a=1&"), (Some("K".into()), "?a=1".into()));
     }
 }

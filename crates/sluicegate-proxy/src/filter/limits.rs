@@ -36,7 +36,7 @@ fn charge_or_refuse(
     cx: &mut ReqCx<'_>,
     on_refuse: impl FnOnce(),
 ) -> Result<(), Refuse> {
-    match state.admit(plan, cx.now, SystemTime::now()) {
+    match state.admit(plan, cx.now, SystemTime::now) {
         Ok((guard, c)) => {
             cx.edits.guards.extend(guard);
             if c.limit > 0 {

@@ -41,7 +41,7 @@ pub struct Edits {
     pub response_headers: Vec<u8>,
     /// The authenticated app, and the fingerprint of the key it used.
     pub app: Option<Arc<str>>,
-    pub key_fp: Option<String>,
+    pub key_fp: Option<u32>,
     /// Held until the request ends (concurrency slots).
     pub guards: Vec<InFlight>,
     /// Headers to drop from the upstream's response and lines to add.
