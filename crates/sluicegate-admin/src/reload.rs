@@ -102,12 +102,15 @@ impl Reloader {
         }
     }
 
-    /// Reloads if the file changed since it was last read.
-    pub fn check(&mut self) {
+    /// Reloads if the file changed since it was last read; says whether a
+    /// reload was tried.
+    pub fn check(&mut self) -> bool {
         let now = stamp(&self.path);
-        if now.is_some() && now != self.last {
+        let changed = now.is_some() && now != self.last;
+        if changed {
             self.reload("file changed");
         }
+        changed
     }
 
     /// Reads, validates and publishes the file. Returns whether it was applied.

@@ -1,47 +1,188 @@
-//! The apps table compiled from `apps` and `plans`: key lookup in constant
-//! time per key, each app's plan per service, and the limit state that the
-//! registry carries across reloads.
+//! The apps table compiled from `apps` and `plans`, laid out for a million
+//! apps: ids and keys in one text arena, a fixed-size record per app,
+//! access rules and plan choices shared between apps that have the same,
+//! and each app's counters in a slot of a pool that outlives snapshots.
 //!
-//! Keys are found through a map from a keyed 64-bit hash of the key (the
-//! secret is random per process) to candidate apps, and the candidate's
-//! stored key is then compared in constant time, so the time a lookup
-//! takes says nothing about how much of a guess was right.
+//! Keys are found through a hash table of key indices under a keyed hash
+//! (the secret is random per process); every candidate's stored key is
+//! compared in constant time, so the time a lookup takes says nothing
+//! about how much of a guess was right.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
-use rustc_hash::FxBuildHasher;
+use hashbrown::HashTable;
 use sluicegate_config::{App, Config};
 use subtle::ConstantTimeEq;
 
 use crate::limit::{LimitState, PlanRt};
-use crate::metrics::AppMetrics;
 
-/// A plan and the counters it charges.
-#[derive(Debug, Clone)]
-pub struct Charge {
-    pub plan: Arc<PlanRt>,
-    pub state: Arc<LimitState>,
+/// One app's counters for one scope (the app's own plan, or one service's):
+/// its limit state, and (for the app's own slot) its metrics.
+#[derive(Debug, Default)]
+pub struct AppSlot {
+    pub limit: LimitState,
+    /// Requests that authenticated as the app.
+    pub requests: AtomicU64,
+    /// Refused 403: a service, method or path the app may not use.
+    pub forbidden: AtomicU64,
+    /// Refused 429: over the app's plan.
+    pub limited: AtomicU64,
 }
 
+impl AppSlot {
+    fn reset(&self) {
+        self.limit.reset();
+        for c in [&self.requests, &self.forbidden, &self.limited] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+const CHUNK_BITS: u32 = 12;
+const CHUNK: usize = 1 << CHUNK_BITS;
+const NONE: u32 = u32::MAX;
+
+/// The slots of every app, in chunks that never move, kept by the registry
+/// across reloads. A slot whose app is gone is reused only once no table
+/// that named it is alive any more (in-flight guards hold their table).
+#[derive(Debug, Default)]
+pub struct SlotPool {
+    chunks: Vec<Arc<[AppSlot]>>,
+    used: u32,
+    free: Vec<u32>,
+    /// Slots dropped by the table of each generation, waiting for every
+    /// table up to that generation to be gone.
+    retired: Vec<(u64, Vec<u32>)>,
+    /// Tables that may still be in use, by generation.
+    tables: Vec<(u64, Weak<AppTable>)>,
+}
+
+impl SlotPool {
+    fn take(&mut self) -> u32 {
+        if let Some(s) = self.free.pop() {
+            return s;
+        }
+        if self.used as usize == self.chunks.len() * CHUNK {
+            self.chunks
+                .push((0..CHUNK).map(|_| AppSlot::default()).collect());
+        }
+        self.used += 1;
+        self.used - 1
+    }
+
+    fn get(&self, s: u32) -> &AppSlot {
+        &self.chunks[(s >> CHUNK_BITS) as usize][s as usize & (CHUNK - 1)]
+    }
+
+    /// Slots in use or waiting, for tests and metrics.
+    pub fn live(&self) -> usize {
+        self.used as usize - self.free.len()
+    }
+
+    /// Frees the retired slots no live table can still reach.
+    fn collect(&mut self) {
+        self.tables.retain(|(_, t)| t.strong_count() > 0);
+        let oldest = self.tables.iter().map(|(g, _)| *g).min();
+        let mut i = 0;
+        while i < self.retired.len() {
+            // Retired by generation g: named only by tables older than g.
+            if oldest.is_none_or(|o| o >= self.retired[i].0) {
+                let (_, slots) = self.retired.swap_remove(i);
+                for &s in &slots {
+                    self.get(s).reset();
+                }
+                self.free.extend(slots);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Gives back the slots a table that was never published took.
+    pub fn abandoned(&mut self, table: &AppTable, old: Option<&AppTable>) {
+        let mut old_slots = vec![false; self.used as usize];
+        for s in old.into_iter().flat_map(|o| o.all_slots()) {
+            old_slots[s as usize] = true;
+        }
+        for s in table.all_slots().filter(|&s| !old_slots[s as usize]) {
+            self.get(s).reset();
+            self.free.push(s);
+        }
+    }
+
+    /// Records the table now published and the old table's slots it no
+    /// longer uses.
+    pub fn published(&mut self, table: &Arc<AppTable>, old: Option<&AppTable>) {
+        if let Some(old) = old {
+            let mut kept = vec![false; self.used as usize];
+            for s in table.all_slots() {
+                kept[s as usize] = true;
+            }
+            let dropped: Vec<u32> = old.all_slots().filter(|&s| !kept[s as usize]).collect();
+            if !dropped.is_empty() {
+                self.retired.push((table.generation, dropped));
+            }
+        }
+        self.tables.push((table.generation, Arc::downgrade(table)));
+        self.collect();
+    }
+}
+
+/// What one app may do and which plans it runs under; apps with the same
+/// rules share one.
 #[derive(Debug)]
-pub struct AppRt {
-    pub id: Arc<str>,
-    pub metrics: Arc<AppMetrics>,
-    keys: Box<[Box<[u8]>]>,
+struct Policy {
     /// Allowed service indices (sorted); `None` means every service.
     services: Option<Box<[u32]>>,
     /// Allowed methods and path prefixes; empty means any.
     methods: Box<[Box<[u8]>]>,
     paths: Box<[Box<[u8]>]>,
-    /// The plan for services without their own.
-    default: Option<Charge>,
-    /// (service index, plan), sorted by service.
-    by_service: Box<[(u32, Charge)]>,
-    /// How the app's JWTs are verified (boxed: most apps have none).
-    pub jwt: Option<Box<JwtKeyRt>>,
+    /// Index into the table's plans, for services without their own.
+    default_plan: u32,
+    /// (service index, service name, plan index), sorted by service; the
+    /// app's slot for entry `i` is `extra_slots[app.extra + i]`.
+    by_service: Box<[(u32, Arc<str>, u32)]>,
+}
+
+/// One app: 24 bytes, the rest shared or in the arena.
+#[derive(Debug, Clone, Copy)]
+struct AppRec {
+    id: u32,
+    id_len: u16,
+    policy: u32,
+    jwt: u32,
+    slot: u32,
+    extra: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct KeyRec {
+    at: u32,
+    app: u32,
+    len: u16,
+}
+
+#[derive(Debug)]
+pub struct AppTable {
+    /// Every id and key, back to back (all ASCII).
+    text: String,
+    apps: Vec<AppRec>,
+    keys: Vec<KeyRec>,
+    /// Indices into `keys`, by keyed hash of the key.
+    by_key: HashTable<u32>,
+    /// Indices into `apps`, by keyed hash of the id (JWTs name their app).
+    by_id: HashTable<u32>,
+    policies: Vec<Policy>,
+    plans: Vec<PlanRt>,
+    jwts: Vec<JwtKeyRt>,
+    extra_slots: Vec<u32>,
+    chunks: Box<[Arc<[AppSlot]>]>,
+    secret: RandomState,
+    pub generation: u64,
 }
 
 /// An app's JWT algorithm and verification key.
@@ -56,108 +197,264 @@ impl std::fmt::Debug for JwtKeyRt {
     }
 }
 
-impl AppRt {
+/// An app of a table.
+#[derive(Debug, Clone, Copy)]
+pub struct AppRef<'a> {
+    pub table: &'a Arc<AppTable>,
+    pub index: u32,
+}
+
+/// The plan that applies to a call and the slot it charges.
+#[derive(Debug, Clone, Copy)]
+pub struct Charge<'a> {
+    pub plan: &'a PlanRt,
+    pub slot: u32,
+}
+
+impl<'a> AppRef<'a> {
+    fn rec(&self) -> &'a AppRec {
+        &self.table.apps[self.index as usize]
+    }
+
+    fn policy(&self) -> &'a Policy {
+        &self.table.policies[self.rec().policy as usize]
+    }
+
+    pub fn id(&self) -> &'a str {
+        self.table.id(self.index)
+    }
+
+    /// The app's own slot (its metrics).
+    pub fn slot(&self) -> &'a AppSlot {
+        self.table.slot(self.rec().slot)
+    }
+
+    pub fn jwt(&self) -> Option<&'a JwtKeyRt> {
+        self.table.jwts.get(self.rec().jwt as usize)
+    }
+
     pub fn may_call(&self, service: u32) -> bool {
-        self.services
+        self.policy()
+            .services
             .as_ref()
             .is_none_or(|s| s.binary_search(&service).is_ok())
     }
 
     /// Whether the app may use `method` on `path` (normalised).
     pub fn may_request(&self, method: &[u8], path: &[u8]) -> bool {
-        (self.methods.is_empty() || self.methods.iter().any(|m| **m == *method))
-            && (self.paths.is_empty()
-                || self.paths.iter().any(|p| {
+        let p = self.policy();
+        (p.methods.is_empty() || p.methods.iter().any(|m| **m == *method))
+            && (p.paths.is_empty()
+                || p.paths.iter().any(|p| {
                     p.as_ref() == b"/"
                         || (path.starts_with(p) && matches!(path.get(p.len()), None | Some(b'/')))
                 }))
     }
 
     /// The plan that applies to a call of `service`, if any.
-    pub fn charge_for(&self, service: u32) -> Option<&Charge> {
-        match self.by_service.binary_search_by_key(&service, |(s, _)| *s) {
-            Ok(i) => Some(&self.by_service[i].1),
-            Err(_) => self.default.as_ref(),
-        }
+    pub fn charge_for(&self, service: u32) -> Option<Charge<'a>> {
+        let (rec, p) = (self.rec(), self.policy());
+        let (plan, slot) = match p.by_service.binary_search_by_key(&service, |e| e.0) {
+            Ok(i) => (
+                p.by_service[i].2,
+                self.table.extra_slots[rec.extra as usize + i],
+            ),
+            Err(_) => (p.default_plan, rec.slot),
+        };
+        Some(Charge {
+            plan: self.table.plans.get(plan as usize)?,
+            slot,
+        })
     }
 }
 
-/// Limit state kept across reloads: (app id, service or "" for the app's
-/// default plan) -> counters.
-pub type LimitStates = HashMap<(Arc<str>, Arc<str>), Arc<LimitState>>;
-
-/// Per-app state that outlives a snapshot: plan counters and metrics.
-#[derive(Debug, Default)]
-pub struct AppStates {
-    pub limits: LimitStates,
-    pub metrics: HashMap<Arc<str>, Arc<AppMetrics>>,
-}
-
-#[derive(Debug)]
-pub struct AppTable {
-    apps: Vec<AppRt>,
-    /// Keyed hash of a key -> (app index, key index); collisions keep all.
-    by_key: HashMap<u64, Vec<(u32, u32)>, FxBuildHasher>,
-    /// App id -> index, for JWTs (which name their app in a claim).
-    by_id: HashMap<Arc<str>, u32, FxBuildHasher>,
-    secret: RandomState,
-}
+/// Borrowed view of the parts of an app that decide its [`Policy`].
+type PolicyKey<'c> = (
+    &'c Option<Vec<String>>,
+    &'c [String],
+    &'c [String],
+    &'c Option<String>,
+    &'c [(String, String)],
+);
 
 impl AppTable {
-    /// Compiles the apps of `config`. `service_index` gives each service's
-    /// index; `old` holds the limit state of the previous snapshot, and the
-    /// state now in use is left in `live`.
+    /// Compiles the apps of `config`. `services` are the services' names in
+    /// index order; `old` is the table in force, whose slots the same apps
+    /// keep (their buckets, quotas and metrics).
     pub fn new(
         config: &Config,
-        service_index: &HashMap<&str, u32>,
-        old: &AppStates,
-        live: &mut AppStates,
+        services: &[&str],
+        old: Option<&AppTable>,
+        pool: &mut SlotPool,
         secret: &RandomState,
+        generation: u64,
     ) -> Result<AppTable, String> {
-        let plans: HashMap<&str, Arc<PlanRt>> = config
+        let service_index: HashMap<&str, u32> = services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (*s, i as u32))
+            .collect();
+        let plan_index: HashMap<&str, u32> = config
             .plans
             .iter()
-            .map(|p| (p.name.as_str(), Arc::new(PlanRt::new(p))))
+            .enumerate()
+            .map(|(i, p)| (p.name.as_str(), i as u32))
             .collect();
-        let mut by_key: HashMap<u64, Vec<(u32, u32)>, FxBuildHasher> =
-            HashMap::with_capacity_and_hasher(config.apps.len(), FxBuildHasher);
-        let mut apps = Vec::with_capacity(config.apps.len());
-        let mut by_id = HashMap::with_capacity_and_hasher(config.apps.len(), FxBuildHasher);
-        for (i, app) in config.apps.iter().enumerate() {
-            for (k, key) in app.keys.iter().enumerate() {
-                by_key
-                    .entry(secret.hash_one(key.as_bytes()))
-                    .or_default()
-                    .push((i as u32, k as u32));
-            }
-            let rt = compile_app(app, service_index, &plans, old, live)?;
-            by_id.insert(rt.id.clone(), i as u32);
-            apps.push(rt);
-        }
-        Ok(AppTable {
-            apps,
-            by_key,
-            by_id,
+        let n = config.apps.len();
+        let mut t = AppTable {
+            text: String::with_capacity(n * 40),
+            apps: Vec::with_capacity(n),
+            keys: Vec::with_capacity(n),
+            by_key: HashTable::with_capacity(n),
+            by_id: HashTable::with_capacity(n),
+            policies: Vec::new(),
+            plans: config.plans.iter().map(PlanRt::new).collect(),
+            jwts: Vec::new(),
+            extra_slots: Vec::new(),
+            chunks: Box::new([]),
             secret: secret.clone(),
-        })
+            generation,
+        };
+        let mut policies: HashMap<PolicyKey<'_>, u32> = HashMap::new();
+        for (i, app) in config.apps.iter().enumerate() {
+            let key: PolicyKey<'_> = (
+                &app.services,
+                &app.methods,
+                &app.paths,
+                &app.plan,
+                &app.plans_by_service,
+            );
+            let policy = *policies.entry(key).or_insert_with(|| {
+                t.policies.push(policy(app, &service_index, &plan_index));
+                t.policies.len() as u32 - 1
+            });
+            let jwt = match &app.jwt {
+                None => NONE,
+                Some(j) => {
+                    t.jwts
+                        .push(jwt_key(j).map_err(|e| format!("apps {}: jwt: {e}", app.id))?);
+                    t.jwts.len() as u32 - 1
+                }
+            };
+            let id = t.push_text(&app.id)?;
+            let prev = old.and_then(|o| o.find_id(&app.id).map(|a| (o, a)));
+            let slot = prev.map_or_else(|| pool.take(), |(o, a)| o.apps[a as usize].slot);
+            let extra = t.extra_slots.len() as u32;
+            for (_, name, _) in t.policies[policy as usize].by_service.iter() {
+                let kept = prev.and_then(|(o, a)| o.service_slot(a, name));
+                t.extra_slots.push(kept.unwrap_or_else(|| pool.take()));
+            }
+            t.apps.push(AppRec {
+                id: id.0,
+                id_len: id.1,
+                policy,
+                jwt,
+                slot,
+                extra,
+            });
+            let hash = t.secret.hash_one(app.id.as_bytes());
+            let AppTable {
+                by_id,
+                apps,
+                text,
+                secret,
+                ..
+            } = &mut t;
+            by_id.insert_unique(hash, i as u32, |&a| {
+                let r = &apps[a as usize];
+                secret.hash_one(&text.as_bytes()[r.id as usize..][..r.id_len as usize])
+            });
+            for k in &app.keys {
+                let (at, len) = t.push_text(k)?;
+                t.keys.push(KeyRec {
+                    at,
+                    app: i as u32,
+                    len,
+                });
+                let hash = t.secret.hash_one(k.as_bytes());
+                let AppTable {
+                    by_key,
+                    keys,
+                    text,
+                    secret,
+                    ..
+                } = &mut t;
+                by_key.insert_unique(hash, keys.len() as u32 - 1, |&k| {
+                    let r = &keys[k as usize];
+                    secret.hash_one(&text.as_bytes()[r.at as usize..][..r.len as usize])
+                });
+            }
+        }
+        t.chunks = pool.chunks.clone().into_boxed_slice();
+        Ok(t)
+    }
+
+    fn push_text(&mut self, s: &str) -> Result<(u32, u16), String> {
+        let at = u32::try_from(self.text.len())
+            .ok()
+            .filter(|at| at.checked_add(s.len() as u32).is_some())
+            .ok_or("apps: ids and keys exceed 4 GiB")?;
+        let len = u16::try_from(s.len()).map_err(|_| "apps: an id or key is too long")?;
+        self.text.push_str(s);
+        Ok((at, len))
+    }
+
+    fn find_id(&self, id: &str) -> Option<u32> {
+        self.by_id
+            .find(self.secret.hash_one(id.as_bytes()), |&a| self.id(a) == id)
+            .copied()
+    }
+
+    /// The slot app `a` of this table has for the service called `name`.
+    fn service_slot(&self, a: u32, name: &str) -> Option<u32> {
+        let rec = &self.apps[a as usize];
+        let p = &self.policies[rec.policy as usize];
+        let i = p.by_service.iter().position(|e| &*e.1 == name)?;
+        Some(self.extra_slots[rec.extra as usize + i])
+    }
+
+    fn all_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.apps
+            .iter()
+            .map(|a| a.slot)
+            .chain(self.extra_slots.iter().copied())
+    }
+
+    fn id(&self, a: u32) -> &str {
+        let r = &self.apps[a as usize];
+        &self.text[r.id as usize..][..r.id_len as usize]
+    }
+
+    pub fn slot(&self, s: u32) -> &AppSlot {
+        &self.chunks[(s >> CHUNK_BITS) as usize][s as usize & (CHUNK - 1)]
     }
 
     /// The app with this id.
-    pub fn by_id(&self, id: &str) -> Option<&AppRt> {
-        self.by_id.get(id).map(|&i| &self.apps[i as usize])
+    pub fn by_id<'a>(self: &'a Arc<Self>, id: &str) -> Option<AppRef<'a>> {
+        let index = self.find_id(id)?;
+        Some(AppRef { table: self, index })
     }
 
-    /// The app holding `key`.
-    pub fn by_key(&self, key: &[u8]) -> Option<&AppRt> {
-        let candidates = self.by_key.get(&self.secret.hash_one(key))?;
+    /// The app holding `key`. Every candidate under the key's hash is
+    /// compared in full, in constant time.
+    pub fn by_key<'a>(self: &'a Arc<Self>, key: &[u8]) -> Option<AppRef<'a>> {
         let mut found = None;
-        for &(a, k) in candidates {
-            let app = &self.apps[a as usize];
-            if bool::from(app.keys[k as usize].as_ref().ct_eq(key)) {
-                found = Some(app);
+        for &k in self.by_key.iter_hash(self.secret.hash_one(key)) {
+            let r = &self.keys[k as usize];
+            let stored = &self.text.as_bytes()[r.at as usize..][..r.len as usize];
+            if bool::from(stored.ct_eq(key)) {
+                found = Some(AppRef {
+                    table: self,
+                    index: r.app,
+                });
             }
         }
         found
+    }
+
+    /// The id of app `index` (as the access log names it).
+    pub fn app_id(&self, index: u32) -> &str {
+        self.id(index)
     }
 
     pub fn len(&self) -> usize {
@@ -168,43 +465,38 @@ impl AppTable {
         self.apps.is_empty()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &AppRt> {
-        self.apps.iter()
+    /// Every app's id and own slot, in config order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &AppSlot)> {
+        (0..self.apps.len() as u32).map(|a| (self.id(a), self.slot(self.apps[a as usize].slot)))
+    }
+
+    /// Bytes this table holds (not counting the slot pool).
+    pub fn heap_bytes(&self) -> usize {
+        self.text.capacity()
+            + self.apps.capacity() * std::mem::size_of::<AppRec>()
+            + self.keys.capacity() * std::mem::size_of::<KeyRec>()
+            + (self.by_key.capacity() + self.by_id.capacity()) * 5
+            + self.extra_slots.capacity() * 4
     }
 }
 
-fn compile_app(
+fn policy(
     app: &App,
     service_index: &HashMap<&str, u32>,
-    plans: &HashMap<&str, Arc<PlanRt>>,
-    old: &AppStates,
-    live: &mut AppStates,
-) -> Result<AppRt, String> {
-    let id: Arc<str> = app.id.as_str().into();
-    let metrics = old
-        .metrics
-        .get(&id)
-        .cloned()
-        .unwrap_or_else(|| Arc::new(AppMetrics::new(id.clone())));
-    live.metrics.insert(id.clone(), metrics.clone());
-    let mut charge = |scope: &str, plan: &str| -> Option<Charge> {
-        let plan = plans.get(plan)?.clone();
-        let key = (id.clone(), Arc::<str>::from(scope));
-        let state = old
-            .limits
-            .get(&key)
-            .cloned()
-            .unwrap_or_else(|| Arc::new(LimitState::default()));
-        live.limits.insert(key, state.clone());
-        Some(Charge { plan, state })
-    };
-    let default = app.plan.as_deref().and_then(|p| charge("", p));
-    let mut by_service: Vec<(u32, Charge)> = app
+    plan_index: &HashMap<&str, u32>,
+) -> Policy {
+    let mut by_service: Vec<(u32, Arc<str>, u32)> = app
         .plans_by_service
         .iter()
-        .filter_map(|(svc, plan)| Some((*service_index.get(svc.as_str())?, charge(svc, plan)?)))
+        .filter_map(|(svc, plan)| {
+            Some((
+                *service_index.get(svc.as_str())?,
+                Arc::from(svc.as_str()),
+                *plan_index.get(plan.as_str())?,
+            ))
+        })
         .collect();
-    by_service.sort_by_key(|(s, _)| *s);
+    by_service.sort_by_key(|e| e.0);
     let services = app.services.as_ref().map(|list| {
         let mut ids: Vec<u32> = list
             .iter()
@@ -216,27 +508,17 @@ fn compile_app(
     let bytes = |list: &[String]| -> Box<[Box<[u8]>]> {
         list.iter().map(|s| s.as_bytes().into()).collect()
     };
-    let jwt = match &app.jwt {
-        None => None,
-        Some(j) => Some(Box::new(
-            jwt_key(j).map_err(|e| format!("apps {}: jwt: {e}", app.id))?,
-        )),
-    };
-    Ok(AppRt {
-        id,
-        metrics,
-        jwt,
+    Policy {
+        services,
         methods: bytes(&app.methods),
         paths: bytes(&app.paths),
-        keys: app
-            .keys
-            .iter()
-            .map(|k| k.as_bytes().to_vec().into_boxed_slice())
-            .collect(),
-        services,
-        default,
+        default_plan: app
+            .plan
+            .as_deref()
+            .and_then(|p| plan_index.get(p).copied())
+            .unwrap_or(NONE),
         by_service: by_service.into_boxed_slice(),
-    })
+    }
 }
 
 fn jwt_key(j: &sluicegate_config::AppJwt) -> Result<JwtKeyRt, String> {
@@ -260,4 +542,133 @@ fn jwt_key(j: &sluicegate_config::AppJwt) -> Result<JwtKeyRt, String> {
 /// digits): never the key itself.
 pub fn fingerprint(key: &[u8]) -> u32 {
     (xxhash_rust::xxh3::xxh3_64_with_seed(key, 0x5167_6174_6557_6179) >> 32) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::Shared;
+    use std::time::{Instant, SystemTime};
+
+    fn config(services: &[&str], apps: &str, log: &str) -> sluicegate_config::Config {
+        let mut text = format!("listen: [\"127.0.0.1:9\"]\nlog: {{ access: {log} }}\nservices:\n");
+        for s in services {
+            text.push_str(&format!(
+                "  - {{ name: {s}, endpoints: [\"127.0.0.1:9\"] }}\n"
+            ));
+        }
+        text.push_str(
+            "plans:\n  gold: { rate: 1/s, burst: 1 }\n  silver: { rate: 1/s, burst: 1 }\n",
+        );
+        text.push_str("apps:\n");
+        text.push_str(apps);
+        sluicegate_config::parse(&text).unwrap()
+    }
+
+    const A: &str = "  - { id: a, keys: [key-of-a-0001], plan: gold }\n";
+    const B: &str = "  - { id: b, keys: [key-of-b-0001, key-of-b-0002], plan: gold, plans_by_service: { s2: silver } }\n";
+    const C: &str = "  - { id: c, keys: [key-of-c-0001], plan: gold }\n";
+
+    /// Charges one request to `app`'s plan for `service` (by name).
+    fn charge(t: &Arc<AppTable>, app: &str, service: u32) -> bool {
+        let a = t.by_id(app).unwrap();
+        let c = a.charge_for(service).unwrap();
+        t.slot(c.slot)
+            .limit
+            .try_admit(c.plan, Instant::now(), SystemTime::now)
+            .is_ok()
+    }
+
+    #[test]
+    fn keys_find_their_app_and_nothing_else() {
+        let shared = Shared::new(&config(&["s1", "s2"], &format!("{A}{B}"), "off")).unwrap();
+        let t = shared.snapshot.load().apps.clone();
+        assert_eq!(t.by_key(b"key-of-a-0001").unwrap().id(), "a");
+        assert_eq!(t.by_key(b"key-of-b-0001").unwrap().id(), "b");
+        assert_eq!(t.by_key(b"key-of-b-0002").unwrap().id(), "b");
+        for wrong in [
+            &b"key-of-a-000"[..],
+            b"key-of-a-00011",
+            b"KEY-OF-A-0001",
+            b"",
+            b"a",
+        ] {
+            assert!(t.by_key(wrong).is_none(), "{wrong:?}");
+        }
+        assert!(t.by_id("z").is_none());
+    }
+
+    #[test]
+    fn apps_with_the_same_rules_share_one_policy() {
+        let apps: String = (0..1000)
+            .map(|i| format!("  - {{ id: app{i}, keys: [key-{i:08}], plan: gold }}\n"))
+            .collect();
+        let shared = Shared::new(&config(&["s1"], &apps, "off")).unwrap();
+        let t = shared.snapshot.load().apps.clone();
+        assert_eq!(t.len(), 1000);
+        assert_eq!(t.policies.len(), 1);
+        assert_eq!(t.by_key(b"key-00000999").unwrap().id(), "app999");
+    }
+
+    #[test]
+    fn slots_follow_apps_across_reloads_and_are_reused_only_when_unreachable() {
+        let shared = Shared::new(&config(&["s1", "s2"], &format!("{A}{B}"), "off")).unwrap();
+        let first = shared.snapshot.load_full();
+        let t1 = first.apps.clone();
+        // Use up each bucket (burst 1): a, b on s1 (default), b on s2.
+        assert!(charge(&t1, "a", 0) && charge(&t1, "b", 0) && charge(&t1, "b", 1));
+        assert!(!charge(&t1, "a", 0));
+        t1.by_id("a")
+            .unwrap()
+            .slot()
+            .requests
+            .store(7, Ordering::Relaxed);
+
+        // s2 now comes first (index 0), a is gone, c is new.
+        shared
+            .reload(&config(&["s2", "s1"], &format!("{B}{C}"), "off"))
+            .unwrap();
+        let t2 = shared.snapshot.load().apps.clone();
+        assert!(!charge(&t2, "b", 1), "b's default bucket kept");
+        assert!(!charge(&t2, "b", 0), "b's s2 bucket kept, found by name");
+        assert!(charge(&t2, "c", 0));
+        assert!(t2.by_id("a").is_none());
+        let a_slot = t1.apps[t1.find_id("a").unwrap() as usize].slot;
+        assert_ne!(t2.apps[t2.find_id("c").unwrap() as usize].slot, a_slot);
+        assert_eq!(shared.registry.lock().unwrap().live_slots(), 4);
+
+        // While the first table lives (a request in flight holds it), a's
+        // slot stays a's; once it is gone, a slot is reused at rest.
+        shared
+            .reload(&config(&["s2", "s1"], &format!("{B}{C}{A}"), "off"))
+            .unwrap();
+        let t3 = shared.snapshot.load().apps.clone();
+        assert_ne!(t3.apps[t3.find_id("a").unwrap() as usize].slot, a_slot);
+        drop((first, t1, t2, t3));
+        shared
+            .reload(&config(&["s2", "s1"], &format!("{B}{C}"), "off"))
+            .unwrap();
+        shared
+            .reload(&config(&["s2", "s1"], &format!("{B}{C}{A}"), "off"))
+            .unwrap();
+        let t5 = shared.snapshot.load().apps.clone();
+        let a = t5.by_id("a").unwrap();
+        assert_eq!(a.slot().requests.load(Ordering::Relaxed), 0);
+        assert!(charge(&t5, "a", 1), "a starts with a full bucket");
+        assert!(shared.registry.lock().unwrap().live_slots() <= 6);
+    }
+
+    #[test]
+    fn a_failed_reload_gives_its_new_slots_back() {
+        let shared = Shared::new(&config(&["s1", "s2"], A, "off")).unwrap();
+        let before = shared.registry.lock().unwrap().live_slots();
+        let bad = config(
+            &["s1", "s2"],
+            &format!("{A}{B}{C}"),
+            "/nonexistent-dir/x/access.log",
+        );
+        assert!(shared.reload(&bad).is_err());
+        assert_eq!(shared.registry.lock().unwrap().live_slots(), before);
+        assert!(shared.snapshot.load().apps.by_id("a").is_some());
+    }
 }

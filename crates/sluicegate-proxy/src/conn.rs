@@ -583,7 +583,7 @@ impl Conn<'_> {
                 bytes_out: outcome.bytes_out,
                 total_us: started.elapsed().as_micros() as u64,
                 upstream_us: outcome.upstream_us,
-                app: bufs.edits.app.as_deref(),
+                app: bufs.edits.app.map(|a| snap.apps.app_id(a)),
                 key_fp: bufs.edits.key_fp,
             },
         );

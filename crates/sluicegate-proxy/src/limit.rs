@@ -1,7 +1,7 @@
 //! Plan limits shared by every worker thread: a rate with a burst (GCRA,
 //! one atomic), a quota per calendar window (one atomic), and requests in
-//! flight (one atomic). The state lives in [`LimitState`], which the
-//! registry keeps across reloads by app and scope, while the numbers come
+//! flight (one atomic). The state lives in [`LimitState`], which an app's
+//! slot keeps across reloads ([`crate::apps::SlotPool`]), while the numbers come
 //! from the plan in force ([`PlanRt`]), so a reload that changes a plan
 //! applies at once without resetting anyone's bucket.
 
@@ -71,11 +71,31 @@ pub struct Charged {
 
 /// Releases a concurrency slot when dropped.
 #[derive(Debug)]
-pub struct InFlight(Arc<LimitState>);
+pub enum InFlight {
+    /// A route's or a client's counters.
+    State(Arc<LimitState>),
+    /// An app's slot in the table the request was served by.
+    App(Arc<crate::apps::AppTable>, u32),
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        match self {
+            InFlight::State(s) => s.release(),
+            InFlight::App(t, slot) => t.slot(*slot).limit.release(),
+        }
+    }
+}
+
+/// Gives a concurrency slot back unless disarmed (a refusal after the slot
+/// was taken).
+struct Undo<'a>(Option<&'a AtomicU64>);
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -134,21 +154,32 @@ impl LimitState {
         now: Instant,
         wall: impl FnOnce() -> SystemTime,
     ) -> Result<(Option<InFlight>, Charged), Refusal> {
-        let guard = match plan.concurrency {
-            None => None,
-            Some(max) => {
-                if self.in_flight.fetch_add(1, Ordering::Relaxed) >= max {
-                    self.in_flight.fetch_sub(1, Ordering::Relaxed);
-                    return Err(Refusal {
-                        retry_after: Duration::from_secs(1),
-                        limit: max,
-                        reset: 1,
-                        what: "too many requests in flight",
-                    });
-                }
-                Some(InFlight(self.clone()))
+        let (slot, charged) = self.try_admit(plan, now, wall)?;
+        Ok((slot.then(|| InFlight::State(self.clone())), charged))
+    }
+
+    /// [`LimitState::admit`] for state owned elsewhere: says whether a
+    /// concurrency slot was taken, which the caller must give back with
+    /// [`LimitState::release`] when the request ends.
+    pub fn try_admit(
+        &self,
+        plan: &PlanRt,
+        now: Instant,
+        wall: impl FnOnce() -> SystemTime,
+    ) -> Result<(bool, Charged), Refusal> {
+        let mut undo = Undo(None);
+        if let Some(max) = plan.concurrency {
+            if self.in_flight.fetch_add(1, Ordering::Relaxed) >= max {
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                return Err(Refusal {
+                    retry_after: Duration::from_secs(1),
+                    limit: max,
+                    reset: 1,
+                    what: "too many requests in flight",
+                });
             }
-        };
+            undo.0 = Some(&self.in_flight);
+        }
         let mut charged = Charged::default();
         let mut rate_undo = None;
         if let Some((interval, burst)) = plan.rate {
@@ -227,7 +258,20 @@ impl LimitState {
                 }
             }
         }
-        Ok((guard, charged))
+        let slot = undo.0.take().is_some();
+        Ok((slot, charged))
+    }
+
+    /// Gives back a concurrency slot taken by [`LimitState::try_admit`].
+    pub fn release(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Back to rest (a slot handed to another app).
+    pub(crate) fn reset(&self) {
+        for c in [&self.tat, &self.quota, &self.in_flight] {
+            c.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Requests now in flight under this state.

@@ -4,6 +4,7 @@
 //! from the config, never from requests. Metric objects are kept in the
 //! registry by name, so a reload keeps counting where it was.
 
+use crate::apps::AppSlot;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -53,33 +54,12 @@ pub struct RouteMetrics {
     pub unauthorized: AtomicU64,
 }
 
-/// Per-app counters. Apps come from the config, so the label set is
-/// bounded; apps that never called are left out of the output.
-#[derive(Debug)]
-pub struct AppMetrics {
-    pub id: std::sync::Arc<str>,
-    /// Requests that authenticated as the app.
-    pub requests: AtomicU64,
-    /// Refused 403: a service the app may not call.
-    pub forbidden: AtomicU64,
-    /// Refused 429: over the app's plan.
-    pub limited: AtomicU64,
-}
-
-impl AppMetrics {
-    pub fn new(id: std::sync::Arc<str>) -> Self {
-        AppMetrics {
-            id,
-            requests: AtomicU64::new(0),
-            forbidden: AtomicU64::new(0),
-            limited: AtomicU64::new(0),
-        }
-    }
-}
-
 /// Writes the per-app families, skipping apps with no requests.
-pub fn render_apps<'a>(out: &mut String, apps: impl Iterator<Item = &'a AppMetrics> + Clone) {
-    type Family = (&'static str, &'static str, fn(&AppMetrics) -> u64);
+pub fn render_apps<'a>(
+    out: &mut String,
+    apps: impl Iterator<Item = (&'a str, &'a AppSlot)> + Clone,
+) {
+    type Family = (&'static str, &'static str, fn(&AppSlot) -> u64);
     let families: [Family; 3] = [
         (
             "sluicegate_app_requests_total",
@@ -88,7 +68,7 @@ pub fn render_apps<'a>(out: &mut String, apps: impl Iterator<Item = &'a AppMetri
         ),
         (
             "sluicegate_app_forbidden_total",
-            "Requests of an app refused 403 (service not allowed).",
+            "Requests of an app refused 403 (service, method or path not allowed).",
             |a| a.forbidden.load(Ordering::Relaxed),
         ),
         (
@@ -99,11 +79,11 @@ pub fn render_apps<'a>(out: &mut String, apps: impl Iterator<Item = &'a AppMetri
     ];
     for (name, help, get) in families {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for a in apps
+        for (id, a) in apps
             .clone()
-            .filter(|a| a.requests.load(Ordering::Relaxed) > 0)
+            .filter(|(_, a)| a.requests.load(Ordering::Relaxed) > 0)
         {
-            let _ = writeln!(out, "{name}{{app=\"{}\"}} {}", label(&a.id), get(a));
+            let _ = writeln!(out, "{name}{{app=\"{}\"}} {}", label(id), get(a));
         }
     }
 }

@@ -19,7 +19,7 @@ use sluicegate_config::{
 };
 
 use crate::accesslog::Sink;
-use crate::apps::{AppStates, AppTable};
+use crate::apps::{AppTable, SlotPool};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
 use crate::filter::{
@@ -80,6 +80,8 @@ pub struct Snapshot {
     pub ip: sluicegate_config::IpRules,
     /// Increases with every published snapshot.
     pub generation: u64,
+    /// The apps the auth filters know (the access log names them).
+    pub apps: Arc<AppTable>,
 }
 
 /// State kept across snapshots, keyed by names from the config.
@@ -97,13 +99,22 @@ pub struct Registry {
     endpoint_order: Vec<(Arc<str>, Arc<EndpointState>)>,
     generation: u64,
     access_log: Option<(sluicegate_config::AccessLog, Arc<Sink>)>,
-    /// Plan counters by (app, scope) and metrics by app, kept while the app
-    /// exists.
-    apps: AppStates,
+    /// Every app's counters (plan state and metrics), kept while the app
+    /// exists, and the apps table in force.
+    slots: SlotPool,
+    apps: Option<Arc<AppTable>>,
     /// Counters of route `limit`s by route name.
     route_limits: HashMap<String, RouteCounters>,
     /// The key-hashing secret of the apps table, random per process.
     key_secret: std::collections::hash_map::RandomState,
+}
+
+#[cfg(test)]
+impl Registry {
+    /// App slots in use or waiting to be reused.
+    pub(crate) fn live_slots(&self) -> usize {
+        self.slots.live()
+    }
 }
 
 /// Process-wide state: the current snapshot, the registry, global counters.
@@ -152,15 +163,14 @@ impl Shared {
         };
         crate::metrics::render_routes(&mut out, reg.route_order.iter().map(|r| &**r));
         render_endpoints(&mut out, &reg.endpoint_order);
-        let mut called: Vec<&crate::metrics::AppMetrics> = reg
-            .apps
-            .metrics
-            .values()
-            .map(|m| &**m)
-            .filter(|m| m.requests.load(Ordering::Relaxed) > 0)
-            .collect();
-        called.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-        crate::metrics::render_apps(&mut out, called.into_iter());
+        if let Some(apps) = &reg.apps {
+            let mut called: Vec<_> = apps
+                .iter()
+                .filter(|(_, s)| s.requests.load(Ordering::Relaxed) > 0)
+                .collect();
+            called.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            crate::metrics::render_apps(&mut out, called.into_iter());
+        }
         out
     }
 }
@@ -236,9 +246,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     let mut live_endpoints = HashMap::new();
     let mut endpoint_order = Vec::new();
     let mut live_balancers = HashMap::new();
-    let mut service_index: HashMap<&str, u32> = HashMap::new();
     for (index, svc) in config.services.iter().enumerate() {
-        service_index.insert(&svc.name, index as u32);
         let name: Arc<str> = svc.name.as_str().into();
         let mut eps = Vec::with_capacity(svc.endpoints.len());
         for ep in &svc.endpoints {
@@ -285,14 +293,57 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         );
     }
     let router = Router::new(config.routes.iter().map(|r| &r.matcher))?;
-    let mut live_apps = AppStates::default();
+    let names: Vec<&str> = config.services.iter().map(|s| s.name.as_str()).collect();
     let apps = Arc::new(AppTable::new(
         config,
-        &service_index,
-        &reg.apps,
-        &mut live_apps,
+        &names,
+        reg.apps.as_deref(),
+        &mut reg.slots,
         &reg.key_secret,
+        reg.generation + 1,
     )?);
+    let parts = Parts {
+        services,
+        live_endpoints,
+        endpoint_order,
+        live_balancers,
+        router,
+    };
+    match compile_routes(config, reg, apps.clone(), parts) {
+        Ok(snap) => {
+            reg.slots.published(&apps, reg.apps.as_deref());
+            reg.apps = Some(apps);
+            Ok(snap)
+        }
+        Err(e) => {
+            reg.slots.abandoned(&apps, reg.apps.as_deref());
+            Err(e)
+        }
+    }
+}
+/// What [`compile`] built before the apps table.
+struct Parts<'c> {
+    services: HashMap<&'c str, Arc<ServiceRt>>,
+    live_endpoints: HashMap<(String, String, usize), Arc<EndpointState>>,
+    endpoint_order: Vec<(Arc<str>, Arc<EndpointState>)>,
+    live_balancers: HashMap<String, (String, Arc<BalancerState>)>,
+    router: Router,
+}
+
+/// The routes and their filters, then the registry's commit.
+fn compile_routes(
+    config: &Config,
+    reg: &mut Registry,
+    apps: Arc<AppTable>,
+    parts: Parts<'_>,
+) -> Result<Snapshot, String> {
+    let Parts {
+        services,
+        live_endpoints,
+        endpoint_order,
+        live_balancers,
+        router,
+    } = parts;
     let mut routes = Vec::with_capacity(config.routes.len());
     let mut live_routes = HashMap::new();
     let mut live_route_limits = HashMap::new();
@@ -413,7 +464,6 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     reg.endpoints = live_endpoints;
     reg.balancers = live_balancers;
     reg.routes = live_routes;
-    reg.apps = live_apps;
     reg.route_limits = live_route_limits;
     reg.route_order = route_order;
     reg.endpoint_order = endpoint_order;
@@ -432,5 +482,6 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         access_log,
         ip: config.ip.clone(),
         generation: reg.generation,
+        apps,
     })
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sluicegate_config::AppKeySources;
 
 use super::{Answer, Filter, Refuse, ReqCx};
-use crate::apps::{AppRt, AppTable};
+use crate::apps::{AppRef, AppTable};
 use crate::response::ErrorKind;
 
 /// `auth: app_key`: finds the app key in a header, a query parameter or a
@@ -94,12 +94,12 @@ impl Filter for AppKeyAuth {
 /// After authentication: counts the request for the app, checks its
 /// service, method and path rules (403), and records it for the upstream
 /// (`X-App-Id`), the later filters and the log.
-fn admit_app<'a>(app: &'a AppRt, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Result<(), Refuse> {
-    app.metrics.requests.fetch_add(1, Ordering::Relaxed);
-    cx.edits.app = Some(app.id.clone());
+fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Result<(), Refuse> {
+    app.slot().requests.fetch_add(1, Ordering::Relaxed);
+    cx.edits.app = Some(app.index);
     let method = &cx.raw[cx.head.method.clone()];
     if !cx.service.is_none_or(|svc| app.may_call(svc)) || !app.may_request(method, cx.path) {
-        app.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
+        app.slot().forbidden.fetch_add(1, Ordering::Relaxed);
         return Err(Refuse {
             answer: Answer::Error(ErrorKind::Forbidden),
             headers: Vec::new(),
@@ -109,7 +109,7 @@ fn admit_app<'a>(app: &'a AppRt, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Res
     cx.edits.request_headers.extend_from_slice(b"x-app-id: ");
     cx.edits
         .request_headers
-        .extend_from_slice(app.id.as_bytes());
+        .extend_from_slice(app.id().as_bytes());
     cx.edits.request_headers.extend_from_slice(b"\r\n");
     cx.app = Some(app);
     Ok(())
@@ -218,9 +218,8 @@ impl Filter for JwtAuth {
         let app = self
             .claimed_app(token)
             .and_then(|id| self.apps.by_id(&id))
-            .filter(|a| a.jwt.is_some())
             .ok_or_else(|| Self::refuse(true))?;
-        let Some(key) = app.jwt.as_deref() else {
+        let Some(key) = app.jwt() else {
             return Err(Self::refuse(true));
         };
         let validation = match key.alg {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{Answer, Filter, Refuse, ReqCx};
-use crate::limit::{ClientLimits, LimitState, PlanRt};
+use crate::limit::{ClientLimits, InFlight, LimitState, PlanRt};
 use crate::response::ErrorKind;
 
 /// The authenticated app's plan for the route's service: rate, quota and
@@ -21,9 +21,17 @@ impl Filter for PlanLimit {
         let Some(charge) = app.charge_for(cx.service.unwrap_or(u32::MAX)) else {
             return Ok(());
         };
-        charge_or_refuse(&charge.state, &charge.plan, cx, || {
-            app.metrics.limited.fetch_add(1, Ordering::Relaxed);
-        })
+        let table = app.table;
+        let state = &table.slot(charge.slot).limit;
+        charge_or_refuse(
+            state,
+            || InFlight::App(table.clone(), charge.slot),
+            charge.plan,
+            cx,
+            || {
+                app.slot().limited.fetch_add(1, Ordering::Relaxed);
+            },
+        )
     }
 }
 
@@ -31,14 +39,17 @@ impl Filter for PlanLimit {
 /// the `RateLimit-*` response headers go into the edits, or the refusal
 /// (429, `Retry-After`, `RateLimit-*`) is returned after `on_refuse` ran.
 fn charge_or_refuse(
-    state: &Arc<LimitState>,
+    state: &LimitState,
+    guard: impl FnOnce() -> InFlight,
     plan: &PlanRt,
     cx: &mut ReqCx<'_>,
     on_refuse: impl FnOnce(),
 ) -> Result<(), Refuse> {
-    match state.admit(plan, cx.now, SystemTime::now) {
-        Ok((guard, c)) => {
-            cx.edits.guards.extend(guard);
+    match state.try_admit(plan, cx.now, SystemTime::now) {
+        Ok((slot, c)) => {
+            if slot {
+                cx.edits.guards.push(guard());
+            }
             if c.limit > 0 {
                 ratelimit_headers(
                     &mut cx.edits.response_headers,
@@ -87,7 +98,13 @@ impl Filter for RouteLimiter {
             RouteCounters::Route(s) => s.clone(),
             RouteCounters::ClientIp(t) => t.state(cx.client, cx.now),
         };
-        charge_or_refuse(&state, &self.plan, cx, || {})
+        charge_or_refuse(
+            &state,
+            || InFlight::State(state.clone()),
+            &self.plan,
+            cx,
+            || {},
+        )
     }
 }
 

@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::apps::AppRt;
+use crate::apps::AppRef;
 use crate::codec::RequestHead;
 use crate::limit::InFlight;
 use crate::response::ErrorKind;
@@ -39,8 +39,9 @@ pub struct Edits {
     pub request_headers: Vec<u8>,
     /// Header lines added to the response to the client.
     pub response_headers: Vec<u8>,
-    /// The authenticated app, and the fingerprint of the key it used.
-    pub app: Option<Arc<str>>,
+    /// The authenticated app (its index in the snapshot's apps table), and
+    /// the fingerprint of the key it used.
+    pub app: Option<u32>,
     pub key_fp: Option<u32>,
     /// Held until the request ends (concurrency slots).
     pub guards: Vec<InFlight>,
@@ -94,7 +95,7 @@ pub struct ReqCx<'a> {
     pub service: Option<u32>,
     pub edits: &'a mut Edits,
     /// The app authenticated by an earlier filter.
-    pub app: Option<&'a AppRt>,
+    pub app: Option<AppRef<'a>>,
     pub now: Instant,
     pub client: IpAddr,
 }
