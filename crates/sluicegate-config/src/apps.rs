@@ -193,8 +193,12 @@ pub(crate) fn apps(
         return Vec::new();
     };
     let plan_names: HashMap<&str, ()> = plans.iter().map(|p| (p.name.as_str(), ())).collect();
-    let mut ids: HashMap<&str, Pos> = HashMap::with_capacity(items.len());
-    let mut keys: HashMap<&str, (Pos, usize)> = HashMap::with_capacity(items.len());
+    // Ids and keys are checked for duplicates after the loop, by sorting
+    // their hashes: a million of them take a fraction of the memory and
+    // time of a hash map of strings.
+    let hasher = foldhash::fast::RandomState::default();
+    let mut ids: Vec<Seen<'_>> = Vec::with_capacity(items.len());
+    let mut keys: Vec<Seen<'_>> = Vec::with_capacity(items.len());
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let p = path.index(i);
@@ -211,14 +215,7 @@ pub(crate) fn apps(
                 );
                 return None;
             }
-            if let Some(first) = ids.insert(text, n.pos) {
-                cx.at(
-                    n.pos,
-                    p.key("id"),
-                    format_args!("duplicate app id {} (first at {first})", quote(text)),
-                );
-                return None;
-            }
+            ids.push(Seen::new(&hasher, text, n.pos, i, 0));
             Some(text)
         });
         let mut app_keys = Vec::new();
@@ -242,16 +239,7 @@ pub(crate) fn apps(
                     );
                     continue;
                 }
-                // Never echo the key itself in an error.
-                if let Some((first, app)) = keys.insert(text, (k.pos, i)) {
-                    let whose = if app == i { "this app" } else { "another app" };
-                    cx.at(
-                        k.pos,
-                        kp.index(j),
-                        format_args!("key already given to {whose} (first at {first})"),
-                    );
-                    continue;
-                }
+                keys.push(Seen::new(&hasher, text, k.pos, i, j));
                 app_keys.push(text.to_string());
             }
         }
@@ -350,6 +338,8 @@ pub(crate) fn apps(
         }
         let jwt = f.get("jwt").and_then(|n| app_jwt(cx, n, p.key("jwt")));
         if let Some(id) = id {
+            // (With a duplicate id or key the whole config is refused, so
+            // what is pushed here then does not matter.)
             out.push(App {
                 id: id.to_string(),
                 keys: app_keys,
@@ -362,6 +352,77 @@ pub(crate) fn apps(
             });
         }
     }
+    for (first, dup) in duplicates(&mut ids) {
+        cx.at(
+            dup.pos,
+            path.index(dup.app as usize).key("id"),
+            format_args!(
+                "duplicate app id {} (first at {})",
+                quote(dup.text),
+                first.pos
+            ),
+        );
+    }
+    for (first, dup) in duplicates(&mut keys) {
+        let whose = if first.app == dup.app {
+            "this app"
+        } else {
+            "another app"
+        };
+        // Never echo the key itself in an error.
+        cx.at(
+            dup.pos,
+            path.index(dup.app as usize)
+                .key("keys")
+                .index(dup.item as usize),
+            format_args!("key already given to {whose} (first at {})", first.pos),
+        );
+    }
+    out
+}
+
+/// An app id or key, where it was given, and a hash to sort by.
+#[derive(Clone, Copy)]
+struct Seen<'n> {
+    hash: u64,
+    text: &'n str,
+    pos: Pos,
+    app: u32,
+    item: u32,
+}
+
+impl<'n> Seen<'n> {
+    fn new(
+        h: &impl std::hash::BuildHasher,
+        text: &'n str,
+        pos: Pos,
+        app: usize,
+        item: usize,
+    ) -> Self {
+        Seen {
+            hash: h.hash_one(text),
+            text,
+            pos,
+            app: app as u32,
+            item: item as u32,
+        }
+    }
+}
+
+/// Each later occurrence of a text given more than once, with the first
+/// one, in the order they were given.
+fn duplicates<'n>(seen: &mut [Seen<'n>]) -> Vec<(Seen<'n>, Seen<'n>)> {
+    seen.sort_unstable_by_key(|s| (s.hash, s.app, s.item));
+    let mut out = Vec::new();
+    for run in seen.chunk_by(|a, b| a.hash == b.hash) {
+        for (i, s) in run.iter().enumerate() {
+            // The first earlier entry with the same text (hashes can collide).
+            if let Some(first) = run[..i].iter().find(|f| f.text == s.text) {
+                out.push((*first, *s));
+            }
+        }
+    }
+    out.sort_unstable_by_key(|(_, d)| (d.app, d.item));
     out
 }
 

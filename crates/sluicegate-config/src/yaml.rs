@@ -7,6 +7,7 @@
 //! refused with a positioned error; tags are ignored except `!!str`, which
 //! makes a scalar count as quoted.
 
+use compact_str::CompactString;
 use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
@@ -58,11 +59,13 @@ pub(crate) enum Value {
     /// `plain` is false for quoted and block scalars (and `!!str`-tagged ones):
     /// only plain scalars can be null or booleans.
     Scalar {
-        text: Box<str>,
+        text: CompactString,
         plain: bool,
     },
-    List(Box<[Node]>),
-    Map(Box<[Entry]>),
+    // Vecs, not boxed slices: shrinking every small list and mapping to
+    // its length costs a reallocation each, millions in a big config.
+    List(Vec<Node>),
+    Map(Vec<Entry>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -186,7 +189,7 @@ pub(crate) fn parse(text: &str) -> Result<Option<Node>, ConfigError> {
                 Node {
                     pos,
                     value: Value::Scalar {
-                        text: text.into_boxed_str(),
+                        text: CompactString::from(text),
                         plain: style == TScalarStyle::Plain && !is_str_tag,
                     },
                 }
@@ -194,7 +197,7 @@ pub(crate) fn parse(text: &str) -> Result<Option<Node>, ConfigError> {
             Event::SequenceEnd | Event::MappingEnd => match stack.pop() {
                 Some(Frame::List { pos, items }) => Node {
                     pos,
-                    value: Value::List(items.into_boxed_slice()),
+                    value: Value::List(items),
                 },
                 Some(Frame::Map {
                     mut pos, entries, ..
@@ -206,7 +209,7 @@ pub(crate) fn parse(text: &str) -> Result<Option<Node>, ConfigError> {
                     }
                     Node {
                         pos,
-                        value: Value::Map(entries.into_boxed_slice()),
+                        value: Value::Map(entries),
                     }
                 }
                 None => return Err(error(pos, "invalid YAML: unbalanced end".to_string())),

@@ -89,6 +89,26 @@ app_key: { header: X-Key, query: off, path_segment: false }
 }
 
 #[test]
+fn duplicate_ids_and_keys_are_named_in_file_order() {
+    let all = errors(&with(
+        "apps:
+  - { id: x, keys: [key-one-0001, key-one-0001] }
+  - { id: y, keys: [key-two-0002] }
+  - { id: x, keys: [key-two-0002] }
+  - { id: x, keys: [key-one-0001] }
+",
+    ));
+    let expect = [
+        "13:35: apps[0].keys[1]: key already given to this app (first at 13:21)",
+        "15:11: apps[2].id: duplicate app id \"x\" (first at 13:11)",
+        "15:21: apps[2].keys[0]: key already given to another app (first at 14:21)",
+        "16:11: apps[3].id: duplicate app id \"x\" (first at 13:11)",
+        "16:21: apps[3].keys[0]: key already given to another app (first at 13:21)",
+    ];
+    assert_eq!(all, expect);
+}
+
+#[test]
 fn each_mistake_is_named_where_it_is() {
     let all = errors(&with(
         "plans:
