@@ -10,6 +10,7 @@ mod decode;
 pub mod model;
 mod policy;
 mod reader;
+mod resilience;
 mod route;
 mod service;
 mod units;

@@ -425,6 +425,55 @@ pub struct Service {
     pub timeouts: UpstreamTimeouts,
     /// Active health checks; `None`: every endpoint counts as healthy.
     pub health: Option<HealthCheck>,
+    /// When a failed attempt is tried again on another endpoint.
+    pub retries: Retries,
+    /// Passive outlier detection per endpoint; `None`: off.
+    pub breaker: Option<Breaker>,
+}
+
+/// A service's `retries`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retries {
+    /// Tries in all, the first included (1: never retry).
+    pub attempts: u32,
+    /// The connect to the endpoint failed (nothing was sent: always safe).
+    pub on_connect: bool,
+    /// The upstream closed or reset before any response byte
+    /// (idempotent methods with the whole request at hand only).
+    pub on_reset: bool,
+    /// No response head within `response_header` (idempotent only).
+    pub on_timeout: bool,
+    /// Statuses answered again elsewhere (idempotent only).
+    pub on_status: Vec<u16>,
+    /// Retries allowed, as a share of requests, in percent.
+    pub budget_percent: u32,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Retries {
+            attempts: 2,
+            on_connect: true,
+            on_reset: true,
+            on_timeout: false,
+            on_status: Vec::new(),
+            budget_percent: 20,
+        }
+    }
+}
+
+/// A service's `breaker`: each endpoint's circuit opens after `errors`
+/// failures within `window`, stays open `open_for`, then lets
+/// `half_open_requests` probes through; one success closes it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breaker {
+    pub errors: u32,
+    pub window: Duration,
+    pub open_for: Duration,
+    pub half_open_requests: u32,
+    /// Count 5xx answers as failures (connect errors, resets, invalid
+    /// responses and timeouts always count).
+    pub on_5xx: bool,
 }
 
 /// Active health checks of a service's endpoints.

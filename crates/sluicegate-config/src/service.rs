@@ -15,6 +15,8 @@ const SERVICE_KEYS: &[&str] = &[
     "max_connections_per_endpoint",
     "timeouts",
     "health",
+    "retries",
+    "breaker",
 ];
 
 /// Default for `max_connections_per_endpoint`.
@@ -111,6 +113,14 @@ fn service<'n>(
         None => Some(None),
         Some(n) => health(cx, n, path.key("health")).map(Some),
     };
+    let retries = match f.get("retries") {
+        None => Some(crate::model::Retries::default()),
+        Some(n) => crate::resilience::retries(cx, n, path.key("retries")),
+    };
+    let breaker = match f.get("breaker") {
+        None => Some(None),
+        Some(n) => crate::resilience::breaker(cx, n, path.key("breaker")).map(Some),
+    };
     Some(Service {
         name: name?,
         endpoints,
@@ -119,6 +129,8 @@ fn service<'n>(
         max_connections_per_endpoint,
         timeouts,
         health: health?,
+        retries: retries?,
+        breaker: breaker?,
     })
 }
 

@@ -74,11 +74,28 @@ impl Balancer {
         Balancer { kind, state }
     }
 
+    /// The endpoint for a retry after `failed`: the next one after it in
+    /// rotation that is not in `tried` (a bit per index; endpoints past 64
+    /// are never excluded). Not the balancer's own choice: that would
+    /// move a round robin on twice per request and send every first try
+    /// to the same endpoint.
+    pub fn pick_other(
+        endpoints: &[Arc<EndpointState>],
+        failed: usize,
+        tried: u64,
+    ) -> Option<usize> {
+        let was = |i: usize| i < 64 && tried & (1 << i) != 0;
+        let n = endpoints.len();
+        (1..n)
+            .map(|k| (failed + k) % n)
+            .find(|&i| !was(i) && endpoints[i].in_rotation())
+    }
+
     /// Picks a healthy endpoint index among `endpoints` (never empty);
     /// `None` when every endpoint is unhealthy.
     pub fn pick(&self, endpoints: &[Arc<EndpointState>], cx: &PickContext<'_>) -> Option<usize> {
         let n = endpoints.len();
-        let ok = |i: usize| endpoints[i].is_healthy();
+        let ok = |i: usize| endpoints[i].in_rotation();
         if n == 1 {
             return ok(0).then_some(0);
         }
@@ -99,7 +116,7 @@ impl Balancer {
                 for k in 0..n {
                     let i = (start + k) % n;
                     let e = &endpoints[i];
-                    if !e.is_healthy() {
+                    if !e.in_rotation() {
                         continue;
                     }
                     let load = (e.in_flight() as u64 * 1_000_000) / u64::from(e.weight);

@@ -1,5 +1,5 @@
 //! Per-endpoint state shared by every worker and kept across reloads:
-//! the in-flight limit, latency average and counters.
+//! the in-flight limit, latency average, counters, health and circuit.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -31,11 +31,19 @@ pub struct EndpointState {
     /// Consecutive passed and failed health checks.
     pub health_oks: std::sync::atomic::AtomicU32,
     pub health_fails: std::sync::atomic::AtomicU32,
+    /// Passive outlier detection from the requests it serves.
+    pub breaker: crate::breaker::Breaker,
 }
 
 impl EndpointState {
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether balancers may pick it: healthy, and its circuit not open
+    /// (the clock is read only when a circuit has opened).
+    pub fn in_rotation(&self) -> bool {
+        self.is_healthy() && self.breaker.available_now()
     }
 
     pub fn new(id: usize, name: String, addr: SocketAddr, weight: u32, max: usize) -> Self {
@@ -53,6 +61,7 @@ impl EndpointState {
             healthy: std::sync::atomic::AtomicBool::new(true),
             health_oks: std::sync::atomic::AtomicU32::new(0),
             health_fails: std::sync::atomic::AtomicU32::new(0),
+            breaker: crate::breaker::Breaker::default(),
         }
     }
 

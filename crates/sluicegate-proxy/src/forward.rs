@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 use crate::balancer::PickContext;
+use crate::breaker::Admit;
 use crate::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::codec::{self, BodyKind, Parsed, RequestHead};
 use crate::conn::{Bufs, Conn};
@@ -342,7 +343,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         };
         service.balancer.pick(&service.endpoints, &pcx)
     };
-    let Some(ep_index) = ep_arc else {
+    let Some(mut ep_index) = ep_arc else {
         // Every endpoint is down: shed at once, never queue.
         let close = close_req || body_pending;
         return fail_with(
@@ -354,9 +355,8 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         )
         .await;
     };
-    let ep_arc = &service.endpoints[ep_index];
-    let ep: &'s EndpointState = ep_arc;
-    let Some(_permit) = ep.acquire(service.timeouts.connect).await else {
+    let mut ep: &'s EndpointState = &service.endpoints[ep_index];
+    let Some(mut _permit) = ep.acquire(service.timeouts.connect).await else {
         let mut o = fail(
             conn,
             bufs,
@@ -369,7 +369,20 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     };
     ep.requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    service.retries.deposit();
+    let mut admit = ep
+        .breaker
+        .admit(crate::limit::mono_ns(Instant::now()))
+        .unwrap_or(Admit::Closed);
+    let mut tried: u64 = 1 << ep_index.min(63);
+    let mut tries = 1;
     let raw = bufs.inb.filled();
+    // The head names no endpoint (it has a Host), so it can go to another.
+    let portable = bufs.req.host.is_some() || target.authority.is_some();
+    let idempotent = matches!(
+        &raw[bufs.req.method.clone()],
+        b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
+    );
     write_request_head(
         &mut bufs.out,
         raw,
@@ -414,6 +427,17 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                     ep.connect_errors
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(endpoint = %ep.name, error = %e, "upstream connect failed");
+                    failed(ep, admit);
+                    // Nothing was sent: any request may go elsewhere.
+                    if service.retries.settings.on_connect && portable {
+                        if let Some((i, permit)) =
+                            retry_endpoint(service, ep_index, &mut tried, &mut tries).await
+                        {
+                            (ep_index, _permit, attempt) = (i, permit, 0);
+                            (ep, admit) = switch_to(service, i);
+                            continue;
+                        }
+                    }
                     let mut o = fail(
                         conn,
                         bufs,
@@ -494,13 +518,52 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         }
         let sent_at = Instant::now();
         let deadline = sent_at + service.timeouts.response_header;
-        match read_response_head(&up, conn, bufs, is_head, client_minor, deadline).await {
-            Ok(()) => break (up, sent_at),
+        let head = read_response_head(&up, conn, bufs, is_head, client_minor, deadline).await;
+        // What this attempt's outcome allows: another endpoint for an
+        // idempotent request still at hand, when the service retries it.
+        let r = &service.retries.settings;
+        let elsewhere = idempotent && replayable && portable && !body_cut;
+        match head {
+            Ok(()) => {
+                let status = bufs.res.status;
+                if ep.breaker.counts_status(status) {
+                    failed(ep, admit);
+                } else {
+                    ep.breaker
+                        .record(admit, true, crate::limit::mono_ns(Instant::now()));
+                }
+                if elsewhere && r.on_status.contains(&status) {
+                    if let Some((i, permit)) =
+                        retry_endpoint(service, ep_index, &mut tried, &mut tries).await
+                    {
+                        tracing::debug!(endpoint = %ep.name, status, "retrying elsewhere");
+                        (ep_index, _permit, attempt) = (i, permit, 0);
+                        (ep, admit) = switch_to(service, i);
+                        continue;
+                    }
+                }
+                break (up, sent_at);
+            }
             Err(HeadError::ClosedEarly) if reused && replayable && attempt == 0 => {
                 attempt += 1;
                 continue;
             }
             Err(e) => {
+                failed(ep, admit);
+                let again = match e {
+                    HeadError::ClosedEarly => r.on_reset,
+                    HeadError::Timeout => r.on_timeout,
+                    HeadError::Invalid => false,
+                };
+                if again && elsewhere {
+                    if let Some((i, permit)) =
+                        retry_endpoint(service, ep_index, &mut tried, &mut tries).await
+                    {
+                        (ep_index, _permit, attempt) = (i, permit, 0);
+                        (ep, admit) = switch_to(service, i);
+                        continue;
+                    }
+                }
                 let kind = match e {
                     HeadError::Timeout => ErrorKind::UpstreamTimeout,
                     _ => ErrorKind::UpstreamFailed,
@@ -537,6 +600,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             outcome.bytes_out = n;
             if !bufs.res.close && !body_cut && bufs.upb.is_empty() {
                 let expires = head_at + service.timeouts.idle;
+                let ep_arc = &service.endpoints[ep_index];
                 worker.pool.borrow_mut().put(ep_arc, up, expires, ep.max);
             }
         }
@@ -555,6 +619,52 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         .await;
     }
     outcome
+}
+
+/// Counts a failed attempt against the endpoint's circuit.
+fn failed(ep: &EndpointState, admit: Admit) {
+    let now = crate::limit::mono_ns(Instant::now());
+    if ep.breaker.record(admit, false, now) {
+        tracing::warn!(endpoint = %ep.name, "circuit opened: endpoint out of rotation");
+    }
+}
+
+/// The endpoint `i` of `service`, and its admission through its circuit.
+fn switch_to(service: &ServiceRt, i: usize) -> (&EndpointState, Admit) {
+    let ep: &EndpointState = &service.endpoints[i];
+    ep.requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let admit = ep
+        .breaker
+        .admit(crate::limit::mono_ns(Instant::now()))
+        .unwrap_or(Admit::Closed);
+    (ep, admit)
+}
+
+/// Another endpoint for a failed attempt, with its in-flight slot: when the
+/// service allows one more attempt, its retry budget has one, and an
+/// endpoint not tried yet is in rotation.
+async fn retry_endpoint(
+    service: &ServiceRt,
+    failed: usize,
+    tried: &mut u64,
+    tries: &mut u32,
+) -> Option<(usize, tokio::sync::OwnedSemaphorePermit)> {
+    if *tries >= service.retries.settings.attempts || service.endpoints.len() < 2 {
+        return None;
+    }
+    let i = crate::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;
+    if !service.retries.withdraw() {
+        tracing::debug!(service = %service.name, "retry budget spent");
+        return None;
+    }
+    let permit = service.endpoints[i].try_acquire()?;
+    *tried |= 1 << i.min(63);
+    *tries += 1;
+    service
+        .retried
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Some((i, permit))
 }
 
 /// After answering before the client finished sending its body, reads and

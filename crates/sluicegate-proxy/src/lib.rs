@@ -6,6 +6,7 @@
 pub mod accesslog;
 pub mod apps;
 pub mod balancer;
+pub mod breaker;
 pub mod chunked;
 pub mod codec;
 pub mod conn;

@@ -40,6 +40,52 @@ pub struct ServiceRt {
     pub timeouts: UpstreamTimeouts,
     /// Active health checks of the endpoints, if configured.
     pub health: Option<sluicegate_config::HealthCheck>,
+    pub retries: RetryBudget,
+    /// Attempts sent to another endpoint after a failure.
+    pub retried: std::sync::atomic::AtomicU64,
+}
+
+/// A service's retry settings and budget: every request adds a share of
+/// a retry (the budget percentage), every retry takes a whole one, so
+/// retries stay a bounded share of traffic even when every attempt fails.
+#[derive(Debug)]
+pub struct RetryBudget {
+    pub settings: sluicegate_config::Retries,
+    /// Thousandths of a retry.
+    tokens: std::sync::atomic::AtomicI64,
+}
+
+impl RetryBudget {
+    /// Most retries saved up, and the retries a fresh budget starts with
+    /// (so a quiet service can still retry).
+    const CAP: i64 = 100_000;
+    const START: i64 = 10_000;
+
+    pub fn new(settings: sluicegate_config::Retries) -> Self {
+        RetryBudget {
+            settings,
+            tokens: std::sync::atomic::AtomicI64::new(Self::START),
+        }
+    }
+
+    /// Adds one request's share (once full, only a load).
+    pub fn deposit(&self) {
+        if self.settings.attempts > 1 && self.tokens.load(Ordering::Relaxed) < Self::CAP {
+            self.tokens.fetch_add(
+                i64::from(self.settings.budget_percent) * 10,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Takes one retry, if the budget has one.
+    pub fn withdraw(&self) -> bool {
+        self.tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t >= 1000).then_some(t - 1000)
+            })
+            .is_ok()
+    }
 }
 
 #[derive(Debug)]
@@ -117,6 +163,28 @@ impl Registry {
     }
 }
 
+#[cfg(test)]
+mod retry_budget_tests {
+    use super::RetryBudget;
+
+    #[test]
+    fn retries_are_a_bounded_share_of_requests() {
+        let b = RetryBudget::new(sluicegate_config::Retries::default()); // 20%
+                                                                         // A fresh budget holds 10 retries.
+        assert_eq!((0..50).filter(|_| b.withdraw()).count(), 10);
+        // Then one retry per 5 requests.
+        for _ in 0..100 {
+            b.deposit();
+        }
+        assert_eq!((0..50).filter(|_| b.withdraw()).count(), 20);
+        // Saved up to a cap, however long the quiet spell.
+        for _ in 0..10_000_000 / 200 {
+            b.deposit();
+        }
+        assert_eq!((0..500).filter(|_| b.withdraw()).count(), 100);
+    }
+}
+
 /// Process-wide state: the current snapshot, the registry, global counters.
 #[derive(Debug)]
 pub struct Shared {
@@ -186,7 +254,7 @@ type EndpointFamily = (
 fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
     use crate::metrics::label;
     use std::fmt::Write as _;
-    let families: [EndpointFamily; 5] = [
+    let families: [EndpointFamily; 7] = [
         (
             "sluicegate_upstream_requests_total",
             "counter",
@@ -204,6 +272,23 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
             "gauge",
             "1 while an endpoint is in rotation, 0 while its health checks fail.",
             |e| u64::from(e.is_healthy()),
+        ),
+        (
+            "sluicegate_upstream_circuit_open",
+            "gauge",
+            "1 while an endpoint's circuit breaker is open (not half-open).",
+            |e| {
+                u64::from(
+                    e.breaker
+                        .is_open(crate::limit::mono_ns(std::time::Instant::now())),
+                )
+            },
+        ),
+        (
+            "sluicegate_upstream_circuit_opened_total",
+            "counter",
+            "Times an endpoint's circuit breaker opened.",
+            |e| e.breaker.opened.load(Ordering::Relaxed),
         ),
         (
             "sluicegate_upstream_in_flight",
@@ -246,6 +331,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     let mut live_endpoints = HashMap::new();
     let mut endpoint_order = Vec::new();
     let mut live_balancers = HashMap::new();
+    let mut breakers = Vec::new();
     for (index, svc) in config.services.iter().enumerate() {
         let name: Arc<str> = svc.name.as_str().into();
         let mut eps = Vec::with_capacity(svc.endpoints.len());
@@ -269,6 +355,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                     ))
                 }
             };
+            breakers.push((state.clone(), svc.breaker.clone()));
             endpoint_order.push((name.clone(), state.clone()));
             live_endpoints.insert(key, state.clone());
             eps.push(state);
@@ -289,6 +376,8 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 balancer,
                 timeouts: svc.timeouts.clone(),
                 health: svc.health.clone(),
+                retries: RetryBudget::new(svc.retries.clone()),
+                retried: Default::default(),
             }),
         );
     }
@@ -308,6 +397,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         endpoint_order,
         live_balancers,
         router,
+        breakers,
     };
     match compile_routes(config, reg, apps.clone(), parts) {
         Ok(snap) => {
@@ -328,6 +418,8 @@ struct Parts<'c> {
     endpoint_order: Vec<(Arc<str>, Arc<EndpointState>)>,
     live_balancers: HashMap<String, (String, Arc<BalancerState>)>,
     router: Router,
+    /// Breaker settings to apply once the snapshot is sure to be published.
+    breakers: Vec<(Arc<EndpointState>, Option<sluicegate_config::Breaker>)>,
 }
 
 /// The routes and their filters, then the registry's commit.
@@ -343,6 +435,7 @@ fn compile_routes(
         endpoint_order,
         live_balancers,
         router,
+        breakers,
     } = parts;
     let mut routes = Vec::with_capacity(config.routes.len());
     let mut live_routes = HashMap::new();
@@ -460,6 +553,9 @@ fn compile_routes(
             .map(Arc::new),
     };
     // Everything compiled: commit the registry changes.
+    for (ep, settings) in &breakers {
+        ep.breaker.configure(settings.as_ref());
+    }
     reg.access_log = access_log.clone().map(|s| (config.log.access.clone(), s));
     reg.endpoints = live_endpoints;
     reg.balancers = live_balancers;

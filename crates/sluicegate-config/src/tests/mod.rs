@@ -3,6 +3,7 @@
 mod apps;
 mod errors;
 mod hostile;
+mod resilience;
 
 use std::time::Duration;
 
@@ -121,6 +122,8 @@ fn full_example_parses_to_the_expected_model() {
                     idle: secs(3600),
                 },
                 health: None,
+                retries: Default::default(),
+                breaker: None,
             },
             Service {
                 name: "api.v2".into(),
@@ -134,6 +137,8 @@ fn full_example_parses_to_the_expected_model() {
                 max_connections_per_endpoint: 512,
                 timeouts: UpstreamTimeouts::default(),
                 health: None,
+                retries: Default::default(),
+                breaker: None,
             },
         ],
         routes: vec![
