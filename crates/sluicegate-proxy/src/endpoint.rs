@@ -26,6 +26,8 @@ pub struct EndpointState {
     pub idle: AtomicI64,
     pub connect_errors: AtomicU64,
     pub requests: AtomicU64,
+    /// Attempts it got as a retry after another endpoint failed.
+    pub retries: AtomicU64,
     /// Set by the active health checks; balancers skip unhealthy endpoints.
     pub healthy: std::sync::atomic::AtomicBool,
     /// Consecutive passed and failed health checks.
@@ -58,6 +60,7 @@ impl EndpointState {
             idle: AtomicI64::new(0),
             connect_errors: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
             healthy: std::sync::atomic::AtomicBool::new(true),
             health_oks: std::sync::atomic::AtomicU32::new(0),
             health_fails: std::sync::atomic::AtomicU32::new(0),

@@ -661,8 +661,8 @@ async fn retry_endpoint(
     let permit = service.endpoints[i].try_acquire()?;
     *tried |= 1 << i.min(63);
     *tries += 1;
-    service
-        .retried
+    service.endpoints[i]
+        .retries
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Some((i, permit))
 }

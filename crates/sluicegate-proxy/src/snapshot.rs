@@ -41,8 +41,6 @@ pub struct ServiceRt {
     /// Active health checks of the endpoints, if configured.
     pub health: Option<sluicegate_config::HealthCheck>,
     pub retries: RetryBudget,
-    /// Attempts sent to another endpoint after a failure.
-    pub retried: std::sync::atomic::AtomicU64,
 }
 
 /// A service's retry settings and budget: every request adds a share of
@@ -254,7 +252,7 @@ type EndpointFamily = (
 fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
     use crate::metrics::label;
     use std::fmt::Write as _;
-    let families: [EndpointFamily; 7] = [
+    let families: [EndpointFamily; 8] = [
         (
             "sluicegate_upstream_requests_total",
             "counter",
@@ -266,6 +264,12 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
             "counter",
             "Failed connection attempts to an endpoint.",
             |e| e.connect_errors.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_upstream_retries_total",
+            "counter",
+            "Attempts sent to an endpoint as a retry after another failed.",
+            |e| e.retries.load(Ordering::Relaxed),
         ),
         (
             "sluicegate_upstream_healthy",
@@ -377,7 +381,6 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 timeouts: svc.timeouts.clone(),
                 health: svc.health.clone(),
                 retries: RetryBudget::new(svc.retries.clone()),
-                retried: Default::default(),
             }),
         );
     }
