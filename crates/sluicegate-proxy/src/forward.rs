@@ -417,7 +417,13 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         bufs.upb.clear();
         // The request's start stands in for the clock: an idle connection
         // that expired microseconds ago is still fine to use.
-        let pooled = worker.pool.borrow_mut().take(ep.id, started);
+        // A retry after a pooled connection failed takes a fresh one: the
+        // next pooled one may have been closed by the upstream just the same.
+        let pooled = if attempt == 0 {
+            worker.pool.borrow_mut().take(ep.id, started)
+        } else {
+            None
+        };
         let reused = pooled.is_some();
         let up = match pooled {
             Some(s) => s,
