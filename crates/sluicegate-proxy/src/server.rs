@@ -61,19 +61,48 @@ pub struct Gateway {
     threads: Vec<JoinHandle<()>>,
     shutdown: watch::Sender<bool>,
     pub local_addrs: Vec<SocketAddr>,
+    /// Duplicates of every listening socket, for a graceful restart.
+    handover: Vec<std::net::TcpListener>,
 }
 
 impl Gateway {
     /// Binds and starts `workers` worker threads.
     pub fn start(shared: Arc<Shared>, addrs: &[SocketAddr], workers: usize) -> io::Result<Gateway> {
         let workers = workers.max(1);
-        let listeners = bind_all(addrs, workers)?;
-        let local_addrs = listeners[0]
-            .iter()
-            .map(|l| l.local_addr())
-            .collect::<io::Result<Vec<_>>>()?;
+        Self::start_on(shared, bind_all(addrs, workers)?)
+    }
+
+    /// Starts on listening sockets taken over from a previous process,
+    /// shared out over `workers` threads (each accepts on its share).
+    pub fn start_inherited(
+        shared: Arc<Shared>,
+        inherited: Vec<std::net::TcpListener>,
+        workers: usize,
+    ) -> io::Result<Gateway> {
+        let workers = workers.max(1).min(inherited.len().max(1));
+        let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+            (0..workers).map(|_| Vec::new()).collect();
+        for (i, l) in inherited.into_iter().enumerate() {
+            per_worker[i % workers].push(l);
+        }
+        Self::start_on(shared, per_worker)
+    }
+
+    fn start_on(
+        shared: Arc<Shared>,
+        listeners: Vec<Vec<std::net::TcpListener>>,
+    ) -> io::Result<Gateway> {
+        let mut local_addrs = Vec::new();
+        let mut handover = Vec::new();
+        for l in listeners.iter().flatten() {
+            let a = l.local_addr()?;
+            if !local_addrs.contains(&a) {
+                local_addrs.push(a);
+            }
+            handover.push(l.try_clone()?);
+        }
         let (tx, rx) = watch::channel(false);
-        let mut threads = Vec::with_capacity(workers);
+        let mut threads = Vec::with_capacity(listeners.len());
         for (i, ls) in listeners.into_iter().enumerate() {
             let shared = shared.clone();
             let rx = rx.clone();
@@ -86,7 +115,14 @@ impl Gateway {
             threads,
             shutdown: tx,
             local_addrs,
+            handover,
         })
+    }
+
+    /// Duplicates of every listening socket (all workers'), to hand to a
+    /// new process.
+    pub fn listeners(&self) -> io::Result<Vec<std::net::TcpListener>> {
+        self.handover.iter().map(|l| l.try_clone()).collect()
     }
 
     /// Stops accepting, lets in-flight requests finish within the config's

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+mod handover;
 use sluicegate_admin::{Overrides, Reloader};
 use sluicegate_config::Config;
 use tokio::signal::unix::{signal, SignalKind};
@@ -52,6 +54,14 @@ struct RunArgs {
     /// error, warn, info, debug or trace (overrides `log.level`).
     #[arg(long)]
     log_level: Option<String>,
+    /// Take over the listening sockets of the gateway running with this
+    /// handover socket, which then drains and exits (graceful restart).
+    #[arg(long)]
+    upgrade: bool,
+    /// The Unix socket for handovers (default: in the temporary directory,
+    /// named after the config file's path).
+    #[arg(long)]
+    handover_socket: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -123,7 +133,21 @@ fn run(args: RunArgs) -> ExitCode {
                 .with_ansi(std::io::stderr().is_terminal()),
         )
         .init();
-    match serve(args.config, (cfg, stamp), overrides, filter_handle) {
+    let handover_path = args
+        .handover_socket
+        .clone()
+        .unwrap_or_else(|| handover::default_path(&args.config));
+    let handover = Handover {
+        path: handover_path,
+        upgrade: args.upgrade,
+    };
+    match serve(
+        args.config,
+        (cfg, stamp),
+        overrides,
+        filter_handle,
+        handover,
+    ) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -136,11 +160,19 @@ fn run(args: RunArgs) -> ExitCode {
 type FilterHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 
 /// `loaded` is the config and the file's stamp taken before reading it.
+/// Where the handover socket is, and whether to take over from the
+/// process serving it.
+struct Handover {
+    path: PathBuf,
+    upgrade: bool,
+}
+
 fn serve(
     path: PathBuf,
     loaded: (Config, Option<sluicegate_admin::reload::Stamp>),
     overrides: Overrides,
     filter: FilterHandle,
+    handover: Handover,
 ) -> Result<(), String> {
     let (cfg, stamp) = loaded;
     let workers = cfg
@@ -162,24 +194,71 @@ fn serve(
             sig(SignalKind::interrupt())?,
         )
     };
-    // The admin listener binds before the workers so a bad address fails early.
-    let admin = match &cfg.admin {
-        Some(a) => Some(
-            rt.block_on(sluicegate_admin::http::bind(a.listen))
-                .map_err(|e| format!("admin listen {}: {e}", a.listen))?,
-        ),
+    let mut taken = if handover.upgrade {
+        Some(handover::take(&handover.path).map_err(|e| format!("--upgrade: {e}"))?)
+    } else {
+        None
+    };
+    // The admin listener binds before the workers so a bad address fails
+    // early (or comes from the process this one takes over from).
+    let admin_std = match &cfg.admin {
+        Some(a) => match taken.as_mut().and_then(|t| t.admin.take()) {
+            Some(l) if l.local_addr().ok() == Some(a.listen) => Some(l),
+            _ => Some(
+                std::net::TcpListener::bind(a.listen)
+                    .map_err(|e| format!("admin listen {}: {e}", a.listen))?,
+            ),
+        },
         None => None,
     };
-    let gateway = sluicegate_proxy::Gateway::start(shared.clone(), &cfg.listen, workers)
-        .map_err(|e| e.to_string())?;
+    let admin_dup = match &admin_std {
+        Some(l) => Some(l.try_clone().map_err(|e| format!("admin listener: {e}"))?),
+        None => None,
+    };
+    let admin = match admin_std {
+        Some(l) => {
+            let _rt = rt.enter();
+            l.set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpListener::from_std(l))
+                .map(Some)
+                .map_err(|e| format!("admin listener: {e}"))?
+        }
+        None => None,
+    };
+    let (gateway, predecessor) = match taken {
+        Some(t) => {
+            let g = sluicegate_proxy::Gateway::start_inherited(shared.clone(), t.data, workers)
+                .map_err(|e| e.to_string())?;
+            (g, Some(t.conn))
+        }
+        None => {
+            let g = sluicegate_proxy::Gateway::start(shared.clone(), &cfg.listen, workers)
+                .map_err(|e| e.to_string())?;
+            (g, None)
+        }
+    };
     tracing::info!(
         listen = ?gateway.local_addrs,
         admin = ?cfg.admin.as_ref().map(|a| a.listen),
         workers,
         routes = cfg.routes.len(),
         services = cfg.services.len(),
+        upgraded = predecessor.is_some(),
         "sluicegate started"
     );
+    if let Some(conn) = predecessor {
+        // Serving: the old process may stop accepting. Its handover socket
+        // is replaced by ours below.
+        handover::ready(conn).map_err(|e| format!("--upgrade: {e}"))?;
+        let _ = std::fs::remove_file(&handover.path);
+    }
+    let (handed_tx, mut handed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let sockets = gateway.listeners().map_err(|e| e.to_string())?;
+    if let Err(e) = handover::serve(&handover.path, sockets, admin_dup, move || {
+        let _ = handed_tx.send(());
+    }) {
+        tracing::warn!(error = %e, "no graceful restart for this process");
+    }
     let watch = cfg.reload.clone();
     let on_apply = Box::new(move |c: &Config| {
         if let Err(e) = filter.reload(level_filter(&c.log.level)) {
@@ -188,6 +267,7 @@ fn serve(
     });
     let mut reloader = Reloader::new(path, shared.clone(), overrides, (cfg, stamp), on_apply);
     give_back_free_memory();
+    let mut handed_over = false;
     rt.block_on(async {
         if let Some(listener) = admin {
             tokio::spawn(sluicegate_admin::http::serve(listener, shared.clone()));
@@ -203,6 +283,11 @@ fn serve(
                 }
                 _ = term.recv() => { tracing::info!("SIGTERM: draining"); break; }
                 _ = int.recv() => { tracing::info!("SIGINT: draining"); break; }
+                Some(()) = handed_rx.recv() => {
+                    tracing::info!("upgraded: draining");
+                    handed_over = true;
+                    break;
+                }
                 _ = tick.tick(), if watch.watch => {
                     if reloader.check() {
                         give_back_free_memory();
@@ -213,6 +298,10 @@ fn serve(
         Ok::<(), String>(())
     })?;
     gateway.shutdown();
+    // The socket file is ours unless a successor has replaced it.
+    if !handed_over {
+        let _ = std::fs::remove_file(&handover.path);
+    }
     tracing::info!("sluicegate stopped");
     Ok(())
 }
