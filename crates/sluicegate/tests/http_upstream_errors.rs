@@ -1,7 +1,8 @@
 //! Upstream failures end to end: connect refused (502), response header
 //! timeout (504), an endpoint at `max_connections_per_endpoint` (wait, then
-//! 503), an upstream closing before replying or mid-body, and an invalid
-//! status line. Error bodies are small JSON without internal detail.
+//! 503), an upstream closing before replying or mid-body, an invalid
+//! status line, a head over 64 KiB, and bodies longer than their
+//! `Content-Length` or sent after a `HEAD` (never pooled). Error bodies are small JSON without internal detail.
 
 mod http_common;
 
@@ -200,4 +201,77 @@ fn invalid_status_line_from_upstream_is_502() {
     let gw = gateway_to(junk.addr(), "");
     let resp = http_get(gw.addr(), "/x", &[]);
     assert_json_error(&resp, 502);
+}
+
+/// An upstream that answers every request on a connection with `reply`
+/// (after the head), counting connections; it keeps the connection open.
+fn replying(reply: &'static [u8]) -> (RawUpstream, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let conns = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = conns.clone();
+    let up = RawUpstream::start(move |mut s: TcpStream| {
+        count.fetch_add(1, Ordering::SeqCst);
+        while read_request_head(&mut s) {
+            if s.write_all(reply).is_err() {
+                return;
+            }
+        }
+    });
+    (up, conns)
+}
+
+#[test]
+fn a_body_longer_than_its_content_length_is_cut_and_the_connection_dropped() {
+    use std::sync::atomic::Ordering;
+    // Five bytes promised, ten sent: the extra five must never be read as
+    // the next response.
+    let (up, conns) = replying(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/");
+    let gw = gateway_to(up.addr(), "");
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    for i in 0..3 {
+        let r = client.get(&format!("/x/{i}")).unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    }
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        3,
+        "never pooled with bytes left over"
+    );
+}
+
+#[test]
+fn a_body_on_a_response_to_head_is_not_relayed_and_the_connection_dropped() {
+    use std::sync::atomic::Ordering;
+    let (up, conns) = replying(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+    let gw = gateway_to(up.addr(), "");
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    for i in 0..3 {
+        client.send("HEAD", &format!("/h/{i}"), &[], b"").unwrap();
+        let r = client.read_response_for("HEAD").unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.body.is_empty());
+    }
+    // The client connection is still in sync: a GET after the HEADs.
+    let r = client.get("/after").unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    assert!(
+        conns.load(Ordering::SeqCst) >= 3,
+        "HEAD bodies never pooled"
+    );
+}
+
+#[test]
+fn a_response_head_over_64_kib_is_502() {
+    static HUGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let huge = HUGE.get_or_init(|| {
+        let mut v = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..2000 {
+            v.extend_from_slice(format!("x-filler-{i}: {}\r\n", "y".repeat(40)).as_bytes());
+        }
+        v.extend_from_slice(b"Content-Length: 2\r\n\r\nhi");
+        v
+    });
+    let (up, _) = replying(huge);
+    let gw = gateway_to(up.addr(), "    retries: { attempts: 1 }\n");
+    assert_json_error(&http_get(gw.addr(), "/big", &[]), 502);
 }
