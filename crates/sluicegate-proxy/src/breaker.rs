@@ -75,6 +75,38 @@ impl Breaker {
             || self.available(crate::limit::mono_ns(std::time::Instant::now()))
     }
 
+    /// [`Breaker::admit`] now: the clock is read only when the circuit has
+    /// opened; a closed circuit always admits.
+    pub fn admit_now(&self) -> Option<Admit> {
+        if self.open_until.load(Relaxed) == 0 || !self.enabled.load(Relaxed) {
+            return Some(Admit::Closed);
+        }
+        self.admit(crate::limit::mono_ns(std::time::Instant::now()))
+    }
+
+    /// Records a success: nothing to do (and no clock read) for a request
+    /// let through a closed circuit that is still closed.
+    pub fn succeeded(&self, admit: Admit) {
+        if admit == Admit::Closed
+            && (self.open_until.load(Relaxed) == 0 || !self.enabled.load(Relaxed))
+        {
+            return;
+        }
+        self.record(
+            admit,
+            true,
+            crate::limit::mono_ns(std::time::Instant::now()),
+        );
+    }
+
+    /// Gives back a probe whose request ended without a verdict on the
+    /// endpoint (the client went away, say).
+    pub fn release_probe(&self) {
+        let _ = self
+            .probes
+            .fetch_update(Relaxed, Relaxed, |p| p.checked_sub(1));
+    }
+
     /// Lets a request through, or not (another worker took the last probe).
     pub fn admit(&self, now: u64) -> Option<Admit> {
         let until = self.open_until.load(Relaxed);
@@ -206,6 +238,30 @@ mod tests {
         assert!(!b.available(t + 70 * MS));
         assert!(b.available(t + 111 * MS));
         assert_eq!(b.opened.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn a_probe_given_back_without_a_verdict_frees_its_slot() {
+        let b = breaker(1, 1);
+        let t = 1_000 * MS;
+        b.record(Admit::Closed, false, t);
+        let later = t + 60 * MS;
+        assert_eq!(b.admit(later), Some(Admit::Probe));
+        assert!(!b.available(later));
+        b.release_probe();
+        assert!(b.available(later), "the next request may probe");
+        b.release_probe(); // never below zero
+        assert_eq!(b.admit(later), Some(Admit::Probe));
+    }
+
+    #[test]
+    fn a_success_through_a_closed_circuit_changes_nothing() {
+        let b = breaker(2, 1);
+        b.record(Admit::Closed, false, 1_000 * MS);
+        b.succeeded(Admit::Closed);
+        // The failure still counts: one more opens it.
+        assert!(b.record(Admit::Closed, false, 1_001 * MS));
+        assert_eq!(b.admit(1_002 * MS), None);
     }
 
     #[test]

@@ -370,10 +370,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     ep.requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     service.retries.deposit();
-    let mut admit = ep
-        .breaker
-        .admit(crate::limit::mono_ns(Instant::now()))
-        .unwrap_or(Admit::Closed);
+    let mut admit = Verdict::admit(ep);
     let mut tried: u64 = 1 << ep_index.min(63);
     let mut tries = 1;
     let raw = bufs.inb.filled();
@@ -433,11 +430,11 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                     ep.connect_errors
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!(endpoint = %ep.name, error = %e, "upstream connect failed");
-                    failed(ep, admit);
+                    admit.failed(ep);
                     // Nothing was sent: any request may go elsewhere.
                     if service.retries.settings.on_connect && portable {
                         if let Some((i, permit)) =
-                            retry_endpoint(service, ep_index, &mut tried, &mut tries).await
+                            retry_endpoint(service, ep_index, &mut tried, &mut tries)
                         {
                             (ep_index, _permit, attempt) = (i, permit, 0);
                             (ep, admit) = switch_to(service, i);
@@ -481,6 +478,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 attempt += 1;
                 continue;
             }
+            admit.failed(ep);
             let mut o = fail(
                 conn,
                 bufs,
@@ -512,7 +510,10 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 Err(e) => {
                     let kind = match e {
                         BodyError::Client => return Outcome::local(400, 0, true),
-                        BodyError::Upstream => ErrorKind::UpstreamFailed,
+                        BodyError::Upstream => {
+                            admit.failed(ep);
+                            ErrorKind::UpstreamFailed
+                        }
                         BodyError::BadChunk => ErrorKind::BadRequest,
                         BodyError::TooLarge => ErrorKind::BodyTooLarge,
                     };
@@ -533,14 +534,13 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             Ok(()) => {
                 let status = bufs.res.status;
                 if ep.breaker.counts_status(status) {
-                    failed(ep, admit);
+                    admit.failed(ep);
                 } else {
-                    ep.breaker
-                        .record(admit, true, crate::limit::mono_ns(Instant::now()));
+                    admit.succeeded(ep);
                 }
                 if elsewhere && r.on_status.contains(&status) {
                     if let Some((i, permit)) =
-                        retry_endpoint(service, ep_index, &mut tried, &mut tries).await
+                        retry_endpoint(service, ep_index, &mut tried, &mut tries)
                     {
                         tracing::debug!(endpoint = %ep.name, status, "retrying elsewhere");
                         (ep_index, _permit, attempt) = (i, permit, 0);
@@ -555,7 +555,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 continue;
             }
             Err(e) => {
-                failed(ep, admit);
+                admit.failed(ep);
                 let again = match e {
                     HeadError::ClosedEarly => r.on_reset,
                     HeadError::Timeout => r.on_timeout,
@@ -563,7 +563,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 };
                 if again && elsewhere {
                     if let Some((i, permit)) =
-                        retry_endpoint(service, ep_index, &mut tried, &mut tries).await
+                        retry_endpoint(service, ep_index, &mut tried, &mut tries)
                     {
                         (ep_index, _permit, attempt) = (i, permit, 0);
                         (ep, admit) = switch_to(service, i);
@@ -627,30 +627,59 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     outcome
 }
 
-/// Counts a failed attempt against the endpoint's circuit.
-fn failed(ep: &EndpointState, admit: Admit) {
-    let now = crate::limit::mono_ns(Instant::now());
-    if ep.breaker.record(admit, false, now) {
-        tracing::warn!(endpoint = %ep.name, "circuit opened: endpoint out of rotation");
+/// How an attempt was let through its endpoint's circuit, until its
+/// outcome is recorded. A half-open probe whose request ends without a
+/// verdict on the endpoint (the client went away) gives its slot back on
+/// drop, so the circuit cannot stay half-open with every probe taken.
+struct Verdict<'a> {
+    admit: Admit,
+    pending: Option<&'a EndpointState>,
+}
+
+impl<'a> Verdict<'a> {
+    fn admit(ep: &'a EndpointState) -> Self {
+        let admit = ep.breaker.admit_now().unwrap_or(Admit::Closed);
+        Verdict {
+            admit,
+            pending: (admit == Admit::Probe).then_some(ep),
+        }
+    }
+
+    /// Counts a failed attempt against the endpoint's circuit.
+    fn failed(&mut self, ep: &EndpointState) {
+        self.pending = None;
+        let now = crate::limit::mono_ns(Instant::now());
+        if ep.breaker.record(self.admit, false, now) {
+            tracing::warn!(endpoint = %ep.name, "circuit opened: endpoint out of rotation");
+        }
+    }
+
+    fn succeeded(&mut self, ep: &EndpointState) {
+        self.pending = None;
+        ep.breaker.succeeded(self.admit);
+    }
+}
+
+impl Drop for Verdict<'_> {
+    fn drop(&mut self) {
+        if let Some(ep) = self.pending {
+            ep.breaker.release_probe();
+        }
     }
 }
 
 /// The endpoint `i` of `service`, and its admission through its circuit.
-fn switch_to(service: &ServiceRt, i: usize) -> (&EndpointState, Admit) {
+fn switch_to(service: &ServiceRt, i: usize) -> (&EndpointState, Verdict<'_>) {
     let ep: &EndpointState = &service.endpoints[i];
     ep.requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let admit = ep
-        .breaker
-        .admit(crate::limit::mono_ns(Instant::now()))
-        .unwrap_or(Admit::Closed);
-    (ep, admit)
+    (ep, Verdict::admit(ep))
 }
 
 /// Another endpoint for a failed attempt, with its in-flight slot: when the
 /// service allows one more attempt, its retry budget has one, and an
 /// endpoint not tried yet is in rotation.
-async fn retry_endpoint(
+fn retry_endpoint(
     service: &ServiceRt,
     failed: usize,
     tried: &mut u64,
@@ -660,11 +689,11 @@ async fn retry_endpoint(
         return None;
     }
     let i = crate::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;
+    let permit = service.endpoints[i].try_acquire()?;
     if !service.retries.withdraw() {
         tracing::debug!(service = %service.name, "retry budget spent");
         return None;
     }
-    let permit = service.endpoints[i].try_acquire()?;
     *tried |= 1 << i.min(63);
     *tries += 1;
     service.endpoints[i]
