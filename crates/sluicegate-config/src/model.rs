@@ -526,6 +526,9 @@ pub struct UpstreamTimeouts {
     pub response_header: Duration,
     /// How long an idle pooled upstream connection is kept.
     pub idle: Duration,
+    /// From the request's arrival to the upstream's response head, every
+    /// attempt and retry included.
+    pub request: Duration,
 }
 
 impl Default for UpstreamTimeouts {
@@ -534,6 +537,7 @@ impl Default for UpstreamTimeouts {
             connect: Duration::from_secs(1),
             response_header: Duration::from_secs(15),
             idle: Duration::from_secs(60),
+            request: Duration::from_secs(30),
         }
     }
 }

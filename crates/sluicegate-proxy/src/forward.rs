@@ -356,7 +356,10 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         .await;
     };
     let mut ep: &'s EndpointState = &service.endpoints[ep_index];
-    let Some(mut _permit) = ep.acquire(service.timeouts.connect).await else {
+    // Every attempt must have the response head by then.
+    let total = started + service.timeouts.request;
+    let wait = service.timeouts.connect.min(service.timeouts.request);
+    let Some(mut _permit) = ep.acquire(wait).await else {
         let mut o = fail(
             conn,
             bufs,
@@ -424,7 +427,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         let reused = pooled.is_some();
         let up = match pooled {
             Some(s) => s,
-            None => match connect(ep.addr, service.timeouts.connect).await {
+            None => match connect(ep.addr, service.timeouts.connect.min(time_left(total))).await {
                 Ok(s) => s,
                 Err(e) => {
                     ep.connect_errors
@@ -434,7 +437,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                     // Nothing was sent: any request may go elsewhere.
                     if service.retries.settings.on_connect && portable {
                         if let Some((i, permit)) =
-                            retry_endpoint(service, ep_index, &mut tried, &mut tries)
+                            retry_endpoint(service, ep_index, &mut tried, &mut tries, total)
                         {
                             (ep_index, _permit, attempt) = (i, permit, 0);
                             (ep, admit) = switch_to(service, i);
@@ -524,7 +527,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             }
         }
         let sent_at = Instant::now();
-        let deadline = sent_at + service.timeouts.response_header;
+        let deadline = (sent_at + service.timeouts.response_header).min(total);
         let head = read_response_head(&up, conn, bufs, is_head, client_minor, deadline).await;
         // What this attempt's outcome allows: another endpoint for an
         // idempotent request still at hand, when the service retries it.
@@ -540,7 +543,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 }
                 if elsewhere && r.on_status.contains(&status) {
                     if let Some((i, permit)) =
-                        retry_endpoint(service, ep_index, &mut tried, &mut tries)
+                        retry_endpoint(service, ep_index, &mut tried, &mut tries, total)
                     {
                         tracing::debug!(endpoint = %ep.name, status, "retrying elsewhere");
                         (ep_index, _permit, attempt) = (i, permit, 0);
@@ -563,7 +566,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 };
                 if again && elsewhere {
                     if let Some((i, permit)) =
-                        retry_endpoint(service, ep_index, &mut tried, &mut tries)
+                        retry_endpoint(service, ep_index, &mut tried, &mut tries, total)
                     {
                         (ep_index, _permit, attempt) = (i, permit, 0);
                         (ep, admit) = switch_to(service, i);
@@ -627,6 +630,11 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     outcome
 }
 
+/// Time until `total`, the request's deadline for a response head.
+fn time_left(total: Instant) -> Duration {
+    total.saturating_duration_since(Instant::now())
+}
+
 /// How an attempt was let through its endpoint's circuit, until its
 /// outcome is recorded. A half-open probe whose request ends without a
 /// verdict on the endpoint (the client went away) gives its slot back on
@@ -684,8 +692,12 @@ fn retry_endpoint(
     failed: usize,
     tried: &mut u64,
     tries: &mut u32,
+    total: Instant,
 ) -> Option<(usize, tokio::sync::OwnedSemaphorePermit)> {
-    if *tries >= service.retries.settings.attempts || service.endpoints.len() < 2 {
+    if *tries >= service.retries.settings.attempts
+        || service.endpoints.len() < 2
+        || time_left(total).is_zero()
+    {
         return None;
     }
     let i = crate::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;

@@ -120,9 +120,11 @@ impl Gateway {
     }
 
     /// Duplicates of every listening socket (all workers'), to hand to a
-    /// new process.
-    pub fn listeners(&self) -> io::Result<Vec<std::net::TcpListener>> {
-        self.handover.iter().map(|l| l.try_clone()).collect()
+    /// new process; the gateway keeps none. Whoever holds them keeps the
+    /// sockets open: drop them before [`Gateway::shutdown`], or new
+    /// connections queue on sockets nobody accepts from.
+    pub fn take_listeners(&mut self) -> Vec<std::net::TcpListener> {
+        std::mem::take(&mut self.handover)
     }
 
     /// Stops accepting, lets in-flight requests finish within the config's

@@ -99,19 +99,21 @@ pub fn ready(mut s: UnixStream) -> io::Result<()> {
     s.write_all(b"ready\n")
 }
 
+/// The sockets a handover passes on (duplicates of the workers' listening
+/// sockets, and of the admin listener), shared with the thread serving the
+/// handover socket. Emptied on shutdown: the sockets must close then.
+pub type Offered =
+    std::sync::Arc<std::sync::Mutex<Option<(Vec<TcpListener>, Option<TcpListener>)>>>;
+
 /// The running process's side: serves the handover socket at `path` on a
-/// thread of its own, handing `listeners` (duplicates of the workers'
-/// sockets) and `admin` to whoever asks, and calls `done` once the new
-/// process is ready. A failed handover leaves this process serving as
-/// before.
+/// thread of its own, handing the `offered` sockets to whoever asks, and
+/// calls `done` once the new process is ready. A failed handover leaves
+/// this process serving as before.
 pub fn serve(
     path: &Path,
-    mut listeners: Vec<TcpListener>,
-    admin: Option<TcpListener>,
+    offered: Offered,
     done: impl FnOnce() + Send + 'static,
 ) -> io::Result<()> {
-    let with_admin = admin.is_some();
-    listeners.extend(admin);
     // A socket left by a process that is gone: replace it.
     if path.exists() && UnixStream::connect(path).is_err() {
         let _ = std::fs::remove_file(path);
@@ -126,7 +128,14 @@ pub fn serve(
             let mut done = Some(done);
             for conn in server.incoming() {
                 let Ok(conn) = conn else { continue };
-                match hand_over(conn, &listeners, with_admin) {
+                let result = match offered.lock() {
+                    Ok(guard) => match guard.as_ref() {
+                        Some((data, admin)) => hand_over(conn, data, admin.as_ref()),
+                        None => return, // shutting down
+                    },
+                    Err(_) => return,
+                };
+                match result {
                     Ok(()) => {
                         tracing::info!(socket = %path.display(), "listening sockets handed over: draining");
                         if let Some(d) = done.take() {
@@ -141,7 +150,11 @@ pub fn serve(
     Ok(())
 }
 
-fn hand_over(conn: UnixStream, listeners: &[TcpListener], with_admin: bool) -> io::Result<()> {
+fn hand_over(
+    conn: UnixStream,
+    data: &[TcpListener],
+    admin: Option<&TcpListener>,
+) -> io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
@@ -149,7 +162,8 @@ fn hand_over(conn: UnixStream, listeners: &[TcpListener], with_admin: bool) -> i
     if line != "listeners\n" {
         return Err(io::Error::other(format!("unexpected request {line:?}")));
     }
-    let fds: Vec<_> = listeners.iter().map(|l| l.as_fd()).collect();
+    let with_admin = admin.is_some();
+    let fds: Vec<_> = data.iter().chain(admin).map(|l| l.as_fd()).collect();
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     if !control.push(SendAncillaryMessage::ScmRights(&fds)) {

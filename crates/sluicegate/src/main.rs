@@ -253,8 +253,12 @@ fn serve(
         let _ = std::fs::remove_file(&handover.path);
     }
     let (handed_tx, mut handed_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let sockets = gateway.listeners().map_err(|e| e.to_string())?;
-    if let Err(e) = handover::serve(&handover.path, sockets, admin_dup, move || {
+    let mut gateway = gateway;
+    let offered: handover::Offered = std::sync::Arc::new(std::sync::Mutex::new(Some((
+        gateway.take_listeners(),
+        admin_dup,
+    ))));
+    if let Err(e) = handover::serve(&handover.path, offered.clone(), move || {
         let _ = handed_tx.send(());
     }) {
         tracing::warn!(error = %e, "no graceful restart for this process");
@@ -297,6 +301,9 @@ fn serve(
         }
         Ok::<(), String>(())
     })?;
+    // Close the duplicates first: with them open the listening sockets
+    // would keep queueing connections nobody accepts.
+    drop(offered.lock().map(|mut o| o.take()));
     gateway.shutdown();
     // The socket file is ours unless a successor has replaced it.
     if !handed_over {

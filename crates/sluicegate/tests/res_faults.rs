@@ -1,6 +1,7 @@
 //! Fault tests: an upstream that closes idle keep-alive connections at
 //! random costs the clients nothing, and an upstream that hangs gets 504
-//! within the deadline while other routes keep their latency.
+//! within the deadline while other routes keep their latency, and the
+//! request deadline bounds all attempts of a request together.
 
 mod http_common;
 
@@ -134,4 +135,29 @@ fn latencies(gw: &Gw, n: usize) -> Vec<Duration> {
         .collect();
     v.sort();
     v
+}
+
+#[test]
+fn the_request_deadline_bounds_every_attempt_together() {
+    // Two slow endpoints, retried on timeout: without a total deadline
+    // this would take up to three response-header timeouts (3 s).
+    let a = TestUpstream::start();
+    let b = TestUpstream::start();
+    let gw = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: all\n    service: s\n",
+        service(
+            "s",
+            &[a.addr(), b.addr()],
+            "    timeouts: { response_header: 1s, request: 700ms }\n    retries: { attempts: 3, on: [connect, timeout], budget: 100% }\n"
+        )
+    ));
+    let t0 = Instant::now();
+    let r = http_get(gw.addr(), "/slow?delay=1500", &[]);
+    let took = t0.elapsed();
+    println!("504 after {took:?} (request deadline 700ms)");
+    assert_eq!(r.status, 504);
+    assert!(
+        took >= Duration::from_millis(650) && took < Duration::from_millis(1000),
+        "{took:?}"
+    );
 }

@@ -120,6 +120,7 @@ fn full_example_parses_to_the_expected_model() {
                     connect: Duration::from_millis(500),
                     response_header: secs(2),
                     idle: secs(3600),
+                    request: secs(30),
                 },
                 health: None,
                 retries: Default::default(),
