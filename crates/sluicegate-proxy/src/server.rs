@@ -79,11 +79,20 @@ impl Gateway {
         inherited: Vec<std::net::TcpListener>,
         workers: usize,
     ) -> io::Result<Gateway> {
-        let workers = workers.max(1).min(inherited.len().max(1));
+        let workers = workers.max(1);
         let mut per_worker: Vec<Vec<std::net::TcpListener>> =
             (0..workers).map(|_| Vec::new()).collect();
+        let n = inherited.len();
         for (i, l) in inherited.into_iter().enumerate() {
             per_worker[i % workers].push(l);
+        }
+        // More workers than sockets: the extra ones accept on duplicates.
+        for w in n..workers {
+            let dup = per_worker[w % n.max(1)]
+                .first()
+                .map(|l| l.try_clone())
+                .transpose()?;
+            per_worker[w].extend(dup);
         }
         Self::start_on(shared, per_worker)
     }

@@ -97,7 +97,19 @@ fn an_upgrade_under_load_refuses_nothing_and_fails_nothing() {
         .collect();
     thread::sleep(Duration::from_millis(500));
     let before = ok.load(Ordering::Relaxed);
-    let mut new = Gateway::spawn_args(bin(), &yaml, &["--handover-socket", &sock_arg, "--upgrade"]);
+    // One socket comes over (the old process has one worker); the second
+    // worker of the new one accepts on a duplicate of it.
+    let mut new = Gateway::spawn_args(
+        bin(),
+        &yaml,
+        &[
+            "--handover-socket",
+            &sock_arg,
+            "--upgrade",
+            "--workers",
+            "2",
+        ],
+    );
     let exited = old.wait_exit(Duration::from_secs(15));
     thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
