@@ -78,11 +78,15 @@ impl Gateway {
         fs::write(&config, yaml).expect("write gateway config");
         let out = File::create(dir.path().join("stdout.log")).expect("create stdout.log");
         let err = File::create(dir.path().join("stderr.log")).expect("create stderr.log");
-        let child = Command::new(bin)
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .args(extra)
+        // The handover socket goes in the temp dir (removed with it), not
+        // in the shared temporary directory, unless the test names one.
+        let handover = dir.path().join("handover.sock");
+        let mut cmd = Command::new(bin);
+        cmd.arg("run").arg("--config").arg(&config).args(extra);
+        if !extra.contains(&"--handover-socket") {
+            cmd.arg("--handover-socket").arg(&handover);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

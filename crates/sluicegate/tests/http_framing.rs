@@ -270,3 +270,90 @@ fn body_of_a_request_answered_by_the_gateway_is_not_parsed_as_a_request() {
     assert_eq!(got.statuses(), vec![404, 200], "{}", got.text());
     assert_eq!(got.text().matches("hello").count(), 1, "{}", got.text());
 }
+
+/// The request-smuggling and framing cases of the resilience issue, in one
+/// list on one gateway: each must be refused with one of the statuses
+/// given, the connection closed, and nothing reach the upstream.
+#[test]
+fn the_smuggling_and_framing_list() {
+    let long_line = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(70_000));
+    let many_headers = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        "X-Filler: yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy\r\n".repeat(2000)
+    );
+    let cases: Vec<(&str, Vec<u8>, &[u16])> = vec![
+        ("CL and TE", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), &[400]),
+        ("TE then CL", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n".to_vec(), &[400]),
+        ("TE chunked, identity", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n".to_vec(), &[400, 501]),
+        ("TE identity", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n".to_vec(), &[400, 501]),
+        ("TE xchunked", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n".to_vec(), &[400, 501]),
+        ("two TE headers, chunked first", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n".to_vec(), &[400, 501]),
+        ("TE in HTTP/1.0", b"POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".to_vec(), &[400]),
+        ("negative CL", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_vec(), &[400]),
+        ("CL with a sign", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello".to_vec(), &[400]),
+        ("huge CL", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n".to_vec(), &[400, 413]),
+        ("CL not a number", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5x\r\n\r\nhello".to_vec(), &[400]),
+        ("differing CLs", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!".to_vec(), &[400]),
+        ("bad chunk size", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n".to_vec(), &[400]),
+        ("NUL in a chunk extension", b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;a=\x00\r\nhello\r\n0\r\n\r\n".to_vec(), &[400]),
+        ("header name with a space", b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n".to_vec(), &[400]),
+        ("space before the colon", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello".to_vec(), &[400]),
+        ("NUL in a header value", b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n".to_vec(), &[400]),
+        ("NUL in the target", b"GET /a\x00b HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), &[400]),
+        ("bare CR", b"GET / HTTP/1.1\r\nHost: x\rX-A: b\r\n\r\n".to_vec(), &[400]),
+        ("obsolete line folding", b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n".to_vec(), &[400]),
+        ("no Host in HTTP/1.1", b"GET / HTTP/1.1\r\n\r\n".to_vec(), &[400]),
+        ("two Hosts", b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".to_vec(), &[400]),
+        ("over-long request line", long_line.into_bytes(), &[414, 431, 400]),
+        ("over-long header section", many_headers.into_bytes(), &[431]),
+        ("unknown HTTP version", b"GET / HTTP/2.7\r\nHost: x\r\n\r\n".to_vec(), &[400, 505]),
+    ];
+    for (what, req, statuses) in &cases {
+        let (up, gw) = setup("");
+        let got = exchange(gw.port, req, WAIT);
+        let status = got.status();
+        assert!(
+            status.is_some_and(|s| statuses.contains(&s)),
+            "{what}: expected one of {statuses:?}, got {:?}",
+            got.text()
+        );
+        assert_eq!(got.statuses().len(), 1, "{what}: {:?}", got.text());
+        assert!(got.closed, "{what}: connection left open");
+        assert_upstream_untouched(&up, what);
+    }
+}
+
+/// A valid request written one byte at a time, and a `Transfer-Encoding`
+/// value with leading whitespace (`\tchunked`, which is `chunked` once the
+/// optional whitespace is trimmed): each reaches the upstream exactly once,
+/// whole.
+#[test]
+fn tiny_writes_and_whitespace_before_chunked_are_one_request_each() {
+    use std::io::{Read, Write};
+    let (up, gw) = setup("");
+    let mut s = std::net::TcpStream::connect(gw.addr()).unwrap();
+    s.set_nodelay(true).unwrap();
+    let req = b"POST /echo/tiny HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello";
+    for b in req.iter() {
+        s.write_all(&[*b]).unwrap();
+        thread::sleep(Duration::from_millis(1));
+    }
+    let mut out = Vec::new();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let _ = s.read_to_end(&mut out);
+    assert!(
+        out.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+    let got = exchange(
+        gw.port,
+        b"POST /echo/tab HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\tchunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        WAIT,
+    );
+    assert_eq!(got.status(), Some(200), "{:?}", got.text());
+    thread::sleep(Duration::from_millis(100));
+    let seen = up.last_requests();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.iter().all(|r| r.body == b"hello"), "{seen:?}");
+}
