@@ -203,7 +203,9 @@ class Launcher:
             if auth:
                 path = f"/~{AUTH_KEY}/test.html"
             Path(cfg).write_text(sluicegate_yaml(port, up, access, auth))
-            argv = [str(self.bin), "run", "--config", cfg, "--workers", "1"]
+            # The handover socket in the run's temp dir, removed with it.
+            argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
+                    "--handover-socket", os.path.join(d, "handover.sock")]
             proc = self.reg.spawn(name, argv, os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra["config"] = cfg
         elif name == "haproxy":
