@@ -344,3 +344,13 @@ fn load_reports_the_path() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn parse_offline_never_resolves_host_names() {
+    let text = "listen: 127.0.0.1:8080\nservices:\n  - name: s\n    endpoints: [\"backend.example:80\", \"127.0.0.1:81\"]\nroutes:\n  - name: all\n    service: s\n";
+    let t0 = std::time::Instant::now();
+    let errors = crate::parse_offline(text).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].message.contains("backend.example"), "{errors:?}");
+}
