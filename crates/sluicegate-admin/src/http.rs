@@ -1,7 +1,6 @@
 //! The admin HTTP listener: `GET /metrics` (Prometheus text format) and
 //! `GET /healthz`. One request per connection; small, bounded reads.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,12 +10,6 @@ use tokio::net::{TcpListener, TcpStream};
 
 const MAX_HEAD: usize = 8192;
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Binds the admin listener (so a bad address fails at startup) and returns
-/// the task that serves it.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
 
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     loop {

@@ -78,7 +78,7 @@ impl SlotPool {
         &self.chunks[(s >> CHUNK_BITS) as usize][s as usize & (CHUNK - 1)]
     }
 
-    /// Slots in use or waiting, for tests and metrics.
+    /// Slots in use or waiting to be reused.
     pub fn live(&self) -> usize {
         self.used as usize - self.free.len()
     }
@@ -468,15 +468,6 @@ impl AppTable {
     /// Every app's id and own slot, in config order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &AppSlot)> {
         (0..self.apps.len() as u32).map(|a| (self.id(a), self.slot(self.apps[a as usize].slot)))
-    }
-
-    /// Bytes this table holds (not counting the slot pool).
-    pub fn heap_bytes(&self) -> usize {
-        self.text.capacity()
-            + self.apps.capacity() * std::mem::size_of::<AppRec>()
-            + self.keys.capacity() * std::mem::size_of::<KeyRec>()
-            + (self.by_key.capacity() + self.by_id.capacity()) * 5
-            + self.extra_slots.capacity() * 4
     }
 }
 

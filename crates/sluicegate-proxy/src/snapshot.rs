@@ -414,6 +414,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         }
     }
 }
+
 /// What [`compile`] built before the apps table.
 struct Parts<'c> {
     services: HashMap<&'c str, Arc<ServiceRt>>,

@@ -7,14 +7,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-
-mod handover;
 use sluicegate_admin::{Overrides, Reloader};
 use sluicegate_config::Config;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter};
+
+mod handover;
 
 #[derive(Parser)]
 #[command(
@@ -159,7 +159,6 @@ fn run(args: RunArgs) -> ExitCode {
 
 type FilterHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 
-/// `loaded` is the config and the file's stamp taken before reading it.
 /// Where the handover socket is, and whether to take over from the
 /// process serving it.
 struct Handover {
@@ -167,6 +166,7 @@ struct Handover {
     upgrade: bool,
 }
 
+/// `loaded` is the config and the file's stamp taken before reading it.
 fn serve(
     path: PathBuf,
     loaded: (Config, Option<sluicegate_admin::reload::Stamp>),
