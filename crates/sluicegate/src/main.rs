@@ -36,6 +36,9 @@ enum Command {
         /// The YAML config file.
         file: PathBuf,
     },
+    /// Generate HTTP load and report latencies (`bench --help`), or merge
+    /// the JSON parts of a distributed run (`bench merge`).
+    Bench(Box<sluicegate_bench::BenchArgs>),
     /// Print the version.
     Version,
 }
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(args) => run(args),
+        Command::Bench(args) => sluicegate_bench::main(*args),
     }
 }
 

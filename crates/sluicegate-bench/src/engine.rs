@@ -1,0 +1,596 @@
+//! The load engine: one single-threaded tokio runtime per thread, each driving
+//! its share of the connections. A connection writes requests (up to the
+//! pipeline depth at once), reads responses with [`Reader`], and records each
+//! one; once a second every thread hands its counts to the coordinator.
+//!
+//! Closed loop: a connection sends its next request as soon as a response
+//! ends. Open loop (`rate`): connection `g` of `C` sends at
+//! `start + g/R + k*C/R`, and a request's latency counts from that intended
+//! time, so a server that stalls is charged for the requests it kept the
+//! generator from sending (no coordinated omission).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::{sleep_until, timeout};
+
+use crate::response::{Reader, MAX_HEAD};
+use crate::stats::{new_histogram, record, ErrorClass, Second};
+use crate::target::Prepared;
+
+/// When a run ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stop {
+    /// After this many requests in all.
+    Requests(u64),
+    /// After this long (requests in flight then still get their answer).
+    Duration(Duration),
+}
+
+/// Everything the engine needs, fixed before the start.
+#[derive(Debug)]
+pub struct Settings {
+    pub addr: SocketAddr,
+    pub requests: Vec<Prepared>,
+    pub connections: usize,
+    pub threads: usize,
+    pub stop: Stop,
+    /// Open loop: requests per second over all connections.
+    pub rate: Option<f64>,
+    pub keep_alive: bool,
+    /// Requests in flight per connection (HTTP/1.1 pipelining); 1 = none.
+    pub pipeline: usize,
+    /// Per connect and per response.
+    pub timeout: Duration,
+    /// Source addresses, used round robin by connection.
+    pub sources: Vec<IpAddr>,
+}
+
+/// What a thread tells the coordinator.
+pub enum Report {
+    /// Counts of one second (or of the last part of one, at the end).
+    Second(Second),
+    /// The thread is done.
+    Final(Box<ThreadTotals>),
+}
+
+/// A thread's counts kept for the whole run.
+pub struct ThreadTotals {
+    pub sent: u64,
+    pub bytes_written: u64,
+    pub connections_opened: u64,
+    pub statuses: Vec<(u16, u64)>,
+    pub connect: Histogram<u64>,
+    pub waiting: Histogram<u64>,
+    pub processing: Histogram<u64>,
+    pub document_length: Option<u64>,
+    /// Requests completed in each full second.
+    pub rates: Vec<u64>,
+    /// When its last connection finished.
+    pub finished: Instant,
+}
+
+/// A thread's live counts.
+struct Recorder {
+    second: Second,
+    sent: u64,
+    bytes_written: u64,
+    connections_opened: u64,
+    statuses: Box<[u64; 1000]>,
+    connect: Histogram<u64>,
+    waiting: Histogram<u64>,
+    processing: Histogram<u64>,
+    document_length: Option<u64>,
+}
+
+/// One thread's share of the run.
+struct Shared {
+    settings: Arc<Settings>,
+    start: Instant,
+    end: Option<Instant>,
+    /// Requests this thread may still send (`Stop::Requests`).
+    tickets: Cell<u64>,
+    rec: RefCell<Recorder>,
+    rng: RefCell<fastrand::Rng>,
+    /// Running sums of the request weights.
+    cumulative: Vec<u32>,
+    /// Requests completed in each full second so far.
+    rates: RefCell<Vec<u64>>,
+}
+
+impl Shared {
+    /// Whether a new request may start at `now`; takes it if so.
+    fn take(&self, now: Instant) -> bool {
+        match self.end {
+            Some(end) => now < end,
+            None => {
+                let t = self.tickets.get();
+                if t == 0 {
+                    return false;
+                }
+                self.tickets.set(t - 1);
+                true
+            }
+        }
+    }
+
+    fn more(&self, now: Instant) -> bool {
+        match self.end {
+            Some(end) => now < end,
+            None => self.tickets.get() > 0,
+        }
+    }
+
+    fn pick(&self) -> &Prepared {
+        let reqs = &self.settings.requests;
+        if reqs.len() == 1 {
+            return &reqs[0];
+        }
+        let total = *self.cumulative.last().unwrap_or(&1);
+        let r = self.rng.borrow_mut().u32(0..total);
+        let i = self.cumulative.partition_point(|&c| c <= r);
+        &reqs[i.min(reqs.len() - 1)]
+    }
+
+    fn fail(&self, class: ErrorClass, n: u64) {
+        if n > 0 {
+            self.rec.borrow_mut().second.errors.count(class, n);
+        }
+    }
+}
+
+/// A request written and not yet answered.
+struct InFlight {
+    /// Latency counts from here: the send (closed loop) or the intended
+    /// send (open loop).
+    start: Instant,
+    written: Instant,
+    first_byte: Option<Instant>,
+    head: bool,
+    connect_micros: u64,
+}
+
+fn micros(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+/// Runs the engine: `threads` threads from `start` until the stop condition;
+/// reports arrive on `tx`.
+pub fn spawn(
+    settings: Arc<Settings>,
+    start: Instant,
+    tx: mpsc::Sender<Report>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    let threads = settings.threads.clamp(1, settings.connections.max(1));
+    let mut handles = Vec::with_capacity(threads);
+    let mut first_conn = 0;
+    for t in 0..threads {
+        let conns =
+            settings.connections / threads + usize::from(t < settings.connections % threads);
+        let tickets = match settings.stop {
+            Stop::Requests(n) => n / threads as u64 + u64::from((t as u64) < n % threads as u64),
+            Stop::Duration(_) => 0,
+        };
+        let (s, tx) = (settings.clone(), tx.clone());
+        let range = first_conn..first_conn + conns;
+        first_conn += conns;
+        let h = std::thread::Builder::new()
+            .name(format!("bench-{t}"))
+            .spawn(move || thread_main(s, start, range, tickets, tx))
+            .expect("spawn a load thread");
+        handles.push(h);
+    }
+    handles
+}
+
+fn thread_main(
+    settings: Arc<Settings>,
+    start: Instant,
+    conns: std::ops::Range<usize>,
+    tickets: u64,
+    tx: mpsc::Sender<Report>,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .expect("build a load thread's runtime");
+    let mut cumulative = Vec::with_capacity(settings.requests.len());
+    let mut sum = 0u32;
+    for r in &settings.requests {
+        sum = sum.saturating_add(r.weight);
+        cumulative.push(sum);
+    }
+    let end = match settings.stop {
+        Stop::Duration(d) => Some(start + d),
+        Stop::Requests(_) => None,
+    };
+    let shared = Rc::new(Shared {
+        settings,
+        start,
+        end,
+        tickets: Cell::new(tickets),
+        rec: RefCell::new(Recorder {
+            second: Second::new(0),
+            sent: 0,
+            bytes_written: 0,
+            connections_opened: 0,
+            statuses: Box::new([0; 1000]),
+            connect: new_histogram(),
+            waiting: new_histogram(),
+            processing: new_histogram(),
+            document_length: None,
+        }),
+        rng: RefCell::new(fastrand::Rng::with_seed(0x5eed ^ conns.start as u64)),
+        cumulative,
+        rates: RefCell::new(Vec::new()),
+    });
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let mut tasks = Vec::new();
+        for g in conns.clone() {
+            tasks.push(tokio::task::spawn_local(connection(shared.clone(), g)));
+        }
+        let live = Rc::new(Cell::new(tasks.len()));
+        let ticker = tokio::task::spawn_local(ticker(shared.clone(), live.clone(), tx.clone()));
+        for t in tasks {
+            let _ = t.await;
+            live.set(live.get() - 1);
+        }
+        ticker.abort();
+        let _ = ticker.await;
+    });
+    let finished = Instant::now();
+    let rec = shared.rec.replace(Recorder {
+        second: Second::new(0),
+        sent: 0,
+        bytes_written: 0,
+        connections_opened: 0,
+        statuses: Box::new([0; 1000]),
+        connect: new_histogram(),
+        waiting: new_histogram(),
+        processing: new_histogram(),
+        document_length: None,
+    });
+    let last = rec.second;
+    let ran = finished.saturating_duration_since(start);
+    let mut rates = shared.rates.take();
+    if rates.is_empty() && ran > Duration::ZERO {
+        // A run shorter than a second: its one rate, scaled to a second.
+        rates.push((last.completed as f64 / ran.as_secs_f64()).round() as u64);
+    }
+    let _ = tx.send(Report::Second(last));
+    let statuses = rec
+        .statuses
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(code, n)| (code as u16, *n))
+        .collect();
+    let _ = tx.send(Report::Final(Box::new(ThreadTotals {
+        sent: rec.sent,
+        bytes_written: rec.bytes_written,
+        connections_opened: rec.connections_opened,
+        statuses,
+        connect: rec.connect,
+        waiting: rec.waiting,
+        processing: rec.processing,
+        document_length: rec.document_length,
+        rates,
+        finished,
+    })));
+}
+
+/// Hands the counts of each second to the coordinator, and keeps each full
+/// second's completions for the Req/Sec statistic.
+async fn ticker(shared: Rc<Shared>, live: Rc<Cell<usize>>, tx: mpsc::Sender<Report>) {
+    let mut k = 0u64;
+    while live.get() > 0 {
+        sleep_until((shared.start + Duration::from_secs(k + 1)).into()).await;
+        let second = std::mem::replace(&mut shared.rec.borrow_mut().second, Second::new(k + 1));
+        shared.rates.borrow_mut().push(second.completed);
+        if tx.send(Report::Second(second)).is_err() {
+            break;
+        }
+        k += 1;
+    }
+}
+
+/// Connects, from `source` if given.
+async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(ip) = source {
+        sock.bind(SocketAddr::new(ip, 0))?;
+    }
+    let stream = sock.connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// One connection's life: connect, send, read, record; reconnect after a
+/// failure or a close; stop when the run's requests or time are used up.
+async fn connection(sh: Rc<Shared>, g: usize) {
+    let s = sh.settings.clone();
+    let source = (!s.sources.is_empty()).then(|| s.sources[g % s.sources.len()]);
+    let depth = if s.keep_alive { s.pipeline.max(1) } else { 1 };
+    let period = s
+        .rate
+        .map(|r| Duration::from_secs_f64(s.connections as f64 / r));
+    let mut next_send = sh.start
+        + s.rate
+            .map_or(Duration::ZERO, |r| Duration::from_secs_f64(g as f64 / r));
+    let mut buf = vec![0u8; MAX_HEAD];
+    let mut wbuf: Vec<u8> = Vec::with_capacity(1024);
+    let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(depth);
+    // One timer per connection, moved only when it would fire too late.
+    let mut timer = pin!(sleep_until(
+        (Instant::now() + Duration::from_secs(3600)).into()
+    ));
+    let mut timer_at = Instant::now() + Duration::from_secs(3600);
+    // When this connection last became free to send (open loop): a request
+    // due before then waited on the server.
+    let mut room_at = sh.start;
+
+    'connect: loop {
+        // Open loop without keep-alive: connect when the request is due.
+        if period.is_some() && !s.keep_alive && next_send > Instant::now() {
+            sleep_until(next_send.into()).await;
+        }
+        // The first request of the connection is taken before connecting,
+        // so that no connection is opened for a request another took.
+        if !sh.take(Instant::now()) {
+            return;
+        }
+        let mut reserved = true;
+        let began = Instant::now();
+        let mut stream = match timeout(s.timeout, connect(s.addr, source)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(_)) | Err(_) => {
+                // The request this connection was for fails to connect.
+                sh.rec.borrow_mut().sent += 1;
+                sh.fail(ErrorClass::Connect, 1);
+                if let Some(p) = period {
+                    next_send += p;
+                }
+                // Do not spin on a refusing target.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue 'connect;
+            }
+        };
+        let mut connect_micros = micros(began.elapsed());
+        let mut fresh = true;
+        if s.keep_alive {
+            room_at = Instant::now();
+        }
+        sh.rec.borrow_mut().connections_opened += 1;
+        let mut reader = Reader::new();
+        let mut have = 0usize;
+        inflight.clear();
+
+        loop {
+            // Send what may be sent now.
+            let now = Instant::now();
+            wbuf.clear();
+            let mut added = 0usize;
+            while inflight.len() < depth {
+                let start = match period {
+                    Some(p) => {
+                        if next_send > now {
+                            break;
+                        }
+                        let at = next_send;
+                        if !std::mem::take(&mut reserved) && !sh.take(now) {
+                            break;
+                        }
+                        next_send += p;
+                        if room_at > at {
+                            // The server kept this connection busy past
+                            // the intended time: that wait is its latency.
+                            at
+                        } else if fresh && !s.keep_alive {
+                            began
+                        } else {
+                            // Idle at the intended time: a late timer is
+                            // the generator's delay, not the server's.
+                            now
+                        }
+                    }
+                    None => {
+                        if !std::mem::take(&mut reserved) && !sh.take(now) {
+                            break;
+                        }
+                        if fresh {
+                            began
+                        } else {
+                            now
+                        }
+                    }
+                };
+                fresh = false;
+                let req = sh.pick();
+                wbuf.extend_from_slice(&req.bytes);
+                inflight.push_back(InFlight {
+                    start,
+                    written: now,
+                    first_byte: None,
+                    head: req.head,
+                    connect_micros: std::mem::take(&mut connect_micros),
+                });
+                added += 1;
+                if !s.keep_alive {
+                    break;
+                }
+            }
+            if added > 0 {
+                if inflight.len() == added {
+                    reader.expect(inflight[0].head);
+                }
+                {
+                    let mut rec = sh.rec.borrow_mut();
+                    rec.sent += added as u64;
+                    rec.bytes_written += wbuf.len() as u64;
+                }
+                if stream.write_all(&wbuf).await.is_err() {
+                    sh.fail(ErrorClass::Read, (inflight.len() - added) as u64);
+                    sh.fail(ErrorClass::Write, added as u64);
+                    inflight.clear();
+                    continue 'connect;
+                }
+                let written = Instant::now();
+                let n = inflight.len();
+                for f in inflight.range_mut(n - added..) {
+                    f.written = written;
+                }
+            }
+            if inflight.is_empty() {
+                if !reserved && !sh.more(Instant::now()) {
+                    return;
+                }
+                if period.is_some() {
+                    sleep_until(next_send.into()).await;
+                }
+                continue;
+            }
+
+            // Wait for bytes, the oldest request's timeout, or (open loop,
+            // room in the pipeline) the next send time.
+            let deadline = inflight[0].written + s.timeout;
+            let mut wake = deadline;
+            if period.is_some() && inflight.len() < depth && sh.more(Instant::now()) {
+                wake = wake.min(next_send);
+            }
+            if timer_at > wake {
+                timer_at = wake;
+                timer.as_mut().reset(wake.into());
+            }
+            let read = tokio::select! {
+                biased;
+                r = stream.read(&mut buf[have..]) => Some(r),
+                _ = timer.as_mut() => None,
+            };
+            let n = match read {
+                None => {
+                    timer_at = Instant::now() + Duration::from_secs(3600);
+                    timer.as_mut().reset(timer_at.into());
+                    if Instant::now() >= deadline {
+                        sh.fail(ErrorClass::Timeout, inflight.len() as u64);
+                        inflight.clear();
+                        continue 'connect;
+                    }
+                    continue;
+                }
+                Some(Err(_)) => {
+                    sh.fail(ErrorClass::Read, inflight.len() as u64);
+                    inflight.clear();
+                    continue 'connect;
+                }
+                Some(Ok(0)) => {
+                    let ended = reader.finish_at_close();
+                    if let Some(done) = ended {
+                        let f = inflight.pop_front().expect("a request in flight");
+                        complete(&sh, &f, done.status, done.body_len, Instant::now());
+                    } else if reader.in_body() {
+                        inflight.pop_front();
+                        sh.fail(ErrorClass::Length, 1);
+                    }
+                    sh.fail(ErrorClass::Read, inflight.len() as u64);
+                    inflight.clear();
+                    continue 'connect;
+                }
+                Some(Ok(n)) => n,
+            };
+            let arrived = Instant::now();
+            sh.rec.borrow_mut().second.bytes_read += n as u64;
+            if let Some(f) = inflight.front_mut() {
+                f.first_byte.get_or_insert(arrived);
+            }
+            have += n;
+            let mut used = 0;
+            let mut close = false;
+            while used < have && !inflight.is_empty() {
+                match reader.feed(&buf[used..have]) {
+                    Ok((u, done)) => {
+                        used += u;
+                        let Some(done) = done else { break };
+                        if inflight.len() == depth {
+                            room_at = arrived;
+                        }
+                        let f = inflight.pop_front().expect("a request in flight");
+                        complete(&sh, &f, done.status, done.body_len, arrived);
+                        if let Some(next) = inflight.front_mut() {
+                            reader.expect(next.head);
+                            next.first_byte = Some(arrived);
+                        }
+                        if done.close {
+                            close = true;
+                            break;
+                        }
+                    }
+                    Err(_) => {
+                        sh.fail(ErrorClass::Read, inflight.len() as u64);
+                        inflight.clear();
+                        continue 'connect;
+                    }
+                }
+            }
+            // A head split across reads stays at the buffer's start.
+            buf.copy_within(used..have, 0);
+            have -= used;
+            if close || (!s.keep_alive && inflight.is_empty()) {
+                // The server closes: what is still in flight is lost.
+                sh.fail(ErrorClass::Read, inflight.len() as u64);
+                inflight.clear();
+                if !s.keep_alive {
+                    // Let the server close first, so TIME_WAIT stays there.
+                    let _ = timeout(s.timeout, async {
+                        while let Ok(n) = stream.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                    })
+                    .await;
+                }
+                continue 'connect;
+            }
+        }
+    }
+}
+
+/// Records a complete response.
+fn complete(sh: &Shared, f: &InFlight, status: u16, body_len: u64, at: Instant) {
+    let total = micros(at.saturating_duration_since(f.start));
+    let waiting = micros(
+        f.first_byte
+            .unwrap_or(at)
+            .saturating_duration_since(f.written),
+    );
+    let mut rec = sh.rec.borrow_mut();
+    rec.second.completed += 1;
+    record(&mut rec.second.latency, total);
+    rec.connect.saturating_record(f.connect_micros);
+    record(&mut rec.waiting, waiting);
+    record(&mut rec.processing, total.saturating_sub(f.connect_micros));
+    if let Some(slot) = rec.statuses.get_mut(status as usize) {
+        *slot += 1;
+    }
+    if !(200..300).contains(&status) {
+        rec.second.errors.status += 1;
+    }
+    if rec.document_length.is_none() {
+        rec.document_length = Some(body_len);
+    }
+}
