@@ -326,13 +326,10 @@ async fn connection(sh: Rc<Shared>, g: usize) {
     let s = sh.settings.clone();
     let source = (!s.sources.is_empty()).then(|| s.sources[g % s.sources.len()]);
     let depth = if s.keep_alive { s.pipeline.max(1) } else { 1 };
-    let period = s
-        .rate
-        .map(|r| Duration::from_secs_f64(s.connections as f64 / r));
-    let mut next_send = sh.start
-        + s.rate
-            .map_or(Duration::ZERO, |r| Duration::from_secs_f64(g as f64 / r));
-    let mut buf = vec![0u8; MAX_HEAD];
+    let mut schedule = s.rate.map(|r| Schedule::new(sh.start, g, s.connections, r));
+    // Small to start (thousands of connections each have one); grown while
+    // a response head does not fit, up to the longest head allowed.
+    let mut buf = vec![0u8; 4096];
     let mut wbuf: Vec<u8> = Vec::with_capacity(1024);
     let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(depth);
     // One timer per connection, moved only when it would fire too late.
@@ -346,8 +343,10 @@ async fn connection(sh: Rc<Shared>, g: usize) {
 
     'connect: loop {
         // Open loop without keep-alive: connect when the request is due.
-        if period.is_some() && !s.keep_alive && next_send > Instant::now() {
-            sleep_until(next_send.into()).await;
+        if let Some(sch) = schedule.as_ref().filter(|_| !s.keep_alive) {
+            if sch.next() > Instant::now() {
+                sleep_until(sch.next().into()).await;
+            }
         }
         // The first request of the connection is taken before connecting,
         // so that no connection is opened for a request another took.
@@ -362,8 +361,8 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                 // The request this connection was for fails to connect.
                 sh.rec.borrow_mut().sent += 1;
                 sh.fail(ErrorClass::Connect, 1);
-                if let Some(p) = period {
-                    next_send += p;
+                if let Some(sch) = schedule.as_mut() {
+                    sch.advance();
                 }
                 // Do not spin on a refusing target.
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -386,27 +385,16 @@ async fn connection(sh: Rc<Shared>, g: usize) {
             wbuf.clear();
             let mut added = 0usize;
             while inflight.len() < depth {
-                let start = match period {
-                    Some(p) => {
-                        if next_send > now {
+                let ready = if fresh && !s.keep_alive { began } else { now };
+                let start = match schedule.as_mut() {
+                    Some(sch) => {
+                        if sch.next() > now {
                             break;
                         }
-                        let at = next_send;
                         if !std::mem::take(&mut reserved) && !sh.take(now) {
                             break;
                         }
-                        next_send += p;
-                        if room_at > at {
-                            // The server kept this connection busy past
-                            // the intended time: that wait is its latency.
-                            at
-                        } else if fresh && !s.keep_alive {
-                            began
-                        } else {
-                            // Idle at the intended time: a late timer is
-                            // the generator's delay, not the server's.
-                            now
-                        }
+                        latency_start(sch.advance(), room_at, ready)
                     }
                     None => {
                         if !std::mem::take(&mut reserved) && !sh.take(now) {
@@ -459,8 +447,8 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                 if !reserved && !sh.more(Instant::now()) {
                     return;
                 }
-                if period.is_some() {
-                    sleep_until(next_send.into()).await;
+                if let Some(sch) = &schedule {
+                    sleep_until(sch.next().into()).await;
                 }
                 continue;
             }
@@ -469,8 +457,10 @@ async fn connection(sh: Rc<Shared>, g: usize) {
             // room in the pipeline) the next send time.
             let deadline = inflight[0].written + s.timeout;
             let mut wake = deadline;
-            if period.is_some() && inflight.len() < depth && sh.more(Instant::now()) {
-                wake = wake.min(next_send);
+            if let Some(sch) = schedule.as_ref().filter(|_| inflight.len() < depth) {
+                if sh.more(Instant::now()) {
+                    wake = wake.min(sch.next());
+                }
             }
             if timer_at > wake {
                 timer_at = wake;
@@ -549,6 +539,9 @@ async fn connection(sh: Rc<Shared>, g: usize) {
             // A head split across reads stays at the buffer's start.
             buf.copy_within(used..have, 0);
             have -= used;
+            if have == buf.len() && buf.len() < MAX_HEAD {
+                buf.resize((buf.len() * 2).min(MAX_HEAD), 0);
+            }
             if close || (!s.keep_alive && inflight.is_empty()) {
                 // The server closes: what is still in flight is lost.
                 sh.fail(ErrorClass::Read, inflight.len() as u64);
@@ -567,6 +560,70 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                 continue 'connect;
             }
         }
+    }
+}
+
+/// The open-loop send times of one connection: connection `g` of `conns`
+/// sends its `k`-th request at `start + (g + k * conns) / rate` seconds, so
+/// all connections together send evenly at `rate`.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    start: Instant,
+    g: u64,
+    conns: u64,
+    rate: f64,
+    k: u64,
+    next: Instant,
+}
+
+impl Schedule {
+    pub fn new(start: Instant, g: usize, conns: usize, rate: f64) -> Schedule {
+        let mut s = Schedule {
+            start,
+            g: g as u64,
+            conns: conns as u64,
+            rate,
+            k: 0,
+            next: start,
+        };
+        s.next = s.at(0);
+        s
+    }
+
+    fn at(&self, k: u64) -> Instant {
+        let slot = (self.g + k * self.conns) as f64;
+        self.start + Duration::from_secs_f64(slot / self.rate)
+    }
+
+    /// When the next request is due.
+    pub fn next(&self) -> Instant {
+        self.next
+    }
+
+    /// Takes the next slot: returns its intended time and moves on.
+    pub fn advance(&mut self) -> Instant {
+        let at = self.next;
+        self.k += 1;
+        self.next = self.at(self.k);
+        at
+    }
+}
+
+/// Where an open-loop request's latency starts. `room_at` is when its
+/// connection last became free to send (a response freed the pipeline);
+/// `ready` is when the generator could send it on its own account.
+///
+/// - The server kept the connection busy past the intended time: latency
+///   counts from the intended time, the wait included (no coordinated
+///   omission).
+/// - The connection was idle at the intended time: any later send is the
+///   generator's delay (its timer has 1 ms granularity), not the server's,
+///   so latency counts from `ready`.
+pub fn latency_start(intended: Instant, room_at: Instant, ready: Instant) -> Instant {
+    if room_at > intended {
+        intended
+    } else {
+        ready
     }
 }
 
@@ -592,5 +649,66 @@ fn complete(sh: &Shared, f: &InFlight, status: u16, body_len: u64, at: Instant) 
     }
     if rec.document_length.is_none() {
         rec.document_length = Some(body_len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_share_the_rate_evenly() {
+        let t0 = Instant::now();
+        let (conns, rate) = (8usize, 1000.0);
+        let mut all: Vec<Duration> = Vec::new();
+        for g in 0..conns {
+            let mut s = Schedule::new(t0, g, conns, rate);
+            while s.next() < t0 + Duration::from_secs(1) {
+                all.push(s.advance() - t0);
+            }
+        }
+        all.sort();
+        // Exactly 1000 slots in the first second, 1 ms apart, none doubled.
+        assert_eq!(all.len(), 1000);
+        for (i, d) in all.iter().enumerate() {
+            let want = Duration::from_micros(i as u64 * 1000);
+            assert!(
+                d.abs_diff(want) < Duration::from_micros(1),
+                "slot {i}: {d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_connection_keeps_its_period_without_drift() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0, 3, 10, 250.0);
+        // Its first slot is 3/250 s in; then every 10/250 = 40 ms.
+        assert_eq!(s.advance() - t0, Duration::from_millis(12));
+        for _ in 0..99_998 {
+            s.advance();
+        }
+        // The 100,000th slot: 12 ms + 99,999 * 40 ms, to the microsecond.
+        let d = s.advance() - t0;
+        let want = Duration::from_millis(12) + Duration::from_millis(40) * 99_999;
+        assert!(
+            d.abs_diff(want) < Duration::from_micros(1),
+            "{d:?} vs {want:?}"
+        );
+    }
+
+    #[test]
+    fn latency_starts_at_the_intended_time_only_when_the_server_made_us_wait() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let intended = t0 + ms(10);
+        // The previous response ended after the intended time: charged.
+        assert_eq!(latency_start(intended, t0 + ms(15), t0 + ms(15)), intended);
+        // The connection was free before; sent late because the timer fired
+        // late: not charged.
+        assert_eq!(
+            latency_start(intended, t0 + ms(5), t0 + ms(11)),
+            t0 + ms(11)
+        );
     }
 }

@@ -187,7 +187,7 @@ impl Reader {
                 State::Trailers => {
                     let rest = &buf[pos..];
                     let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
-                        if rest.len() > MAX_HEAD {
+                        if rest.len() >= MAX_HEAD {
                             return Err(Malformed("trailers too long"));
                         }
                         return Ok((pos, None));

@@ -292,3 +292,61 @@ fn connections_come_from_the_source_addresses() {
         .collect();
     assert_eq!(peers, want);
 }
+
+/// Answers every request on a connection with a response whose head is
+/// `head_pad` bytes longer than usual, until the client closes.
+fn padded_upstream(head_pad: usize) -> sluicegate_testkit::RawUpstream {
+    use std::io::{Read, Write};
+    sluicegate_testkit::RawUpstream::start(move |mut stream| {
+        let pad = "x".repeat(head_pad);
+        let reply = format!("HTTP/1.1 200 OK\r\nX-Pad: {pad}\r\nContent-Length: 2\r\n\r\nok");
+        let mut pending = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = match stream.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            pending.extend_from_slice(&buf[..n]);
+            while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                pending.drain(..end + 4);
+                if stream.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+#[test]
+fn long_response_heads_are_read_whole() {
+    // 20 KiB heads: more than a connection's first read buffer.
+    let up = padded_upstream(20 * 1024);
+    let mut load = Load::new(
+        format!("http://127.0.0.1:{}/", up.port()),
+        Stop::Requests(50),
+    );
+    load.connections = 2;
+    load.pipeline = 4;
+    let run = load.run();
+    assert_eq!(run.totals.completed, 50, "{:?}", run.totals.errors);
+    assert_eq!(run.totals.errors.total(), 0);
+    assert_eq!(run.totals.document_length, Some(2));
+}
+
+#[test]
+fn a_head_over_64_kib_is_a_read_error() {
+    let up = padded_upstream(70 * 1024);
+    let mut load = Load::new(
+        format!("http://127.0.0.1:{}/", up.port()),
+        Stop::Requests(3),
+    );
+    load.connections = 1;
+    let run = load.run();
+    assert_eq!(
+        (run.totals.errors.read, run.totals.completed),
+        (3, 0),
+        "{:?}",
+        run.totals.errors
+    );
+}
