@@ -25,7 +25,7 @@ fn chart(
     const W: f64 = 720.0;
     const H: f64 = 300.0;
     const L: f64 = 70.0;
-    const R: f64 = 20.0;
+    const R: f64 = 45.0;
     const T: f64 = 30.0;
     const B: f64 = 45.0;
     let fx = |x: f64| if log_x { x.max(1.0).log10() } else { x };
@@ -255,6 +255,15 @@ pub fn render(run: &Run) -> String {
     let per_sec = |f: &dyn Fn(&crate::stats::Second) -> f64| -> Vec<(f64, f64)> {
         t.seconds.iter().map(|s| (s.at as f64, f(s))).collect()
     };
+    // Latency is plotted only for seconds that completed something: an
+    // empty second has no latency, not a latency of zero.
+    let lat_sec = |q: f64| -> Vec<(f64, f64)> {
+        t.seconds
+            .iter()
+            .filter(|s| !s.latency.is_empty())
+            .map(|s| (s.at as f64, s.latency.value_at_quantile(q) as f64 / 1000.0))
+            .collect()
+    };
     o.push_str(&chart(
         "Throughput over time",
         "seconds",
@@ -275,17 +284,17 @@ pub fn render(run: &Run) -> String {
             Series {
                 name: "p50",
                 color: "#1f6fb4",
-                points: per_sec(&|s| s.latency.value_at_quantile(0.5) as f64 / 1000.0),
+                points: lat_sec(0.5),
             },
             Series {
                 name: "p99",
                 color: "#d9822b",
-                points: per_sec(&|s| s.latency.value_at_quantile(0.99) as f64 / 1000.0),
+                points: lat_sec(0.99),
             },
             Series {
                 name: "max",
                 color: "#b0413e",
-                points: per_sec(&|s| s.latency.max() as f64 / 1000.0),
+                points: lat_sec(1.0),
             },
         ],
         false,
