@@ -524,6 +524,8 @@ pub enum HashKey {
 pub struct UpstreamTimeouts {
     pub connect: Duration,
     pub response_header: Duration,
+    /// Longest pause while receiving the response body.
+    pub response_body: Duration,
     /// How long an idle pooled upstream connection is kept.
     pub idle: Duration,
     /// From the request's arrival to the upstream's response head, every
@@ -536,6 +538,7 @@ impl Default for UpstreamTimeouts {
         UpstreamTimeouts {
             connect: Duration::from_secs(1),
             response_header: Duration::from_secs(15),
+            response_body: Duration::from_secs(15),
             idle: Duration::from_secs(60),
             request: Duration::from_secs(30),
         }

@@ -366,12 +366,19 @@ fn parse_hash_key(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<HashKey> {
 }
 
 fn upstream_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut UpstreamTimeouts) {
-    const KEYS: &[&str] = &["connect", "response_header", "idle", "request"];
+    const KEYS: &[&str] = &[
+        "connect",
+        "response_header",
+        "response_body",
+        "idle",
+        "request",
+    ];
     let Some(f) = fields(cx, node, path, "service timeouts", KEYS) else {
         return;
     };
     reader::duration_field(cx, &f, path, "connect", &mut out.connect);
     reader::duration_field(cx, &f, path, "response_header", &mut out.response_header);
+    reader::duration_field(cx, &f, path, "response_body", &mut out.response_body);
     reader::duration_field(cx, &f, path, "idle", &mut out.idle);
     reader::duration_field(cx, &f, path, "request", &mut out.request);
 }

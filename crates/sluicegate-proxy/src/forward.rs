@@ -934,7 +934,7 @@ async fn relay_body(
     rechunk: bool,
     service: &ServiceRt,
 ) -> Result<u64, (u64, bool)> {
-    let idle = service.timeouts.response_header;
+    let idle = service.timeouts.response_body;
     let client = &conn.client;
     let dl = &conn.worker.deadlines;
     let wdl = || dl.after(CLIENT_WRITE_TIMEOUT);

@@ -70,6 +70,40 @@ fn response_header_timeout_is_504_in_bounded_time() {
 }
 
 #[test]
+fn response_body_timeout_cuts_a_stalled_body() {
+    let up = TestUpstream::start();
+    let gw = gateway_to(
+        up.addr(),
+        "    timeouts: { connect: 1s, response_header: 5s, response_body: 300ms }\n",
+    );
+    // The head comes at once, the 100-byte body after 2 s: the client gets
+    // the head, then its connection is closed after about 300 ms.
+    let mut s = TcpStream::connect(gw.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t0 = Instant::now();
+    s.write_all(b"GET /x?size=100&body_delay=2000 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let took = t0.elapsed();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let body = &got[got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
+    assert!(
+        body.len() < 100,
+        "the stalled body was not cut: {} bytes",
+        body.len()
+    );
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(1500),
+        "cut after {took:?}"
+    );
+    // A pause shorter than the timeout is fine.
+    let resp = http_get(gw.addr(), "/x?size=100&body_delay=50", &[]);
+    assert_eq!((resp.status, resp.body.len()), (200, 100));
+}
+
+#[test]
 fn slow_request_body_does_not_count_against_response_header_timeout() {
     // The response header timeout starts once the request is sent: a client
     // taking 800 ms to upload its body still gets the upstream's answer.

@@ -119,6 +119,7 @@ fn full_example_parses_to_the_expected_model() {
                 timeouts: UpstreamTimeouts {
                     connect: Duration::from_millis(500),
                     response_header: secs(2),
+                    response_body: secs(15),
                     idle: secs(3600),
                     request: secs(30),
                 },
