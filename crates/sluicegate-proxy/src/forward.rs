@@ -419,11 +419,17 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         // that expired microseconds ago is still fine to use.
         // A retry after a pooled connection failed takes a fresh one: the
         // next pooled one may have been closed by the upstream just the same.
-        let pooled = if attempt == 0 {
-            worker.pool.borrow_mut().take(ep.id, started)
-        } else {
-            None
-        };
+        let mut pooled = None;
+        while attempt == 0 {
+            let Some(s) = worker.pool.borrow_mut().take(ep.id, started) else {
+                break;
+            };
+            // Stray bytes or a close since its last response: not usable.
+            if crate::io::quiet(&s).await {
+                pooled = Some(s);
+                break;
+            }
+        }
         let reused = pooled.is_some();
         let up = match pooled {
             Some(s) => s,

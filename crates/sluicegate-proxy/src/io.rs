@@ -4,6 +4,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use tokio::io::Interest;
@@ -178,6 +179,24 @@ pub async fn write_all_by(s: &TcpStream, bytes: &[u8], wait: Wait<'_>) -> io::Re
         Err(Stop::Timeout) => Err(io::ErrorKind::TimedOut.into()),
         Err(Stop::Shutdown) => Err(io::ErrorKind::Interrupted.into()),
     }
+}
+
+/// Whether an idle pooled connection is still quiet: nothing arrived on it
+/// since its last response. Bytes sent after a complete response (a stray
+/// or extra response) would be read as the next request's answer, and a
+/// close means the request would fail; either way the connection must go.
+///
+/// No syscall in the common case: the runtime's read readiness is cleared
+/// after the last short read (see `drained`), so it is set only if epoll
+/// reported something since. Only then does a one-byte read tell data (or
+/// EOF) from a readiness left over by a read that filled the buffer.
+pub async fn quiet(s: &TcpStream) -> bool {
+    let ready = std::future::poll_fn(|cx| Poll::Ready(s.poll_read_ready(cx).is_ready())).await;
+    if !ready {
+        return true;
+    }
+    let mut probe = [0u8; 1];
+    matches!(s.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// An idle upstream connection and when it stops being usable. Counted in

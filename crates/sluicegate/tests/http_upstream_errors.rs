@@ -309,3 +309,42 @@ fn a_response_head_over_64_kib_is_502() {
     let gw = gateway_to(up.addr(), "    retries: { attempts: 1 }\n");
     assert_json_error(&http_get(gw.addr(), "/big", &[]), 502);
 }
+
+#[test]
+fn bytes_sent_after_a_complete_response_retire_the_pooled_connection() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Each connection answers its first request properly, then 50 ms later
+    // sends a whole extra response nobody asked for. Reused, the connection
+    // would hand that stray response to the next client request.
+    let conns = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = conns.clone();
+    let up = RawUpstream::start(move |mut s: TcpStream| {
+        let n = count.fetch_add(1, Ordering::SeqCst);
+        while read_request_head(&mut s) {
+            let body = format!("conn{n}");
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if s.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTRAY");
+        }
+    });
+    let gw = gateway_to(up.addr(), "");
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    for i in 0..3 {
+        let resp = client.get("/x").unwrap();
+        assert_eq!(resp.status, 200);
+        assert_eq!(
+            resp.body_str(),
+            format!("conn{i}"),
+            "request {i} got another's answer"
+        );
+        // Let the stray response arrive before the next request.
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(conns.load(Ordering::SeqCst), 3);
+}
