@@ -420,14 +420,15 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         // A retry after a pooled connection failed takes a fresh one: the
         // next pooled one may have been closed by the upstream just the same.
         let mut pooled = None;
-        while attempt == 0 {
-            let Some(s) = worker.pool.borrow_mut().take(ep.id, started) else {
-                break;
-            };
-            // Stray bytes or a close since its last response: not usable.
-            if crate::io::quiet(&s).await {
-                pooled = Some(s);
-                break;
+        if attempt == 0 {
+            loop {
+                let taken = worker.pool.borrow_mut().take(ep.id, started);
+                let Some(s) = taken else { break };
+                // Stray bytes or a close since its last response: not usable.
+                if crate::io::quiet(&s).await {
+                    pooled = Some(s);
+                    break;
+                }
             }
         }
         let reused = pooled.is_some();
