@@ -123,6 +123,16 @@ impl Shared {
         }
     }
 
+    /// Open loop: whether the schedule's next slot belongs to the run
+    /// (before the end, or among the first `-n` slots of all connections).
+    fn slot_allowed(&self, sch: &Schedule) -> bool {
+        match (self.end, self.settings.stop) {
+            (Some(end), _) => sch.next() < end,
+            (None, Stop::Requests(n)) => sch.slot() < n,
+            (None, Stop::Duration(_)) => true,
+        }
+    }
+
     fn more(&self, now: Instant) -> bool {
         match self.end {
             Some(end) => now < end,
@@ -333,27 +343,34 @@ async fn connection(sh: Rc<Shared>, g: usize) {
     let mut wbuf: Vec<u8> = Vec::with_capacity(1024);
     let mut inflight: VecDeque<InFlight> = VecDeque::with_capacity(depth);
     // One timer per connection, moved only when it would fire too late.
-    let mut timer = pin!(sleep_until(
-        (Instant::now() + Duration::from_secs(3600)).into()
-    ));
-    let mut timer_at = Instant::now() + Duration::from_secs(3600);
+    let far = || Instant::now() + Duration::from_secs(3600);
+    let mut timer_at = far();
+    let mut timer = pin!(sleep_until(timer_at.into()));
     // When this connection last became free to send (open loop): a request
     // due before then waited on the server.
     let mut room_at = sh.start;
 
     'connect: loop {
-        // Open loop without keep-alive: connect when the request is due.
-        if let Some(sch) = schedule.as_ref().filter(|_| !s.keep_alive) {
-            if sch.next() > Instant::now() {
-                sleep_until(sch.next().into()).await;
+        // The first request of the connection is claimed before connecting,
+        // so that no connection is opened for a request another took. In
+        // open loop that is the next slot of the schedule: wait for it.
+        let mut reserved = match schedule.as_ref() {
+            Some(sch) => {
+                if !sh.slot_allowed(sch) {
+                    return;
+                }
+                if sch.next() > Instant::now() {
+                    sleep_until(sch.next().into()).await;
+                }
+                false
             }
-        }
-        // The first request of the connection is taken before connecting,
-        // so that no connection is opened for a request another took.
-        if !sh.take(Instant::now()) {
-            return;
-        }
-        let mut reserved = true;
+            None => {
+                if !sh.take(Instant::now()) {
+                    return;
+                }
+                true
+            }
+        };
         let began = Instant::now();
         let mut stream = match timeout(s.timeout, connect(s.addr, source)).await {
             Ok(Ok(stream)) => stream,
@@ -361,18 +378,22 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                 // The request this connection was for fails to connect.
                 sh.rec.borrow_mut().sent += 1;
                 sh.fail(ErrorClass::Connect, 1);
-                if let Some(sch) = schedule.as_mut() {
-                    sch.advance();
+                match schedule.as_mut() {
+                    // Its slot is used; the next try waits for the next one.
+                    Some(sch) => {
+                        sch.advance();
+                    }
+                    // Do not spin on a refusing target.
+                    None => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
-                // Do not spin on a refusing target.
-                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue 'connect;
             }
         };
-        let mut connect_micros = micros(began.elapsed());
+        let connected = Instant::now();
+        let mut connect_micros = micros(connected - began);
         let mut fresh = true;
         if s.keep_alive {
-            room_at = Instant::now();
+            room_at = connected;
         }
         sh.rec.borrow_mut().connections_opened += 1;
         let mut reader = Reader::new();
@@ -385,15 +406,12 @@ async fn connection(sh: Rc<Shared>, g: usize) {
             wbuf.clear();
             let mut added = 0usize;
             while inflight.len() < depth {
-                let ready = if fresh && !s.keep_alive { began } else { now };
                 let start = match schedule.as_mut() {
                     Some(sch) => {
-                        if sch.next() > now {
+                        if sch.next() > now || !sh.slot_allowed(sch) {
                             break;
                         }
-                        if !std::mem::take(&mut reserved) && !sh.take(now) {
-                            break;
-                        }
+                        let ready = if fresh && !s.keep_alive { began } else { now };
                         latency_start(sch.advance(), room_at, ready)
                     }
                     None => {
@@ -408,6 +426,9 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                     }
                 };
                 fresh = false;
+                // Connect time belongs to a request only if its latency
+                // started before the connection was made.
+                let took = std::mem::take(&mut connect_micros);
                 let req = sh.pick();
                 wbuf.extend_from_slice(&req.bytes);
                 inflight.push_back(InFlight {
@@ -415,7 +436,7 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                     written: now,
                     first_byte: None,
                     head: req.head,
-                    connect_micros: std::mem::take(&mut connect_micros),
+                    connect_micros: if start < connected { took } else { 0 },
                 });
                 added += 1;
                 if !s.keep_alive {
@@ -431,8 +452,14 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                     rec.sent += added as u64;
                     rec.bytes_written += wbuf.len() as u64;
                 }
-                if stream.write_all(&wbuf).await.is_err() {
-                    sh.fail(ErrorClass::Read, (inflight.len() - added) as u64);
+                // A server that stops reading must not hold the run forever.
+                let failed = match timeout(s.timeout, stream.write_all(&wbuf)).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(_)) => Some(ErrorClass::Read),
+                    Err(_) => Some(ErrorClass::Timeout),
+                };
+                if let Some(class) = failed {
+                    sh.fail(class, (inflight.len() - added) as u64);
                     sh.fail(ErrorClass::Write, added as u64);
                     inflight.clear();
                     continue 'connect;
@@ -444,11 +471,18 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                 }
             }
             if inflight.is_empty() {
-                if !reserved && !sh.more(Instant::now()) {
-                    return;
-                }
-                if let Some(sch) = &schedule {
-                    sleep_until(sch.next().into()).await;
+                match schedule.as_ref() {
+                    Some(sch) => {
+                        if !sh.slot_allowed(sch) {
+                            return;
+                        }
+                        sleep_until(sch.next().into()).await;
+                    }
+                    None => {
+                        if !reserved && !sh.more(Instant::now()) {
+                            return;
+                        }
+                    }
                 }
                 continue;
             }
@@ -457,8 +491,8 @@ async fn connection(sh: Rc<Shared>, g: usize) {
             // room in the pipeline) the next send time.
             let deadline = inflight[0].written + s.timeout;
             let mut wake = deadline;
-            if let Some(sch) = schedule.as_ref().filter(|_| inflight.len() < depth) {
-                if sh.more(Instant::now()) {
+            if let Some(sch) = schedule.as_ref() {
+                if inflight.len() < depth && sh.slot_allowed(sch) {
                     wake = wake.min(sch.next());
                 }
             }
@@ -473,7 +507,7 @@ async fn connection(sh: Rc<Shared>, g: usize) {
             };
             let n = match read {
                 None => {
-                    timer_at = Instant::now() + Duration::from_secs(3600);
+                    timer_at = far();
                     timer.as_mut().reset(timer_at.into());
                     if Instant::now() >= deadline {
                         sh.fail(ErrorClass::Timeout, inflight.len() as u64);
@@ -492,6 +526,7 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                     if let Some(done) = ended {
                         let f = inflight.pop_front().expect("a request in flight");
                         complete(&sh, &f, done.status, done.body_len, Instant::now());
+                        room_at = Instant::now();
                     } else if reader.in_body() {
                         inflight.pop_front();
                         sh.fail(ErrorClass::Length, 1);
@@ -522,7 +557,11 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                         complete(&sh, &f, done.status, done.body_len, arrived);
                         if let Some(next) = inflight.front_mut() {
                             reader.expect(next.head);
-                            next.first_byte = Some(arrived);
+                            // Its first byte is here only if bytes follow
+                            // the response that just ended.
+                            if used < have {
+                                next.first_byte = Some(arrived);
+                            }
                         }
                         if done.close {
                             close = true;
@@ -556,6 +595,9 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                         }
                     })
                     .await;
+                    // Free to send again only now: a slow close delays the
+                    // next request, and that wait is the server's.
+                    room_at = Instant::now();
                 }
                 continue 'connect;
             }
@@ -593,6 +635,12 @@ impl Schedule {
     fn at(&self, k: u64) -> Instant {
         let slot = (self.g + k * self.conns) as f64;
         self.start + Duration::from_secs_f64(slot / self.rate)
+    }
+
+    /// The next slot's number among all connections' slots (0, 1, ... in
+    /// time order), for a run of `-n` requests.
+    pub fn slot(&self) -> u64 {
+        self.g + self.k * self.conns
     }
 
     /// When the next request is due.

@@ -20,6 +20,8 @@ struct Load {
     pipeline: usize,
     timeout: Duration,
     sources: Vec<IpAddr>,
+    threads: usize,
+    body: Vec<u8>,
 }
 
 impl Load {
@@ -34,6 +36,8 @@ impl Load {
             pipeline: 1,
             timeout: Duration::from_secs(5),
             sources: Vec::new(),
+            threads: 2,
+            body: Vec::new(),
         }
     }
 
@@ -44,9 +48,9 @@ impl Load {
                 target: target.to_string(),
                 ..base.clone()
             },
-            method: "GET".into(),
+            method: if self.body.is_empty() { "GET" } else { "POST" }.into(),
             headers: vec![],
-            body: vec![],
+            body: self.body.clone(),
             weight,
         };
         let specs: Vec<RequestSpec> = if self.paths.is_empty() {
@@ -58,7 +62,7 @@ impl Load {
             addr: base.resolve().unwrap(),
             requests: specs.iter().map(|s| s.prepare(self.keep_alive)).collect(),
             connections: self.connections,
-            threads: 2.min(self.connections),
+            threads: self.threads.min(self.connections),
             stop: self.stop,
             rate: self.rate,
             keep_alive: self.keep_alive,
@@ -346,6 +350,79 @@ fn a_head_over_64_kib_is_a_read_error() {
     assert_eq!(
         (run.totals.errors.read, run.totals.completed),
         (3, 0),
+        "{:?}",
+        run.totals.errors
+    );
+}
+
+#[test]
+fn open_loop_sends_only_the_slots_of_the_run() {
+    // 10 keep-alive connections at 5 requests/s for 1 s: 5 slots in all,
+    // and nothing after the end even though 5 connections never got one.
+    let up = TestUpstream::start();
+    let mut load = Load::new(url(&up, "/slots"), Stop::Duration(Duration::from_secs(1)));
+    load.connections = 10;
+    load.rate = Some(5.0);
+    let run = load.run();
+    assert_eq!((run.totals.sent, run.totals.completed), (5, 5));
+    assert_eq!(up.requests_seen(), 5);
+    assert!(
+        run.meta.duration_secs < 1.3,
+        "ran {} s",
+        run.meta.duration_secs
+    );
+
+    // -n in open loop: the first n slots of all connections, at any thread.
+    let up = TestUpstream::start();
+    let mut load = Load::new(url(&up, "/n"), Stop::Requests(4));
+    load.connections = 8;
+    load.rate = Some(8.0);
+    let run = load.run();
+    assert_eq!((run.totals.sent, run.totals.completed), (4, 4));
+    // Slots at 0, 1/8, 2/8, 3/8 s.
+    assert!(
+        run.meta.duration_secs < 0.9,
+        "ran {} s",
+        run.meta.duration_secs
+    );
+}
+
+#[test]
+fn open_loop_keeps_its_rate_against_a_refusing_target() {
+    let port = free_port();
+    let mut load = Load::new(
+        format!("http://127.0.0.1:{port}/"),
+        Stop::Duration(Duration::from_secs(1)),
+    );
+    load.connections = 2;
+    load.rate = Some(4.0);
+    let run = load.run();
+    let e = run.totals.errors;
+    assert_eq!((e.connect, run.totals.sent), (4, 4), "{e:?}");
+}
+
+#[test]
+fn a_server_that_stops_reading_cannot_hold_the_run() {
+    // It accepts and never reads: a 32 MiB body cannot be written.
+    let up =
+        sluicegate_testkit::RawUpstream::start(|_s| std::thread::sleep(Duration::from_secs(3)));
+    let mut load = Load::new(
+        format!("http://127.0.0.1:{}/", up.port()),
+        Stop::Requests(1),
+    );
+    load.connections = 1;
+    load.timeout = Duration::from_millis(300);
+    load.body = vec![b'x'; 32 << 20];
+    let t0 = std::time::Instant::now();
+    let run = load.run();
+    assert!(
+        t0.elapsed() < Duration::from_millis(2500),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(
+        (run.totals.errors.write, run.totals.completed),
+        (1, 0),
         "{:?}",
         run.totals.errors
     );
