@@ -330,6 +330,16 @@ async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> std::io::Result<Tc
     Ok(stream)
 }
 
+/// Writes the rest of a request within `limit`; on failure, the class the
+/// requests already in flight on the connection fall into.
+async fn write_rest(stream: &mut TcpStream, bytes: &[u8], limit: Duration) -> Option<ErrorClass> {
+    match timeout(limit, stream.write_all(bytes)).await {
+        Ok(Ok(())) => None,
+        Ok(Err(_)) => Some(ErrorClass::Read),
+        Err(_) => Some(ErrorClass::Timeout),
+    }
+}
+
 /// One connection's life: connect, send, read, record; reconnect after a
 /// failure or a close; stop when the run's requests or time are used up.
 async fn connection(sh: Rc<Shared>, g: usize) {
@@ -452,11 +462,16 @@ async fn connection(sh: Rc<Shared>, g: usize) {
                     rec.sent += added as u64;
                     rec.bytes_written += wbuf.len() as u64;
                 }
-                // A server that stops reading must not hold the run forever.
-                let failed = match timeout(s.timeout, stream.write_all(&wbuf)).await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(_)) => Some(ErrorClass::Read),
-                    Err(_) => Some(ErrorClass::Timeout),
+                // Most writes go out whole at once, with no timer armed;
+                // the rest are bounded, so that a server that stops
+                // reading cannot hold the run forever.
+                let failed = match stream.try_write(&wbuf) {
+                    Ok(n) if n == wbuf.len() => None,
+                    Ok(n) => write_rest(&mut stream, &wbuf[n..], s.timeout).await,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        write_rest(&mut stream, &wbuf, s.timeout).await
+                    }
+                    Err(_) => Some(ErrorClass::Read),
                 };
                 if let Some(class) = failed {
                     sh.fail(class, (inflight.len() - added) as u64);
