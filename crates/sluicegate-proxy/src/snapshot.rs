@@ -49,8 +49,9 @@ pub struct ServiceRt {
 #[derive(Debug)]
 pub struct RetryBudget {
     pub settings: sluicegate_config::Retries,
-    /// Thousandths of a retry.
-    tokens: std::sync::atomic::AtomicI64,
+    /// Thousandths of a retry; shared with the budget of the same service
+    /// in the next config, so a reload neither refills nor empties it.
+    tokens: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl RetryBudget {
@@ -60,10 +61,20 @@ impl RetryBudget {
     const START: i64 = 10_000;
 
     pub fn new(settings: sluicegate_config::Retries) -> Self {
-        RetryBudget {
-            settings,
-            tokens: std::sync::atomic::AtomicI64::new(Self::START),
-        }
+        Self::with_tokens(settings, Self::fresh_tokens())
+    }
+
+    /// The token store of a service seen for the first time.
+    pub fn fresh_tokens() -> Arc<std::sync::atomic::AtomicI64> {
+        Arc::new(std::sync::atomic::AtomicI64::new(Self::START))
+    }
+
+    /// A budget over an existing token store (kept across reloads).
+    pub fn with_tokens(
+        settings: sluicegate_config::Retries,
+        tokens: Arc<std::sync::atomic::AtomicI64>,
+    ) -> Self {
+        RetryBudget { settings, tokens }
     }
 
     /// Adds one request's share (once full, only a load).
@@ -136,6 +147,8 @@ pub struct Registry {
     next_endpoint_id: usize,
     /// service -> (balance kind and endpoint list it was built for, state).
     balancers: HashMap<String, (String, Arc<BalancerState>)>,
+    /// service -> its retry budget's tokens.
+    budgets: HashMap<String, Arc<std::sync::atomic::AtomicI64>>,
     routes: HashMap<String, Arc<RouteMetrics>>,
     /// Current route metrics in config order, for rendering.
     route_order: Vec<Arc<RouteMetrics>>,
@@ -180,6 +193,44 @@ mod retry_budget_tests {
             b.deposit();
         }
         assert_eq!((0..500).filter(|_| b.withdraw()).count(), 100);
+    }
+
+    #[test]
+    fn a_reload_neither_refills_nor_empties_a_budget() {
+        use crate::snapshot::Shared;
+        let config = |services: &[&str]| {
+            let mut text = String::from("listen: [\"127.0.0.1:9\"]\nservices:\n");
+            for s in services {
+                text.push_str(&format!(
+                    "  - {{ name: {s}, endpoints: [\"127.0.0.1:9\"] }}\n"
+                ));
+            }
+            sluicegate_config::parse(&text).unwrap()
+        };
+        let budget_of = |shared: &Shared, name: &str| {
+            let snap = shared.snapshot.load();
+            let svc = snap
+                .services
+                .iter()
+                .find(|s| &*s.name == name)
+                .unwrap()
+                .clone();
+            svc
+        };
+        let shared = Shared::new(&config(&["a"])).unwrap();
+        // An outage spends a's budget.
+        while budget_of(&shared, "a").retries.withdraw() {}
+        // Reloads (a's retry settings unchanged, or not) keep it spent.
+        shared.reload(&config(&["a", "b"])).unwrap();
+        shared.reload(&config(&["b", "a"])).unwrap();
+        assert!(!budget_of(&shared, "a").retries.withdraw());
+        // A service new to the config starts with a fresh budget.
+        assert!(budget_of(&shared, "b").retries.withdraw());
+        // Requests still earn retries back.
+        for _ in 0..5 {
+            budget_of(&shared, "a").retries.deposit();
+        }
+        assert!(budget_of(&shared, "a").retries.withdraw());
     }
 }
 
@@ -335,6 +386,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     let mut live_endpoints = HashMap::new();
     let mut endpoint_order = Vec::new();
     let mut live_balancers = HashMap::new();
+    let mut live_budgets = HashMap::new();
     let mut breakers = Vec::new();
     for (index, svc) in config.services.iter().enumerate() {
         let name: Arc<str> = svc.name.as_str().into();
@@ -371,6 +423,12 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         };
         live_balancers.insert(svc.name.clone(), (fp, bstate.clone()));
         let balancer = Balancer::new(svc.balance, &svc.hash_key, &eps, bstate);
+        let tokens = reg
+            .budgets
+            .get(&svc.name)
+            .cloned()
+            .unwrap_or_else(RetryBudget::fresh_tokens);
+        live_budgets.insert(svc.name.clone(), tokens.clone());
         services.insert(
             &svc.name,
             Arc::new(ServiceRt {
@@ -380,7 +438,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 balancer,
                 timeouts: svc.timeouts.clone(),
                 health: svc.health.clone(),
-                retries: RetryBudget::new(svc.retries.clone()),
+                retries: RetryBudget::with_tokens(svc.retries.clone(), tokens),
             }),
         );
     }
@@ -399,6 +457,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         live_endpoints,
         endpoint_order,
         live_balancers,
+        live_budgets,
         router,
         breakers,
     };
@@ -421,6 +480,7 @@ struct Parts<'c> {
     live_endpoints: HashMap<(String, String, usize), Arc<EndpointState>>,
     endpoint_order: Vec<(Arc<str>, Arc<EndpointState>)>,
     live_balancers: HashMap<String, (String, Arc<BalancerState>)>,
+    live_budgets: HashMap<String, Arc<std::sync::atomic::AtomicI64>>,
     router: Router,
     /// Breaker settings to apply once the snapshot is sure to be published.
     breakers: Vec<(Arc<EndpointState>, Option<sluicegate_config::Breaker>)>,
@@ -438,6 +498,7 @@ fn compile_routes(
         live_endpoints,
         endpoint_order,
         live_balancers,
+        live_budgets,
         router,
         breakers,
     } = parts;
@@ -563,6 +624,7 @@ fn compile_routes(
     reg.access_log = access_log.clone().map(|s| (config.log.access.clone(), s));
     reg.endpoints = live_endpoints;
     reg.balancers = live_balancers;
+    reg.budgets = live_budgets;
     reg.routes = live_routes;
     reg.route_limits = live_route_limits;
     reg.route_order = route_order;
