@@ -61,7 +61,8 @@ class Lab:
         targets.wait_ready(t, [proc])
         return t
 
-    def start_gateway(self, upstream_ports, app_key=False, max_connections=19000, flags=("--workers", "1")):
+    def start_gateway(self, upstream_ports, app_key=False, max_connections=19000, flags=("--workers", "1"),
+                      extra_yaml=""):
         d = self.reg.tmpdir("seed-gateway-")
         port = targets.free_port()
         endpoints = ", ".join(f'"127.0.0.1:{p}"' for p in upstream_ports)
@@ -71,6 +72,7 @@ class Lab:
             f"limits: {{ max_connections: {max_connections} }}\n"
             "reload: { watch: false }\n"
             "log: { level: warn, access: off }\n"
+            f"{extra_yaml}"
             "services:\n"
             "  - name: upstream\n"
             f"    endpoints: [{endpoints}]\n"
