@@ -92,6 +92,22 @@ struct Recorder {
     document_length: Option<u64>,
 }
 
+impl Recorder {
+    fn new() -> Recorder {
+        Recorder {
+            second: Second::new(0),
+            sent: 0,
+            bytes_written: 0,
+            connections_opened: 0,
+            statuses: Box::new([0; 1000]),
+            connect: new_histogram(),
+            waiting: new_histogram(),
+            processing: new_histogram(),
+            document_length: None,
+        }
+    }
+}
+
 /// One thread's share of the run.
 struct Shared {
     settings: Arc<Settings>,
@@ -229,17 +245,7 @@ fn thread_main(
         start,
         end,
         tickets: Cell::new(tickets),
-        rec: RefCell::new(Recorder {
-            second: Second::new(0),
-            sent: 0,
-            bytes_written: 0,
-            connections_opened: 0,
-            statuses: Box::new([0; 1000]),
-            connect: new_histogram(),
-            waiting: new_histogram(),
-            processing: new_histogram(),
-            document_length: None,
-        }),
+        rec: RefCell::new(Recorder::new()),
         rng: RefCell::new(fastrand::Rng::with_seed(0x5eed ^ conns.start as u64)),
         cumulative,
         rates: RefCell::new(Vec::new()),
@@ -260,17 +266,7 @@ fn thread_main(
         let _ = ticker.await;
     });
     let finished = Instant::now();
-    let rec = shared.rec.replace(Recorder {
-        second: Second::new(0),
-        sent: 0,
-        bytes_written: 0,
-        connections_opened: 0,
-        statuses: Box::new([0; 1000]),
-        connect: new_histogram(),
-        waiting: new_histogram(),
-        processing: new_histogram(),
-        document_length: None,
-    });
+    let rec = shared.rec.replace(Recorder::new());
     let last = rec.second;
     let ran = finished.saturating_duration_since(start);
     let mut rates = shared.rates.take();
