@@ -207,30 +207,26 @@ mod retry_budget_tests {
             }
             sluicegate_config::parse(&text).unwrap()
         };
-        let budget_of = |shared: &Shared, name: &str| {
+        // The service `name` of the snapshot in force.
+        let service = |shared: &Shared, name: &str| {
             let snap = shared.snapshot.load();
-            let svc = snap
-                .services
-                .iter()
-                .find(|s| &*s.name == name)
-                .unwrap()
-                .clone();
-            svc
+            let found = snap.services.iter().find(|s| &*s.name == name);
+            found.unwrap().clone()
         };
         let shared = Shared::new(&config(&["a"])).unwrap();
         // An outage spends a's budget.
-        while budget_of(&shared, "a").retries.withdraw() {}
+        while service(&shared, "a").retries.withdraw() {}
         // Reloads (a's retry settings unchanged, or not) keep it spent.
         shared.reload(&config(&["a", "b"])).unwrap();
         shared.reload(&config(&["b", "a"])).unwrap();
-        assert!(!budget_of(&shared, "a").retries.withdraw());
+        assert!(!service(&shared, "a").retries.withdraw());
         // A service new to the config starts with a fresh budget.
-        assert!(budget_of(&shared, "b").retries.withdraw());
+        assert!(service(&shared, "b").retries.withdraw());
         // Requests still earn retries back.
         for _ in 0..5 {
-            budget_of(&shared, "a").retries.deposit();
+            service(&shared, "a").retries.deposit();
         }
-        assert!(budget_of(&shared, "a").retries.withdraw());
+        assert!(service(&shared, "a").retries.withdraw());
     }
 }
 
