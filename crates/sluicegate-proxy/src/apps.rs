@@ -42,8 +42,23 @@ impl AppSlot {
     }
 }
 
+/// The first chunk's slots; each later chunk is twice the one before, so a
+/// million apps take 8 chunks, and the big ones are large enough for the
+/// allocator to put on huge pages (a slot is touched at random per request).
 const CHUNK_BITS: u32 = 12;
 const CHUNK: usize = 1 << CHUNK_BITS;
+
+/// Chunk `k` holds slots `CHUNK * (2^k - 1) .. CHUNK * (2^(k+1) - 1)`.
+fn chunk_of(s: u32) -> (usize, usize) {
+    let q = (s as usize >> CHUNK_BITS) + 1;
+    let k = q.ilog2() as usize;
+    (k, s as usize - (((1 << k) - 1) << CHUNK_BITS))
+}
+
+fn slot_in(chunks: &[Arc<[AppSlot]>], s: u32) -> &AppSlot {
+    let (k, i) = chunk_of(s);
+    &chunks[k][i]
+}
 const NONE: u32 = u32::MAX;
 
 /// The slots of every app, in chunks that never move, kept by the registry
@@ -66,16 +81,17 @@ impl SlotPool {
         if let Some(s) = self.free.pop() {
             return s;
         }
-        if self.used as usize == self.chunks.len() * CHUNK {
+        let k = self.chunks.len();
+        if self.used as usize == ((1 << k) - 1) << CHUNK_BITS {
             self.chunks
-                .push((0..CHUNK).map(|_| AppSlot::default()).collect());
+                .push((0..CHUNK << k).map(|_| AppSlot::default()).collect());
         }
         self.used += 1;
         self.used - 1
     }
 
     fn get(&self, s: u32) -> &AppSlot {
-        &self.chunks[(s >> CHUNK_BITS) as usize][s as usize & (CHUNK - 1)]
+        slot_in(&self.chunks, s)
     }
 
     /// Slots in use or waiting to be reused.
@@ -428,7 +444,7 @@ impl AppTable {
     }
 
     pub fn slot(&self, s: u32) -> &AppSlot {
-        &self.chunks[(s >> CHUNK_BITS) as usize][s as usize & (CHUNK - 1)]
+        slot_in(&self.chunks, s)
     }
 
     /// The app with this id.
@@ -560,6 +576,23 @@ mod tests {
         text.push_str("apps:\n");
         text.push_str(apps);
         sluicegate_config::parse(&text).unwrap()
+    }
+
+    #[test]
+    fn slot_chunks_double_and_every_slot_is_distinct() {
+        assert_eq!(chunk_of(0), (0, 0));
+        assert_eq!(chunk_of(CHUNK as u32 - 1), (0, CHUNK - 1));
+        assert_eq!(chunk_of(CHUNK as u32), (1, 0));
+        assert_eq!(chunk_of(3 * CHUNK as u32 - 1), (1, 2 * CHUNK - 1));
+        assert_eq!(chunk_of(3 * CHUNK as u32), (2, 0));
+        let mut pool = SlotPool::default();
+        let n = 8 * CHUNK as u32;
+        for s in 0..n {
+            assert_eq!(pool.take(), s);
+            pool.get(s).requests.store(u64::from(s), Ordering::Relaxed);
+        }
+        assert_eq!(pool.chunks.len(), 4); // 1 + 2 + 4 + 8 chunks' worth
+        assert!((0..n).all(|s| pool.get(s).requests.load(Ordering::Relaxed) == u64::from(s)));
     }
 
     const A: &str = "  - { id: a, keys: [key-of-a-0001], plan: gold }\n";

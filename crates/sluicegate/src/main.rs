@@ -15,6 +15,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter};
 
 mod handover;
+mod hugepages;
+
+#[global_allocator]
+static ALLOC: hugepages::HugePageAlloc = hugepages::HugePageAlloc;
 
 #[derive(Parser)]
 #[command(
