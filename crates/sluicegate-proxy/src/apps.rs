@@ -3,10 +3,10 @@
 //! access rules and plan choices shared between apps that have the same,
 //! and each app's counters in a slot of a pool that outlives snapshots.
 //!
-//! Keys are found through a hash table of key indices under a keyed hash
-//! (the secret is random per process); every candidate's stored key is
-//! compared in constant time, so the time a lookup takes says nothing
-//! about how much of a guess was right.
+//! Keys are found through a bucketed hash table of key records (four to a
+//! cache line) under a keyed hash (the secret is random per process);
+//! every candidate's stored key is compared in constant time, so the time
+//! a lookup takes says nothing about how much of a guess was right.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -175,7 +175,7 @@ struct AppRec {
     extra: u32,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct KeyRec {
     at: u32,
     app: u32,
@@ -183,6 +183,70 @@ struct KeyRec {
     /// wait for the app record's.
     slot: u32,
     len: u16,
+    /// High bits of the key's hash, never 0 (0 marks an empty place).
+    tag: u16,
+}
+
+/// Four key records, one cache line.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Bucket([KeyRec; 4]);
+
+/// Key records by keyed hash, four to a 64-byte bucket, in the first
+/// bucket with room from the hash's own (linear probing). A lookup reads
+/// the hash's bucket and stops at the first bucket with an empty place:
+/// usually one cache line, where a control-byte table such as hashbrown's
+/// reads its control group first and then the record, two misses in a row
+/// at a million keys. Records are never removed (a new config builds a
+/// new table), so a key is never past a bucket that had room.
+#[derive(Debug)]
+struct KeyTable {
+    buckets: Vec<Bucket>,
+    mask: usize,
+}
+
+impl KeyTable {
+    /// Room for `n` keys at most 3/4 full.
+    fn with_capacity(n: usize) -> KeyTable {
+        let buckets = n.div_ceil(3).max(1).next_power_of_two();
+        KeyTable {
+            buckets: vec![Bucket::default(); buckets],
+            mask: buckets - 1,
+        }
+    }
+
+    fn tag(hash: u64) -> u16 {
+        ((hash >> 48) as u16).max(1)
+    }
+
+    /// Adds a record; the table must have room (see `with_capacity`).
+    fn insert(&mut self, hash: u64, mut rec: KeyRec) {
+        rec.tag = Self::tag(hash);
+        let mut b = hash as usize & self.mask;
+        loop {
+            if let Some(place) = self.buckets[b].0.iter_mut().find(|r| r.tag == 0) {
+                *place = rec;
+                return;
+            }
+            b = (b + 1) & self.mask;
+        }
+    }
+
+    /// Every record whose tag is the hash's, in probe order.
+    fn candidates(&self, hash: u64) -> impl Iterator<Item = &KeyRec> {
+        let tag = Self::tag(hash);
+        let start = hash as usize & self.mask;
+        let mut done = false;
+        (0..=self.mask)
+            .map(move |i| &self.buckets[(start + i) & self.mask])
+            .take_while(move |b| {
+                let more = !done;
+                done = b.0.iter().any(|r| r.tag == 0);
+                more
+            })
+            .flat_map(|b| b.0.iter())
+            .filter(move |r| r.tag == tag)
+    }
 }
 
 #[derive(Debug)]
@@ -190,10 +254,8 @@ pub struct AppTable {
     /// Every id and key, back to back (all ASCII).
     text: String,
     apps: Vec<AppRec>,
-    /// Every key, by keyed hash of the key. The record sits in the table's
-    /// bucket: a lookup costs one cache miss less than an index into a
-    /// separate array (which a table of a million keys pays on every request).
-    by_key: HashTable<KeyRec>,
+    /// Every key's record, by keyed hash of the key.
+    by_key: KeyTable,
     /// Indices into `apps`, by keyed hash of the id (JWTs name their app).
     by_id: HashTable<u32>,
     policies: Vec<Policy>,
@@ -324,7 +386,7 @@ impl AppTable {
         let mut t = AppTable {
             text: String::with_capacity(n * 40),
             apps: Vec::with_capacity(n),
-            by_key: HashTable::with_capacity(n),
+            by_key: KeyTable::with_capacity(config.apps.iter().map(|a| a.keys.len()).sum()),
             by_id: HashTable::with_capacity(n),
             policies: Vec::new(),
             plans: config.plans.iter().map(PlanRt::new).collect(),
@@ -390,17 +452,9 @@ impl AppTable {
                     app: i as u32,
                     slot,
                     len,
+                    tag: 0,
                 };
-                let hash = t.secret.hash_one(k.as_bytes());
-                let AppTable {
-                    by_key,
-                    text,
-                    secret,
-                    ..
-                } = &mut t;
-                by_key.insert_unique(hash, rec, |r| {
-                    secret.hash_one(&text.as_bytes()[r.at as usize..][..r.len as usize])
-                });
+                t.by_key.insert(t.secret.hash_one(k.as_bytes()), rec);
             }
         }
         t.chunks = pool.chunks.clone().into_boxed_slice();
@@ -457,7 +511,7 @@ impl AppTable {
     /// compared in full, in constant time.
     pub fn by_key<'a>(self: &'a Arc<Self>, key: &[u8]) -> Option<AppRef<'a>> {
         let mut found = None;
-        for r in self.by_key.iter_hash(self.secret.hash_one(key)) {
+        for r in self.by_key.candidates(self.secret.hash_one(key)) {
             // Start the loads the request needs next (the app record and
             // its counter slot) now, so that their cache misses overlap the
             // key comparison's instead of following it.
@@ -576,6 +630,33 @@ mod tests {
         text.push_str("apps:\n");
         text.push_str(apps);
         sluicegate_config::parse(&text).unwrap()
+    }
+
+    #[test]
+    fn key_table_finds_every_record_past_full_buckets() {
+        let mut t = KeyTable::with_capacity(60);
+        assert_eq!(t.buckets.len(), 32);
+        // 60 records, all hashed to bucket 5: they spill over 15 buckets.
+        // Tags repeat every 7 records, so candidates share tags.
+        let hash = |i: u64| ((i % 7 + 1) << 48) | 5;
+        for i in 0..60u32 {
+            let rec = KeyRec {
+                app: i,
+                ..KeyRec::default()
+            };
+            t.insert(hash(u64::from(i)), rec);
+        }
+        for i in 0..60u64 {
+            let found: Vec<u32> = t.candidates(hash(i)).map(|r| r.app).collect();
+            let want: Vec<u32> = (0..60u32).filter(|j| u64::from(*j) % 7 == i % 7).collect();
+            assert_eq!(found, want);
+        }
+        // A hash whose bucket has room: that bucket only.
+        assert_eq!(t.candidates((1 << 48) | 30).count(), 0);
+        // The tag is never 0, the empty mark.
+        assert_eq!(KeyTable::tag(0), 1);
+        assert_eq!(KeyTable::with_capacity(0).candidates(0).count(), 0);
+        assert_eq!(KeyTable::with_capacity(1_000_000).buckets.len(), 1 << 19);
     }
 
     #[test]

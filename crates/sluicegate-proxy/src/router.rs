@@ -7,8 +7,9 @@
 //! header conditions hold wins. Cost is O(path segments), whatever the
 //! number of routes, except for regex routes.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 
+use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
 use regex::Regex;
@@ -68,12 +69,99 @@ pub struct RouteMatch {
     pub prefix_len: usize,
 }
 
+/// A path key's bytes, inline when short (most paths are), so a lookup's
+/// comparison reads the hash bucket only: with ten thousand routes hit at
+/// random, every pointer followed is another cache miss.
+#[derive(Debug)]
+enum KeyBytes {
+    Inline(u8, [u8; INLINE]),
+    Heap(Box<[u8]>),
+}
+
+const INLINE: usize = 22;
+
+impl KeyBytes {
+    fn new(b: &[u8]) -> KeyBytes {
+        if b.len() <= INLINE {
+            let mut a = [0; INLINE];
+            a[..b.len()].copy_from_slice(b);
+            KeyBytes::Inline(b.len() as u8, a)
+        } else {
+            KeyBytes::Heap(b.into())
+        }
+    }
+
+    fn get(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline(n, a) => &a[..*n as usize],
+            KeyBytes::Heap(b) => b,
+        }
+    }
+}
+
+/// Marks a route that has no condition besides its path.
+const PLAIN: u32 = 1 << 31;
+const NO_MORE: u32 = u32::MAX;
+
+/// The routes of one path key, in file order: the first in the entry
+/// itself (with [`PLAIN`] set when it has no other condition, so the
+/// common case reads nothing else), the rest in a list of the router's.
+#[derive(Debug)]
+struct Entry {
+    key: KeyBytes,
+    first: u32,
+    more: u32,
+}
+
+/// Path keys to routes. Keys come from the config, so a fast non-keyed
+/// hash is safe here: a request can only probe the table, not fill it
+/// with collisions.
+#[derive(Debug, Default)]
+struct PathTable {
+    table: HashTable<Entry>,
+}
+
+impl PathTable {
+    fn hash(key: &[u8]) -> u64 {
+        FxBuildHasher.hash_one(key)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.table.find(Self::hash(key), |e| e.key.get() == key)
+    }
+
+    fn push(&mut self, key: &[u8], route: u32, more: &mut Vec<Vec<u32>>) {
+        let h = Self::hash(key);
+        match self.table.find_mut(h, |e| e.key.get() == key) {
+            Some(e) => {
+                if e.more == NO_MORE {
+                    e.more = more.len() as u32;
+                    more.push(Vec::new());
+                }
+                more[e.more as usize].push(route);
+            }
+            None => {
+                let e = Entry {
+                    key: KeyBytes::new(key),
+                    first: route,
+                    more: NO_MORE,
+                };
+                self.table.insert_unique(h, e, |e| Self::hash(e.key.get()));
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Router {
-    // Keys come from the config, so a fast non-keyed hash is safe here:
-    // a request can only probe the table, not fill it with collisions.
-    exact: HashMap<Box<[u8]>, Vec<usize>, FxBuildHasher>,
-    prefix: HashMap<Box<[u8]>, Vec<usize>, FxBuildHasher>,
+    exact: PathTable,
+    prefix: PathTable,
+    /// Routes after the first of a path key, by [`Entry::more`].
+    more: Vec<Vec<u32>>,
     regex: Vec<(Regex, usize)>,
     any: Vec<usize>,
     conds: Vec<Cond>,
@@ -86,7 +174,7 @@ impl Router {
     pub fn new<'a>(matchers: impl IntoIterator<Item = &'a Match>) -> Result<Router, String> {
         let mut r = Router::default();
         for (i, m) in matchers.into_iter().enumerate() {
-            r.conds.push(Cond {
+            let cond = Cond {
                 host: m.host.clone(),
                 methods: m.methods.iter().map(|s| s.as_bytes().into()).collect(),
                 headers: m
@@ -94,15 +182,22 @@ impl Router {
                     .iter()
                     .map(|(n, v)| (n.as_bytes().into(), v.as_bytes().into()))
                     .collect(),
-            });
+            };
+            let plain = cond.host.is_none() && cond.methods.is_empty() && cond.headers.is_empty();
+            r.conds.push(cond);
+            let route = u32::try_from(i)
+                .ok()
+                .filter(|&i| i < PLAIN)
+                .ok_or("too many routes")?;
+            let tagged = if plain { route | PLAIN } else { route };
             match &m.path {
                 PathMatch::Any => r.any.push(i),
-                PathMatch::Exact(p) => r.exact.entry(p.as_bytes().into()).or_default().push(i),
+                PathMatch::Exact(p) => r.exact.push(p.as_bytes(), tagged, &mut r.more),
                 PathMatch::Prefix(p) => {
                     // "/" is stored as the empty prefix: every path has it.
                     let key: &[u8] = if p == "/" { b"" } else { p.as_bytes() };
                     r.longest_prefix = r.longest_prefix.max(key.len());
-                    r.prefix.entry(key.into()).or_default().push(i);
+                    r.prefix.push(key, tagged, &mut r.more);
                 }
                 PathMatch::Regex(re) => {
                     let re = Regex::new(re).map_err(|e| e.to_string())?;
@@ -113,8 +208,18 @@ impl Router {
         Ok(r)
     }
 
-    fn first(&self, list: Option<&Vec<usize>>, req: &RouteRequest<'_>) -> Option<usize> {
-        list?.iter().copied().find(|&i| self.conds[i].holds(req))
+    /// The first route of a path key whose other conditions hold.
+    fn first(&self, entry: Option<&Entry>, req: &RouteRequest<'_>) -> Option<usize> {
+        let e = entry?;
+        let first = (e.first & !PLAIN) as usize;
+        if e.first & PLAIN != 0 || self.conds[first].holds(req) {
+            return Some(first);
+        }
+        self.more
+            .get(e.more as usize)?
+            .iter()
+            .map(|&i| (i & !PLAIN) as usize)
+            .find(|&i| self.conds[i].holds(req))
     }
 
     pub fn find(&self, req: &RouteRequest<'_>) -> Option<RouteMatch> {
@@ -155,10 +260,14 @@ impl Router {
                 }
             }
         }
-        self.first(Some(&self.any), req).map(|i| RouteMatch {
-            index: i,
-            prefix_len: 0,
-        })
+        self.any
+            .iter()
+            .copied()
+            .find(|&i| self.conds[i].holds(req))
+            .map(|i| RouteMatch {
+                index: i,
+                prefix_len: 0,
+            })
     }
 }
 
@@ -219,6 +328,28 @@ mod tests {
         assert_eq!(find(&r, "/web/a.png"), Some((2, 4)));
         assert_eq!(find(&r, "/webx"), Some((5, 0)));
         assert_eq!(find(&r, "/"), Some((5, 0)));
+    }
+
+    #[test]
+    fn long_keys_and_several_routes_per_key() {
+        let long = "/a-path-prefix-longer-than-the-inline-limit";
+        let mut get_only = m(PathMatch::Prefix(long.into()));
+        get_only.methods = vec!["GET".into()];
+        let mut post_only = m(PathMatch::Prefix(long.into()));
+        post_only.methods = vec!["POST".into()];
+        let routes = [
+            get_only,
+            post_only,
+            m(PathMatch::Prefix(long.into())),
+            m(PathMatch::Exact(format!("{long}/x"))),
+        ];
+        let r = Router::new(&routes).unwrap();
+        let p = format!("{long}/y");
+        assert_eq!(find_with(&r, None, "GET", &p, &[]), Some((0, long.len())));
+        assert_eq!(find_with(&r, None, "POST", &p, &[]), Some((1, long.len())));
+        assert_eq!(find_with(&r, None, "PUT", &p, &[]), Some((2, long.len())));
+        assert_eq!(find(&r, &format!("{long}/x")), Some((3, 0)));
+        assert_eq!(find(&r, &long[..long.len() - 1]), None);
     }
 
     #[test]

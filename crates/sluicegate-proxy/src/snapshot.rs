@@ -502,6 +502,7 @@ fn compile_routes(
     let mut live_routes = HashMap::new();
     let mut live_route_limits = HashMap::new();
     let mut route_order = Vec::new();
+    let app_key_sources = Arc::new(config.app_key.clone());
     for r in &config.routes {
         let metrics = reg
             .routes
@@ -570,7 +571,7 @@ fn compile_routes(
         if r.auth == Auth::AppKey {
             filters.push(Box::new(AppKeyAuth {
                 apps: apps.clone(),
-                sources: config.app_key.clone(),
+                sources: app_key_sources.clone(),
             }));
             filters.push(Box::new(PlanLimit));
         }

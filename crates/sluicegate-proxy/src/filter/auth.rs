@@ -18,7 +18,9 @@ use crate::response::ErrorKind;
 #[derive(Debug)]
 pub struct AppKeyAuth {
     pub apps: Arc<AppTable>,
-    pub sources: AppKeySources,
+    /// Shared by every app-key route of a snapshot: one copy stays in
+    /// cache, where a copy per route would be one more miss per request.
+    pub sources: Arc<AppKeySources>,
 }
 
 /// `WWW-Authenticate` for app-key routes.
