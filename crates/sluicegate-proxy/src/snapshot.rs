@@ -23,8 +23,8 @@ use crate::apps::{AppTable, SlotPool};
 use crate::balancer::{Balancer, BalancerState};
 use crate::endpoint::EndpointState;
 use crate::filter::{
-    AppKeyAuth, CorsPolicy, Filter, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth, PathRewrite,
-    PlanLimit, RouteCounters, RouteLimiter,
+    AppKeyAuth, CorsPolicy, Filter, Filters, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth,
+    PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
 };
 use crate::limit::PlanRt;
 use crate::metrics::{GlobalMetrics, RouteMetrics};
@@ -112,13 +112,17 @@ pub enum ActionRt {
     },
 }
 
+/// A route as requests use it: two cache lines, aligned, the filters and
+/// counters first, so a request for a cold route waits for two misses that
+/// overlap rather than for whichever lines its fields happen to straddle.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct RouteRt {
-    pub name: Arc<str>,
-    pub action: ActionRt,
-    pub metrics: Arc<RouteMetrics>,
     /// Policies run in order before the action.
-    pub filters: Vec<Box<dyn Filter>>,
+    pub filters: Filters,
+    pub metrics: Arc<RouteMetrics>,
+    pub action: ActionRt,
+    pub name: Arc<str>,
 }
 
 /// Everything a request needs, immutable once published.
@@ -605,7 +609,7 @@ fn compile_routes(
             name: r.name.as_str().into(),
             action,
             metrics,
-            filters,
+            filters: Filters::new(filters),
         });
     }
     let access_log = match &reg.access_log {
@@ -643,4 +647,13 @@ fn compile_routes(
         generation: reg.generation,
         apps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_route_is_two_cache_lines() {
+        assert_eq!(std::mem::size_of::<super::RouteRt>(), 128);
+        assert_eq!(std::mem::align_of::<super::RouteRt>(), 64);
+    }
 }

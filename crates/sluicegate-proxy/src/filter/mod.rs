@@ -105,3 +105,36 @@ pub trait Filter: Send + Sync + Debug {
     /// Runs before the request is forwarded; an error answers it.
     fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse>;
 }
+
+/// A route's filters in order. The first two are held in the route itself
+/// (an app-key route has two: the key, then the plan), so a request does
+/// not first load a list from elsewhere: with ten thousand routes hit at
+/// random, that list is one more cache miss per request.
+#[derive(Debug, Default)]
+pub struct Filters {
+    head: [Option<Box<dyn Filter>>; 2],
+    rest: Box<[Box<dyn Filter>]>,
+}
+
+impl Filters {
+    pub fn new(list: Vec<Box<dyn Filter>>) -> Filters {
+        let mut list = list.into_iter();
+        let head = [list.next(), list.next()];
+        Filters {
+            head,
+            rest: list.collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.head[0].is_none()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &dyn Filter> {
+        self.head
+            .iter()
+            .flatten()
+            .chain(self.rest.iter())
+            .map(|f| &**f)
+    }
+}
