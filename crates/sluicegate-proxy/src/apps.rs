@@ -59,6 +59,7 @@ fn slot_in(chunks: &[Arc<[AppSlot]>], s: u32) -> &AppSlot {
     let (k, i) = chunk_of(s);
     &chunks[k][i]
 }
+
 const NONE: u32 = u32::MAX;
 
 /// The slots of every app, in chunks that never move, kept by the registry

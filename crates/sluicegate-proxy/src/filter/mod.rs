@@ -138,3 +138,38 @@ impl Filters {
             .map(|f| &**f)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A filter that only carries its place in the list (read through
+    /// its `Debug` form, which the dead-code lint does not count).
+    #[derive(Debug)]
+    struct Nth(#[allow(dead_code)] u16);
+
+    impl Filter for Nth {
+        fn on_request<'a>(&'a self, _: &mut ReqCx<'a>) -> Result<(), Refuse> {
+            Ok(())
+        }
+    }
+
+    fn order(f: &Filters) -> Vec<u16> {
+        f.iter()
+            .map(|f| format!("{f:?}"))
+            .map(|s| s[4..s.len() - 1].parse().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn filters_keep_their_order_inline_or_not() {
+        for n in 0..6u16 {
+            let list: Vec<Box<dyn Filter>> = (0..n)
+                .map(|i| Box::new(Nth(i)) as Box<dyn Filter>)
+                .collect();
+            let f = Filters::new(list);
+            assert_eq!(order(&f), (0..n).collect::<Vec<_>>());
+            assert_eq!(f.is_empty(), n == 0);
+        }
+    }
+}
