@@ -181,55 +181,112 @@ fn quota(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Quota> {
     parsed
 }
 
-/// Decodes `apps`. `services` and `plans` are the defined names.
-pub(crate) fn apps(
-    cx: &mut Cx,
-    node: &Node,
-    path: Path<'_>,
-    services: &HashMap<&str, Pos>,
-    plans: &[Plan],
-) -> Vec<App> {
-    let Some(items) = reader::list(cx, node, path, "a list of apps") else {
-        return Vec::new();
-    };
-    let plan_names: HashMap<&str, ()> = plans.iter().map(|p| (p.name.as_str(), ())).collect();
-    // Ids and keys are checked for duplicates after the loop, by sorting
-    // their hashes: a million of them take a fraction of the memory and
-    // time of a hash map of strings.
-    let hasher = foldhash::fast::RandomState::default();
-    let mut ids: Vec<Seen<'_>> = Vec::with_capacity(items.len());
-    let mut keys: Vec<Seen<'_>> = Vec::with_capacity(items.len());
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let p = path.index(i);
-        let Some(f) = fields(cx, item, p, "app", APP_KEYS) else {
-            continue;
-        };
-        let id = f.require(cx, p, "id").and_then(|n| {
-            let text = reader::string(cx, n, p.key("id"))?;
-            if !reader::is_name(text) {
-                cx.at(
-                    n.pos,
-                    p.key("id"),
-                    format_args!("invalid app id {}: use letters, digits, _ . -", quote(text)),
-                );
-                return None;
+/// Decodes the items of `apps` one at a time, as the parser completes them
+/// (a million apps are never held as a tree) or from a list in the tree.
+/// Names of plans and services may be defined after `apps` in the file, so
+/// references to them are checked by [`AppsDecoder::finish`], once the
+/// whole config is read.
+pub(crate) struct AppsDecoder {
+    hasher: foldhash::fast::RandomState,
+    /// Every id and key given, to find those given twice by sorting hashes:
+    /// a million of them take a fraction of the memory and time of a hash
+    /// map of strings.
+    ids: Vec<Seen>,
+    keys: Vec<Seen>,
+    /// Names of plans and services used, to check once they are known.
+    refs: Vec<Ref>,
+    /// One per item, in order, even for an item with errors (the config is
+    /// then refused, and this keeps an item's index its app's index).
+    out: Vec<App>,
+}
+
+/// A plan or service name an app uses, and where.
+struct Ref {
+    app: u32,
+    pos: Pos,
+    kind: RefKind,
+}
+
+#[derive(Clone, Copy)]
+enum RefKind {
+    /// `plan`.
+    Plan,
+    /// `plans_by_service`'s Nth key.
+    ByServiceKey(u32),
+    /// `plans_by_service`'s Nth value.
+    ByServicePlan(u32),
+    /// `services`: the name kept at `at`, given as list item `item`.
+    Service { at: u32, item: u32 },
+}
+
+impl AppsDecoder {
+    pub fn new() -> Self {
+        AppsDecoder {
+            hasher: foldhash::fast::RandomState::default(),
+            ids: Vec::new(),
+            keys: Vec::new(),
+            refs: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// Decodes `node` as the list of apps (the tree form).
+    pub fn list(&mut self, cx: &mut Cx, node: &Node, path: Path<'_>) {
+        if let Some(items) = reader::list(cx, node, path, "a list of apps") {
+            for item in items {
+                self.item(cx, item, path);
             }
-            ids.push(Seen::new(&hasher, text, n.pos, i, 0));
-            Some(text)
-        });
-        let mut app_keys = Vec::new();
+        }
+    }
+
+    /// Decodes one app, the next item of the list at `path`.
+    pub fn item(&mut self, cx: &mut Cx, item: &Node, path: Path<'_>) {
+        let i = self.out.len();
+        let mut app = App {
+            id: String::new(),
+            keys: Vec::new(),
+            plan: None,
+            plans_by_service: Vec::new(),
+            services: None,
+            methods: Vec::new(),
+            paths: Vec::new(),
+            jwt: None,
+        };
+        self.decode(cx, item, path.index(i), i as u32, &mut app);
+        self.out.push(app);
+    }
+
+    fn decode(&mut self, cx: &mut Cx, item: &Node, p: Path<'_>, i: u32, app: &mut App) {
+        let Some(f) = fields(cx, item, p, "app", APP_KEYS) else {
+            return;
+        };
+        if let Some(n) = f.require(cx, p, "id") {
+            if let Some(text) = reader::string(cx, n, p.key("id")) {
+                if reader::is_name(text) {
+                    self.ids.push(Seen::new(&self.hasher, text, n.pos, i, 0));
+                    app.id = text.to_string();
+                } else {
+                    cx.at(
+                        n.pos,
+                        p.key("id"),
+                        format_args!("invalid app id {}: use letters, digits, _ . -", quote(text)),
+                    );
+                }
+            }
+        }
         if let Some(n) = f.get("keys") {
             let kp = p.key("keys");
-            for (j, k) in reader::list(cx, n, kp, "a list of keys")
-                .unwrap_or(&[])
-                .iter()
-                .enumerate()
-            {
+            let items = reader::list(cx, n, kp, "a list of keys").unwrap_or(&[]);
+            app.keys.reserve_exact(items.len());
+            for (j, k) in items.iter().enumerate() {
+                // A wrong key keeps its place as "": the config is refused
+                // then, and item j stays key j for the messages.
                 let Some(text) = reader::string(cx, k, kp.index(j)) else {
+                    app.keys.push(String::new());
                     continue;
                 };
                 if !valid_key(text) {
+                    app.keys.push(String::new());
                     cx.at(
                         k.pos,
                         kp.index(j),
@@ -239,25 +296,24 @@ pub(crate) fn apps(
                     );
                     continue;
                 }
-                keys.push(Seen::new(&hasher, text, k.pos, i, j));
-                app_keys.push(text.to_string());
+                self.keys
+                    .push(Seen::new(&self.hasher, text, k.pos, i, j as u32));
+                app.keys.push(text.to_string());
             }
         }
-        let plan = f
-            .get("plan")
-            .and_then(|n| plan_ref(cx, n, p.key("plan"), &plan_names));
-        let mut by_service = Vec::new();
+        if let Some(n) = f.get("plan") {
+            if let Some(name) = reader::string(cx, n, p.key("plan")) {
+                app.plan = Some(name.to_string());
+                self.refer(i, n.pos, RefKind::Plan);
+            }
+        }
         if let Some(n) = f.get("plans_by_service") {
             let bp = p.key("plans_by_service");
             for (key, svc, value) in
                 reader::free_map(cx, n, bp, "a mapping of service name to plan name")
                     .unwrap_or_default()
             {
-                if !services.contains_key(svc) {
-                    cx.at(key.pos, bp, format_args!("unknown service {}", quote(svc)));
-                    continue;
-                }
-                if by_service.iter().any(|(s, _): &(String, String)| s == svc) {
+                if app.plans_by_service.iter().any(|(s, _)| s == svc) {
                     cx.at(
                         key.pos,
                         bp,
@@ -265,12 +321,17 @@ pub(crate) fn apps(
                     );
                     continue;
                 }
-                if let Some(plan) = plan_ref(cx, value, bp.key(svc), &plan_names) {
-                    by_service.push((svc.to_string(), plan));
-                }
+                let Some(plan) = reader::string(cx, value, bp.key(svc)) else {
+                    continue;
+                };
+                let at = app.plans_by_service.len() as u32;
+                app.plans_by_service
+                    .push((svc.to_string(), plan.to_string()));
+                self.refer(i, key.pos, RefKind::ByServiceKey(at));
+                self.refer(i, value.pos, RefKind::ByServicePlan(at));
             }
         }
-        let allowed = f.get("services").map(|n| {
+        if let Some(n) = f.get("services") {
             let sp = p.key("services");
             let mut out: Vec<String> = Vec::new();
             for (j, s) in reader::list(cx, n, sp, "a list of service names")
@@ -281,19 +342,18 @@ pub(crate) fn apps(
                 let Some(name) = reader::string(cx, s, sp.index(j)) else {
                     continue;
                 };
-                if !services.contains_key(name) {
-                    cx.at(
-                        s.pos,
-                        sp.index(j),
-                        format_args!("unknown service {}", quote(name)),
-                    );
-                } else if !out.iter().any(|o| o == name) {
-                    out.push(name.to_string());
-                }
+                let at = match out.iter().position(|o| o == name) {
+                    Some(at) => at,
+                    None => {
+                        out.push(name.to_string());
+                        out.len() - 1
+                    }
+                };
+                let (at, item) = (at as u32, j as u32);
+                self.refer(i, s.pos, RefKind::Service { at, item });
             }
-            out
-        });
-        let mut methods = Vec::new();
+            app.services = Some(out);
+        }
         if let Some(n) = f.get("methods") {
             let mp = p.key("methods");
             for (j, m) in reader::list(cx, n, mp, "a list of methods")
@@ -303,14 +363,13 @@ pub(crate) fn apps(
             {
                 match reader::string(cx, m, mp.index(j)) {
                     Some(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphabetic()) => {
-                        methods.push(t.to_ascii_uppercase())
+                        app.methods.push(t.to_ascii_uppercase())
                     }
                     Some(t) => cx.at(m.pos, mp.index(j), format_args!("bad method {}", quote(t))),
                     None => {}
                 }
             }
         }
-        let mut paths = Vec::new();
         if let Some(n) = f.get("paths") {
             let pp = p.key("paths");
             for (j, item) in reader::list(cx, n, pp, "a list of path prefixes")
@@ -325,7 +384,7 @@ pub(crate) fn apps(
                         } else {
                             t
                         };
-                        paths.push(t.to_string())
+                        app.paths.push(t.to_string())
                     }
                     Some(t) => cx.at(
                         item.pos,
@@ -336,103 +395,135 @@ pub(crate) fn apps(
                 }
             }
         }
-        let jwt = f.get("jwt").and_then(|n| app_jwt(cx, n, p.key("jwt")));
-        if let Some(id) = id {
-            // (With a duplicate id or key the whole config is refused, so
-            // what is pushed here then does not matter.)
-            out.push(App {
-                id: id.to_string(),
-                keys: app_keys,
-                plan,
-                plans_by_service: by_service,
-                services: allowed,
-                methods,
-                paths,
-                jwt,
-            });
+        app.jwt = f.get("jwt").and_then(|n| app_jwt(cx, n, p.key("jwt")));
+    }
+
+    fn refer(&mut self, app: u32, pos: Pos, kind: RefKind) {
+        self.refs.push(Ref { app, pos, kind });
+    }
+
+    /// Reports names of plans and services that are not defined, and ids
+    /// and keys given twice; returns the apps. `path` is where `apps` is.
+    pub fn finish(
+        mut self,
+        cx: &mut Cx,
+        path: Path<'_>,
+        services: &HashMap<&str, Pos>,
+        plans: &[Plan],
+    ) -> Vec<App> {
+        let plan_names: HashMap<&str, ()> = plans.iter().map(|p| (p.name.as_str(), ())).collect();
+        for r in &self.refs {
+            let app = &self.out[r.app as usize];
+            let p = path.index(r.app as usize);
+            let (name, known, what, p) = match r.kind {
+                RefKind::Plan => {
+                    let name = app.plan.as_deref().unwrap_or_default();
+                    (name, plan_names.contains_key(name), "plan", p.key("plan"))
+                }
+                RefKind::ByServiceKey(at) => {
+                    let name = app.plans_by_service[at as usize].0.as_str();
+                    let known = services.contains_key(name);
+                    (name, known, "service", p.key("plans_by_service"))
+                }
+                RefKind::ByServicePlan(at) => {
+                    let (svc, name) = &app.plans_by_service[at as usize];
+                    let known = plan_names.contains_key(name.as_str());
+                    let bp = p.key("plans_by_service");
+                    if !known {
+                        cx.at(
+                            r.pos,
+                            bp.key(svc),
+                            format_args!("unknown plan {}", quote(name)),
+                        );
+                    }
+                    continue;
+                }
+                RefKind::Service { at, item } => {
+                    let services_of = app.services.as_deref().unwrap_or_default();
+                    let name = services_of[at as usize].as_str();
+                    let sp = p.key("services");
+                    if !services.contains_key(name) {
+                        cx.at(
+                            r.pos,
+                            sp.index(item as usize),
+                            format_args!("unknown service {}", quote(name)),
+                        );
+                    }
+                    continue;
+                }
+            };
+            if !known {
+                cx.at(r.pos, p, format_args!("unknown {what} {}", quote(name)));
+            }
         }
+        let out = &self.out;
+        for (first, dup) in duplicates(&mut self.ids, |s| &out[s.app as usize].id) {
+            cx.at(
+                dup.pos,
+                path.index(dup.app as usize).key("id"),
+                format_args!(
+                    "duplicate app id {} (first at {})",
+                    quote(&out[dup.app as usize].id),
+                    first.pos
+                ),
+            );
+        }
+        let key_of = |s: &Seen| out[s.app as usize].keys[s.item as usize].as_str();
+        for (first, dup) in duplicates(&mut self.keys, key_of) {
+            let whose = if first.app == dup.app {
+                "this app"
+            } else {
+                "another app"
+            };
+            // Never echo the key itself in an error.
+            cx.at(
+                dup.pos,
+                path.index(dup.app as usize)
+                    .key("keys")
+                    .index(dup.item as usize),
+                format_args!("key already given to {whose} (first at {})", first.pos),
+            );
+        }
+        self.out
     }
-    for (first, dup) in duplicates(&mut ids) {
-        cx.at(
-            dup.pos,
-            path.index(dup.app as usize).key("id"),
-            format_args!(
-                "duplicate app id {} (first at {})",
-                quote(dup.text),
-                first.pos
-            ),
-        );
-    }
-    for (first, dup) in duplicates(&mut keys) {
-        let whose = if first.app == dup.app {
-            "this app"
-        } else {
-            "another app"
-        };
-        // Never echo the key itself in an error.
-        cx.at(
-            dup.pos,
-            path.index(dup.app as usize)
-                .key("keys")
-                .index(dup.item as usize),
-            format_args!("key already given to {whose} (first at {})", first.pos),
-        );
-    }
-    out
 }
 
-/// An app id or key, where it was given, and a hash to sort by.
+/// Where an app id or key was given (the `item`th key of app `app`), and a
+/// hash of its text to sort by.
 #[derive(Clone, Copy)]
-struct Seen<'n> {
+struct Seen {
     hash: u64,
-    text: &'n str,
     pos: Pos,
     app: u32,
     item: u32,
 }
 
-impl<'n> Seen<'n> {
-    fn new(
-        h: &impl std::hash::BuildHasher,
-        text: &'n str,
-        pos: Pos,
-        app: usize,
-        item: usize,
-    ) -> Self {
+impl Seen {
+    fn new(h: &impl std::hash::BuildHasher, text: &str, pos: Pos, app: u32, item: u32) -> Self {
         Seen {
             hash: h.hash_one(text),
-            text,
             pos,
-            app: app as u32,
-            item: item as u32,
+            app,
+            item,
         }
     }
 }
 
 /// Each later occurrence of a text given more than once, with the first
-/// one, in the order they were given.
-fn duplicates<'n>(seen: &mut [Seen<'n>]) -> Vec<(Seen<'n>, Seen<'n>)> {
+/// one, in the order they were given. `text` finds an entry's text.
+fn duplicates<'a>(seen: &mut [Seen], text: impl Fn(&Seen) -> &'a str) -> Vec<(Seen, Seen)> {
     seen.sort_unstable_by_key(|s| (s.hash, s.app, s.item));
     let mut out = Vec::new();
     for run in seen.chunk_by(|a, b| a.hash == b.hash) {
         for (i, s) in run.iter().enumerate() {
             // The first earlier entry with the same text (hashes can collide).
-            if let Some(first) = run[..i].iter().find(|f| f.text == s.text) {
+            if let Some(first) = run[..i].iter().find(|f| text(f) == text(s)) {
                 out.push((*first, *s));
             }
         }
     }
     out.sort_unstable_by_key(|(_, d)| (d.app, d.item));
     out
-}
-
-fn plan_ref(cx: &mut Cx, node: &Node, path: Path<'_>, plans: &HashMap<&str, ()>) -> Option<String> {
-    let name = reader::string(cx, node, path)?;
-    if !plans.contains_key(name) {
-        cx.at(node.pos, path, format_args!("unknown plan {}", quote(name)));
-        return None;
-    }
-    Some(name.to_string())
 }
 
 /// Keys are URL-safe so they can travel in a query or a path segment.

@@ -20,9 +20,10 @@ const TOP_KEYS: &[&str] = &[
     "plans", "apps", "app_key", "ip", "jwt",
 ];
 
-/// Decodes the document's root node. The returned config is only meaningful
-/// when `cx` holds no errors.
-pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
+/// Decodes the document's root node; `apps` holds the apps already
+/// streamed out of the tree. The returned config is only meaningful when
+/// `cx` holds no errors.
+pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecoder) -> Config {
     let mut config = Config {
         listen: Vec::new(),
         admin: None,
@@ -85,8 +86,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>) -> Config {
         config.plans = apps::plans(cx, node, path.key("plans"));
     }
     if let Some(node) = f.get("apps") {
-        config.apps = apps::apps(cx, node, path.key("apps"), &names, &config.plans);
+        apps.list(cx, node, path.key("apps"));
     }
+    config.apps = apps.finish(cx, path.key("apps"), &names, &config.plans);
     if let Some(node) = f.get("app_key") {
         config.app_key = apps::app_key(cx, node, path.key("app_key"));
     }

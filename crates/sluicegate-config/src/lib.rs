@@ -57,12 +57,20 @@ pub fn parse_offline(text: &str) -> Result<Config, Vec<ConfigError>> {
 
 /// `parse` with host names of endpoints looked up by `lookup`.
 pub(crate) fn parse_with(text: &str, lookup: service::Lookup) -> Result<Config, Vec<ConfigError>> {
-    let root = yaml::parse(text).map_err(|e| vec![e])?;
     let mut cx = reader::Cx {
         lookup,
         ..reader::Cx::default()
     };
-    let config = decode::config(&mut cx, root.as_ref());
+    // Apps are decoded as the parser completes each one: their tree is
+    // never built whole (a million apps would take most of a gigabyte).
+    let mut apps = apps::AppsDecoder::new();
+    let root_path = reader::Path::Root;
+    let apps_path = root_path.key("apps");
+    let root = yaml::parse_streaming(text, "apps", &mut |item| {
+        apps.item(&mut cx, &item, apps_path)
+    })
+    .map_err(|e| vec![e])?;
+    let config = decode::config(&mut cx, root.as_ref(), apps);
     if cx.errors.is_empty() {
         Ok(config)
     } else {

@@ -6,6 +6,10 @@
 //! needs more than a handful of levels. Aliases and multi-document streams are
 //! refused with a positioned error; tags are ignored except `!!str`, which
 //! makes a scalar count as quoted.
+//!
+//! One top-level list can be streamed ([`parse_streaming`]): each of its
+//! items goes to a sink as soon as it is complete and is not kept in the
+//! tree, so a config with a million apps never holds a million subtrees.
 
 use compact_str::CompactString;
 use yaml_rust2::parser::{Event, Parser};
@@ -128,7 +132,20 @@ enum Frame {
 
 /// Parses `text` into the tree of its one document; `Ok(None)` for a stream
 /// with no document at all (empty text or only comments).
+#[cfg(test)]
 pub(crate) fn parse(text: &str) -> Result<Option<Node>, ConfigError> {
+    parse_streaming(text, "", &mut |_| {})
+}
+
+/// Like `parse`, but when the document is a mapping whose key `key` holds a
+/// list, each item of that list is handed to `sink` as soon as it is
+/// complete, in order, and the list stays empty in the tree. An empty `key`
+/// streams nothing.
+pub(crate) fn parse_streaming(
+    text: &str,
+    key: &str,
+    sink: &mut dyn FnMut(Node),
+) -> Result<Option<Node>, ConfigError> {
     let mut parser = Parser::new_from_str(text);
     let mut stack: Vec<Frame> = Vec::new();
     let mut root: Option<Node> = None;
@@ -215,6 +232,12 @@ pub(crate) fn parse(text: &str) -> Result<Option<Node>, ConfigError> {
                 None => return Err(error(pos, "invalid YAML: unbalanced end".to_string())),
             },
         };
+        if let [Frame::Map { key: Some(k), .. }, Frame::List { .. }] = &stack[..] {
+            if !key.is_empty() && k.as_scalar() == Some(key) {
+                sink(node);
+                continue;
+            }
+        }
         match stack.last_mut() {
             None => root = Some(node),
             Some(Frame::List { items, .. }) => items.push(node),
@@ -306,6 +329,28 @@ mod tests {
         assert!(e.message.contains("nesting"), "{}", e.message);
         let e = parse(&"[".repeat(10_000)).unwrap_err();
         assert!(e.line >= 1);
+    }
+
+    #[test]
+    fn a_streamed_list_goes_to_the_sink_and_stays_empty() {
+        let text = "a: [1]\napps:\n  - x\n  - { apps: [deep] }\nb:\n  apps: [2]\n";
+        let mut got = Vec::new();
+        let root = parse_streaming(text, "apps", &mut |n| got.push(n))
+            .unwrap()
+            .unwrap();
+        // Only the top-level list's items, in order, whole.
+        assert_eq!(got.len(), 2);
+        assert_eq!(scalar(&got[0]), ("x", p(3, 5)));
+        assert_eq!(got[1].pos, p(4, 5));
+        assert!(matches!(&got[1].value, Value::Map(m) if m.len() == 1));
+        // The tree keeps the list, empty, where it was; the rest as usual.
+        assert_eq!(root, {
+            let mut full = parse(text).unwrap().unwrap();
+            if let Value::Map(entries) = &mut full.value {
+                entries[1].value.value = Value::List(Vec::new());
+            }
+            full
+        });
     }
 
     #[test]

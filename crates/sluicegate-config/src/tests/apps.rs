@@ -150,6 +150,44 @@ app_key: { header: off, query: off, path_segment: false }
 }
 
 #[test]
+fn apps_may_come_before_the_plans_and_services_they_name() {
+    // Apps are decoded as they are parsed; the names they use are checked
+    // once the whole file is read.
+    let text = "listen: 127.0.0.1:8080
+apps:
+  - { id: a, keys: [key-aaaa-0001], plan: gold, services: [orders] }
+  - { id: b, keys: [key-bbbb-0002], plan: silver, plans_by_service: { web: gold, gone: gold } }
+plans:
+  gold: { rate: 10/s }
+services:
+  - name: orders
+    endpoints: [\"127.0.0.1:9001\"]
+  - name: web
+    endpoints: [\"127.0.0.1:9002\"]
+";
+    let expect = [
+        "4:43: apps[1].plan: unknown plan \"silver\"",
+        "4:82: apps[1].plans_by_service: unknown service \"gone\"",
+    ];
+    assert_eq!(errors(text), expect);
+    let c = ok(&text.replace("silver", "gold").replace(", gone: gold", ""));
+    assert_eq!(c.apps.len(), 2);
+    assert_eq!(c.apps[0].services, Some(vec!["orders".to_string()]));
+    assert_eq!(c.apps[1].plans_by_service, [("web".into(), "gold".into())]);
+}
+
+#[test]
+fn apps_that_are_not_a_list_or_given_twice_are_refused() {
+    let e = errors(&with("apps: { id: a }\n"));
+    assert_eq!(e, ["12:7: apps: expected a list of apps, found a mapping"]);
+    let e = errors(&with(
+        "apps:\n  - { id: a, keys: [key-aaaa-0001] }\napps: []\n",
+    ));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("14:1: duplicate key \"apps\""), "{e:?}");
+}
+
+#[test]
 fn unknown_auth() {
     let text = BASE.replace("auth: app_key", "auth: basic");
     assert_eq!(
