@@ -68,6 +68,44 @@ fn map_large(size: usize) -> *mut u8 {
     }
 }
 
+/// Resizes a large block to another large size. Shrinking unmaps the tail
+/// in place; growing maps a new aligned block and moves the old pages to
+/// its start with `mremap`, so no byte is copied and no page is touched
+/// twice: a `Vec` of a million records doubling its way up costs the
+/// zeroing of its final size, not of every size on the way.
+#[allow(unsafe_code)]
+fn remap_large(ptr: *mut u8, size: usize, new_size: usize) -> *mut u8 {
+    let (old_len, new_len) = (mapped_len(size), mapped_len(new_size));
+    // SAFETY: `ptr` is a large block of `size` bytes, so [ptr, ptr +
+    // old_len) is a mapping of its own (`map_large`); only that mapping and
+    // the new one are unmapped or moved, and the caller gives up `ptr` for
+    // the returned block.
+    unsafe {
+        if new_len <= old_len {
+            if new_len < old_len {
+                libc::munmap(ptr.add(new_len) as *mut libc::c_void, old_len - new_len);
+            }
+            return ptr;
+        }
+        let dst = map_large(new_size);
+        if dst.is_null() {
+            return dst;
+        }
+        let moved = libc::mremap(
+            ptr as *mut libc::c_void,
+            old_len,
+            old_len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            dst as *mut libc::c_void,
+        );
+        if moved == libc::MAP_FAILED {
+            ptr::copy_nonoverlapping(ptr, dst, size);
+            libc::munmap(ptr as *mut libc::c_void, old_len);
+        }
+        dst
+    }
+}
+
 // SAFETY: small blocks go to `System` unchanged. A large block is a
 // mapping of its own, at least `size` long and 2 MiB aligned (which covers
 // any alignment up to 2 MiB; larger alignments go to `System`); fresh
@@ -104,9 +142,8 @@ unsafe impl GlobalAlloc for HugePageAlloc {
         if !is_large(&layout) && !is_large(&new) {
             return System.realloc(ptr, layout, new_size);
         }
-        if is_large(&layout) && is_large(&new) && mapped_len(new_size) == mapped_len(layout.size())
-        {
-            return ptr; // the mapping already has room
+        if is_large(&layout) && is_large(&new) {
+            return remap_large(ptr, layout.size(), new_size);
         }
         let p = self.alloc(new);
         if !p.is_null() {
@@ -166,10 +203,24 @@ mod tests {
             let q = a.realloc(p, layout, MIN_BLOCK + 100);
             assert_eq!(q, p);
             let l2 = Layout::from_size_align(MIN_BLOCK + 100, 8).unwrap();
-            // Beyond it: moved, contents kept.
-            let r = a.realloc(q, l2, 2 * MIN_BLOCK);
+            // Beyond it: its pages moved, contents kept, the new part
+            // zeroed, still aligned and advised.
+            let r = a.realloc(q, l2, 3 * MIN_BLOCK);
+            assert!(!r.is_null());
+            assert_eq!(r as usize % HUGE_PAGE, 0);
+            assert_eq!(*r.add(layout.size() - 1), 7);
+            assert_eq!(*r.add(3 * MIN_BLOCK - 1), 0);
+            r.add(MIN_BLOCK + 100).write_bytes(9, 2 * MIN_BLOCK - 100);
+            if std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+                let flags = vm_flags(r as usize + 3 * MIN_BLOCK - 1);
+                assert!(flags.contains(" hg"), "not advised: {flags}");
+            }
+            // Shrunk but still large: the same block, the tail unmapped.
+            let l3 = Layout::from_size_align(3 * MIN_BLOCK, 8).unwrap();
+            let r = a.realloc(r, l3, 2 * MIN_BLOCK);
             assert!(!r.is_null());
             assert_eq!(*r.add(layout.size() - 1), 7);
+            assert_eq!(*r.add(2 * MIN_BLOCK - 1), 9);
             let l3 = Layout::from_size_align(2 * MIN_BLOCK, 8).unwrap();
             // Shrunk below the threshold: back to the system allocator.
             let s = a.realloc(r, l3, 64);
