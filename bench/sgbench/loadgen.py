@@ -94,95 +94,118 @@ def measured_run(reg, scenario, target, upstream_proc, argv, load_cpu, workdir, 
 
     Returns the raw record: load-generator results plus CPU and memory of the
     proxy, and the CPU used by every other process during the run."""
-    proxy_pids = target.proc.pids() if target.proc else []
+    return measured_runs(reg, scenario, [(target, argv)], upstream_proc, load_cpu,
+                         workdir, timeout_s)[0]
+
+
+def measured_runs(reg, scenario, loads, upstream_proc, load_cpu, workdir, timeout_s):
+    """Run one load generator per (target, argv) in `loads`, all at once, and
+    sample each target's proxy; one record per target, in order. Several
+    targets at once share the proxy core, so the machine's noise hits them
+    alike (bench/compare --pair)."""
+    proxy_pids = [t.proc.pids() if t.proc else [] for t, _ in loads]
     upstream_pids = upstream_proc.pids()
     soft_pids = procs.ksoftirqd_pids()
-    tag = f"{scenario}-{target.name}-{time.monotonic_ns()}"
-    out_path = os.path.join(workdir, tag + ".out")
-    err_path = os.path.join(workdir, tag + ".err")
+    paths = []
+    for target, _ in loads:
+        tag = f"{scenario}-{target.name}-{time.monotonic_ns()}"
+        paths.append((os.path.join(workdir, tag + ".out"), os.path.join(workdir, tag + ".err")))
 
     m0 = procs.machine_ticks()
-    px0 = procs.cpu_ticks(proxy_pids)
+    px0 = [procs.cpu_ticks(p) for p in proxy_pids]
     up0 = procs.cpu_ticks(upstream_pids)
     sq0 = procs.cpu_ticks(soft_pids)
     self0 = procs.self_ticks()
     t0 = time.monotonic()
-    with open(out_path, "wb") as out:
-        lg = reg.spawn("loadgen", argv, err_path, cpu=load_cpu, stdout=out)
-    rss_max = procs.rss_kib(proxy_pids)
-    rusage = None
-    status = None
+    lgs = []
+    for (_, argv), (out_path, err_path) in zip(loads, paths):
+        with open(out_path, "wb") as out:
+            lgs.append(reg.spawn("loadgen", argv, err_path, cpu=load_cpu, stdout=out))
+    rss_max = [procs.rss_kib(p) for p in proxy_pids]
+    rusage = [None] * len(lgs)
+    done = [False] * len(lgs)
     timed_out = False
-    while True:
-        pid, st, ru = os.wait4(lg.pid, os.WNOHANG)
-        if pid == lg.pid:
-            status, rusage = st, ru
-            lg.popen.returncode = os.waitstatus_to_exitcode(st)
+    while not all(done):
+        for i, lg in enumerate(lgs):
+            if done[i]:
+                continue
+            pid, st, ru = os.wait4(lg.pid, os.WNOHANG)
+            if pid == lg.pid:
+                rusage[i], done[i] = ru, True
+                lg.popen.returncode = os.waitstatus_to_exitcode(st)
+        if all(done):
             break
         if time.monotonic() - t0 > timeout_s:
             timed_out = True
-            reg.kill(lg)
+            for i, lg in enumerate(lgs):
+                if not done[i]:
+                    reg.kill(lg)
             break
-        rss_max = max(rss_max, procs.rss_kib(proxy_pids))
+        rss_max = [max(m, procs.rss_kib(p)) for m, p in zip(rss_max, proxy_pids)]
         time.sleep(0.2)
     elapsed = time.monotonic() - t0
     m1 = procs.machine_ticks()
-    px1 = procs.cpu_ticks(proxy_pids)
+    px1 = [procs.cpu_ticks(p) for p in proxy_pids]
     up1 = procs.cpu_ticks(upstream_pids)
     sq1 = procs.cpu_ticks(soft_pids)
     self1 = procs.self_ticks()
-    if lg in reg.procs:
-        reg.procs.remove(lg)
-
-    text = _read(out_path)
-    err = _read(err_path).strip()
-    parsed = parse_wrk(text) if argv[0] == "wrk" else parse_ab(text)
-    rc = lg.popen.returncode if not timed_out else None
-    rec = {
-        "scenario": scenario,
-        "target": target.name,
-        "argv": ["taskset", "-c", str(load_cpu)] + argv,
-        "rc": rc,
-        "wall_s": round(elapsed, 3),
-        **parsed,
-    }
-    rec["errors"] = (rec["non2xx"] or 0) + (rec["socket_errors"] or 0)
-    if timed_out:
-        rec["error"] = f"load generator timed out after {timeout_s:.0f}s"
-    elif rc != 0 or rec["req_s"] is None:
-        tail = "\n".join((err or text).splitlines()[-4:])
-        rec["error"] = f"exit status {rc}: {tail}".strip()
+    for lg in lgs:
+        if lg in reg.procs:
+            reg.procs.remove(lg)
 
     hz = procs.HZ
-    px_user, px_sys = px1[0] - px0[0], px1[1] - px0[1]
     up_ticks = sum(up1) - sum(up0)
     sq_ticks = sum(sq1) - sum(sq0)
-    lg_ticks = round((rusage.ru_utime + rusage.ru_stime) * hz) if rusage else 0
+    lg_ticks = [round((ru.ru_utime + ru.ru_stime) * hz) if ru else 0 for ru in rusage]
+    px_ticks = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(px0, px1)]
     self_ticks = self1 - self0
     busy = m1[0] - m0[0]
     capacity = max(1, m1[1] - m0[1])
-    ours = px_user + px_sys + up_ticks + lg_ticks + self_ticks + sq_ticks
+    ours = (sum(u + s for u, s in px_ticks) + up_ticks + sum(lg_ticks) + self_ticks
+            + sq_ticks)
     other = max(0, busy - ours)
-    rec["other_cpu_pct"] = round(100.0 * other / capacity, 2)
-    rec["cpu_ticks"] = {"hz": hz, "machine_busy": busy, "machine_total": capacity,
-                        "proxy": px_user + px_sys, "upstream": up_ticks,
-                        "loadgen": lg_ticks, "harness": self_ticks, "ksoftirqd": sq_ticks}
-    rec["upstream_cpu_s"] = round(up_ticks / hz, 3)
-    rec["loadgen_cpu_s"] = round(lg_ticks / hz, 3)
-    if target.proc is not None:
-        user_s, sys_s = px_user / hz, px_sys / hz
-        cpu_s = user_s + sys_s
-        n = rec["requests"] or 0
-        rec["proxy"] = {
-            "pids": proxy_pids,
-            "user_s": round(user_s, 3),
-            "sys_s": round(sys_s, 3),
-            "cpu_s": round(cpu_s, 3),
-            "req_per_cpu_s": round(n / cpu_s, 1) if cpu_s > 0 and n else None,
-            "user_us_per_req": round(user_s * 1e6 / n, 3) if n else None,
-            "sys_us_per_req": round(sys_s * 1e6 / n, 3) if n else None,
-            "rss_max_kib": rss_max,
+    recs = []
+    for i, ((target, argv), (out_path, err_path)) in enumerate(zip(loads, paths)):
+        text = _read(out_path)
+        err = _read(err_path).strip()
+        parsed = parse_wrk(text) if argv[0] == "wrk" else parse_ab(text)
+        rc = None if timed_out and not done[i] else lgs[i].popen.returncode
+        rec = {
+            "scenario": scenario,
+            "target": target.name,
+            "argv": ["taskset", "-c", str(load_cpu)] + argv,
+            "rc": rc,
+            "wall_s": round(elapsed, 3),
+            **parsed,
         }
-    else:
-        rec["proxy"] = None
-    return rec
+        rec["errors"] = (rec["non2xx"] or 0) + (rec["socket_errors"] or 0)
+        if rc is None:
+            rec["error"] = f"load generator timed out after {timeout_s:.0f}s"
+        elif rc != 0 or rec["req_s"] is None:
+            tail = "\n".join((err or text).splitlines()[-4:])
+            rec["error"] = f"exit status {rc}: {tail}".strip()
+        rec["other_cpu_pct"] = round(100.0 * other / capacity, 2)
+        rec["cpu_ticks"] = {"hz": hz, "machine_busy": busy, "machine_total": capacity,
+                            "proxy": sum(px_ticks[i]), "upstream": up_ticks,
+                            "loadgen": lg_ticks[i], "harness": self_ticks,
+                            "ksoftirqd": sq_ticks}
+        rec["upstream_cpu_s"] = round(up_ticks / hz, 3)
+        rec["loadgen_cpu_s"] = round(lg_ticks[i] / hz, 3)
+        if target.proc is not None:
+            user_s, sys_s = px_ticks[i][0] / hz, px_ticks[i][1] / hz
+            cpu_s = user_s + sys_s
+            n = rec["requests"] or 0
+            rec["proxy"] = {
+                "pids": proxy_pids[i],
+                "user_s": round(user_s, 3),
+                "sys_s": round(sys_s, 3),
+                "cpu_s": round(cpu_s, 3),
+                "req_per_cpu_s": round(n / cpu_s, 1) if cpu_s > 0 and n else None,
+                "user_us_per_req": round(user_s * 1e6 / n, 3) if n else None,
+                "sys_us_per_req": round(sys_s * 1e6 / n, 3) if n else None,
+                "rss_max_kib": rss_max[i],
+            }
+        else:
+            rec["proxy"] = None
+        recs.append(rec)
+    return recs

@@ -86,6 +86,54 @@ def scenario_table(summary):
     return "\n".join(lines)
 
 
+def summarize_pairs(pairs):
+    """Per pair of records (A, B) run at once: A/B of requests per proxy
+    CPU-second and of req/s, and the medians of those ratios."""
+    ratios = [(a["proxy"]["req_per_cpu_s"] / b["proxy"]["req_per_cpu_s"]
+               if a.get("proxy") and b.get("proxy") and a["proxy"]["req_per_cpu_s"]
+               and b["proxy"]["req_per_cpu_s"] else None) for a, b in pairs]
+    rps = [a["req_s"] / b["req_s"] if a["req_s"] and b["req_s"] else None for a, b in pairs]
+    return {"targets": [pairs[0][0]["target"], pairs[0][1]["target"]],
+            "ratio_req_per_cpu_s": ratios, "ratio_req_s": rps,
+            "median_ratio_req_per_cpu_s": _median(ratios),
+            "median_ratio_req_s": _median(rps)}
+
+
+def pair_table(pairs):
+    """One row per round of a --pair run, then the medians."""
+    a_name, b_name = pairs[0][0]["target"], pairs[0][1]["target"]
+    head = (f"| round | {a_name} req/s | {a_name} req per CPU-s | {a_name} user / sys µs/req "
+            f"| {b_name} req/s | {b_name} req per CPU-s | {b_name} user / sys µs/req "
+            f"| A/B req per CPU-s | A/B req/s | errors |")
+    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+
+    def cells(r):
+        px = r.get("proxy") or {}
+        us = (f"{px['user_us_per_req']:.2f} / {px['sys_us_per_req']:.2f}"
+              if px.get("user_us_per_req") is not None else "—")
+        return [_num(r["req_s"]), _num(px.get("req_per_cpu_s")), us]
+
+    s = summarize_pairs(pairs)
+    for i, (a, b) in enumerate(pairs):
+        ra, rr = s["ratio_req_per_cpu_s"][i], s["ratio_req_s"][i]
+        row = ([str(a["round"])] + cells(a) + cells(b)
+               + [_num(ra, "{:.3f}"), _num(rr, "{:.3f}"),
+                  str((a["errors"] or 0) + (b["errors"] or 0))])
+        lines.append("| " + " | ".join(row) + " |")
+    meds = []
+    for runs in ([a for a, _ in pairs], [b for _, b in pairs]):
+        px = [r.get("proxy") or {} for r in runs]
+        user = _median(p.get("user_us_per_req") for p in px)
+        sys_ = _median(p.get("sys_us_per_req") for p in px)
+        meds += [_num(_median(r["req_s"] for r in runs)),
+                 _num(_median(p.get("req_per_cpu_s") for p in px)),
+                 "—" if user is None or sys_ is None else f"{user:.2f} / {sys_:.2f}"]
+    lines.append("| **median** | " + " | ".join(meds) + " | **"
+                 + _num(s["median_ratio_req_per_cpu_s"], "{:.3f}") + "** | "
+                 + _num(s["median_ratio_req_s"], "{:.3f}") + " | |")
+    return "\n".join(lines)
+
+
 def idle_table(records):
     lines = ["| target | connections held | failures | RSS before MiB | RSS after MiB "
              "| bytes per connection |",
@@ -106,8 +154,11 @@ def markdown(meta, sections, notes):
                f"Linux {meta['kernel']}")
     out.append(f"- Peers: {meta['versions']}")
     out.append(f"- Command: `{meta['command']}`")
-    out.append(f"- Rounds: {meta['rounds']} (interleaved, median reported"
-               f"{', after one warm-up run per target' if meta['warmup'] else ', no warm-up'}); "
+    how = "paired: two targets at once, median of the per-round ratios" if meta.get(
+        "paired") else "interleaved, median reported"
+    warm = ", after one warm-up run" + ("" if meta.get("paired") else " per target")
+    out.append(f"- Rounds: {meta['rounds']} ({how}"
+               f"{warm if meta['warmup'] else ', no warm-up'}); "
                f"proxy on CPU {meta['proxy_cpu']}, upstream and load generator on CPU "
                f"{meta['load_cpu']}")
     if meta.get("raw"):
