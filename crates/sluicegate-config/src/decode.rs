@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::model::{
     AccessLog, AdminConfig, ClientTimeouts, Config, Limits, LogConfig, ReloadConfig,
@@ -16,8 +17,21 @@ use crate::yaml::{quote, Node, Pos};
 use crate::{apps, route, service};
 
 const TOP_KEYS: &[&str] = &[
-    "listen", "admin", "workers", "limits", "timeouts", "log", "reload", "services", "routes",
-    "plans", "apps", "app_key", "ip", "jwt",
+    "listen",
+    "admin",
+    "workers",
+    "busy_poll",
+    "limits",
+    "timeouts",
+    "log",
+    "reload",
+    "services",
+    "routes",
+    "plans",
+    "apps",
+    "app_key",
+    "ip",
+    "jwt",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -28,6 +42,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         listen: Vec::new(),
         admin: None,
         workers: None,
+        busy_poll: Duration::ZERO,
         limits: Limits::default(),
         timeouts: ClientTimeouts::default(),
         log: LogConfig::default(),
@@ -62,6 +77,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     }
     if let Some(node) = f.get("workers") {
         config.workers = workers(cx, node, path.key("workers"));
+    }
+    if let Some(node) = f.get("busy_poll") {
+        config.busy_poll = busy_poll(cx, node, path.key("busy_poll"));
     }
     if let Some(node) = f.get("limits") {
         limits(cx, node, path.key("limits"), &mut config.limits);
@@ -184,6 +202,31 @@ fn workers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<usize> {
         cx.expected(node, path, EXPECTED);
     }
     n
+}
+
+/// Longest `busy_poll`: a worker spinning longer than this between
+/// requests only burns its core.
+const MAX_BUSY_POLL: Duration = Duration::from_secs(1);
+
+/// `busy_poll`: `off` (or YAML `false`) or a duration up to [`MAX_BUSY_POLL`].
+fn busy_poll(cx: &mut Cx, node: &Node, path: Path<'_>) -> Duration {
+    if matches!(node.as_scalar(), Some("off" | "Off" | "OFF"))
+        || (node.is_plain() && matches!(node.as_scalar(), Some("false" | "False" | "FALSE")))
+    {
+        return Duration::ZERO;
+    }
+    let Some(d) = reader::duration(cx, node, path) else {
+        return Duration::ZERO;
+    };
+    if d > MAX_BUSY_POLL {
+        cx.at(
+            node.pos,
+            path,
+            format_args!("at most 1s (a worker spins this long after each request), found {d:?}"),
+        );
+        return Duration::ZERO;
+    }
+    d
 }
 
 const MIN_HEADER_BYTES: u64 = 1024;

@@ -17,6 +17,9 @@ pub struct Config {
     pub admin: Option<AdminConfig>,
     /// Worker threads; `None` means one per available core ("auto").
     pub workers: Option<usize>,
+    /// How long a worker keeps polling its sockets after its last request
+    /// instead of sleeping (`busy_poll`); zero (the default) never.
+    pub busy_poll: Duration,
     pub limits: Limits,
     pub timeouts: ClientTimeouts,
     pub log: LogConfig,

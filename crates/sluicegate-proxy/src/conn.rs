@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 use crate::accesslog::{self, Sink};
+use crate::busypoll::BusyPoll;
 use crate::codec::{self, BodyKind, HeadError, Parsed, RequestHead, ResponseHead};
 use crate::deadline::{Deadlines, Wait};
 use crate::filter::{Answer, Edits, Refuse, ReqCx};
@@ -53,6 +54,8 @@ pub struct Worker {
     pub deadlines: Deadlines,
     /// Connections this worker is serving now.
     pub active: Cell<usize>,
+    /// Keeps the worker polling between requests when `busy_poll` is set.
+    pub busy: BusyPoll,
     // Boxed on purpose: the sets move between the list and connections,
     // and a pointer moves cheaper than the struct.
     #[allow(clippy::vec_box)]
@@ -86,6 +89,7 @@ impl Worker {
             log_sink: RefCell::new(None),
             deadlines: Deadlines::new(),
             active: Cell::new(0),
+            busy: BusyPoll::default(),
             free: RefCell::new(Vec::new()),
         }
     }
@@ -231,7 +235,9 @@ impl Conn<'_> {
                 Some(b) => b,
                 None => self.worker.take_bufs(),
             };
+            self.worker.busy.touch();
             let next = self.request(snap, &mut bufs).await;
+            self.worker.busy.touch();
             self.bufs = Some(bufs);
             if next == Next::Close || self.worker.shutting_down() {
                 return;

@@ -7,6 +7,7 @@ pub mod accesslog;
 pub mod apps;
 pub mod balancer;
 pub mod breaker;
+pub mod busypoll;
 pub mod chunked;
 pub mod codec;
 pub mod conn;

@@ -168,6 +168,18 @@ fn run_worker(
             let worker = worker.clone();
             async move { worker.deadlines.run().await }
         });
+        tokio::task::spawn_local({
+            let worker = worker.clone();
+            async move {
+                let w = &worker;
+                w.busy
+                    .run(
+                        || w.shared.snapshot.load().busy_poll,
+                        || w.deadlines.shutting_down(),
+                    )
+                    .await
+            }
+        });
         for l in listeners {
             match TcpListener::from_std(l) {
                 Ok(l) => {

@@ -134,6 +134,8 @@ pub struct Snapshot {
     pub routes: Vec<RouteRt>,
     pub limits: Limits,
     pub timeouts: ClientTimeouts,
+    /// `busy_poll`: how long workers poll after a request; zero: off.
+    pub busy_poll: std::time::Duration,
     pub access_log: Option<Arc<Sink>>,
     /// Client address rules for every request (`ip` at the top level).
     pub ip: sluicegate_config::IpRules,
@@ -642,6 +644,7 @@ fn compile_routes(
         routes,
         limits: config.limits.clone(),
         timeouts: config.timeouts.clone(),
+        busy_poll: config.busy_poll,
         access_log,
         ip: config.ip.clone(),
         generation: reg.generation,

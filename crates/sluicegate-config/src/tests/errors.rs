@@ -1,5 +1,7 @@
 //! Each class of config error: its line:col and a message naming the field.
 
+use std::time::Duration;
+
 use super::{error, errors, ok};
 
 const L: &str = "listen: 127.0.0.1:8080\n";
@@ -21,7 +23,7 @@ fn unknown_key_lists_the_expected_ones() {
     );
     assert_eq!(
         error("listne: 127.0.0.1:8080\nlisten: 127.0.0.1:8081\n"),
-        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt)"
+        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt)"
     );
     assert!(error(&with("limits: { max_conns: 1 }")).starts_with(
         "2:11: unknown key \"max_conns\" in limits (expected one of: max_connections,"
@@ -63,6 +65,19 @@ fn wrong_integer() {
         error(&with("workers: 0")),
         "2:10: workers: expected \"auto\" or a positive integer, found \"0\""
     );
+    assert_eq!(
+        error(&with("busy_poll: 2s")),
+        "2:12: busy_poll: at most 1s (a worker spins this long after each request), found 2s"
+    );
+    assert!(error(&with("busy_poll: fast"))
+        .starts_with("2:12: busy_poll: expected a duration like 250ms"));
+    assert_eq!(ok(&with("busy_poll: off")).busy_poll, Duration::ZERO);
+    assert_eq!(ok(&with("busy_poll: false")).busy_poll, Duration::ZERO);
+    assert_eq!(
+        ok(&with("busy_poll: 50us")).busy_poll,
+        Duration::from_micros(50)
+    );
+    assert_eq!(ok(L).busy_poll, Duration::ZERO);
 }
 
 #[test]
@@ -97,7 +112,7 @@ fn wrong_types_name_expected_and_found() {
     );
     assert_eq!(
         error("- a\n- b\n"),
-        "1:1: expected a mapping with keys listen, admin, workers, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, found a list"
+        "1:1: expected a mapping with keys listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, found a list"
     );
 }
 

@@ -39,6 +39,7 @@ const FULL: &str = r#"
 listen: ["127.0.0.1:8080", "[::1]:8080"]
 admin: { listen: "127.0.0.1:9901" }
 workers: 4
+busy_poll: 200us
 limits: { max_connections: 20000, max_header_bytes: 32768, max_body_bytes: 1MiB }
 timeouts: { client_header: 5s, client_body: 1m30s, keepalive: 2m, drain: 250ms }
 log: { level: debug, access: /var/log/sluicegate/access.log }
@@ -79,6 +80,7 @@ fn full_example_parses_to_the_expected_model() {
             listen: "127.0.0.1:9901".parse().unwrap(),
         }),
         workers: Some(4),
+        busy_poll: Duration::from_micros(200),
         limits: Limits {
             max_connections: 20_000,
             max_header_bytes: 32_768,
