@@ -33,8 +33,13 @@ use crate::snapshot::{ActionRt, Shared, Snapshot};
 const BUF_SIZE: usize = 16 * 1024;
 /// Buffers larger than this are not kept on the free list.
 const KEEP_BUF_MAX: usize = 128 * 1024;
-/// Free buffer sets kept per worker.
-const FREE_LIST_MAX: usize = 256;
+/// Most free buffer sets a worker keeps (about 48 KiB each): as many as its
+/// requests in flight need, so a busy worker does not free a set at the end
+/// of one request and allocate and zero another for the next.
+const FREE_LIST_MAX: usize = 2048;
+/// Free sets kept however long they sit unused; above this, sets unused
+/// for a whole tick are freed ([`Worker::trim_bufs`]).
+const FREE_LIST_KEEP: usize = 32;
 /// Bodies up to this size are read and discarded when the gateway answers
 /// without forwarding; larger ones close the connection instead.
 const DISCARD_MAX: u64 = 64 * 1024;
@@ -60,6 +65,9 @@ pub struct Worker {
     // and a pointer moves cheaper than the struct.
     #[allow(clippy::vec_box)]
     free: RefCell<Vec<Box<Bufs>>>,
+    /// The fewest sets the free list held since the last trim: that many
+    /// sat unused all along (the list is used from its end).
+    free_low: Cell<usize>,
 }
 
 /// Per-request scratch space, reused across requests and connections.
@@ -91,13 +99,17 @@ impl Worker {
             active: Cell::new(0),
             busy: BusyPoll::default(),
             free: RefCell::new(Vec::new()),
+            free_low: Cell::new(0),
         }
     }
 
     fn take_bufs(&self) -> Box<Bufs> {
         // Boxed so a connection task's future stays small and moves cheaply,
         // and kept boxed on the free list so reuse moves only a pointer.
-        self.free.borrow_mut().pop().unwrap_or_else(|| {
+        let mut free = self.free.borrow_mut();
+        let set = free.pop();
+        self.free_low.set(self.free_low.get().min(free.len()));
+        set.unwrap_or_else(|| {
             Box::new(Bufs {
                 inb: RecvBuf::new(BUF_SIZE),
                 upb: RecvBuf::new(BUF_SIZE),
@@ -109,6 +121,23 @@ impl Worker {
                 edits: Edits::default(),
             })
         })
+    }
+
+    /// Frees the buffer sets that sat unused since the last call, beyond
+    /// [`FREE_LIST_KEEP`]; the worker calls it every tick. After a burst
+    /// the list shrinks to what the load still uses within a tick or two.
+    pub fn trim_bufs(&self) {
+        let mut free = self.free.borrow_mut();
+        let unused = self.free_low.get().min(free.len());
+        let drop = unused.saturating_sub(FREE_LIST_KEEP);
+        // The oldest sets sit at the front.
+        free.drain(..drop);
+        self.free_low.set(free.len());
+    }
+
+    /// Free buffer sets held now.
+    pub fn free_bufs(&self) -> usize {
+        self.free.borrow().len()
     }
 
     fn give_bufs(&self, mut b: Box<Bufs>) {
@@ -659,5 +688,48 @@ impl Outcome<'_> {
         } else {
             Next::KeepAlive
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker() -> Worker {
+        let cfg = sluicegate_config::parse_offline("listen: [\"127.0.0.1:9\"]\n").unwrap();
+        Worker::new(Shared::new(&cfg).unwrap())
+    }
+
+    #[test]
+    fn free_buffer_sets_follow_the_load_and_idle_ones_are_freed() {
+        let w = worker();
+        // 300 requests in flight at once: all 300 sets come back to the list.
+        let sets: Vec<_> = (0..300).map(|_| w.take_bufs()).collect();
+        for s in sets {
+            w.give_bufs(s);
+        }
+        assert_eq!(w.free_bufs(), 300);
+        // Every one was in use during this tick: none is freed.
+        w.trim_bufs();
+        assert_eq!(w.free_bufs(), 300);
+        // Next tick 100 are in use at the peak: the 200 others sat unused,
+        // and all but the reserve of them are freed.
+        let sets: Vec<_> = (0..100).map(|_| w.take_bufs()).collect();
+        for s in sets {
+            w.give_bufs(s);
+        }
+        w.trim_bufs();
+        assert_eq!(w.free_bufs(), 100 + FREE_LIST_KEEP);
+        // An idle tick leaves the reserve only, however many ticks pass.
+        w.trim_bufs();
+        assert_eq!(w.free_bufs(), FREE_LIST_KEEP);
+        w.trim_bufs();
+        assert_eq!(w.free_bufs(), FREE_LIST_KEEP);
+        // The list never holds more than its cap.
+        let sets: Vec<_> = (0..FREE_LIST_MAX + 10).map(|_| w.take_bufs()).collect();
+        for s in sets {
+            w.give_bufs(s);
+        }
+        assert_eq!(w.free_bufs(), FREE_LIST_MAX);
     }
 }

@@ -195,6 +195,7 @@ fn run_worker(
                 _ = tick.tick() => {
                     worker.pool.borrow_mut().sweep(Instant::now());
                     worker.flush_log();
+                    worker.trim_bufs();
                 }
                 r = sd.changed() => {
                     if r.is_err() || *sd.borrow() { break; }
