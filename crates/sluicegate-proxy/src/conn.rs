@@ -295,7 +295,10 @@ impl Conn<'_> {
             self.worker.give_bufs(b);
         }
         let wait = worker.deadlines.after(wait).or_shutdown();
-        matches!(wait.bound(self.client.readable()).await, Ok(Ok(())))
+        matches!(
+            wait.bound(crate::io::read_ready(&self.client)).await,
+            Ok(Ok(()))
+        )
     }
 
     /// Reads, routes and answers one request.

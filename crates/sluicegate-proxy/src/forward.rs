@@ -822,7 +822,7 @@ async fn send_body(
 /// connection's previous response is cleared by the failed read.
 async fn early_response(up: &TcpStream, upb: &mut RecvBuf) -> bool {
     loop {
-        if up.readable().await.is_err() {
+        if crate::io::read_ready(up).await.is_err() {
             return false;
         }
         match upb.try_fill(up, MAX_RESPONSE_HEAD) {
@@ -905,7 +905,7 @@ fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8) {
     let cors = bufs.edits.cors;
     codec::append_header_lines(out, raw, &res.headers, res.len, res.crlf, |h| {
         let name = &raw[h.name.clone()];
-        (!h.skip || (keep_length && name.eq_ignore_ascii_case(b"content-length")))
+        (!h.skip || (keep_length && codec::eq_lower(name, b"content-length")))
             && !ops.is_some_and(|o| o.drops(name))
             && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
     });

@@ -128,7 +128,7 @@ impl RecvBuf {
             }
             // A wake-up without data must not push the deadline out.
             wait = wait.fix();
-            match wait.bound(s.readable()).await {
+            match wait.bound(read_ready(s)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(ReadError::Io(e)),
                 Err(Stop::Timeout) => return Err(ReadError::Timeout),
@@ -149,6 +149,18 @@ fn drained(s: &TcpStream, n: usize, room: usize) {
             Err::<(), _>(io::ErrorKind::WouldBlock.into())
         });
     }
+}
+
+/// Waits until `s` has bytes to read, or an error or EOF to report.
+///
+/// It waits in the socket's single reader slot (`poll_read_ready`), which
+/// costs less than `TcpStream::readable`: that one keeps a list of waiters
+/// behind a lock and takes it again to leave. The single slot means one task
+/// per socket may wait to read at a time, which is how every socket here is
+/// used: a connection's task is the only reader of its client and of the
+/// upstream connection it holds.
+pub fn read_ready(s: &TcpStream) -> impl std::future::Future<Output = io::Result<()>> + '_ {
+    std::future::poll_fn(move |cx| s.poll_read_ready(cx))
 }
 
 /// Writes all of `bytes`.
