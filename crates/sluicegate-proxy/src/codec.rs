@@ -121,11 +121,15 @@ enum Known {
 #[inline]
 pub(crate) fn eq_lower(b: &[u8], lower: &[u8]) -> bool {
     debug_assert!(!lower.iter().any(u8::is_ascii_uppercase));
+    let fold = |x: u8, l: u8| {
+        let case = if l.is_ascii_lowercase() { 0x20 } else { 0 };
+        (x | case) ^ l
+    };
+    // Most names of the right length differ in their first byte: check it
+    // before the rest.
     b.len() == lower.len()
-        && b.iter().zip(lower).fold(0u8, |diff, (&x, &l)| {
-            let case = if l.is_ascii_lowercase() { 0x20 } else { 0 };
-            diff | ((x | case) ^ l)
-        }) == 0
+        && (b.is_empty() || fold(b[0], lower[0]) == 0)
+        && b.iter().zip(lower).fold(0u8, |diff, (&x, &l)| diff | fold(x, l)) == 0
 }
 
 fn classify(name: &[u8]) -> Known {
