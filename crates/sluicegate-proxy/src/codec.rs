@@ -168,25 +168,24 @@ fn has_bare_lf(head: &[u8]) -> bool {
     memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
 }
 
+/// True when the line that starts at `at` follows a CRLF.
+#[inline]
+fn crlf_before(buf: &[u8], at: usize) -> bool {
+    at >= 2 && buf.get(at - 2..at) == Some(b"\r\n")
+}
+
 /// [`has_bare_lf`] for a complete head, without scanning it: every LF in a
 /// head httparse accepted ends a line (none can sit inside a token, target
 /// or value), and each line but the last ends just before the next one
 /// starts. So checking the byte before each header line, the two line ends
 /// at the close of the head, and any empty lines skipped before the request
-/// line (`line0` is where the request line starts) covers every LF.
-fn complete_head_has_bare_lf(
-    buf: &[u8],
-    len: usize,
-    line0: usize,
-    headers: &[httparse::Header<'_>],
-) -> bool {
-    let crlf_before = |at: usize| at >= 2 && buf[at - 2] == b'\r' && buf[at - 1] == b'\n';
+/// line (`line0` is where the request line starts) covers every LF. This
+/// checks all but the header lines; the parsers check those with
+/// [`crlf_before`] as they walk the headers, so the head is read once.
+fn head_ends_have_bare_lf(buf: &[u8], len: usize, line0: usize) -> bool {
     (line0 > 0 && has_bare_lf(&buf[..line0]))
-        || !crlf_before(len)
-        || !crlf_before(len - 2)
-        || headers
-            .iter()
-            .any(|h| !crlf_before(offset(buf, h.name.as_bytes()).start))
+        || !crlf_before(buf, len)
+        || !crlf_before(buf, len - 2)
 }
 
 /// Parses a Content-Length value: digits only, and a comma list only when
@@ -327,9 +326,8 @@ pub fn parse_request(
         return Err(HeadError::Bad("malformed request line"));
     };
     let line0 = offset(buf, method.as_bytes()).start;
-    if complete_head_has_bare_lf(buf, len, line0, req.headers) {
-        return Err(HeadError::Bad("bare LF in request head"));
-    }
+    // Header lines are checked in the loop below.
+    let mut lines_crlf = !head_ends_have_bare_lf(buf, len, line0);
     head.len = len;
     head.method = offset(buf, method.as_bytes());
     head.target = offset(buf, path.as_bytes());
@@ -347,6 +345,8 @@ pub fn parse_request(
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = h.value;
+        let name_at = offset(buf, name);
+        lines_crlf &= crlf_before(buf, name_at.start);
         let kind = classify(name);
         let mut skip = is_hop_by_hop(kind);
         if kind == Known::ContentLength {
@@ -404,10 +404,13 @@ pub fn parse_request(
             skip = true;
         }
         head.headers.push(HeaderRef {
-            name: offset(buf, name),
+            name: name_at,
             value: offset(buf, value),
             skip,
         });
+    }
+    if !lines_crlf {
+        return Err(HeadError::Bad("bare LF in request head"));
     }
     // Headers named in Connection are hop-by-hop too.
     if conn_count > 0 {
@@ -488,7 +491,8 @@ pub fn parse_response(
         return Err(HeadError::Bad("invalid status code"));
     }
     head.len = len;
-    head.crlf = !complete_head_has_bare_lf(buf, len, 0, res.headers);
+    // Header lines are checked in the loop below.
+    let mut lines_crlf = !head_ends_have_bare_lf(buf, len, 0);
     head.status = status;
     head.minor = minor;
     head.headers.clear();
@@ -500,6 +504,8 @@ pub fn parse_response(
     for h in res.headers.iter() {
         let name = h.name.as_bytes();
         let value = h.value;
+        let name_at = offset(buf, name);
+        lines_crlf &= crlf_before(buf, name_at.start);
         let kind = classify(name);
         if kind == Known::ContentLength {
             let n = parse_content_length(value).ok_or(HeadError::Bad("invalid Content-Length"))?;
@@ -523,11 +529,12 @@ pub fn parse_response(
             }
         }
         head.headers.push(HeaderRef {
-            name: offset(buf, name),
+            name: name_at,
             value: offset(buf, value),
             skip: is_hop_by_hop(kind),
         });
     }
+    head.crlf = lines_crlf;
     if conn_count > 0 {
         mark_connection_tokens(buf, &conn_values[..conn_count], &mut head.headers);
     }
