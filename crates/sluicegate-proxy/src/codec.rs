@@ -129,7 +129,10 @@ pub(crate) fn eq_lower(b: &[u8], lower: &[u8]) -> bool {
     // before the rest.
     b.len() == lower.len()
         && (b.is_empty() || fold(b[0], lower[0]) == 0)
-        && b.iter().zip(lower).fold(0u8, |diff, (&x, &l)| diff | fold(x, l)) == 0
+        && b.iter()
+            .zip(lower)
+            .fold(0u8, |diff, (&x, &l)| diff | fold(x, l))
+            == 0
 }
 
 fn classify(name: &[u8]) -> Known {
@@ -580,7 +583,12 @@ mod tests {
     fn eq_lower_agrees_with_eq_ignore_ascii_case() {
         // Every byte value at every position of each literal, and every
         // length around it: the same answer as the standard comparison.
-        for lit in [&b"content-length"[..], b"te", b"keep-alive", b"x-forwarded-for"] {
+        for lit in [
+            &b"content-length"[..],
+            b"te",
+            b"keep-alive",
+            b"x-forwarded-for",
+        ] {
             for at in 0..lit.len() {
                 for b in 0..=255u8 {
                     let mut v = lit.to_vec();

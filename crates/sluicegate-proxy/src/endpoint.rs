@@ -2,11 +2,10 @@
 //! the in-flight limit, latency average, counters, health and circuit.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 
 use crate::balancer::Ewma;
 
@@ -20,7 +19,12 @@ pub struct EndpointState {
     pub weight: u32,
     /// `max_connections_per_endpoint`: in-flight requests allowed at once.
     pub max: usize,
-    permits: Arc<Semaphore>,
+    /// Requests in flight now, at most `max` ([`Permit`]s held).
+    in_flight: AtomicUsize,
+    /// Requests waiting in [`EndpointState::acquire`] for a slot.
+    waiting: AtomicUsize,
+    /// Wakes one waiter when a permit is dropped while some wait.
+    freed: Notify,
     pub ewma: Ewma,
     /// Idle pooled connections, summed over workers.
     pub idle: AtomicI64,
@@ -55,7 +59,9 @@ impl EndpointState {
             addr,
             weight: weight.max(1),
             max,
-            permits: Arc::new(Semaphore::new(max)),
+            in_flight: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            freed: Notify::new(),
             ewma: Ewma::default(),
             idle: AtomicI64::new(0),
             connect_errors: AtomicU64::new(0),
@@ -69,7 +75,7 @@ impl EndpointState {
     }
 
     pub fn in_flight(&self) -> usize {
-        self.max.saturating_sub(self.permits.available_permits())
+        self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Cost for power-of-two-choices: latency average times load.
@@ -77,22 +83,133 @@ impl EndpointState {
         (self.ewma.get() + 1.0) * (self.in_flight() as f64 + 1.0) / f64::from(self.weight)
     }
 
-    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
-        self.permits.clone().try_acquire_owned().ok()
+    /// An in-flight slot if one is free now.
+    ///
+    /// A counter and a compare-and-swap: the common case costs one atomic
+    /// operation here and one when the permit drops. (A `tokio` semaphore
+    /// permit took an `Arc` clone and drop and the semaphore's lock on
+    /// release, five atomic operations a request.)
+    pub fn try_acquire(&self) -> Option<Permit<'_>> {
+        let mut n = self.in_flight.load(Ordering::SeqCst);
+        while n < self.max {
+            match self
+                .in_flight
+                .compare_exchange_weak(n, n + 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return Some(Permit { ep: self }),
+                Err(now) => n = now,
+            }
+        }
+        None
     }
 
     /// Waits up to `wait` for an in-flight slot.
-    pub async fn acquire(&self, wait: Duration) -> Option<OwnedSemaphorePermit> {
+    pub async fn acquire(&self, wait: Duration) -> Option<Permit<'_>> {
         if let Some(p) = self.try_acquire() {
             return Some(p);
         }
-        match tokio::time::timeout(wait, self.permits.clone().acquire_owned()).await {
-            Ok(Ok(p)) => Some(p),
-            _ => None,
-        }
+        // Counted as waiting before looking again, so a permit dropped
+        // after that look sees the count and wakes a waiter (both sides
+        // are SeqCst: either the dropper sees the waiter or the waiter's
+        // look sees the freed slot).
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let got = tokio::time::timeout(wait, async {
+            loop {
+                let notified = self.freed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if let Some(p) = self.try_acquire() {
+                    return p;
+                }
+                notified.await;
+            }
+        })
+        .await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        got.ok()
     }
 
     pub fn idle_changed(&self, delta: i64) {
         self.idle.fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+/// An in-flight slot on an endpoint, given back when dropped.
+#[derive(Debug)]
+pub struct Permit<'a> {
+    ep: &'a EndpointState,
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        let ep = self.ep;
+        ep.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if ep.waiting.load(Ordering::SeqCst) > 0 {
+            // A waiter woken after its timeout passes the wake-up on.
+            ep.freed.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(max: usize) -> EndpointState {
+        EndpointState::new(0, "e".into(), "127.0.0.1:1".parse().unwrap(), 1, max)
+    }
+
+    #[test]
+    fn permits_count_and_limit() {
+        let e = ep(2);
+        let a = e.try_acquire().unwrap();
+        let b = e.try_acquire().unwrap();
+        assert_eq!(e.in_flight(), 2);
+        assert!(e.try_acquire().is_none());
+        drop(a);
+        assert_eq!(e.in_flight(), 1);
+        let _c = e.try_acquire().unwrap();
+        drop(b);
+        assert_eq!(e.in_flight(), 1);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_waiter_gets_a_freed_slot_or_gives_up() {
+        let e = ep(1);
+        let held = e.try_acquire().unwrap();
+        // Nothing is freed: the wait ends empty at its timeout.
+        assert!(e.acquire(Duration::from_millis(50)).await.is_none());
+        assert_eq!(e.waiting.load(Ordering::SeqCst), 0);
+        // Freed while waiting: the waiter gets it.
+        let wait = e.acquire(Duration::from_secs(5));
+        let free = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            drop(held);
+        };
+        let (got, ()) = tokio::join!(wait, free);
+        assert!(got.is_some());
+        assert_eq!(e.in_flight(), 1);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn each_freed_slot_wakes_one_of_several_waiters() {
+        let e = ep(2);
+        let a = e.try_acquire().unwrap();
+        let b = e.try_acquire().unwrap();
+        let w1 = e.acquire(Duration::from_secs(5));
+        let w2 = e.acquire(Duration::from_secs(5));
+        let w3 = e.acquire(Duration::from_millis(100));
+        let free = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            drop(a);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            drop(b);
+        };
+        let (p1, p2, p3, ()) = tokio::join!(w1, w2, w3, free);
+        // Two slots were freed: two waiters got one, the third timed out.
+        let got = [p1.is_some(), p2.is_some(), p3.is_some()];
+        assert_eq!(got.iter().filter(|g| **g).count(), 2, "{got:?}");
+        assert_eq!(e.in_flight(), 2);
+        assert_eq!(e.waiting.load(Ordering::SeqCst), 0);
     }
 }

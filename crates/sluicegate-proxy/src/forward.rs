@@ -694,13 +694,13 @@ fn switch_to(service: &ServiceRt, i: usize) -> (&EndpointState, Verdict<'_>) {
 /// Another endpoint for a failed attempt, with its in-flight slot: when the
 /// service allows one more attempt, its retry budget has one, and an
 /// endpoint not tried yet is in rotation.
-fn retry_endpoint(
-    service: &ServiceRt,
+fn retry_endpoint<'s>(
+    service: &'s ServiceRt,
     failed: usize,
     tried: &mut u64,
     tries: &mut u32,
     total: Instant,
-) -> Option<(usize, tokio::sync::OwnedSemaphorePermit)> {
+) -> Option<(usize, crate::endpoint::Permit<'s>)> {
     if *tries >= service.retries.settings.attempts
         || service.endpoints.len() < 2
         || time_left(total).is_zero()
