@@ -401,10 +401,14 @@ impl Conn<'_> {
             path: norm.as_deref().unwrap_or(&raw[target.path.clone()]),
             header: &lookup,
         });
-        bufs.log_line.clear();
-        bufs.log_line.extend_from_slice(method);
-        bufs.log_line.push(b' ');
-        bufs.log_line.extend_from_slice(&raw[req.target.clone()]);
+        // The access log's request line; not built when nothing logs it.
+        let logging = snap.access_log.is_some();
+        if logging {
+            bufs.log_line.clear();
+            bufs.log_line.extend_from_slice(method);
+            bufs.log_line.push(b' ');
+            bufs.log_line.extend_from_slice(&raw[req.target.clone()]);
+        }
         let method_len = method.len();
         let is_head = method == b"HEAD";
         bufs.is_head = is_head;
@@ -437,7 +441,7 @@ impl Conn<'_> {
         if bufs.edits.path.is_none() {
             bufs.edits.path = norm;
         }
-        if bufs.edits.path.is_some() || bufs.edits.query.is_some() {
+        if logging && (bufs.edits.path.is_some() || bufs.edits.query.is_some()) {
             // A key was taken out of the path or query (or the path was
             // normalised): log what was forwarded.
             let raw = bufs.inb.filled();
