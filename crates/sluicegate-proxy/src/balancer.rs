@@ -93,6 +93,14 @@ impl Balancer {
 
     /// Picks a healthy endpoint index among `endpoints` (never empty);
     /// `None` when every endpoint is unhealthy.
+    /// Whether picks read the endpoints' latency averages ([`Ewma`]);
+    /// only then does a request update its endpoint's. An average weighs
+    /// its old value by the time since its last sample, so one that starts
+    /// to count again after a reload to `p2c` keeps little of a stale one.
+    pub fn reads_latency(&self) -> bool {
+        matches!(self.kind, Kind::P2c)
+    }
+
     pub fn pick(&self, endpoints: &[Arc<EndpointState>], cx: &PickContext<'_>) -> Option<usize> {
         let n = endpoints.len();
         let ok = |i: usize| endpoints[i].in_rotation();

@@ -593,7 +593,9 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     };
     let head_at = Instant::now();
     let upstream_us = head_at.duration_since(sent_at).as_micros() as u64;
-    ep.ewma.observe(epoch_us(head_at), upstream_us as f64);
+    if service.balancer.reads_latency() {
+        ep.ewma.observe(epoch_us(head_at), upstream_us as f64);
+    }
     let status = bufs.res.status;
     let res_body = bufs.res.body();
     let close = close_req
