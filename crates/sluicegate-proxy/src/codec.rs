@@ -581,8 +581,8 @@ mod tests {
 
     #[test]
     fn eq_lower_agrees_with_eq_ignore_ascii_case() {
-        // Every byte value at every position of each literal, and every
-        // length around it: the same answer as the standard comparison.
+        // Every byte value at every position of each literal, and one byte
+        // shorter and longer: the same answer as the standard comparison.
         for lit in [
             &b"content-length"[..],
             b"te",

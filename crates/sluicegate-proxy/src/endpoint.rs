@@ -113,6 +113,8 @@ impl EndpointState {
         // are SeqCst: either the dropper sees the waiter or the waiter's
         // look sees the freed slot).
         self.waiting.fetch_add(1, Ordering::SeqCst);
+        // Uncounted however the wait ends, also when the future is dropped.
+        let _waiting = Waiting(&self.waiting);
         let got = tokio::time::timeout(wait, async {
             loop {
                 let notified = self.freed.notified();
@@ -125,12 +127,20 @@ impl EndpointState {
             }
         })
         .await;
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
         got.ok()
     }
 
     pub fn idle_changed(&self, delta: i64) {
         self.idle.fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+/// One waiter counted in [`EndpointState::acquire`] until dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -154,6 +164,14 @@ impl Drop for Permit<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Polls `f` once and drops it, whatever it returned.
+    async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> bool {
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::pin::Pin::new(&mut f).poll(cx).is_ready())
+        })
+        .await
+    }
 
     fn ep(max: usize) -> EndpointState {
         EndpointState::new(0, "e".into(), "127.0.0.1:1".parse().unwrap(), 1, max)
@@ -206,6 +224,12 @@ mod tests {
             drop(b);
         };
         let (p1, p2, p3, ()) = tokio::join!(w1, w2, w3, free);
+        // A wait given up before it ends (its future dropped) is uncounted too.
+        {
+            let dropped = std::pin::pin!(e.acquire(Duration::from_secs(5)));
+            let _ = futures_poll_once(dropped).await;
+        }
+        assert_eq!(e.waiting.load(Ordering::SeqCst), 0);
         // Two slots were freed: two waiters got one, the third timed out.
         let got = [p1.is_some(), p2.is_some(), p3.is_some()];
         assert_eq!(got.iter().filter(|g| **g).count(), 2, "{got:?}");
