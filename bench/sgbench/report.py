@@ -10,6 +10,15 @@ def _median(values):
     return statistics.median(values) if values else None
 
 
+def _load_us_per_req(r):
+    """CPU of the load core (upstream plus load generator) per request, in µs."""
+    n = r.get("requests")
+    up, lg = r.get("upstream_cpu_s"), r.get("loadgen_cpu_s")
+    if not n or up is None or lg is None:
+        return None
+    return (up + lg) * 1e6 / n
+
+
 def summarize(runs, targets):
     """Per target: medians over its kept runs of one scenario."""
     out = {}
@@ -27,6 +36,7 @@ def summarize(runs, targets):
             "user_us_per_req": _median(p["user_us_per_req"] for p in px),
             "sys_us_per_req": _median(p["sys_us_per_req"] for p in px),
             "rss_kib": _median(p["rss_max_kib"] for p in px),
+            "load_us_per_req": _median(_load_us_per_req(r) for r in rs),
             "errors": sum(r["errors"] or 0 for r in rs),
             "failed": sum(1 for r in rs if r.get("error")),
             "flagged": sum(1 for r in rs if r.get("disturbed")),
@@ -54,7 +64,7 @@ def scenario_table(summary):
     direct = summary.get("direct", {})
     head = ("| target | req/s (median) | req per proxy CPU-s | user µs/req | sys µs/req "
             "| p50 | p99 | p50 added vs direct | proxy RSS MiB | req/CPU-s vs HAProxy "
-            "| req/CPU-s vs nginx | req/s vs direct | errors | runs | notes |")
+            "| req/CPU-s vs nginx | req/s vs direct | load core µs/req | errors | runs | notes |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for t, s in summary.items():
         added = None
@@ -79,6 +89,7 @@ def scenario_table(summary):
             _ratio(s["req_per_cpu_s"], hap),
             _ratio(s["req_per_cpu_s"], ngx),
             _ratio(s["req_s"], direct.get("req_s")),
+            _num(s["load_us_per_req"], "{:.2f}"),
             str(s["errors"]),
             str(s["runs"]),
             ", ".join(notes),
