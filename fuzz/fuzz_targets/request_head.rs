@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluicegate_proxy::codec::{parse_request, parse_response, Parsed, RequestHead, ResponseHead};
-use sluicegate_proxy::forward::{strip_port, Target};
+use sluicegate_proxy::target::{strip_port, Target};
 
 fuzz_target!(|data: &[u8]| {
     let mut head = RequestHead::default();

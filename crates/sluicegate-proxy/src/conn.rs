@@ -10,185 +10,27 @@
 //! An idle connection holds no buffers: they go back to the worker's free
 //! list while it waits for the next request.
 
-use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::accesslog::{self, Sink};
-use crate::busypoll::BusyPoll;
-use crate::codec::{self, BodyKind, HeadError, Parsed, RequestHead, ResponseHead};
-use crate::deadline::{Deadlines, Wait};
-use crate::filter::{Answer, Edits, Refuse, ReqCx};
+use crate::accesslog;
+use crate::body::CLIENT_WRITE_TIMEOUT;
+use crate::codec::{self, BodyKind, HeadError, Parsed};
+use crate::filter::{Answer, Refuse, ReqCx};
 use crate::forward::{self, Outcome};
-use crate::io::{write_all_by, Pool, ReadError, RecvBuf};
+use crate::io::{write_all_by, ReadError};
 use crate::response::{self, ErrorKind};
 use crate::router::RouteRequest;
-use crate::snapshot::{ActionRt, Shared, Snapshot};
+use crate::snapshot::{ActionRt, Snapshot};
+use crate::target::Target;
+use crate::worker::{Bufs, Worker, BUF_SIZE};
 
-/// Initial size of each receive buffer.
-const BUF_SIZE: usize = 16 * 1024;
-/// Buffers larger than this are not kept on the free list.
-const KEEP_BUF_MAX: usize = 128 * 1024;
-/// Most free buffer sets a worker keeps (about 48 KiB each): as many as its
-/// requests in flight need, so a busy worker does not free a set at the end
-/// of one request and allocate and zero another for the next.
-const FREE_LIST_MAX: usize = 2048;
-/// Free sets kept however long they sit unused; above this, sets unused
-/// for a whole tick are freed ([`Worker::trim_bufs`]).
-const FREE_LIST_KEEP: usize = 32;
 /// Bodies up to this size are read and discarded when the gateway answers
 /// without forwarding; larger ones close the connection instead.
 const DISCARD_MAX: u64 = 64 * 1024;
-/// How long a response write to a client may take.
-const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A worker thread's state, shared by its connection tasks.
-pub struct Worker {
-    pub shared: Arc<Shared>,
-    pub pool: RefCell<Pool>,
-    pub log_buf: RefCell<Vec<u8>>,
-    /// The sink the buffered lines belong to (the log in force when their
-    /// requests ran, even if a reload changed it since).
-    log_sink: RefCell<Option<Arc<Sink>>>,
-    /// Deadlines of the waits on this worker's sockets, and its shutdown
-    /// signal.
-    pub deadlines: Deadlines,
-    /// Connections this worker is serving now.
-    pub active: Cell<usize>,
-    /// Keeps the worker polling between requests when `busy_poll` is set.
-    pub busy: BusyPoll,
-    // Boxed on purpose: the sets move between the list and connections,
-    // and a pointer moves cheaper than the struct.
-    #[allow(clippy::vec_box)]
-    free: RefCell<Vec<Box<Bufs>>>,
-    /// The fewest sets the free list held since the last trim: that many
-    /// sat unused all along (the list is used from its end).
-    free_low: Cell<usize>,
-}
-
-/// Per-request scratch space, reused across requests and connections.
-pub struct Bufs {
-    /// Bytes from the client.
-    pub inb: RecvBuf,
-    /// Bytes from the upstream.
-    pub upb: RecvBuf,
-    /// Bytes being assembled for a write.
-    pub out: Vec<u8>,
-    pub req: RequestHead,
-    pub res: ResponseHead,
-    /// Method and target of the current request, for the access log.
-    pub log_line: Vec<u8>,
-    /// The current request is HEAD: answers carry no body.
-    pub is_head: bool,
-    /// What the route's filters changed for the current request.
-    pub edits: Edits,
-}
-
-impl Worker {
-    pub fn new(shared: Arc<Shared>) -> Worker {
-        Worker {
-            shared,
-            pool: RefCell::new(Pool::default()),
-            log_buf: RefCell::new(Vec::new()),
-            log_sink: RefCell::new(None),
-            deadlines: Deadlines::new(),
-            active: Cell::new(0),
-            busy: BusyPoll::default(),
-            free: RefCell::new(Vec::new()),
-            free_low: Cell::new(0),
-        }
-    }
-
-    fn take_bufs(&self) -> Box<Bufs> {
-        // Boxed so a connection task's future stays small and moves cheaply,
-        // and kept boxed on the free list so reuse moves only a pointer.
-        let mut free = self.free.borrow_mut();
-        let set = free.pop();
-        self.free_low.set(self.free_low.get().min(free.len()));
-        set.unwrap_or_else(|| {
-            Box::new(Bufs {
-                inb: RecvBuf::new(BUF_SIZE),
-                upb: RecvBuf::new(BUF_SIZE),
-                out: Vec::with_capacity(BUF_SIZE),
-                req: RequestHead::default(),
-                res: ResponseHead::default(),
-                log_line: Vec::new(),
-                is_head: false,
-                edits: Edits::default(),
-            })
-        })
-    }
-
-    /// Frees the buffer sets that sat unused since the last call, beyond
-    /// [`FREE_LIST_KEEP`]; the worker calls it every tick. After a burst
-    /// the list shrinks to what the load still uses within a tick or two.
-    pub fn trim_bufs(&self) {
-        let mut free = self.free.borrow_mut();
-        let unused = self.free_low.get().min(free.len());
-        let drop = unused.saturating_sub(FREE_LIST_KEEP);
-        // The oldest sets sit at the front.
-        free.drain(..drop);
-        self.free_low.set(free.len());
-    }
-
-    /// Free buffer sets held now.
-    pub fn free_bufs(&self) -> usize {
-        self.free.borrow().len()
-    }
-
-    fn give_bufs(&self, mut b: Box<Bufs>) {
-        let mut free = self.free.borrow_mut();
-        if free.len() < FREE_LIST_MAX
-            && b.out.capacity() <= KEEP_BUF_MAX
-            && b.inb.capacity() <= KEEP_BUF_MAX
-            && b.upb.capacity() <= KEEP_BUF_MAX
-        {
-            b.inb.clear();
-            b.upb.clear();
-            b.out.clear();
-            // The rest of the edits is cleared before each use.
-            b.edits.guards.clear();
-            free.push(b);
-        }
-    }
-
-    /// Writes buffered access log lines to the sink they belong to.
-    pub fn flush_log(&self) {
-        let mut buf = self.log_buf.borrow_mut();
-        if buf.is_empty() {
-            return;
-        }
-        if let Some(sink) = &*self.log_sink.borrow() {
-            sink.write(&buf);
-        }
-        buf.clear();
-    }
-
-    /// The log buffer, ready for a line bound for `sink`: lines buffered
-    /// for another sink (before a reload) are written out first.
-    fn log_buf_for(&self, sink: &Arc<Sink>) -> std::cell::RefMut<'_, Vec<u8>> {
-        let same = matches!(&*self.log_sink.borrow(), Some(s) if Arc::ptr_eq(s, sink));
-        if !same {
-            self.flush_log();
-            *self.log_sink.borrow_mut() = Some(sink.clone());
-        }
-        self.log_buf.borrow_mut()
-    }
-
-    /// True once the worker started draining.
-    pub fn shutting_down(&self) -> bool {
-        self.deadlines.shutting_down()
-    }
-
-    /// A wait that gives up at `deadline`.
-    pub fn until(&self, deadline: Instant) -> Wait<'_> {
-        self.deadlines.at(deadline)
-    }
-}
 
 /// Keeps the connection counts right however the task ends.
 struct ActiveGuard<'a>(&'a Worker);
@@ -368,7 +210,7 @@ impl Conn<'_> {
         let raw = bufs.inb.filled();
         let req = &bufs.req;
         let method = &raw[req.method.clone()];
-        let target = match forward::Target::parse(raw, req) {
+        let target = match Target::parse(raw, req) {
             Ok(t) => t,
             Err(kind) => {
                 self.fail_early(bufs, kind).await;
@@ -394,7 +236,7 @@ impl Conn<'_> {
                 return Next::Close;
             }
         };
-        let host = target.host(raw).map(forward::strip_port);
+        let host = target.host(raw).map(crate::target::strip_port);
         let found = snap.router.find(&RouteRequest {
             host,
             method,
@@ -575,7 +417,7 @@ impl Conn<'_> {
         let mut outcome = Outcome::local(status, body_len as u64, close);
         if let (false, BodyKind::Length(n)) = (close, body) {
             let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
-            if forward::discard(&self.client, &mut bufs.inb, n, self.worker.until(deadline))
+            if crate::body::discard(&self.client, &mut bufs.inb, n, self.worker.until(deadline))
                 .await
                 .is_err()
             {
@@ -641,7 +483,7 @@ impl Conn<'_> {
 fn run_filters(
     route: &crate::snapshot::RouteRt,
     bufs: &mut Bufs,
-    (norm, target): (Option<&[u8]>, &forward::Target),
+    (norm, target): (Option<&[u8]>, &Target),
     prefix_len: usize,
     now: Instant,
     client: std::net::IpAddr,
@@ -695,48 +537,5 @@ impl Outcome<'_> {
         } else {
             Next::KeepAlive
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn worker() -> Worker {
-        let cfg = sluicegate_config::parse_offline("listen: [\"127.0.0.1:9\"]\n").unwrap();
-        Worker::new(Shared::new(&cfg).unwrap())
-    }
-
-    #[test]
-    fn free_buffer_sets_follow_the_load_and_idle_ones_are_freed() {
-        let w = worker();
-        // 300 requests in flight at once: all 300 sets come back to the list.
-        let sets: Vec<_> = (0..300).map(|_| w.take_bufs()).collect();
-        for s in sets {
-            w.give_bufs(s);
-        }
-        assert_eq!(w.free_bufs(), 300);
-        // Every one was in use during this tick: none is freed.
-        w.trim_bufs();
-        assert_eq!(w.free_bufs(), 300);
-        // Next tick 100 are in use at the peak: the 200 others sat unused,
-        // and all but the reserve of them are freed.
-        let sets: Vec<_> = (0..100).map(|_| w.take_bufs()).collect();
-        for s in sets {
-            w.give_bufs(s);
-        }
-        w.trim_bufs();
-        assert_eq!(w.free_bufs(), 100 + FREE_LIST_KEEP);
-        // An idle tick leaves the reserve only, however many ticks pass.
-        w.trim_bufs();
-        assert_eq!(w.free_bufs(), FREE_LIST_KEEP);
-        w.trim_bufs();
-        assert_eq!(w.free_bufs(), FREE_LIST_KEEP);
-        // The list never holds more than its cap.
-        let sets: Vec<_> = (0..FREE_LIST_MAX + 10).map(|_| w.take_bufs()).collect();
-        for s in sets {
-            w.give_bufs(s);
-        }
-        assert_eq!(w.free_bufs(), FREE_LIST_MAX);
     }
 }

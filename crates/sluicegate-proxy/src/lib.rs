@@ -6,6 +6,7 @@
 pub mod accesslog;
 pub mod apps;
 pub mod balancer;
+pub mod body;
 pub mod breaker;
 pub mod busypoll;
 pub mod chunked;
@@ -24,6 +25,9 @@ pub mod response;
 pub mod router;
 pub mod server;
 pub mod snapshot;
+pub mod target;
+pub mod upstream_head;
+pub mod worker;
 
 pub use server::Gateway;
 pub use snapshot::{Shared, Snapshot};

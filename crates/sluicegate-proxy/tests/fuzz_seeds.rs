@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use sluicegate_proxy::chunked::ChunkedDecoder;
 use sluicegate_proxy::codec::{parse_request, parse_response, Parsed, RequestHead, ResponseHead};
-use sluicegate_proxy::forward::Target;
+use sluicegate_proxy::target::Target;
 
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

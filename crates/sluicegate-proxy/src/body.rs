@@ -1,0 +1,249 @@
+//! Message bodies on the forwarding path: the request body streamed
+//! upstream (re-chunked when chunked), the response body streamed back, and
+//! the client bytes read and dropped when an answer came before the body
+//! ended.
+
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use crate::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
+use crate::codec::BodyKind;
+use crate::conn::Conn;
+use crate::deadline::{Deadlines, Wait};
+use crate::io::{write_all_by, RecvBuf};
+use crate::snapshot::{ServiceRt, Snapshot};
+use crate::worker::Bufs;
+
+/// Reads while streaming bodies use buffers up to this size.
+pub(crate) const STREAM_BUF: usize = 64 * 1024;
+/// Flush re-encoded chunks once this much is pending.
+const FLUSH_AT: usize = 32 * 1024;
+/// How long a write to the client may take.
+pub(crate) const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub(crate) enum BodyError {
+    /// The client went away or stalled.
+    Client,
+    Upstream,
+    BadChunk,
+    TooLarge,
+}
+
+/// Reads and drops `n` body bytes from the client.
+pub async fn discard(
+    client: &TcpStream,
+    inb: &mut RecvBuf,
+    mut n: u64,
+    wait: Wait<'_>,
+) -> Result<(), ()> {
+    loop {
+        let take = (inb.len() as u64).min(n) as usize;
+        inb.consume(take);
+        n -= take as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        match inb.fill(client, STREAM_BUF, wait).await {
+            Ok(0) | Err(_) => return Err(()),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// After answering before the client finished sending its body, reads and
+/// drops what it still sends (bounded in bytes and time) before the close,
+/// so the client reads the answer instead of a reset.
+pub(crate) async fn linger(dl: &Deadlines, client: &TcpStream, inb: &mut RecvBuf, max: u64) {
+    const IDLE: Duration = Duration::from_secs(1);
+    const TOTAL: Duration = Duration::from_secs(10);
+    let until = Instant::now() + TOTAL;
+    let mut dropped = 0u64;
+    while dropped <= max && Instant::now() < until {
+        inb.clear();
+        match inb
+            .fill(
+                client,
+                STREAM_BUF,
+                dl.at((Instant::now() + IDLE).min(until)),
+            )
+            .await
+        {
+            Ok(n) if n > 0 => dropped += n as u64,
+            _ => break,
+        }
+    }
+}
+
+/// Streams the rest of a request body upstream; returns the bytes sent.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn send_body(
+    dl: &Deadlines,
+    client: &TcpStream,
+    up: &TcpStream,
+    inb: &mut RecvBuf,
+    out: &mut Vec<u8>,
+    body: BodyKind,
+    mut remaining: u64,
+    snap: &Snapshot,
+) -> Result<u64, BodyError> {
+    let idle = snap.timeouts.client_body;
+    let mut sent = 0;
+    match body {
+        BodyKind::Length(_) => {
+            while remaining > 0 {
+                if inb.is_empty() {
+                    match inb.fill(client, STREAM_BUF, dl.after(idle)).await {
+                        Ok(0) | Err(_) => return Err(BodyError::Client),
+                        Ok(_) => {}
+                    }
+                }
+                let take = (inb.len() as u64).min(remaining) as usize;
+                write_all_by(up, &inb.filled()[..take], dl.after(idle))
+                    .await
+                    .map_err(|_| BodyError::Upstream)?;
+                inb.consume(take);
+                remaining -= take as u64;
+                sent += take as u64;
+            }
+        }
+        BodyKind::Chunked => {
+            let mut dec = ChunkedDecoder::new();
+            loop {
+                let step = dec.step(inb.filled()).map_err(|_| BodyError::BadChunk)?;
+                if let Some(r) = step.data {
+                    write_chunk_header(out, r.len());
+                    out.extend_from_slice(&inb.filled()[r]);
+                    out.extend_from_slice(b"\r\n");
+                }
+                inb.consume(step.consumed);
+                if dec.total > snap.limits.max_body_bytes {
+                    return Err(BodyError::TooLarge);
+                }
+                if dec.is_done() {
+                    out.extend_from_slice(LAST_CHUNK);
+                }
+                if dec.is_done() || out.len() >= FLUSH_AT || inb.is_empty() {
+                    write_all_by(up, out, dl.after(idle))
+                        .await
+                        .map_err(|_| BodyError::Upstream)?;
+                    out.clear();
+                }
+                if dec.is_done() {
+                    sent = dec.total;
+                    break;
+                }
+                if inb.is_empty() {
+                    match inb.fill(client, STREAM_BUF, dl.after(idle)).await {
+                        Ok(0) | Err(_) => return Err(BodyError::Client),
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
+        BodyKind::None | BodyKind::UntilClose => {}
+    }
+    Ok(sent)
+}
+
+/// Streams the response body to the client after the head in `bufs.out`.
+/// Returns body bytes written; on error, the bytes written so far and
+/// whether the upstream (true) or the client failed.
+pub(crate) async fn relay_body(
+    conn: &Conn<'_>,
+    up: &TcpStream,
+    bufs: &mut Bufs,
+    body: BodyKind,
+    rechunk: bool,
+    service: &ServiceRt,
+) -> Result<u64, (u64, bool)> {
+    let idle = service.timeouts.response_body;
+    let client = &conn.client;
+    let dl = &conn.worker.deadlines;
+    let wdl = || dl.after(CLIENT_WRITE_TIMEOUT);
+    let mut written = 0u64;
+    match body {
+        BodyKind::None => {
+            write_all_by(client, &bufs.out, wdl())
+                .await
+                .map_err(|_| (0, false))?;
+        }
+        BodyKind::Length(n) => {
+            let take = (bufs.upb.len() as u64).min(n) as usize;
+            bufs.out.extend_from_slice(&bufs.upb.filled()[..take]);
+            bufs.upb.consume(take);
+            write_all_by(client, &bufs.out, wdl())
+                .await
+                .map_err(|_| (0, false))?;
+            written = take as u64;
+            while written < n {
+                match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
+                    Ok(0) | Err(_) => return Err((written, true)),
+                    Ok(_) => {}
+                }
+                let take = (bufs.upb.len() as u64).min(n - written) as usize;
+                write_all_by(client, &bufs.upb.filled()[..take], wdl())
+                    .await
+                    .map_err(|_| (written, false))?;
+                bufs.upb.consume(take);
+                written += take as u64;
+            }
+        }
+        BodyKind::Chunked => {
+            let mut dec = ChunkedDecoder::new();
+            loop {
+                let step = dec.step(bufs.upb.filled()).map_err(|_| (written, true))?;
+                if let Some(r) = step.data {
+                    if rechunk {
+                        write_chunk_header(&mut bufs.out, r.len());
+                    }
+                    bufs.out.extend_from_slice(&bufs.upb.filled()[r.clone()]);
+                    if rechunk {
+                        bufs.out.extend_from_slice(b"\r\n");
+                    }
+                    written += r.len() as u64;
+                }
+                bufs.upb.consume(step.consumed);
+                if dec.is_done() && rechunk {
+                    bufs.out.extend_from_slice(LAST_CHUNK);
+                }
+                if dec.is_done() || bufs.out.len() >= FLUSH_AT || bufs.upb.is_empty() {
+                    write_all_by(client, &bufs.out, wdl())
+                        .await
+                        .map_err(|_| (written, false))?;
+                    bufs.out.clear();
+                }
+                if dec.is_done() {
+                    break;
+                }
+                if bufs.upb.is_empty() {
+                    match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
+                        Ok(0) | Err(_) => return Err((written, true)),
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
+        BodyKind::UntilClose => {
+            written = bufs.upb.len() as u64;
+            bufs.out.extend_from_slice(bufs.upb.filled());
+            bufs.upb.clear();
+            write_all_by(client, &bufs.out, wdl())
+                .await
+                .map_err(|_| (0, false))?;
+            loop {
+                match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
+                    Ok(0) => break,
+                    Err(_) => return Err((written, true)),
+                    Ok(_) => {}
+                }
+                write_all_by(client, bufs.upb.filled(), wdl())
+                    .await
+                    .map_err(|_| (written, false))?;
+                written += bufs.upb.len() as u64;
+                bufs.upb.clear();
+            }
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,205 @@
+//! Heads on the upstream side: the request head as it goes upstream (Host,
+//! X-Forwarded-*, framing), and the response head read back (1xx relayed)
+//! and rewritten for the client.
+
+use std::time::Instant;
+
+use tokio::net::TcpStream;
+
+use crate::codec::{self, BodyKind, Parsed, RequestHead};
+use crate::conn::Conn;
+use crate::endpoint::EndpointState;
+use crate::filter::Edits;
+use crate::io::{write_all_by, ReadError, RecvBuf};
+use crate::response;
+use crate::target::Target;
+use crate::worker::Bufs;
+
+/// Largest response head accepted from an upstream.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+pub(crate) enum HeadError {
+    /// Closed or reset before any response byte.
+    ClosedEarly,
+    Timeout,
+    Invalid,
+}
+
+/// Writes the request head as it goes upstream into `out`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_request_head(
+    out: &mut Vec<u8>,
+    raw: &[u8],
+    req: &RequestHead,
+    t: &Target,
+    strip: usize,
+    peer_ip: &str,
+    ep: &EndpointState,
+    edits: &Edits,
+) {
+    out.clear();
+    out.extend_from_slice(&raw[req.method.clone()]);
+    out.push(b' ');
+    let path = edits.path.as_deref().unwrap_or_else(|| t.path(raw));
+    let path = if !edits.path_final && strip > 0 && strip <= path.len() {
+        let rest = &path[strip..];
+        if rest.is_empty() {
+            b"/"
+        } else {
+            rest
+        }
+    } else {
+        path
+    };
+    out.extend_from_slice(path);
+    match &edits.query {
+        Some(q) => out.extend_from_slice(q),
+        None => out.extend_from_slice(&raw[t.query.clone()]),
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let replace_host = t.authority.is_some();
+    codec::append_header_lines(out, raw, &req.headers, req.len, true, |h| {
+        !(h.skip || (replace_host && raw[h.name.clone()].eq_ignore_ascii_case(b"host")))
+    });
+    if replace_host || req.host.is_none() {
+        out.extend_from_slice(b"host: ");
+        match &t.authority {
+            Some(a) => out.extend_from_slice(&raw[a.clone()]),
+            None => out.extend_from_slice(ep.name.as_bytes()),
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    for v in &req.xff {
+        out.extend_from_slice(&raw[v.clone()]);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(peer_ip.as_bytes());
+    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    out.extend_from_slice(&edits.request_headers);
+    if let Some(h) = t.host(raw) {
+        out.extend_from_slice(b"x-forwarded-host: ");
+        out.extend_from_slice(h);
+        out.extend_from_slice(b"\r\n");
+    }
+    match req.body() {
+        BodyKind::Length(n) => response::content_length(out, n),
+        BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyKind::None | BodyKind::UntilClose => {}
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Resolves when the upstream sends something while the request body is
+/// still being streamed: true when response bytes arrived (kept in `upb`),
+/// false when it closed or failed. Stale readiness from a pooled
+/// connection's previous response is cleared by the failed read.
+pub(crate) async fn early_response(up: &TcpStream, upb: &mut RecvBuf) -> bool {
+    loop {
+        if crate::io::read_ready(up).await.is_err() {
+            return false;
+        }
+        match upb.try_fill(up, MAX_RESPONSE_HEAD) {
+            Ok(None) => continue,
+            Ok(Some(n)) => return n > 0,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Reads the final response head into `bufs.res`, relaying 1xx
+/// informational responses (other than 100) to HTTP/1.1 clients.
+pub(crate) async fn read_response_head(
+    up: &TcpStream,
+    conn: &Conn<'_>,
+    bufs: &mut Bufs,
+    is_head: bool,
+    client_minor: u8,
+    deadline: Instant,
+) -> Result<(), HeadError> {
+    let mut got = false;
+    loop {
+        match codec::parse_response(bufs.upb.filled(), MAX_RESPONSE_HEAD, is_head, &mut bufs.res) {
+            Ok(Parsed::Complete(())) => {
+                let status = bufs.res.status;
+                if status >= 200 {
+                    return Ok(());
+                }
+                if status == 101 {
+                    return Err(HeadError::Invalid);
+                }
+                if status != 100 && client_minor == 1 {
+                    let info = &bufs.upb.filled()[..bufs.res.len];
+                    let _ = write_all_by(&conn.client, info, conn.worker.until(deadline)).await;
+                }
+                bufs.upb.consume(bufs.res.len);
+                got = true;
+            }
+            Ok(Parsed::Partial) => match bufs
+                .upb
+                .fill(up, MAX_RESPONSE_HEAD, conn.worker.until(deadline))
+                .await
+            {
+                Ok(0) | Err(ReadError::Io(_) | ReadError::Shutdown) => {
+                    return Err(if bufs.upb.is_empty() && !got {
+                        HeadError::ClosedEarly
+                    } else {
+                        HeadError::Invalid
+                    })
+                }
+                Ok(_) => {}
+                Err(ReadError::Timeout) => return Err(HeadError::Timeout),
+            },
+            Err(_) => return Err(HeadError::Invalid),
+        }
+    }
+}
+
+/// Writes the response head as it goes to the client into `bufs.out` and
+/// consumes the upstream's head from `bufs.upb`.
+pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8) {
+    let raw = bufs.upb.filled();
+    let res = &bufs.res;
+    let out = &mut bufs.out;
+    out.clear();
+    // Status line: our version, the upstream's code and reason.
+    let line_end = memchr::memchr(b'\n', raw).unwrap_or(0);
+    let mut line = &raw[9.min(line_end)..line_end];
+    if line.last() == Some(&b'\r') {
+        line = &line[..line.len() - 1];
+    }
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(line);
+    out.extend_from_slice(b"\r\n");
+    let body = res.body();
+    // With no body (HEAD, 304), the upstream's Content-Length still
+    // describes the resource and is passed on.
+    let keep_length = body == BodyKind::None && res.status != 204 && res.status >= 200;
+    let ops = bufs.edits.response_ops.as_deref();
+    let cors = bufs.edits.cors;
+    codec::append_header_lines(out, raw, &res.headers, res.len, res.crlf, |h| {
+        let name = &raw[h.name.clone()];
+        (!h.skip || (keep_length && codec::eq_lower(name, b"content-length")))
+            && !ops.is_some_and(|o| o.drops(name))
+            && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
+    });
+    if let Some(o) = ops {
+        out.extend_from_slice(&o.lines);
+    }
+    match body {
+        BodyKind::Length(n) => response::content_length(out, n),
+        BodyKind::Chunked if client_minor == 1 => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n")
+        }
+        _ => {}
+    }
+    out.extend_from_slice(&bufs.edits.response_headers);
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    } else if client_minor == 0 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    let len = res.len;
+    bufs.upb.consume(len);
+}
