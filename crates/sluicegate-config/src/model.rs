@@ -432,6 +432,10 @@ pub struct Service {
     pub retries: Retries,
     /// Passive outlier detection per endpoint; `None`: off.
     pub breaker: Option<Breaker>,
+    /// The gateway writes X-Forwarded-For, -Proto and -Host on requests to
+    /// this service (default). Off: it writes none of them, and those the
+    /// client sent are still not passed on.
+    pub forwarded_headers: bool,
 }
 
 /// A service's `retries`.

@@ -1,4 +1,4 @@
-//! The `services` list: names, endpoints (with address resolution), balancing, upstream timeouts and health checks.
+//! The `services` list: names, endpoints (with address resolution), balancing, upstream timeouts, health checks and forwarded headers.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -17,6 +17,7 @@ const SERVICE_KEYS: &[&str] = &[
     "health",
     "retries",
     "breaker",
+    "forwarded_headers",
 ];
 
 /// Default for `max_connections_per_endpoint`.
@@ -105,6 +106,10 @@ fn service<'n>(
             max_connections_per_endpoint = n;
         }
     }
+    let forwarded_headers = match f.get("forwarded_headers") {
+        None => Some(true),
+        Some(n) => reader::boolean(cx, n, path.key("forwarded_headers")),
+    };
     let mut timeouts = UpstreamTimeouts::default();
     if let Some(node) = f.get("timeouts") {
         upstream_timeouts(cx, node, path.key("timeouts"), &mut timeouts);
@@ -131,6 +136,7 @@ fn service<'n>(
         health: health?,
         retries: retries?,
         breaker: breaker?,
+        forwarded_headers: forwarded_headers?,
     })
 }
 

@@ -185,7 +185,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         &bufs.req,
         target,
         strip,
-        &conn.peer_ip,
+        service.forwarded_headers.then_some(&*conn.peer_ip),
         ep,
         &bufs.edits,
     );

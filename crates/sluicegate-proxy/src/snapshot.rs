@@ -41,6 +41,8 @@ pub struct ServiceRt {
     /// Active health checks of the endpoints, if configured.
     pub health: Option<sluicegate_config::HealthCheck>,
     pub retries: RetryBudget,
+    /// Write X-Forwarded-For, -Proto and -Host upstream.
+    pub forwarded_headers: bool,
 }
 
 /// A service's retry settings and budget: every request adds a share of
@@ -441,6 +443,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 timeouts: svc.timeouts.clone(),
                 health: svc.health.clone(),
                 retries: RetryBudget::with_tokens(svc.retries.clone(), tokens),
+                forwarded_headers: svc.forwarded_headers,
             }),
         );
     }

@@ -25,7 +25,9 @@ pub(crate) enum HeadError {
     Invalid,
 }
 
-/// Writes the request head as it goes upstream into `out`.
+/// Writes the request head as it goes upstream into `out`. `forwarded` is
+/// the client's address when the service takes X-Forwarded-* headers; the
+/// ones the client sent are never passed on as received.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_request_head(
     out: &mut Vec<u8>,
@@ -33,7 +35,7 @@ pub(crate) fn write_request_head(
     req: &RequestHead,
     t: &Target,
     strip: usize,
-    peer_ip: &str,
+    forwarded: Option<&str>,
     ep: &EndpointState,
     edits: &Edits,
 ) {
@@ -69,15 +71,17 @@ pub(crate) fn write_request_head(
         }
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(b"x-forwarded-for: ");
-    for v in &req.xff {
-        out.extend_from_slice(&raw[v.clone()]);
-        out.extend_from_slice(b", ");
+    if let Some(peer_ip) = forwarded {
+        out.extend_from_slice(b"x-forwarded-for: ");
+        for v in &req.xff {
+            out.extend_from_slice(&raw[v.clone()]);
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(peer_ip.as_bytes());
+        out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
     }
-    out.extend_from_slice(peer_ip.as_bytes());
-    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
     out.extend_from_slice(&edits.request_headers);
-    if let Some(h) = t.host(raw) {
+    if let (Some(_), Some(h)) = (forwarded, t.host(raw)) {
         out.extend_from_slice(b"x-forwarded-host: ");
         out.extend_from_slice(h);
         out.extend_from_slice(b"\r\n");

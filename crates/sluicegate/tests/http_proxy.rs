@@ -1,7 +1,7 @@
 //! Proxying end to end: to real nginx (`/test.html`, 1 MiB `/big`, a 5 MiB
 //! upload) and to the test upstream; bodies streamed both ways (content-length
 //! and chunked), HEAD, `Expect: 100-continue`, 204/304, hop-by-hop headers
-//! and the `X-Forwarded-*` headers.
+//! and the `X-Forwarded-*` headers (on by default, off per service).
 
 mod http_common;
 
@@ -407,6 +407,49 @@ fn hop_by_hop_headers_removed_and_forwarded_headers_set() {
     assert_eq!(resp.header("x-resp-hop"), None, "{:?}", resp.headers);
     assert_eq!(resp.header("keep-alive"), None, "{:?}", resp.headers);
     assert_eq!(resp.header("x-resp-keep"), Some("2"));
+}
+
+#[test]
+fn forwarded_headers_off_writes_none_and_passes_none_on() {
+    let up = TestUpstream::start();
+    let on = service("on", &[up.addr()], "");
+    let off = service("off", &[up.addr()], "    forwarded_headers: false\n");
+    let gw = Gw::start(&format!(
+        "services:\n{on}{off}routes:\n  - name: off\n    match: {{ path_prefix: /off/ }}\n    service: off\n    request_headers: {{ set: {{ X-Set: one }} }}\n  - name: on\n    match: {{ path_prefix: / }}\n    service: on\n"
+    ));
+    let sent = [
+        ("Host", "shop.example.test"),
+        ("X-Forwarded-For", "203.0.113.9"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Forwarded-Host", "evil.example.test"),
+        ("X-Keep-Me", "yes"),
+    ];
+    let resp = http_get(gw.addr(), "/off/echo", &sent);
+    assert_eq!(resp.status, 200);
+    let seen = up.last_request().unwrap();
+    for name in ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"] {
+        assert_eq!(
+            seen.header_all(name),
+            Vec::<&str>::new(),
+            "{name} sent upstream"
+        );
+    }
+    assert_eq!(seen.header("host"), Some("shop.example.test"));
+    assert_eq!(seen.header("x-keep-me"), Some("yes"));
+    assert_eq!(seen.header("x-set"), Some("one"));
+    // The other service on the same gateway still gets them.
+    let resp = http_get(gw.addr(), "/echo", &sent);
+    assert_eq!(resp.status, 200);
+    let seen = up.last_request().unwrap();
+    assert_eq!(
+        seen.header("x-forwarded-for"),
+        Some("203.0.113.9, 127.0.0.1")
+    );
+    assert_eq!(seen.header_all("x-forwarded-proto"), vec!["http"]);
+    assert_eq!(
+        seen.header_all("x-forwarded-host"),
+        vec!["shop.example.test"]
+    );
 }
 
 #[test]

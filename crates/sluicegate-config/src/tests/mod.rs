@@ -54,6 +54,7 @@ services:
   - name: api.v2
     endpoints:
       - addr: "[::1]:9003"
+    forwarded_headers: false
 routes:
   - name: web
     match: { host: "*.Example.com", path_prefix: /web/, methods: [get, POST], headers: { X-Env: canary } }
@@ -128,6 +129,7 @@ fn full_example_parses_to_the_expected_model() {
                 health: None,
                 retries: Default::default(),
                 breaker: None,
+                forwarded_headers: true,
             },
             Service {
                 name: "api.v2".into(),
@@ -143,6 +145,7 @@ fn full_example_parses_to_the_expected_model() {
                 health: None,
                 retries: Default::default(),
                 breaker: None,
+                forwarded_headers: false,
             },
         ],
         routes: vec![
