@@ -4,6 +4,7 @@
 //! A parsed head keeps byte ranges into the connection's read buffer, so a
 //! header is forwarded by copying its original bytes, never re-allocated.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 /// Most headers accepted in one message head; more is answered with 431.
@@ -305,9 +306,11 @@ pub fn parse_request(
     max: usize,
     head: &mut RequestHead,
 ) -> Result<Parsed<()>, HeadError> {
-    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut raw);
-    let len = match req.parse(buf) {
+    // Left uninitialised: httparse writes the headers it finds, and filling
+    // 128 empty ones first cost more than parsing a small head.
+    let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, &mut raw) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if buf.len() >= max {
@@ -471,9 +474,11 @@ pub fn parse_response(
     head_request: bool,
     head: &mut ResponseHead,
 ) -> Result<Parsed<()>, HeadError> {
-    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut res = httparse::Response::new(&mut raw);
-    let len = match res.parse(buf) {
+    let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut res, buf, &mut raw)
+    {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
             if buf.len() >= max {
