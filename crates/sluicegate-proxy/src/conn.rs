@@ -151,7 +151,13 @@ impl Conn<'_> {
         let max_head = snap.limits.max_header_bytes;
         let header_time = snap.timeouts.client_header;
         loop {
-            match codec::parse_request(bufs.inb.filled(), max_head, &mut bufs.req) {
+            // Nothing received yet (woken by readiness): read before parsing.
+            let parsed = if bufs.inb.is_empty() {
+                Ok(Parsed::Partial)
+            } else {
+                codec::parse_request(bufs.inb.filled(), max_head, &mut bufs.req)
+            };
+            match parsed {
                 Ok(Parsed::Complete(())) => break,
                 Ok(Parsed::Partial) => {
                     let wait = match started {

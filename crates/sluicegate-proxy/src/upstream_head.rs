@@ -123,7 +123,13 @@ pub(crate) async fn read_response_head(
 ) -> Result<(), HeadError> {
     let mut got = false;
     loop {
-        match codec::parse_response(bufs.upb.filled(), MAX_RESPONSE_HEAD, is_head, &mut bufs.res) {
+        // Right after the request went out nothing is there yet: read first.
+        let parsed = if bufs.upb.is_empty() {
+            Ok(Parsed::Partial)
+        } else {
+            codec::parse_response(bufs.upb.filled(), MAX_RESPONSE_HEAD, is_head, &mut bufs.res)
+        };
+        match parsed {
             Ok(Parsed::Complete(())) => {
                 let status = bufs.res.status;
                 if status >= 200 {
