@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use crate::accesslog;
 use crate::body::CLIENT_WRITE_TIMEOUT;
 use crate::codec::{self, BodyKind, HeadError, Parsed};
+use crate::deadline::Stop;
 use crate::filter::{Answer, Refuse, ReqCx};
 use crate::forward::{self, Outcome};
 use crate::io::{write_all_by, ReadError};
@@ -28,6 +29,9 @@ use crate::snapshot::{ActionRt, Snapshot};
 use crate::target::Target;
 use crate::worker::{Bufs, Worker, BUF_SIZE};
 
+/// How long a new connection may still take to send its first request once
+/// the worker is draining.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 /// Bodies up to this size are read and discarded when the gateway answers
 /// without forwarding; larger ones close the connection instead.
 const DISCARD_MAX: u64 = 64 * 1024;
@@ -97,7 +101,7 @@ impl Conn<'_> {
             // byte; between requests the keep-alive timeout applies.
             let t = &cache.load().timeouts;
             let wait = if first { t.client_header } else { t.keepalive };
-            if !self.await_next_request(wait).await {
+            if !self.await_next_request(wait, first).await {
                 return;
             }
             first = false;
@@ -118,8 +122,11 @@ impl Conn<'_> {
 
     /// Before a request: returns once its first bytes are there
     /// (true) or the connection should close (false). While nothing has
-    /// arrived the buffers go back to the worker.
-    async fn await_next_request(&mut self, wait: Duration) -> bool {
+    /// arrived the buffers go back to the worker. When the worker starts
+    /// draining, an idle keep-alive connection closes at once; a connection
+    /// that has not sent its first request yet (accepted just before the
+    /// drain, its request likely on the way) gets [`FIRST_REQUEST_GRACE`].
+    async fn await_next_request(&mut self, wait: Duration, first: bool) -> bool {
         let worker = self.worker;
         let bufs = self.bufs.get_or_insert_with(|| worker.take_bufs());
         if !bufs.inb.is_empty() {
@@ -136,11 +143,18 @@ impl Conn<'_> {
         if let Some(b) = self.bufs.take() {
             self.worker.give_bufs(b);
         }
-        let wait = worker.deadlines.after(wait).or_shutdown();
-        matches!(
-            wait.bound(crate::io::read_ready(&self.client)).await,
-            Ok(Ok(()))
-        )
+        let idle = worker.deadlines.after(wait).or_shutdown();
+        match idle.bound(crate::io::read_ready(&self.client)).await {
+            Ok(Ok(())) => true,
+            Err(Stop::Shutdown) if first => {
+                let grace = worker.deadlines.after(wait.min(FIRST_REQUEST_GRACE));
+                matches!(
+                    grace.bound(crate::io::read_ready(&self.client)).await,
+                    Ok(Ok(()))
+                )
+            }
+            _ => false,
+        }
     }
 
     /// Reads, routes and answers one request.

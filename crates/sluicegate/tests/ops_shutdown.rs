@@ -1,7 +1,8 @@
 //! Graceful shutdown on the real binary: SIGTERM lets an in-flight request
 //! finish, refuses new connections at once, closes idle keep-alive
-//! connections and exits 0; `timeouts.drain` bounds the wait; SIGINT
-//! stops the same way.
+//! connections and exits 0, while a connection accepted before the signal
+//! may still send its first request; `timeouts.drain` bounds the wait;
+//! SIGINT stops the same way.
 
 mod ops_common;
 
@@ -202,4 +203,42 @@ fn sigint_stops_like_sigterm() {
         .expect("the gateway exits on SIGINT");
     assert!(status.success(), "exit status {status}");
     assert!(try_http_get(ports.addr(), "/hello", &[]).is_err());
+}
+
+#[test]
+fn a_connection_accepted_before_sigterm_may_still_send_its_first_request() {
+    let up = TestUpstream::start();
+    let ports = Ports::new();
+    let mut gw = start(ports, &config(ports, up.port(), ""));
+    // Connected (and accepted) before the signal, request not sent yet.
+    let mut fresh = TcpStream::connect(ports.addr()).unwrap();
+    thread::sleep(Duration::from_millis(200));
+    gw.terminate();
+    // The drain has begun: new connections are refused.
+    let addr = ports.addr();
+    let refused = wait_until(Duration::from_millis(500), || {
+        try_http_get(addr, "/hello", &[]).is_err()
+    });
+    check(&gw, refused, "new connections still served after SIGTERM");
+    fresh
+        .write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    fresh
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = fresh.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "the first request of a connection accepted before the drain got: {text:?}"
+    );
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    let status = gw
+        .wait_exit(Duration::from_secs(5))
+        .expect("the gateway exits after draining");
+    assert!(status.success(), "exit status {status}");
 }
