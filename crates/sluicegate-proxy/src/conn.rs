@@ -30,8 +30,9 @@ use crate::target::Target;
 use crate::worker::{Bufs, Worker, BUF_SIZE};
 
 /// How long a new connection may still take to send its first request once
-/// the worker is draining.
-const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+/// the worker is draining: enough for a request already on its way, short
+/// enough that a silent connection does not hold up the exit.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(100);
 /// Bodies up to this size are read and discarded when the gateway answers
 /// without forwarding; larger ones close the connection instead.
 const DISCARD_MAX: u64 = 64 * 1024;

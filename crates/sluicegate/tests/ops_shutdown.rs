@@ -214,12 +214,9 @@ fn a_connection_accepted_before_sigterm_may_still_send_its_first_request() {
     let mut fresh = TcpStream::connect(ports.addr()).unwrap();
     thread::sleep(Duration::from_millis(200));
     gw.terminate();
-    // The drain has begun: new connections are refused.
-    let addr = ports.addr();
-    let refused = wait_until(Duration::from_millis(500), || {
-        try_http_get(addr, "/hello", &[]).is_err()
-    });
-    check(&gw, refused, "new connections still served after SIGTERM");
+    // Sent after the drain began (it closes idle connections within a few
+    // ms), well within the grace of a connection's first request.
+    thread::sleep(Duration::from_millis(20));
     fresh
         .write_all(b"GET /hello HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
