@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use crate::accesslog;
 use crate::body::CLIENT_WRITE_TIMEOUT;
 use crate::codec::{self, BodyKind, HeadError, Parsed};
-use crate::deadline::Stop;
+use crate::deadline::{OwnSlot, Stop};
 use crate::filter::{Answer, Refuse, ReqCx};
 use crate::forward::{self, Outcome};
 use crate::io::{write_all_by, ReadError};
@@ -62,6 +62,8 @@ pub async fn serve(worker: Rc<Worker>, client: TcpStream, peer: SocketAddr) {
         peer,
         peer_ip: peer.ip().to_string(),
         bufs: None,
+        last_end: None,
+        slot: OwnSlot::new(&worker.deadlines),
     };
     conn.run().await;
     if let Some(b) = conn.bufs.take() {
@@ -76,6 +78,12 @@ pub struct Conn<'w> {
     /// The client's address as text, formatted once for X-Forwarded-For.
     pub peer_ip: String,
     bufs: Option<Box<Bufs>>,
+    /// When the last request's answer was written: the keep-alive timeout
+    /// counts from there, so waiting for the next request reads no clock.
+    last_end: Option<Instant>,
+    /// The deadline slot for this connection's waits for a request head
+    /// and for a response head (one at a time).
+    pub slot: OwnSlot<'w>,
 }
 
 /// A response the gateway writes itself.
@@ -144,11 +152,19 @@ impl Conn<'_> {
         if let Some(b) = self.bufs.take() {
             self.worker.give_bufs(b);
         }
-        let idle = worker.deadlines.after(wait).or_shutdown();
+        let idle = match self.last_end.take() {
+            Some(end) => worker.deadlines.at(end + wait),
+            None => worker.deadlines.after(wait),
+        }
+        .or_shutdown()
+        .in_slot(&self.slot);
         match idle.bound(crate::io::read_ready(&self.client)).await {
             Ok(Ok(())) => true,
             Err(Stop::Shutdown) if first => {
-                let grace = worker.deadlines.after(wait.min(FIRST_REQUEST_GRACE));
+                let grace = worker
+                    .deadlines
+                    .after(wait.min(FIRST_REQUEST_GRACE))
+                    .in_slot(&self.slot);
                 matches!(
                     grace.bound(crate::io::read_ready(&self.client)).await,
                     Ok(Ok(()))
@@ -179,7 +195,8 @@ impl Conn<'_> {
                         Some(t) => self.worker.until(t + header_time),
                         // Nothing received yet: shutdown closes it at once.
                         None => self.worker.deadlines.after(header_time).or_shutdown(),
-                    };
+                    }
+                    .in_slot(&self.slot);
                     let read = bufs.inb.fill(&self.client, max_head, wait).await;
                     if started.is_none() {
                         started = Some(Instant::now());
@@ -281,7 +298,8 @@ impl Conn<'_> {
                 .answer_locally(bufs, Local::Error(ErrorKind::Forbidden, &[]), is_head)
                 .await;
             self.worker.shared.global.unrouted.record(outcome.status);
-            self.log(snap, bufs, method_len, "", "", &outcome, started);
+            let total_us = self.finish(started);
+            self.log(snap, bufs, method_len, "", "", &outcome, total_us);
             return outcome.next();
         }
         let Some(found) = found else {
@@ -289,7 +307,8 @@ impl Conn<'_> {
                 .answer_locally(bufs, Local::Error(ErrorKind::NoRoute, &[]), is_head)
                 .await;
             self.worker.shared.global.unrouted.record(outcome.status);
-            self.log(snap, bufs, method_len, "", "", &outcome, started);
+            let total_us = self.finish(started);
+            self.log(snap, bufs, method_len, "", "", &outcome, total_us);
             return outcome.next();
         };
         let route = &snap.routes[found.index];
@@ -335,10 +354,9 @@ impl Conn<'_> {
                 .await;
             // A slot taken by an earlier filter ends with the refusal.
             bufs.edits.guards.clear();
-            route
-                .metrics
-                .record(outcome.status, started.elapsed().as_micros() as u64);
-            self.log(snap, bufs, method_len, &route.name, "", &outcome, started);
+            let total_us = self.finish(started);
+            route.metrics.record(outcome.status, total_us);
+            self.log(snap, bufs, method_len, &route.name, "", &outcome, total_us);
             return outcome.next();
         }
         let outcome = match &route.action {
@@ -362,16 +380,15 @@ impl Conn<'_> {
                 forward::forward(cx, bufs).await
             }
         };
-        route
-            .metrics
-            .record(outcome.status, started.elapsed().as_micros() as u64);
+        let total_us = self.finish(started);
+        route.metrics.record(outcome.status, total_us);
         let svc = match &route.action {
             ActionRt::Proxy { service, .. } => &*service.name,
             ActionRt::Respond { .. } => "",
         };
         // Concurrency slots end with the request, not with the connection.
         bufs.edits.guards.clear();
-        self.log(snap, bufs, method_len, &route.name, svc, &outcome, started);
+        self.log(snap, bufs, method_len, &route.name, svc, &outcome, total_us);
         outcome.next()
     }
 
@@ -459,6 +476,14 @@ impl Conn<'_> {
         outcome
     }
 
+    /// Marks the end of a request (one clock read, shared by the metrics,
+    /// the access log and the next keep-alive wait); its time in µs.
+    fn finish(&mut self, started: Instant) -> u64 {
+        let end = Instant::now();
+        self.last_end = Some(end);
+        end.saturating_duration_since(started).as_micros() as u64
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn log(
         &self,
@@ -468,7 +493,7 @@ impl Conn<'_> {
         route: &str,
         service: &str,
         outcome: &Outcome,
-        started: Instant,
+        total_us: u64,
     ) {
         let Some(sink) = &snap.access_log else { return };
         let line = &bufs.log_line;
@@ -486,7 +511,7 @@ impl Conn<'_> {
                 endpoint: outcome.endpoint.as_ref().map_or("", |e| e.name.as_str()),
                 bytes_in: outcome.bytes_in,
                 bytes_out: outcome.bytes_out,
-                total_us: started.elapsed().as_micros() as u64,
+                total_us,
                 upstream_us: outcome.upstream_us,
                 app: bufs.edits.app.map(|a| snap.apps.app_id(a)),
                 key_fp: bufs.edits.key_fp,

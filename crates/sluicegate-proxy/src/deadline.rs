@@ -12,6 +12,10 @@
 //! The same slots carry the worker's shutdown signal: a wait made with
 //! [`Wait::or_shutdown`] ends at once when the worker starts
 //! draining, which is how idle keep-alive connections close.
+//!
+//! A connection waits many times over its life, one wait at a time: its
+//! [`OwnSlot`] is registered once and then only re-armed, so those waits
+//! cost no slab insert or removal and no waker clone.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -53,6 +57,8 @@ struct Entry {
     waker: Waker,
     fired: Option<Stop>,
     on_shutdown: bool,
+    /// False while an [`OwnSlot`]'s entry has no wait in progress.
+    active: bool,
 }
 
 /// One worker's pending deadlines. Not `Sync`: it lives on its worker's
@@ -79,6 +85,7 @@ impl Deadlines {
             slot: Slot {
                 deadlines: self,
                 key: None,
+                own: None,
             },
             when: When::At(deadline),
             on_shutdown: false,
@@ -91,6 +98,7 @@ impl Deadlines {
             deadlines: self,
             when: When::At(deadline),
             on_shutdown: false,
+            own: None,
         }
     }
 
@@ -100,6 +108,7 @@ impl Deadlines {
             deadlines: self,
             when: When::After(span),
             on_shutdown: false,
+            own: None,
         }
     }
 
@@ -112,7 +121,7 @@ impl Deadlines {
     pub fn shutdown(&self) {
         self.shutting_down.set(true);
         for (_, e) in self.entries.borrow_mut().iter_mut() {
-            if e.on_shutdown && e.fired.is_none() {
+            if e.active && e.on_shutdown && e.fired.is_none() {
                 e.fired = Some(Stop::Shutdown);
                 e.waker.wake_by_ref();
             }
@@ -121,6 +130,15 @@ impl Deadlines {
 
     /// Waits now pending.
     pub fn pending(&self) -> usize {
+        self.entries
+            .borrow()
+            .iter()
+            .filter(|(_, e)| e.active)
+            .count()
+    }
+
+    /// Slots held, pending or not (own slots stay between their waits).
+    pub fn slots(&self) -> usize {
         self.entries.borrow().len()
     }
 
@@ -163,7 +181,7 @@ impl Deadlines {
     fn fire(&self, now: Instant) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         for (_, e) in self.entries.borrow_mut().iter_mut() {
-            if e.fired.is_some() {
+            if !e.active || e.fired.is_some() {
                 continue;
             }
             if e.deadline <= now {
@@ -182,8 +200,49 @@ impl Deadlines {
             waker: waker.clone(),
             fired: None,
             on_shutdown,
+            active: true,
         });
-        // Only a deadline earlier than the sweeper's next look wakes it.
+        self.note(deadline);
+        key
+    }
+
+    /// Starts a wait in `own`: re-arms its entry, or registers it on its
+    /// first wait. The key of the entry the wait uses, and whether that is
+    /// `own`'s (a second wait while one is in progress gets an entry of its
+    /// own instead, so no wait can lose its deadline).
+    fn arm(
+        &self,
+        own: &OwnSlot<'_>,
+        deadline: Instant,
+        waker: &Waker,
+        on_shutdown: bool,
+    ) -> (usize, bool) {
+        let Some(k) = own.key.get() else {
+            let k = self.register(deadline, waker, on_shutdown);
+            own.key.set(Some(k));
+            return (k, true);
+        };
+        {
+            let mut entries = self.entries.borrow_mut();
+            let e = &mut entries[k];
+            if e.active {
+                drop(entries);
+                return (self.register(deadline, waker, on_shutdown), false);
+            }
+            e.deadline = deadline;
+            e.fired = None;
+            e.on_shutdown = on_shutdown;
+            e.active = true;
+            if !e.waker.will_wake(waker) {
+                e.waker = waker.clone();
+            }
+        }
+        self.note(deadline);
+        (k, true)
+    }
+
+    /// Wakes the sweeper when `deadline` is earlier than its next look.
+    fn note(&self, deadline: Instant) {
         if self.armed.get().is_none_or(|at| deadline < at) {
             self.armed.set(Some(deadline));
             self.kicked.set(true);
@@ -191,7 +250,31 @@ impl Deadlines {
                 w.wake_by_ref();
             }
         }
-        key
+    }
+}
+
+/// A deadline slot one owner (a connection) keeps for its life and uses
+/// for one wait at a time ([`Wait::in_slot`]). Dropping it frees the slot.
+pub struct OwnSlot<'d> {
+    deadlines: &'d Deadlines,
+    key: Cell<Option<usize>>,
+}
+
+impl<'d> OwnSlot<'d> {
+    /// Takes no slot until its first wait.
+    pub fn new(deadlines: &'d Deadlines) -> Self {
+        OwnSlot {
+            deadlines,
+            key: Cell::new(None),
+        }
+    }
+}
+
+impl Drop for OwnSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(k) = self.key.take() {
+            self.deadlines.entries.borrow_mut().remove(k);
+        }
     }
 }
 
@@ -201,12 +284,21 @@ pub struct Wait<'d> {
     deadlines: &'d Deadlines,
     when: When,
     on_shutdown: bool,
+    own: Option<&'d OwnSlot<'d>>,
 }
 
 impl<'d> Wait<'d> {
     /// The same deadline, also ending the wait when the worker shuts down.
     pub fn or_shutdown(mut self) -> Self {
         self.on_shutdown = true;
+        self
+    }
+
+    /// The same deadline, waited for in `slot` (of the same worker's
+    /// deadlines) instead of a slot of its own.
+    pub fn in_slot(mut self, slot: &'d OwnSlot<'d>) -> Self {
+        debug_assert!(std::ptr::eq(slot.deadlines, self.deadlines));
+        self.own = Some(slot);
         self
     }
 
@@ -224,6 +316,7 @@ impl<'d> Wait<'d> {
             slot: Slot {
                 deadlines: self.deadlines,
                 key: None,
+                own: self.own,
             },
             when: self.when,
             on_shutdown: self.on_shutdown,
@@ -231,16 +324,27 @@ impl<'d> Wait<'d> {
     }
 }
 
-/// A registration in [`Deadlines`], removed when the wait ends or is dropped.
+/// A wait's registration in [`Deadlines`], ended when the wait ends or is
+/// dropped: removed, or disarmed when it is an [`OwnSlot`]'s entry.
 struct Slot<'d> {
     deadlines: &'d Deadlines,
     key: Option<usize>,
+    /// The owner's slot to wait in; `None` once the wait took an entry of
+    /// its own.
+    own: Option<&'d OwnSlot<'d>>,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if let Some(k) = self.key.take() {
-            self.deadlines.entries.borrow_mut().remove(k);
+            let mut entries = self.deadlines.entries.borrow_mut();
+            if self.own.is_some() {
+                let e = &mut entries[k];
+                e.active = false;
+                e.fired = None;
+            } else {
+                entries.remove(k);
+            }
         }
     }
 }
@@ -282,7 +386,17 @@ impl<F: Future> Future for Bounded<'_, F> {
                     return Poll::Ready(Err(Stop::Shutdown));
                 }
                 let deadline = this.when.resolve();
-                this.slot.key = Some(d.register(deadline, cx.waker(), *this.on_shutdown));
+                let key = match this.slot.own {
+                    Some(own) => {
+                        let (k, in_own) = d.arm(own, deadline, cx.waker(), *this.on_shutdown);
+                        if !in_own {
+                            this.slot.own = None;
+                        }
+                        k
+                    }
+                    None => d.register(deadline, cx.waker(), *this.on_shutdown),
+                };
+                this.slot.key = Some(key);
             }
         }
         Poll::Pending
@@ -441,6 +555,109 @@ mod tests {
                 d.at(far).or_shutdown().bound(never()).await,
                 Err(Stop::Shutdown)
             );
+        });
+    }
+
+    #[test]
+    fn an_own_slot_is_registered_once_and_re_armed() {
+        local(async {
+            let d = Rc::new(Deadlines::new());
+            tokio::task::spawn_local({
+                let d = d.clone();
+                async move { d.run().await }
+            });
+            let slot = OwnSlot::new(&d);
+            assert_eq!(d.slots(), 0, "no slot before the first wait");
+            // Waits that end by completion leave the slot, disarmed.
+            for _ in 0..3 {
+                let r = d
+                    .after(Duration::from_secs(5))
+                    .in_slot(&slot)
+                    .bound(tokio::time::sleep(Duration::from_millis(5)))
+                    .await;
+                assert_eq!(r, Ok(()));
+                assert_eq!((d.slots(), d.pending()), (1, 0));
+            }
+            // A timeout still fires in it, and the next wait starts clean.
+            let start = Instant::now();
+            let r = d
+                .after(Duration::from_millis(30))
+                .in_slot(&slot)
+                .bound(never())
+                .await;
+            assert_eq!(r, Err(Stop::Timeout));
+            assert!(start.elapsed() >= Duration::from_millis(30));
+            let r = d
+                .after(Duration::from_secs(5))
+                .in_slot(&slot)
+                .bound(async { 7 })
+                .await;
+            assert_eq!(r, Ok(7));
+            // A disarmed slot is not woken by the sweeper or by shutdown.
+            assert_eq!(d.pending(), 0);
+            drop(slot);
+            assert_eq!(d.slots(), 0, "dropping the owner frees its slot");
+        });
+    }
+
+    #[test]
+    fn a_second_wait_in_a_busy_own_slot_gets_its_own_entry() {
+        local(async {
+            let d = Rc::new(Deadlines::new());
+            tokio::task::spawn_local({
+                let d = d.clone();
+                async move { d.run().await }
+            });
+            let slot = OwnSlot::new(&d);
+            let start = Instant::now();
+            let long = d
+                .after(Duration::from_millis(200))
+                .in_slot(&slot)
+                .bound(never());
+            let short = d
+                .after(Duration::from_millis(40))
+                .in_slot(&slot)
+                .bound(never());
+            let both = async {
+                tokio::join!(async { (long.await, start.elapsed()) }, async {
+                    (short.await, start.elapsed())
+                })
+            };
+            let (a, b) = tokio::time::timeout(Duration::from_secs(5), both)
+                .await
+                .expect("a wait lost its deadline");
+            // Each kept its own deadline: neither overwrote the other's.
+            assert_eq!((a.0, b.0), (Err(Stop::Timeout), Err(Stop::Timeout)));
+            assert!(b.1 >= Duration::from_millis(40) && b.1 < Duration::from_millis(190));
+            assert!(a.1 >= Duration::from_millis(200), "{:?}", a.1);
+            assert_eq!((d.slots(), d.pending()), (1, 0));
+        });
+    }
+
+    #[test]
+    fn shutdown_ends_a_wait_in_an_own_slot() {
+        local(async {
+            let d = Rc::new(Deadlines::new());
+            tokio::task::spawn_local({
+                let d = d.clone();
+                async move { d.run().await }
+            });
+            let idle = tokio::task::spawn_local({
+                let d = d.clone();
+                async move {
+                    let slot = OwnSlot::new(&d);
+                    d.after(Duration::from_secs(30))
+                        .or_shutdown()
+                        .in_slot(&slot)
+                        .bound(never())
+                        .await
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(d.pending(), 1);
+            d.shutdown();
+            assert_eq!(idle.await.unwrap(), Err(Stop::Shutdown));
+            assert_eq!(d.slots(), 0);
         });
     }
 

@@ -147,7 +147,11 @@ pub(crate) async fn read_response_head(
             }
             Ok(Parsed::Partial) => match bufs
                 .upb
-                .fill(up, MAX_RESPONSE_HEAD, conn.worker.until(deadline))
+                .fill(
+                    up,
+                    MAX_RESPONSE_HEAD,
+                    conn.worker.until(deadline).in_slot(&conn.slot),
+                )
                 .await
             {
                 Ok(0) | Err(ReadError::Io(_) | ReadError::Shutdown) => {
