@@ -40,18 +40,22 @@ impl RecvBuf {
         }
     }
 
+    #[inline]
     pub fn filled(&self) -> &[u8] {
         &self.data[self.start..self.end]
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.end - self.start
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
+    #[inline]
     pub fn consume(&mut self, n: usize) {
         self.start += n.min(self.len());
         if self.start == self.end {
@@ -67,8 +71,18 @@ impl RecvBuf {
 
     /// Room to read into, compacting first and growing up to `limit` bytes
     /// of capacity when the buffer is full.
+    #[inline]
     fn spare(&mut self, limit: usize) -> &mut [u8] {
-        if self.end == self.data.len() && self.start > 0 {
+        if self.end == self.data.len() {
+            self.make_room(limit);
+        }
+        &mut self.data[self.end..]
+    }
+
+    /// [`RecvBuf::spare`] when the buffer is full to its end.
+    #[cold]
+    fn make_room(&mut self, limit: usize) {
+        if self.start > 0 {
             self.data.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
@@ -77,7 +91,6 @@ impl RecvBuf {
             let new = (self.data.len() * 2).clamp(4096, limit.max(4096));
             self.data.resize(new, 0);
         }
-        &mut self.data[self.end..]
     }
 
     pub fn capacity(&self) -> usize {
