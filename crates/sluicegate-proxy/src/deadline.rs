@@ -416,6 +416,16 @@ mod tests {
         tokio::task::LocalSet::new().block_on(&rt, f)
     }
 
+    /// A deadline table with its sweeper running (inside [`local`]).
+    fn with_sweeper() -> Rc<Deadlines> {
+        let d = Rc::new(Deadlines::new());
+        tokio::task::spawn_local({
+            let d = d.clone();
+            async move { d.run().await }
+        });
+        d
+    }
+
     fn never() -> std::future::Pending<()> {
         std::future::pending()
     }
@@ -433,11 +443,7 @@ mod tests {
     #[test]
     fn deadlines_fire_in_order_and_free_their_slots() {
         local(async {
-            let d = Rc::new(Deadlines::new());
-            tokio::task::spawn_local({
-                let d = d.clone();
-                async move { d.run().await }
-            });
+            let d = with_sweeper();
             let start = Instant::now();
             let long = d.until(start + Duration::from_millis(300), never());
             let short = d.until(start + Duration::from_millis(50), never());
@@ -472,11 +478,7 @@ mod tests {
     #[test]
     fn an_earlier_deadline_wakes_a_sleeping_sweeper() {
         local(async {
-            let d = Rc::new(Deadlines::new());
-            tokio::task::spawn_local({
-                let d = d.clone();
-                async move { d.run().await }
-            });
+            let d = with_sweeper();
             // The sweeper first sleeps towards a far deadline...
             let far = tokio::task::spawn_local({
                 let d = d.clone();
@@ -499,11 +501,7 @@ mod tests {
     #[test]
     fn completion_wins_and_drop_unregisters() {
         local(async {
-            let d = Rc::new(Deadlines::new());
-            tokio::task::spawn_local({
-                let d = d.clone();
-                async move { d.run().await }
-            });
+            let d = with_sweeper();
             let r = d
                 .until(
                     Instant::now() + Duration::from_secs(5),
@@ -526,11 +524,7 @@ mod tests {
     #[test]
     fn shutdown_ends_only_the_waits_that_asked() {
         local(async {
-            let d = Rc::new(Deadlines::new());
-            tokio::task::spawn_local({
-                let d = d.clone();
-                async move { d.run().await }
-            });
+            let d = with_sweeper();
             let far = Instant::now() + Duration::from_secs(30);
             let idle = tokio::task::spawn_local({
                 let d = d.clone();
@@ -561,11 +555,7 @@ mod tests {
     #[test]
     fn an_own_slot_is_registered_once_and_re_armed() {
         local(async {
-            let d = Rc::new(Deadlines::new());
-            tokio::task::spawn_local({
-                let d = d.clone();
-                async move { d.run().await }
-            });
+            let d = with_sweeper();
             let slot = OwnSlot::new(&d);
             assert_eq!(d.slots(), 0, "no slot before the first wait");
             // Waits that end by completion leave the slot, disarmed.
@@ -603,11 +593,7 @@ mod tests {
     #[test]
     fn a_second_wait_in_a_busy_own_slot_gets_its_own_entry() {
         local(async {
-            let d = Rc::new(Deadlines::new());
-            tokio::task::spawn_local({
-                let d = d.clone();
-                async move { d.run().await }
-            });
+            let d = with_sweeper();
             let slot = OwnSlot::new(&d);
             let start = Instant::now();
             let long = d
@@ -637,11 +623,7 @@ mod tests {
     #[test]
     fn shutdown_ends_a_wait_in_an_own_slot() {
         local(async {
-            let d = Rc::new(Deadlines::new());
-            tokio::task::spawn_local({
-                let d = d.clone();
-                async move { d.run().await }
-            });
+            let d = with_sweeper();
             let idle = tokio::task::spawn_local({
                 let d = d.clone();
                 async move {
