@@ -15,12 +15,44 @@ use tempfile::TempDir;
 /// How long [`Gateway::start`] waits for the listen ports.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A port on 127.0.0.1 that was free a moment ago (bound to :0, then released).
+/// The lowest port [`free_port`] hands out.
+const FIRST_TEST_PORT: u16 = 20_000;
+
+/// A port on 127.0.0.1 that was free a moment ago (bound, then released),
+/// for a test to give a server it starts.
+///
+/// It comes from below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), never from it: a port taken there by
+/// binding to `:0` is free again at once, and any outgoing connection made
+/// meanwhile (the tests' own clients and proxied requests) may get it as
+/// its local port before the server binds it. Below the range only an
+/// explicit bind can take it; within this process each call gets a port no
+/// earlier call got, and processes start at different places.
 pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0 to find a free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let end = ephemeral_start().max(FIRST_TEST_PORT + 1_000);
+    let span = u32::from(end - FIRST_TEST_PORT);
+    if NEXT.load(Ordering::Relaxed) == u32::MAX {
+        let spread = std::process::id().wrapping_mul(7_919) % span;
+        let _ = NEXT.compare_exchange(u32::MAX, spread, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let port = FIRST_TEST_PORT + n as u16;
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 in {FIRST_TEST_PORT}..{end}");
+}
+
+/// The first port of the kernel's ephemeral range (32768 if unreadable).
+fn ephemeral_start() -> u16 {
+    fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Waits until 127.0.0.1:`port` accepts a connection; false after `timeout`.

@@ -72,3 +72,29 @@ fn gateway_that_exits_early_is_reported() {
         .unwrap_err();
     assert!(err.contains("exited"), "{err}");
 }
+
+#[test]
+fn free_ports_are_distinct_bindable_and_outside_the_ephemeral_range() {
+    // An outgoing connection's local port comes from the ephemeral range, so
+    // a port from there can be taken between free_port and the server's bind.
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+    let mut unique = ports.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        ports.len(),
+        "a port handed out twice: {ports:?}"
+    );
+    for p in ports {
+        assert!(
+            p < ephemeral,
+            "{p} is in the ephemeral range (from {ephemeral})"
+        );
+        std::net::TcpListener::bind(("127.0.0.1", p)).expect("a free port binds");
+    }
+}
