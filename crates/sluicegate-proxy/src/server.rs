@@ -152,9 +152,12 @@ fn run_worker(
     listeners: Vec<std::net::TcpListener>,
     shutdown: watch::Receiver<bool>,
 ) {
+    // A local runtime runs the worker's `!Send` tasks on its own scheduler:
+    // a wake-up queues the task once, where a `LocalSet` on a current-thread
+    // runtime queues it in the set and wakes the set as a second task.
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()
+        .build_local(tokio::runtime::LocalOptions::default())
     {
         Ok(rt) => rt,
         Err(e) => {
@@ -162,8 +165,7 @@ fn run_worker(
             return;
         }
     };
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
+    rt.block_on(async move {
         let worker = Rc::new(Worker::new(shared.clone()));
         tokio::task::spawn_local({
             let worker = worker.clone();
