@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Instant;
 
+use rustix::net::{RecvFlags, SendFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
@@ -104,7 +105,7 @@ impl RecvBuf {
             return Ok(Some(0));
         }
         let room = spare.len();
-        match s.try_read(spare) {
+        match recv(s, spare) {
             Ok(n) => {
                 self.end += n;
                 drained(s, n, room);
@@ -130,7 +131,7 @@ impl RecvBuf {
         loop {
             let spare = self.spare(limit);
             let room = spare.len();
-            match s.try_read(spare) {
+            match recv(s, spare) {
                 Ok(n) => {
                     self.end += n;
                     drained(s, n, room);
@@ -149,6 +150,28 @@ impl RecvBuf {
             }
         }
     }
+}
+
+/// `recv` on `s` under the runtime's readiness tracking, like
+/// `TcpStream::try_read`, but made as a raw system call (rustix): glibc's
+/// `recv` and `send` also enter and leave a thread cancellation point and
+/// set `errno`, about 50 instructions a call, four calls a request.
+#[inline]
+fn recv(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    s.try_io(Interest::READABLE, || {
+        rustix::net::recv(s, buf, RecvFlags::empty())
+            .map(|(n, _)| n)
+            .map_err(io::Error::from)
+    })
+}
+
+/// `send` like [`recv`]; `MSG_NOSIGNAL` as the standard library sends, so
+/// a peer's reset is an error here, never a SIGPIPE.
+#[inline]
+fn send(s: &TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    s.try_io(Interest::WRITABLE, || {
+        rustix::net::send(s, bytes, SendFlags::NOSIGNAL).map_err(io::Error::from)
+    })
 }
 
 /// After a short read the kernel had nothing more: forget the socket's read
@@ -179,7 +202,7 @@ pub fn read_ready(s: &TcpStream) -> impl std::future::Future<Output = io::Result
 /// Writes all of `bytes`.
 pub async fn write_all(s: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
-        match s.try_write(bytes) {
+        match send(s, bytes) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => bytes = &bytes[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => s.writable().await?,
@@ -192,7 +215,7 @@ pub async fn write_all(s: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
 /// Writes all of `bytes`, giving up at `wait`'s deadline.
 pub async fn write_all_by(s: &TcpStream, bytes: &[u8], wait: Wait<'_>) -> io::Result<()> {
     // Most writes go out whole at once: no wait, so nothing to register.
-    let bytes = match s.try_write(bytes) {
+    let bytes = match send(s, bytes) {
         Ok(n) if n == bytes.len() => return Ok(()),
         Ok(0) if !bytes.is_empty() => return Err(io::ErrorKind::WriteZero.into()),
         Ok(n) => &bytes[n..],
@@ -221,7 +244,7 @@ pub async fn quiet(s: &TcpStream) -> bool {
         return true;
     }
     let mut probe = [0u8; 1];
-    matches!(s.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    matches!(recv(s, &mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// An idle upstream connection and when it stops being usable. Counted in
