@@ -24,7 +24,7 @@ impl Target {
         let base = req.target.start;
         let t = &raw[req.target.clone()];
         let split = |start: usize, end: usize| {
-            let q = memchr::memchr(b'?', &raw[start..end]).map_or(end, |i| start + i);
+            let q = crate::codec::find_byte(b'?', &raw[start..end]).map_or(end, |i| start + i);
             (start..q, q..end)
         };
         if t.first() == Some(&b'/') {
@@ -96,7 +96,7 @@ pub fn strip_port(h: &[u8]) -> &[u8] {
             None => h,
         };
     }
-    match memchr::memrchr(b':', h) {
+    match crate::codec::rfind_byte(b':', h) {
         Some(i) => &h[..i],
         None => h,
     }

@@ -177,7 +177,7 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     let out = &mut bufs.out;
     out.clear();
     // Status line: our version, the upstream's code and reason.
-    let line_end = memchr::memchr(b'\n', raw).unwrap_or(0);
+    let line_end = codec::find_byte(b'\n', raw).unwrap_or(0);
     let mut line = &raw[9.min(line_end)..line_end];
     if line.last() == Some(&b'\r') {
         line = &line[..line.len() - 1];

@@ -72,7 +72,7 @@ impl Filter for AppKeyAuth {
             let path = cx.path;
             let after = &path[cx.prefix_len.min(path.len())..];
             if let Some(seg) = after.strip_prefix(b"/~") {
-                let end = memchr::memchr(b'/', seg).unwrap_or(seg.len());
+                let end = crate::codec::find_byte(b'/', seg).unwrap_or(seg.len());
                 key = key.or(Some(&seg[..end]));
                 let mut p = Vec::with_capacity(path.len());
                 p.extend_from_slice(&path[..cx.prefix_len]);

@@ -143,7 +143,7 @@ impl CorsPolicy {
 
 /// `host[:port]` ends with `suffix` (".example.com"), port aside.
 fn host_ends_with(host_port: &[u8], suffix: &[u8]) -> bool {
-    let host = match memchr::memrchr(b':', host_port) {
+    let host = match crate::codec::rfind_byte(b':', host_port) {
         Some(i) if !host_port.ends_with(b"]") => &host_port[..i],
         _ => host_port,
     };
