@@ -221,7 +221,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 let taken = worker.pool.borrow_mut().take(ep.id, started);
                 let Some(s) = taken else { break };
                 // Stray bytes or a close since its last response: not usable.
-                if crate::io::quiet(&s).await {
+                if crate::io::quiet(&s) {
                     pooled = Some(s);
                     break;
                 }

@@ -4,7 +4,6 @@
 
 use std::io;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Instant;
 
 use rustix::net::{RecvFlags, SendFlags};
@@ -236,13 +235,11 @@ pub async fn write_all_by(s: &TcpStream, bytes: &[u8], wait: Wait<'_>) -> io::Re
 ///
 /// No syscall in the common case: the runtime's read readiness is cleared
 /// after the last short read (see `drained`), so it is set only if epoll
-/// reported something since. Only then does a one-byte read tell data (or
-/// EOF) from a readiness left over by a read that filled the buffer.
-pub async fn quiet(s: &TcpStream) -> bool {
-    let ready = std::future::poll_fn(|cx| Poll::Ready(s.poll_read_ready(cx).is_ready())).await;
-    if !ready {
-        return true;
-    }
+/// reported something since, and [`recv`] makes the one-byte read only
+/// then, to tell data (or EOF) from a readiness left over by a read that
+/// filled the buffer. Nothing is registered: the task is not woken later
+/// by this socket.
+pub fn quiet(s: &TcpStream) -> bool {
     let mut probe = [0u8; 1];
     matches!(recv(s, &mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
