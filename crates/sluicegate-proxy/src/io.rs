@@ -312,3 +312,51 @@ impl Pool {
         self.slots.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    fn run(f: impl std::future::Future<Output = ()>) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f);
+    }
+
+    async fn pair(l: &tokio::net::TcpListener) -> (TcpStream, TcpStream) {
+        let ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (theirs, _) = l.accept().await.unwrap();
+        (ours, theirs)
+    }
+
+    #[test]
+    fn quiet_until_the_peer_sends_or_closes() {
+        run(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            // Bytes after the last response.
+            let (ours, mut theirs) = pair(&l).await;
+            assert!(quiet(&ours));
+            theirs.write_all(b"x").await.unwrap();
+            ours.readable().await.unwrap();
+            assert!(!quiet(&ours));
+            // A close.
+            let (ours, theirs) = pair(&l).await;
+            assert!(quiet(&ours));
+            drop(theirs);
+            ours.readable().await.unwrap();
+            assert!(!quiet(&ours));
+            // Readiness left by a read that drained the socket: still quiet,
+            // and the probe clears it.
+            let (ours, mut theirs) = pair(&l).await;
+            theirs.write_all(b"yy").await.unwrap();
+            ours.readable().await.unwrap();
+            let mut buf = [0u8; 2];
+            assert_eq!(recv(&ours, &mut buf).unwrap(), 2);
+            assert!(quiet(&ours));
+            assert!(quiet(&ours));
+        });
+    }
+}
