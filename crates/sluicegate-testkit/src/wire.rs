@@ -28,6 +28,11 @@ impl<R: Read> Reader<R> {
         &self.inner
     }
 
+    /// Bytes read and not yet taken (the start of a pipelined message).
+    pub(crate) fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Reads more bytes into the buffer; `Ok(0)` means end of stream.
     fn fill(&mut self) -> io::Result<usize> {
         let mut chunk = [0u8; 16 * 1024];

@@ -241,6 +241,16 @@ fn idle_close() {
 }
 
 #[test]
+fn idle_close_at_zero_closes_at_once() {
+    let up = TestUpstream::start();
+    let mut c = KeepAliveClient::connect(up.addr()).unwrap();
+    assert_eq!(c.get("/x?idle_close_ms=0").unwrap().status, 200);
+    let t = Instant::now();
+    assert!(c.wait_closed(Duration::from_secs(3)));
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
 fn http10_closes_by_default() {
     let up = TestUpstream::start();
     let raw = raw_exchange(

@@ -23,6 +23,12 @@ pub(crate) fn serve(stream: TcpStream, connection: u64, state: &State) {
     let mut reader = Reader::new(read_half);
     let mut idle: Option<Duration> = None;
     loop {
+        // A zero idle time closes at once unless the next request has begun
+        // to arrive (a zero read timeout is not one the socket accepts).
+        if idle == Some(Duration::ZERO) && reader.buffered() == 0 && !data_waiting(reader.get_ref())
+        {
+            break;
+        }
         let _ = reader.get_ref().set_read_timeout(idle);
         let head = match reader.read_head() {
             Ok(Some(head)) => head,
@@ -71,6 +77,16 @@ pub(crate) fn serve(stream: TcpStream, connection: u64, state: &State) {
         }
         idle = plan.idle_close;
     }
+}
+
+/// Whether bytes (or an EOF) wait on `s`, looked at without blocking.
+fn data_waiting(s: &TcpStream) -> bool {
+    if s.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let peeked = s.peek(&mut [0u8; 1]);
+    let _ = s.set_nonblocking(false);
+    peeked.is_ok()
 }
 
 fn record(state: &State, req: SeenRequest) {

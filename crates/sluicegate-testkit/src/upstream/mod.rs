@@ -17,7 +17,7 @@
 //! | `chunked=1` | send the body chunked, in up to four chunks |
 //! | `size=N` | body of N bytes `abc..xyzabc..` (default body `ok\n`) |
 //! | `header=NAME:VALUE` | add a response header (repeatable, %-decoded) |
-//! | `idle_close_ms=N` | after replying, close if no request arrives in N ms |
+//! | `idle_close_ms=N` | after replying, close if no request arrives in N ms (0: at once, unless the next request has begun to arrive) |
 //!
 //! Any request with `Expect: 100-continue` gets `HTTP/1.1 100 Continue`
 //! before its body is read. An upstream started with an id sends it in
