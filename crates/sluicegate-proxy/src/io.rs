@@ -348,8 +348,8 @@ mod tests {
             drop(theirs);
             ours.readable().await.unwrap();
             assert!(!quiet(&ours));
-            // Readiness left by a read that drained the socket: still quiet,
-            // and the probe clears it.
+            // Readiness left by a read that filled its buffer: the probe
+            // finds nothing, clears it, and the connection is quiet.
             let (ours, mut theirs) = pair(&l).await;
             theirs.write_all(b"yy").await.unwrap();
             ours.readable().await.unwrap();
