@@ -25,10 +25,25 @@ PACKAGES = {
 # (`busy_poll` on) runs only when named: it trades a core for latency. The
 # sluicegate targets send upstream what the peers' reference configs do, no
 # X-Forwarded-* headers; sluicegate-fwd (run only when named) has them on, as
-# a service has by default, to measure what they cost.
+# a service has by default, to measure what they cost. nginx-log (run only when
+# named) is the reference nginx with a buffered JSON access log, the like-for-like
+# peer of sluicegate-log.
 ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-busy",
-               "sluicegate-fwd", "haproxy", "nginx")
-DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS if t not in ("sluicegate-busy", "sluicegate-fwd"))
+               "sluicegate-fwd", "haproxy", "nginx", "nginx-log")
+DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
+                        if t not in ("sluicegate-busy", "sluicegate-fwd", "nginx-log"))
+# Targets with an access log: c64 only, like the other variants.
+LOG_TARGETS = ("sluicegate-log", "nginx-log")
+
+# nginx-log's log: the fields of sluicegate's JSON lines that nginx has, buffered
+# as sluicegate buffers (64 KB, flushed at least once a second).
+NGINX_LOG = (
+    "log_format sgjson escape=json '{\"ts\":\"$time_iso8601\",\"client\":\"$remote_addr\","
+    "\"method\":\"$request_method\",\"path\":\"$request_uri\",\"status\":$status,"
+    "\"endpoint\":\"$upstream_addr\",\"bytes_in\":$request_length,\"bytes_out\":$bytes_sent,"
+    "\"duration_ms\":$request_time,\"upstream_ms\":\"$upstream_header_time\"}';\n"
+    "    access_log @LOG@ sgjson buffer=64k flush=1s;"
+)
 SLUICEGATE_TARGETS = tuple(t for t in ALL_TARGETS if t.startswith("sluicegate"))
 
 # busy_poll of the sluicegate-busy target.
@@ -181,10 +196,18 @@ class Launcher:
         self.load_cpu = load_cpu
         self.upstream = None
 
-    def _nginx(self, name, template, values, cpu):
+    def _nginx(self, name, template, values, cpu, access_log=None):
         d = self.reg.tmpdir(f"sgbench-{name}-")
         values = dict(values, DIR=d)
         conf = render(self.peers / template, os.path.join(d, "nginx.conf"), values)
+        if access_log:
+            # The reference config with its one `access_log off;` turned into
+            # a buffered log: otherwise the same peer.
+            text = Path(conf).read_text()
+            if text.count("access_log off;") != 1:
+                raise HarnessError(f"{template}: expected one 'access_log off;' to replace")
+            Path(conf).write_text(text.replace(
+                "access_log off;", NGINX_LOG.replace("@LOG@", access_log)))
         argv = ["nginx", "-p", d + "/", "-e", os.path.join(d, "startup.log"),
                 "-c", conf, "-g", "daemon off;"]
         return self.reg.spawn(name, argv, os.path.join(d, "stderr.log"), cpu=cpu)
@@ -232,11 +255,15 @@ class Launcher:
             proc = self.reg.spawn(name, ["haproxy", "-db", "-f", cfg],
                                   os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra = {"config": cfg, "maxconn": haproxy_maxconn(cfg)}
-        elif name == "nginx":
-            proc = self._nginx("nginx", "nginx-proxy.conf",
-                               {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM": f"127.0.0.1:{up}"},
-                               self.proxy_cpu)
+        elif name in ("nginx", "nginx-log"):
             extra = {}
+            log_path = None
+            if name == "nginx-log":
+                log_path = os.path.join(self.reg.tmpdir("sgbench-nginx-log-"), "access.log")
+                extra["access_log"] = log_path
+            proc = self._nginx(name, "nginx-proxy.conf",
+                               {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM": f"127.0.0.1:{up}"},
+                               self.proxy_cpu, access_log=log_path)
         else:
             raise HarnessError(f"unknown target {name!r}")
         t = Target(name, port, proc, extra, path)
