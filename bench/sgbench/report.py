@@ -204,3 +204,89 @@ def write_json(path, data):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+
+
+# The targets bench/compare is run to check, each from the scenarios that
+# measure it. The efficiency targets compare sluicegate with the better of the
+# two peers, in requests per proxy CPU-second.
+EFFICIENCY = 1.10
+VS_DIRECT = 0.97
+C1_ADDED_US = 50
+IDLE_BYTES = 4096
+USER_US = 1.4
+PEERS = ("haproxy", "nginx")
+
+
+def _round_ratios(runs, scenario, ours):
+    """Per measured round of `scenario`: `ours` over the better peer, in
+    requests per proxy CPU-second."""
+    rounds = {}
+    for r in runs:
+        if r.get("scenario") == scenario and r.get("proxy"):
+            rounds.setdefault(r["round"], {})[r["target"]] = r["proxy"]["req_per_cpu_s"]
+    out = []
+    for _, got in sorted(rounds.items()):
+        best = max((got[p] for p in PEERS if got.get(p)), default=None)
+        if got.get(ours) and best:
+            out.append(got[ours] / best)
+    return out
+
+
+def _verdict(ok):
+    return "—" if ok is None else ("**yes**" if ok else "**no**")
+
+
+def targets_table(summaries, runs, idle_recs):
+    """A markdown table of each target this run measured, or None."""
+    rows = []
+
+    def efficiency(scenario, ours, label):
+        s = summaries.get(scenario, {})
+        mine = s.get(ours, {}).get("req_per_cpu_s")
+        peers = {p: s[p]["req_per_cpu_s"] for p in PEERS if s.get(p, {}).get("req_per_cpu_s")}
+        if not mine or not peers:
+            return
+        best = max(peers, key=peers.get)
+        ratio = mine / peers[best]
+        per_round = _round_ratios(runs, scenario, ours)
+        spread = (f"; per round {min(per_round):.2f}-{max(per_round):.2f}x"
+                  if len(per_round) > 1 else "")
+        rows.append((label, f">= {EFFICIENCY:.2f}x the better peer",
+                     f"{ratio:.2f}x {best} (medians){spread}", ratio >= EFFICIENCY))
+
+    efficiency("c64", "sluicegate", "c64 requests per proxy CPU-s")
+    efficiency("c1000", "sluicegate", "c1000 requests per proxy CPU-s")
+    efficiency("c64", "sluicegate-log", "c64 requests per proxy CPU-s, access log on")
+    c64 = summaries.get("c64", {})
+    sg, direct = c64.get("sluicegate", {}), c64.get("direct", {})
+    if sg.get("req_s") and direct.get("req_s"):
+        r = sg["req_s"] / direct["req_s"]
+        rows.append(("c64 throughput", f">= {VS_DIRECT:.2f}x direct", f"{r:.2f}x",
+                     r >= VS_DIRECT))
+    if sg.get("user_us_per_req") is not None:
+        u = sg["user_us_per_req"]
+        rows.append(("c64 user time per request", f"< {USER_US} µs", f"{u:.2f} µs", u < USER_US))
+    c1000 = summaries.get("c1000", {})
+    mine, hap = c1000.get("sluicegate", {}).get("p99_us"), c1000.get("haproxy", {}).get("p99_us")
+    if mine is not None and hap is not None:
+        rows.append(("c1000 p99", "<= HAProxy's", f"{mine / 1000:.1f} ms against {hap / 1000:.1f}",
+                     mine <= hap))
+    c1 = summaries.get("c1", {})
+    base = c1.get("direct", {}).get("p50_us")
+    for t in ("sluicegate", "sluicegate-busy"):
+        p50 = c1.get(t, {}).get("p50_us")
+        if p50 is not None and base is not None:
+            added = p50 - base
+            rows.append((f"c1 added p50, {t}", f"< {C1_ADDED_US} µs", f"{added:+.0f} µs",
+                         added < C1_ADDED_US))
+    idle = {r["target"]: r.get("bytes_per_conn") for r in idle_recs or []}
+    if idle.get("sluicegate") is not None:
+        b = idle["sluicegate"]
+        beside = f" (HAProxy {idle['haproxy']:,.0f})" if idle.get("haproxy") is not None else ""
+        rows.append(("RSS per idle connection", f"< {IDLE_BYTES:,} B", f"{b:,.0f} B{beside}",
+                     b < IDLE_BYTES))
+    if not rows:
+        return None
+    lines = ["| target | goal | measured | met |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {_verdict(d)} |" for a, b, c, d in rows]
+    return "\n".join(lines)
