@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluicegate_proxy::chunked::ChunkedDecoder;
+use sluicegate_proxy::fuzzing::ChunkedDecoder;
 
 fn decode(data: &[u8], piece: usize) -> Result<(Vec<u8>, bool), ()> {
     let mut d = ChunkedDecoder::new();

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluicegate_proxy::path::normalize;
+use sluicegate_proxy::fuzzing::normalize;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(out) = normalize(data) else { return };

@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluicegate_proxy::codec::{parse_request, parse_response, Parsed, RequestHead, ResponseHead};
-use sluicegate_proxy::target::{strip_port, Target};
+use sluicegate_proxy::fuzzing::{parse_request, parse_response, Parsed, RequestHead, ResponseHead};
+use sluicegate_proxy::fuzzing::{strip_port, Target};
 
 fuzz_target!(|data: &[u8]| {
     let mut head = RequestHead::default();

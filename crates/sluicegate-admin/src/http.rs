@@ -108,7 +108,7 @@ async fn respond(
     body: &[u8],
     head_only: bool,
 ) -> std::io::Result<()> {
-    let reason = sluicegate_proxy::response::reason(status);
+    let reason = sluicegate_proxy::reason(status);
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()

@@ -1,33 +1,28 @@
 //! Sluicegate's data plane: worker threads with their own listeners,
 //! the HTTP/1.1 codec, routing, load balancing, upstream connection pools,
-//! metrics and access logging. See `docs/architecture.md` for the request
-//! flow.
+//! metrics and access logging. Folders by concern, in dependency order
+//! (a folder uses those listed after it, never one before it):
+//! `runtime` (workers, listeners, deadlines), `session` (per-connection
+//! drivers), `upstream` (forwarding, pools, balancing, health), `filters`
+//! and `apps` (the request phases), `route`, `observe` (metrics, access
+//! log), `proto` (HTTP/1.1 codec, gateway answers), `transport` (streams
+//! and socket I/O). `snapshot` ties the runtime tables together. See
+//! `docs/architecture.md` for the request lifecycle.
 
-pub mod accesslog;
-pub mod apps;
-pub mod balancer;
-pub mod body;
-pub mod breaker;
-pub mod busypoll;
-pub mod chunked;
-pub mod codec;
-pub mod conn;
-pub mod deadline;
-pub mod endpoint;
-pub mod filter;
-pub mod forward;
-pub mod health;
-pub mod io;
-pub mod limit;
-pub mod metrics;
-pub mod path;
-pub mod response;
-pub mod router;
-pub mod server;
-pub mod snapshot;
-pub mod target;
-pub mod upstream_head;
-pub mod worker;
+pub(crate) mod apps;
+pub(crate) mod filters;
+pub(crate) mod observe;
+pub(crate) mod proto;
+pub(crate) mod route;
+pub(crate) mod runtime;
+pub(crate) mod session;
+pub(crate) mod snapshot;
+pub(crate) mod transport;
+pub(crate) mod upstream;
 
-pub use server::Gateway;
+pub mod fuzzing;
+
+pub use proto::response::reason;
+pub use runtime::server::Gateway;
 pub use snapshot::{Shared, Snapshot};
+pub use upstream::health::run as run_health_checks;

@@ -18,17 +18,17 @@ use sluicegate_config::{
     UpstreamTimeouts,
 };
 
-use crate::accesslog::Sink;
+use crate::apps::limit::PlanRt;
 use crate::apps::{AppTable, SlotPool};
-use crate::balancer::{Balancer, BalancerState};
-use crate::endpoint::EndpointState;
-use crate::filter::{
+use crate::filters::{
     AppKeyAuth, CorsPolicy, Filter, Filters, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth,
     PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
 };
-use crate::limit::PlanRt;
-use crate::metrics::{GlobalMetrics, RouteMetrics};
-use crate::router::Router;
+use crate::observe::accesslog::Sink;
+use crate::observe::metrics::{GlobalMetrics, RouteMetrics};
+use crate::route::router::Router;
+use crate::upstream::balancer::{Balancer, BalancerState};
+use crate::upstream::endpoint::EndpointState;
 
 #[derive(Debug)]
 pub struct ServiceRt {
@@ -278,11 +278,11 @@ impl Shared {
     /// Prometheus text for everything this crate counts.
     pub fn render_metrics(&self) -> String {
         let mut out = String::with_capacity(8192);
-        crate::metrics::render_global(&mut out, &self.global);
+        crate::observe::metrics::render_global(&mut out, &self.global);
         let Ok(reg) = self.registry.lock() else {
             return out;
         };
-        crate::metrics::render_routes(&mut out, reg.route_order.iter().map(|r| &**r));
+        crate::observe::metrics::render_routes(&mut out, reg.route_order.iter().map(|r| &**r));
         render_endpoints(&mut out, &reg.endpoint_order);
         if let Some(apps) = &reg.apps {
             let mut called: Vec<_> = apps
@@ -290,7 +290,7 @@ impl Shared {
                 .filter(|(_, s)| s.requests.load(Ordering::Relaxed) > 0)
                 .collect();
             called.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            crate::metrics::render_apps(&mut out, called.into_iter());
+            crate::observe::metrics::render_apps(&mut out, called.into_iter());
         }
         out
     }
@@ -305,7 +305,7 @@ type EndpointFamily = (
 );
 
 fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
-    use crate::metrics::label;
+    use crate::observe::metrics::label;
     use std::fmt::Write as _;
     let families: [EndpointFamily; 8] = [
         (
@@ -339,7 +339,7 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
             |e| {
                 u64::from(
                     e.breaker
-                        .is_open(crate::limit::mono_ns(std::time::Instant::now())),
+                        .is_open(crate::apps::limit::mono_ns(std::time::Instant::now())),
                 )
             },
         ),
@@ -537,7 +537,7 @@ fn compile_routes(
                 headers,
             } => {
                 let mut head = Vec::new();
-                crate::response::status_line(&mut head, *status);
+                crate::proto::response::status_line(&mut head, *status);
                 for (k, v) in headers {
                     head.extend_from_slice(k.as_bytes());
                     head.extend_from_slice(b": ");

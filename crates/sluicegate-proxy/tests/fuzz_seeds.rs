@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use sluicegate_proxy::chunked::ChunkedDecoder;
-use sluicegate_proxy::codec::{parse_request, parse_response, Parsed, RequestHead, ResponseHead};
-use sluicegate_proxy::target::Target;
+use sluicegate_proxy::fuzzing::ChunkedDecoder;
+use sluicegate_proxy::fuzzing::Target;
+use sluicegate_proxy::fuzzing::{parse_request, parse_response, Parsed, RequestHead, ResponseHead};
 
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -80,8 +80,8 @@ fn config_seeds() {
 #[test]
 fn path_seeds() {
     for (name, data) in seeds("path") {
-        if let Ok(Some(p)) = sluicegate_proxy::path::normalize(&data) {
-            assert_eq!(sluicegate_proxy::path::normalize(&p), Ok(None), "{name}");
+        if let Ok(Some(p)) = sluicegate_proxy::fuzzing::normalize(&data) {
+            assert_eq!(sluicegate_proxy::fuzzing::normalize(&p), Ok(None), "{name}");
         }
     }
 }

@@ -285,7 +285,7 @@ fn serve(
             tokio::spawn(sluicegate_admin::http::serve(listener, shared.clone()));
         }
         // Health checks run here, once per process, not in the workers.
-        tokio::spawn(sluicegate_proxy::health::run(shared.clone()));
+        tokio::spawn(sluicegate_proxy::run_health_checks(shared.clone()));
         let mut tick = tokio::time::interval(watch.poll_interval.max(Duration::from_millis(50)));
         loop {
             tokio::select! {

@@ -1,6 +1,6 @@
 //! One client connection: the keep-alive loop that reads request heads,
 //! routes them, answers fixed and error responses itself, and hands proxied
-//! requests to [`crate::forward`]. Requests on a connection (pipelined or
+//! requests to [`crate::upstream::forward`]. Requests on a connection (pipelined or
 //! not) are answered strictly in order, one at a time.
 //!
 //! Lifecycle of a connection, per request:
@@ -16,18 +16,18 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::accesslog;
-use crate::body::CLIENT_WRITE_TIMEOUT;
-use crate::codec::{self, BodyKind, HeadError, Parsed};
-use crate::deadline::{OwnSlot, Stop};
-use crate::filter::{Answer, Refuse, ReqCx};
-use crate::forward::{self, Outcome};
-use crate::io::{write_all_by, ReadError};
-use crate::response::{self, ErrorKind};
-use crate::router::RouteRequest;
+use crate::filters::{Answer, Refuse, ReqCx};
+use crate::observe::accesslog;
+use crate::proto::codec::{self, BodyKind, HeadError, Parsed};
+use crate::proto::response::{self, ErrorKind};
+use crate::route::router::RouteRequest;
+use crate::route::target::Target;
+use crate::runtime::deadline::{OwnSlot, Stop};
+use crate::runtime::worker::{Bufs, Worker, BUF_SIZE};
+use crate::session::body::CLIENT_WRITE_TIMEOUT;
 use crate::snapshot::{ActionRt, Snapshot};
-use crate::target::Target;
-use crate::worker::{Bufs, Worker, BUF_SIZE};
+use crate::transport::io::{write_all_by, ReadError};
+use crate::upstream::forward::{self, Outcome};
 
 /// How long a new connection may still take to send its first request once
 /// the worker is draining: enough for a request already on its way, short
@@ -158,7 +158,10 @@ impl Conn<'_> {
         }
         .or_shutdown()
         .in_slot(&self.slot);
-        match idle.bound(crate::io::read_ready(&self.client)).await {
+        match idle
+            .bound(crate::transport::io::read_ready(&self.client))
+            .await
+        {
             Ok(Ok(())) => true,
             Err(Stop::Shutdown) if first => {
                 let grace = worker
@@ -166,7 +169,9 @@ impl Conn<'_> {
                     .after(wait.min(FIRST_REQUEST_GRACE))
                     .in_slot(&self.slot);
                 matches!(
-                    grace.bound(crate::io::read_ready(&self.client)).await,
+                    grace
+                        .bound(crate::transport::io::read_ready(&self.client))
+                        .await,
                     Ok(Ok(()))
                 )
             }
@@ -266,15 +271,15 @@ impl Conn<'_> {
                 .map(|h| &raw[h.value.clone()])
         };
         // Routed, filtered and forwarded: the normal form of the path.
-        let norm = match crate::path::normalize(&raw[target.path.clone()]) {
+        let norm = match crate::route::path::normalize(&raw[target.path.clone()]) {
             Ok(n) => n,
-            Err(crate::path::BadPath(why)) => {
+            Err(crate::route::path::BadPath(why)) => {
                 tracing::debug!(peer = %self.peer, why, "bad request path");
                 self.fail_early(bufs, ErrorKind::BadRequest).await;
                 return Next::Close;
             }
         };
-        let host = target.host(raw).map(crate::target::strip_port);
+        let host = target.host(raw).map(crate::route::target::strip_port);
         let found = snap.router.find(&RouteRequest {
             host,
             method,
@@ -455,9 +460,14 @@ impl Conn<'_> {
         let mut outcome = Outcome::local(status, body_len as u64, close);
         if let (false, BodyKind::Length(n)) = (close, body) {
             let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
-            if crate::body::discard(&self.client, &mut bufs.inb, n, self.worker.until(deadline))
-                .await
-                .is_err()
+            if crate::session::body::discard(
+                &self.client,
+                &mut bufs.inb,
+                n,
+                self.worker.until(deadline),
+            )
+            .await
+            .is_err()
             {
                 outcome.close = true;
                 return outcome;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{Answer, Filter, Refuse, ReqCx};
-use crate::limit::{ClientLimits, InFlight, LimitState, PlanRt};
-use crate::response::ErrorKind;
+use crate::apps::limit::{ClientLimits, InFlight, LimitState, PlanRt};
+use crate::proto::response::ErrorKind;
 
 /// The authenticated app's plan for the route's service: rate, quota and
 /// concurrency. Over a limit: 429 with `Retry-After` and `RateLimit-*`;

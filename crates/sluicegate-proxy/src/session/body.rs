@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
-use crate::codec::BodyKind;
-use crate::conn::Conn;
-use crate::deadline::{Deadlines, Wait};
-use crate::io::{write_all_by, RecvBuf};
+use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
+use crate::proto::codec::BodyKind;
+use crate::runtime::deadline::{Deadlines, Wait};
+use crate::runtime::worker::Bufs;
+use crate::session::conn::Conn;
 use crate::snapshot::{ServiceRt, Snapshot};
-use crate::worker::Bufs;
+use crate::transport::io::{write_all_by, RecvBuf};
 
 /// Reads while streaming bodies use buffers up to this size.
 pub(crate) const STREAM_BUF: usize = 64 * 1024;

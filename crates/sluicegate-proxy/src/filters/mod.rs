@@ -18,10 +18,10 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::apps::limit::InFlight;
 use crate::apps::AppRef;
-use crate::codec::RequestHead;
-use crate::limit::InFlight;
-use crate::response::ErrorKind;
+use crate::proto::codec::RequestHead;
+use crate::proto::response::ErrorKind;
 
 /// What filters change about the request and its response, reused across
 /// requests (cleared before each).
@@ -85,7 +85,7 @@ pub enum Answer {
 pub struct ReqCx<'a> {
     pub raw: &'a [u8],
     pub head: &'a mut RequestHead,
-    /// The path in normal form (see [`crate::path`]), what routing saw.
+    /// The path in normal form (see [`crate::route::path`]), what routing saw.
     pub path: &'a [u8],
     /// The received query (with its `?`) as a range of `raw`.
     pub query: Range<usize>,

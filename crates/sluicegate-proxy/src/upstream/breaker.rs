@@ -61,7 +61,7 @@ impl Breaker {
     }
 
     /// Whether a balancer may pick the endpoint at `now` (nanoseconds of
-    /// [`crate::limit::mono_ns`]).
+    /// [`crate::apps::limit::mono_ns`]).
     pub fn available(&self, now: u64) -> bool {
         let until = self.open_until.load(Relaxed);
         until == 0
@@ -72,7 +72,7 @@ impl Breaker {
     /// [`Breaker::available`] now.
     pub fn available_now(&self) -> bool {
         self.open_until.load(Relaxed) == 0
-            || self.available(crate::limit::mono_ns(std::time::Instant::now()))
+            || self.available(crate::apps::limit::mono_ns(std::time::Instant::now()))
     }
 
     /// [`Breaker::admit`] now: the clock is read only when the circuit has
@@ -81,7 +81,7 @@ impl Breaker {
         if self.open_until.load(Relaxed) == 0 || !self.enabled.load(Relaxed) {
             return Some(Admit::Closed);
         }
-        self.admit(crate::limit::mono_ns(std::time::Instant::now()))
+        self.admit(crate::apps::limit::mono_ns(std::time::Instant::now()))
     }
 
     /// Records a success: nothing to do (and no clock read) for a request
@@ -95,7 +95,7 @@ impl Breaker {
         self.record(
             admit,
             true,
-            crate::limit::mono_ns(std::time::Instant::now()),
+            crate::apps::limit::mono_ns(std::time::Instant::now()),
         );
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::balancer::Ewma;
+use crate::upstream::balancer::Ewma;
 
 #[derive(Debug)]
 pub struct EndpointState {
@@ -38,7 +38,7 @@ pub struct EndpointState {
     pub health_oks: std::sync::atomic::AtomicU32,
     pub health_fails: std::sync::atomic::AtomicU32,
     /// Passive outlier detection from the requests it serves.
-    pub breaker: crate::breaker::Breaker,
+    pub breaker: crate::upstream::breaker::Breaker,
 }
 
 impl EndpointState {
@@ -70,7 +70,7 @@ impl EndpointState {
             healthy: std::sync::atomic::AtomicBool::new(true),
             health_oks: std::sync::atomic::AtomicU32::new(0),
             health_fails: std::sync::atomic::AtomicU32::new(0),
-            breaker: crate::breaker::Breaker::default(),
+            breaker: crate::upstream::breaker::Breaker::default(),
         }
     }
 

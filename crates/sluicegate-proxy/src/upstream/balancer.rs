@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sluicegate_config::{Balance, HashKey};
 
-use crate::endpoint::EndpointState;
+use crate::upstream::endpoint::EndpointState;
 
 /// Longest precomputed round-robin sequence; larger weight sums are scaled.
 const MAX_SEQUENCE: u64 = 4096;

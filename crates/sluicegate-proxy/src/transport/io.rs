@@ -10,8 +10,8 @@ use rustix::net::{RecvFlags, SendFlags};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::deadline::{Stop, Wait};
-use crate::endpoint::EndpointState;
+use crate::runtime::deadline::{Stop, Wait};
+use crate::upstream::endpoint::EndpointState;
 
 /// A receive buffer: bytes `start..end` are received and not yet used.
 #[derive(Debug)]
@@ -28,7 +28,8 @@ pub enum ReadError {
     /// The wait was made with [`Wait::or_shutdown`] and the worker is
     /// shutting down.
     Shutdown,
-    Io(io::Error),
+    /// The socket failed (kept for `Debug` output).
+    Io(#[allow(dead_code)] io::Error),
 }
 
 impl RecvBuf {

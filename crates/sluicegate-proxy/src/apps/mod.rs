@@ -8,6 +8,8 @@
 //! every candidate's stored key is compared in constant time, so the time
 //! a lookup takes says nothing about how much of a guess was right.
 
+pub(crate) mod limit;
+
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -18,7 +20,7 @@ use hashbrown::HashTable;
 use sluicegate_config::{App, Config};
 use subtle::ConstantTimeEq;
 
-use crate::limit::{LimitState, PlanRt};
+use crate::apps::limit::{LimitState, PlanRt};
 
 /// One app's counters for one scope (the app's own plan, or one service's):
 /// its limit state, and (for the app's own slot) its metrics.

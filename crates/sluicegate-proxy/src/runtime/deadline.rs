@@ -78,6 +78,7 @@ impl Deadlines {
         Self::default()
     }
 
+    #[cfg(test)]
     /// `fut`, or `Err(Stop::Timeout)` once `deadline` has passed.
     pub fn until<F: Future>(&self, deadline: Instant, fut: F) -> Bounded<'_, F> {
         Bounded {
@@ -92,7 +93,7 @@ impl Deadlines {
         }
     }
 
-    /// A deadline to hand to the socket helpers in [`crate::io`].
+    /// A deadline to hand to the socket helpers in [`crate::transport::io`].
     pub fn at(&self, deadline: Instant) -> Wait<'_> {
         Wait {
             deadlines: self,
@@ -128,6 +129,7 @@ impl Deadlines {
         }
     }
 
+    #[cfg(test)]
     /// Waits now pending.
     pub fn pending(&self) -> usize {
         self.entries
@@ -137,6 +139,7 @@ impl Deadlines {
             .count()
     }
 
+    #[cfg(test)]
     /// Slots held, pending or not (own slots stay between their waits).
     pub fn slots(&self) -> usize {
         self.entries.borrow().len()

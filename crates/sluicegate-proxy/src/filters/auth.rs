@@ -9,7 +9,7 @@ use sluicegate_config::AppKeySources;
 
 use super::{Answer, Filter, Refuse, ReqCx};
 use crate::apps::{AppRef, AppTable};
-use crate::response::ErrorKind;
+use crate::proto::response::ErrorKind;
 
 /// `auth: app_key`: finds the app key in a header, a query parameter or a
 /// `~KEY` path segment right after the route's prefix, removes it from the
@@ -47,7 +47,7 @@ impl Filter for AppKeyAuth {
                 if name.eq_ignore_ascii_case(hn.as_bytes()) {
                     h.skip = true;
                     if key.is_none() {
-                        key = Some(crate::codec::trim(&raw[h.value.clone()]));
+                        key = Some(crate::proto::codec::trim(&raw[h.value.clone()]));
                     }
                     continue;
                 }
@@ -72,7 +72,7 @@ impl Filter for AppKeyAuth {
             let path = cx.path;
             let after = &path[cx.prefix_len.min(path.len())..];
             if let Some(seg) = after.strip_prefix(b"/~") {
-                let end = crate::codec::find_byte(b'/', seg).unwrap_or(seg.len());
+                let end = crate::proto::codec::find_byte(b'/', seg).unwrap_or(seg.len());
                 key = key.or(Some(&seg[..end]));
                 let mut p = Vec::with_capacity(path.len());
                 p.extend_from_slice(&path[..cx.prefix_len]);
@@ -207,10 +207,10 @@ impl Filter for JwtAuth {
             .headers
             .iter()
             .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(b"authorization"))
-            .map(|h| crate::codec::trim(&raw[h.value.clone()]));
+            .map(|h| crate::proto::codec::trim(&raw[h.value.clone()]));
         let token = match auth {
             Some(v) if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") => {
-                crate::codec::trim(&v[7..])
+                crate::proto::codec::trim(&v[7..])
             }
             _ => return Err(Self::refuse(false)),
         };

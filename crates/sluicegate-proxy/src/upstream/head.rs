@@ -6,14 +6,14 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use crate::codec::{self, BodyKind, Parsed, RequestHead};
-use crate::conn::Conn;
-use crate::endpoint::EndpointState;
-use crate::filter::Edits;
-use crate::io::{write_all_by, ReadError, RecvBuf};
-use crate::response;
-use crate::target::Target;
-use crate::worker::Bufs;
+use crate::filters::Edits;
+use crate::proto::codec::{self, BodyKind, Parsed, RequestHead};
+use crate::proto::response;
+use crate::route::target::Target;
+use crate::runtime::worker::Bufs;
+use crate::session::conn::Conn;
+use crate::transport::io::{write_all_by, ReadError, RecvBuf};
+use crate::upstream::endpoint::EndpointState;
 
 /// Largest response head accepted from an upstream.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -100,7 +100,7 @@ pub(crate) fn write_request_head(
 /// connection's previous response is cleared by the failed read.
 pub(crate) async fn early_response(up: &TcpStream, upb: &mut RecvBuf) -> bool {
     loop {
-        if crate::io::read_ready(up).await.is_err() {
+        if crate::transport::io::read_ready(up).await.is_err() {
             return false;
         }
         match upb.try_fill(up, MAX_RESPONSE_HEAD) {

@@ -3,8 +3,8 @@
 
 use std::ops::Range;
 
-use crate::codec::RequestHead;
-use crate::response::ErrorKind;
+use crate::proto::codec::RequestHead;
+use crate::proto::response::ErrorKind;
 
 /// The request target split into parts, as ranges into the head buffer.
 #[derive(Debug, Clone)]
@@ -24,7 +24,8 @@ impl Target {
         let base = req.target.start;
         let t = &raw[req.target.clone()];
         let split = |start: usize, end: usize| {
-            let q = crate::codec::find_byte(b'?', &raw[start..end]).map_or(end, |i| start + i);
+            let q =
+                crate::proto::codec::find_byte(b'?', &raw[start..end]).map_or(end, |i| start + i);
             (start..q, q..end)
         };
         if t.first() == Some(&b'/') {
@@ -96,7 +97,7 @@ pub fn strip_port(h: &[u8]) -> &[u8] {
             None => h,
         };
     }
-    match crate::codec::rfind_byte(b':', h) {
+    match crate::proto::codec::rfind_byte(b':', h) {
         Some(i) => &h[..i],
         None => h,
     }
@@ -105,7 +106,7 @@ pub fn strip_port(h: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::{self, Parsed};
+    use crate::proto::codec::{self, Parsed};
 
     fn parse(raw: &[u8]) -> Result<(Target, RequestHead), ErrorKind> {
         let mut head = RequestHead::default();

@@ -89,6 +89,7 @@ impl BusyPoll {
         .await;
     }
 
+    #[cfg(test)]
     /// Whether the poller is parked (for tests).
     pub fn is_parked(&self) -> bool {
         let w = self.parked.take();

@@ -17,8 +17,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use crate::endpoint::EndpointState;
 use crate::snapshot::Shared;
+use crate::upstream::endpoint::EndpointState;
 
 /// How often the checker looks for checks that are due.
 const TICK: Duration = Duration::from_millis(20);

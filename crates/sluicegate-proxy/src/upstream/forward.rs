@@ -15,20 +15,20 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::balancer::PickContext;
-use crate::body::{linger, relay_body, send_body, BodyError, CLIENT_WRITE_TIMEOUT};
-use crate::breaker::Admit;
-use crate::codec::BodyKind;
-use crate::conn::Conn;
-use crate::endpoint::EndpointState;
-use crate::io::write_all_by;
-use crate::response::{self, ErrorKind};
+use crate::proto::codec::BodyKind;
+use crate::proto::response::{self, ErrorKind};
+use crate::route::target::Target;
+use crate::runtime::worker::Bufs;
+use crate::session::body::{linger, relay_body, send_body, BodyError, CLIENT_WRITE_TIMEOUT};
+use crate::session::conn::Conn;
 use crate::snapshot::{ServiceRt, Snapshot};
-use crate::target::Target;
-use crate::upstream_head::{
+use crate::transport::io::write_all_by;
+use crate::upstream::balancer::PickContext;
+use crate::upstream::breaker::Admit;
+use crate::upstream::endpoint::EndpointState;
+use crate::upstream::head::{
     early_response, read_response_head, write_request_head, write_response_head, HeadError,
 };
-use crate::worker::Bufs;
 
 /// How a request ended, for metrics, the access log and the connection.
 #[derive(Debug)]
@@ -221,7 +221,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 let taken = worker.pool.borrow_mut().take(ep.id, started);
                 let Some(s) = taken else { break };
                 // Stray bytes or a close since its last response: not usable.
-                if crate::io::quiet(&s) {
+                if crate::transport::io::quiet(&s) {
                     pooled = Some(s);
                     break;
                 }
@@ -461,7 +461,7 @@ impl<'a> Verdict<'a> {
     /// Counts a failed attempt against the endpoint's circuit.
     fn failed(&mut self, ep: &EndpointState) {
         self.pending = None;
-        let now = crate::limit::mono_ns(Instant::now());
+        let now = crate::apps::limit::mono_ns(Instant::now());
         if ep.breaker.record(self.admit, false, now) {
             tracing::warn!(endpoint = %ep.name, "circuit opened: endpoint out of rotation");
         }
@@ -498,14 +498,14 @@ fn retry_endpoint<'s>(
     tried: &mut u64,
     tries: &mut u32,
     total: Instant,
-) -> Option<(usize, crate::endpoint::Permit<'s>)> {
+) -> Option<(usize, crate::upstream::endpoint::Permit<'s>)> {
     if *tries >= service.retries.settings.attempts
         || service.endpoints.len() < 2
         || time_left(total).is_zero()
     {
         return None;
     }
-    let i = crate::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;
+    let i = crate::upstream::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;
     let permit = service.endpoints[i].try_acquire()?;
     if !service.retries.withdraw() {
         tracing::debug!(service = %service.name, "retry budget spent");

@@ -15,9 +15,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::conn;
+use crate::runtime::worker::Worker;
+use crate::session::conn;
 use crate::snapshot::Shared;
-use crate::worker::Worker;
 
 /// Listen backlog per socket.
 const BACKLOG: i32 = 4096;

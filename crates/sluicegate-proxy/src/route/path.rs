@@ -17,7 +17,7 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadPath(pub &'static str);
 
-use crate::chunked::hex;
+use crate::proto::chunked::hex;
 
 /// True when `path` is already in normal form (the common case, checked
 /// without copying).

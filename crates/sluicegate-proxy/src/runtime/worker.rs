@@ -6,13 +6,13 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::accesslog::Sink;
-use crate::busypoll::BusyPoll;
-use crate::codec::{RequestHead, ResponseHead};
-use crate::deadline::{Deadlines, Wait};
-use crate::filter::Edits;
-use crate::io::{Pool, RecvBuf};
+use crate::filters::Edits;
+use crate::observe::accesslog::Sink;
+use crate::proto::codec::{RequestHead, ResponseHead};
+use crate::runtime::busypoll::BusyPoll;
+use crate::runtime::deadline::{Deadlines, Wait};
 use crate::snapshot::Shared;
+use crate::transport::io::{Pool, RecvBuf};
 
 /// Initial size of each receive buffer.
 pub(crate) const BUF_SIZE: usize = 16 * 1024;
@@ -115,6 +115,7 @@ impl Worker {
         self.free_low.set(free.len());
     }
 
+    #[cfg(test)]
     /// Free buffer sets held now.
     pub fn free_bufs(&self) -> usize {
         self.free.borrow().len()

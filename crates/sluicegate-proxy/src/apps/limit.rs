@@ -132,9 +132,9 @@ fn window_of(t: SystemTime, w: QuotaWindow) -> (u64, u64) {
         QuotaWindow::Day => span(86_400),
         QuotaWindow::Month => {
             let days = secs / 86_400;
-            let (y, m, _) = crate::accesslog::civil_from_days(days as i64);
+            let (y, m, _) = crate::observe::accesslog::civil_from_days(days as i64);
             let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-            let next = crate::accesslog::days_from_civil(ny, nm, 1) as u64 * 86_400;
+            let next = crate::observe::accesslog::days_from_civil(ny, nm, 1) as u64 * 86_400;
             (
                 (y as u64) * 12 + u64::from(m),
                 next.saturating_sub(secs).max(1),
@@ -331,16 +331,13 @@ impl ClientLimits {
         map.entry(ip).or_default().clone()
     }
 
+    #[cfg(test)]
     /// Clients with counters now.
     pub fn len(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
             .sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -1,0 +1,4 @@
+//! What the gateway tells operators: Prometheus metrics and the access log.
+
+pub(crate) mod accesslog;
+pub(crate) mod metrics;

@@ -1,0 +1,6 @@
+//! HTTP/1.1 on the wire: message heads (server and client side), the
+//! chunked coding, and the one renderer of answers the gateway makes itself.
+
+pub(crate) mod chunked;
+pub(crate) mod codec;
+pub(crate) mod response;

@@ -1,0 +1,6 @@
+//! Which route a request takes: the request target split up, the path
+//! normalised, and the router's match on host, method, path and headers.
+
+pub(crate) mod path;
+pub(crate) mod router;
+pub(crate) mod target;
