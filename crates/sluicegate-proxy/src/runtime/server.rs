@@ -252,7 +252,7 @@ async fn accept_loop(
                 }
                 global.accepted.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
-                tokio::task::spawn_local(conn::serve(worker.clone(), stream, peer));
+                tokio::task::spawn_local(conn::serve(worker.clone(), stream.into(), peer));
             }
             Err(e) => {
                 // Out of file descriptors or similar: back off instead of spinning.

@@ -12,7 +12,8 @@ use crate::proto::codec::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
 use crate::runtime::deadline::{Deadlines, Wait};
 use crate::snapshot::Shared;
-use crate::transport::io::{Pool, RecvBuf};
+use crate::transport::io::RecvBuf;
+use crate::upstream::pool::Pool;
 
 /// Initial size of each receive buffer.
 pub(crate) const BUF_SIZE: usize = 16 * 1024;

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
+use crate::transport::stream::Stream;
 
 use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
@@ -32,7 +32,7 @@ pub(crate) enum BodyError {
 
 /// Reads and drops `n` body bytes from the client.
 pub async fn discard(
-    client: &TcpStream,
+    client: &Stream,
     inb: &mut RecvBuf,
     mut n: u64,
     wait: Wait<'_>,
@@ -54,7 +54,7 @@ pub async fn discard(
 /// After answering before the client finished sending its body, reads and
 /// drops what it still sends (bounded in bytes and time) before the close,
 /// so the client reads the answer instead of a reset.
-pub(crate) async fn linger(dl: &Deadlines, client: &TcpStream, inb: &mut RecvBuf, max: u64) {
+pub(crate) async fn linger(dl: &Deadlines, client: &Stream, inb: &mut RecvBuf, max: u64) {
     const IDLE: Duration = Duration::from_secs(1);
     const TOTAL: Duration = Duration::from_secs(10);
     let until = Instant::now() + TOTAL;
@@ -79,8 +79,8 @@ pub(crate) async fn linger(dl: &Deadlines, client: &TcpStream, inb: &mut RecvBuf
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn send_body(
     dl: &Deadlines,
-    client: &TcpStream,
-    up: &TcpStream,
+    client: &Stream,
+    up: &Stream,
     inb: &mut RecvBuf,
     out: &mut Vec<u8>,
     body: BodyKind,
@@ -151,7 +151,7 @@ pub(crate) async fn send_body(
 /// whether the upstream (true) or the client failed.
 pub(crate) async fn relay_body(
     conn: &Conn<'_>,
-    up: &TcpStream,
+    up: &Stream,
     bufs: &mut Bufs,
     body: BodyKind,
     rechunk: bool,

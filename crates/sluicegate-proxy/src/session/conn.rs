@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
+use crate::transport::stream::Stream;
 
 use crate::filters::{Answer, Refuse, ReqCx};
 use crate::observe::accesslog;
@@ -53,7 +53,7 @@ impl Drop for ActiveGuard<'_> {
 
 /// Serves one accepted client connection until it closes. The caller has
 /// already counted it in `open_connections`.
-pub async fn serve(worker: Rc<Worker>, client: TcpStream, peer: SocketAddr) {
+pub async fn serve(worker: Rc<Worker>, client: Stream, peer: SocketAddr) {
     worker.active.set(worker.active.get() + 1);
     let _guard = ActiveGuard(&worker);
     let mut conn = Conn {
@@ -73,7 +73,7 @@ pub async fn serve(worker: Rc<Worker>, client: TcpStream, peer: SocketAddr) {
 
 pub struct Conn<'w> {
     pub worker: &'w Worker,
-    pub client: TcpStream,
+    pub client: Stream,
     pub peer: SocketAddr,
     /// The client's address as text, formatted once for X-Forwarded-For.
     pub peer_ip: String,

@@ -3,3 +3,6 @@
 
 pub(crate) mod body;
 pub(crate) mod conn;
+
+#[cfg(test)]
+mod tests;

@@ -23,6 +23,7 @@ use crate::session::body::{linger, relay_body, send_body, BodyError, CLIENT_WRIT
 use crate::session::conn::Conn;
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
+use crate::transport::stream::Stream;
 use crate::upstream::balancer::PickContext;
 use crate::upstream::breaker::Admit;
 use crate::upstream::endpoint::EndpointState;
@@ -71,12 +72,12 @@ fn epoch_us(now: Instant) -> u64 {
     now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
         .as_micros() as u64
 }
-async fn connect(addr: std::net::SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
+async fn connect(addr: std::net::SocketAddr, timeout: Duration) -> std::io::Result<Stream> {
     let s = tokio::time::timeout(timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     s.set_nodelay(true)?;
-    Ok(s)
+    Ok(Stream::Tcp(s))
 }
 /// Answers an error to the client from inside `forward`.
 async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool) -> Outcome<'s> {
@@ -221,7 +222,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 let taken = worker.pool.borrow_mut().take(ep.id, started);
                 let Some(s) = taken else { break };
                 // Stray bytes or a close since its last response: not usable.
-                if crate::transport::io::quiet(&s) {
+                if s.quiet() {
                     pooled = Some(s);
                     break;
                 }

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use tokio::net::TcpStream;
+use crate::transport::stream::Stream;
 
 use crate::filters::Edits;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestHead};
@@ -98,7 +98,7 @@ pub(crate) fn write_request_head(
 /// still being streamed: true when response bytes arrived (kept in `upb`),
 /// false when it closed or failed. Stale readiness from a pooled
 /// connection's previous response is cleared by the failed read.
-pub(crate) async fn early_response(up: &TcpStream, upb: &mut RecvBuf) -> bool {
+pub(crate) async fn early_response(up: &Stream, upb: &mut RecvBuf) -> bool {
     loop {
         if crate::transport::io::read_ready(up).await.is_err() {
             return false;
@@ -114,7 +114,7 @@ pub(crate) async fn early_response(up: &TcpStream, upb: &mut RecvBuf) -> bool {
 /// Reads the final response head into `bufs.res`, relaying 1xx
 /// informational responses (other than 100) to HTTP/1.1 clients.
 pub(crate) async fn read_response_head(
-    up: &TcpStream,
+    up: &Stream,
     conn: &Conn<'_>,
     bufs: &mut Bufs,
     is_head: bool,

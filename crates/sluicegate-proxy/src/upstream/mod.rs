@@ -8,3 +8,4 @@ pub(crate) mod endpoint;
 pub(crate) mod forward;
 pub(crate) mod head;
 pub(crate) mod health;
+pub(crate) mod pool;

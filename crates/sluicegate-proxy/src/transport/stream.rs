@@ -1,0 +1,209 @@
+//! The one stream type every session and upstream connection reads and
+//! writes: plain TCP on the raw `recv`/`send` fast path, TLS over such a
+//! socket, and an in-memory pipe for tests. All of it is readiness based,
+//! like the socket it wraps: `try_*` calls never wait, and a caller that
+//! got `WouldBlock` waits with [`Stream::poll_read_ready`] or
+//! [`Stream::writable`] and tries again. One task reads and writes a stream
+//! (its connection's), so none of this is shared between tasks.
+
+use std::io;
+use std::task::{Context, Poll};
+
+use rustix::net::{RecvFlags, SendFlags};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+#[cfg(test)]
+use super::duplex::Duplex;
+
+/// A connection to a client or an upstream.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    #[cfg(test)]
+    Duplex(Duplex),
+}
+
+impl From<TcpStream> for Stream {
+    fn from(s: TcpStream) -> Self {
+        Stream::Tcp(s)
+    }
+}
+
+impl Stream {
+    /// Reads what is there without waiting; `Ok(0)` is the end of the
+    /// stream, `WouldBlock` that nothing is there yet.
+    #[inline]
+    pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => {
+                let room = buf.len();
+                let n = recv(s, buf)?;
+                drained(s, n, room);
+                Ok(n)
+            }
+            #[cfg(test)]
+            Stream::Duplex(d) => d.try_recv(buf),
+        }
+    }
+
+    /// Writes what the stream takes now without waiting: the count taken,
+    /// or `WouldBlock`. A TLS stream takes bytes into its record layer and
+    /// may hold some of them encrypted until [`Stream::try_flush`] gets
+    /// them out.
+    #[inline]
+    pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => send(s, bytes),
+            #[cfg(test)]
+            Stream::Duplex(d) => d.try_send(bytes),
+        }
+    }
+
+    /// Gets out what an earlier [`Stream::try_send`] left buffered:
+    /// `WouldBlock` while some is still held. Plain streams hold nothing.
+    #[inline]
+    pub(crate) fn try_flush(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(_) => Ok(()),
+            #[cfg(test)]
+            Stream::Duplex(_) => Ok(()),
+        }
+    }
+
+    /// Ready when a read would not block: bytes, an end or an error to
+    /// report. Waits in the socket's single reader slot, which costs less
+    /// than `TcpStream::readable` (a list of waiters behind a lock); one
+    /// task per stream waits to read at a time, which is how every stream
+    /// here is used.
+    #[inline]
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tcp(s) => s.poll_read_ready(cx),
+            #[cfg(test)]
+            Stream::Duplex(d) => d.poll_read_ready(cx),
+        }
+    }
+
+    /// Waits until a write can make progress.
+    pub(crate) async fn writable(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.writable().await,
+            #[cfg(test)]
+            Stream::Duplex(_) => Ok(()),
+        }
+    }
+
+    /// Whether an idle pooled connection is still quiet: nothing arrived on
+    /// it since its last response. Bytes sent after a complete response (a
+    /// stray or extra response) would be read as the next request's
+    /// answer, and a close means the request would fail; either way the
+    /// connection must go.
+    ///
+    /// No syscall in the common case on TCP: the runtime's read readiness
+    /// is cleared after the last short read (see [`drained`]), so it is set
+    /// only if epoll reported something since, and [`recv`] makes the
+    /// one-byte read only then, to tell data (or EOF) from a readiness left
+    /// over by a read that filled the buffer. Nothing is registered: the
+    /// task is not woken later by this socket. On TLS, records that carry
+    /// no data (session tickets) are taken in and the stream stays quiet.
+    pub(crate) fn quiet(&self) -> bool {
+        let mut probe = [0u8; 1];
+        let r = match self {
+            Stream::Tcp(s) => recv(s, &mut probe),
+            #[allow(unreachable_patterns)]
+            other => other.try_recv(&mut probe),
+        };
+        matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+/// `recv` on `s` under the runtime's readiness tracking, like
+/// `TcpStream::try_read`, but made as a raw system call (rustix): glibc's
+/// `recv` and `send` also enter and leave a thread cancellation point and
+/// set `errno`, about 50 instructions a call, four calls a request.
+#[inline]
+pub(crate) fn recv(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    s.try_io(Interest::READABLE, || {
+        rustix::net::recv(s, buf, RecvFlags::empty())
+            .map(|(n, _)| n)
+            .map_err(io::Error::from)
+    })
+}
+
+/// `send` like [`recv`]; `MSG_NOSIGNAL` as the standard library sends, so
+/// a peer's reset is an error here, never a SIGPIPE.
+#[inline]
+pub(crate) fn send(s: &TcpStream, bytes: &[u8]) -> io::Result<usize> {
+    s.try_io(Interest::WRITABLE, || {
+        rustix::net::send(s, bytes, SendFlags::NOSIGNAL).map_err(io::Error::from)
+    })
+}
+
+/// After a short read the kernel had nothing more: forget the socket's read
+/// readiness now, so the next read waits for a new edge instead of making a
+/// syscall that returns EAGAIN. Safe with edge-triggered epoll: data that
+/// arrives after the read raises a new event, and tokio only clears the
+/// readiness it saw before this point.
+#[inline]
+pub(crate) fn drained(s: &TcpStream, n: usize, room: usize) {
+    if n > 0 && n < room {
+        let _ = s.try_io(Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    fn run(f: impl std::future::Future<Output = ()>) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f);
+    }
+
+    async fn read_ready(s: &Stream) {
+        std::future::poll_fn(|cx| s.poll_read_ready(cx))
+            .await
+            .unwrap();
+    }
+
+    async fn pair(l: &tokio::net::TcpListener) -> (Stream, TcpStream) {
+        let ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (theirs, _) = l.accept().await.unwrap();
+        (Stream::Tcp(ours), theirs)
+    }
+
+    #[test]
+    fn quiet_until_the_peer_sends_or_closes() {
+        run(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            // Bytes after the last response.
+            let (ours, mut theirs) = pair(&l).await;
+            assert!(ours.quiet());
+            theirs.write_all(b"x").await.unwrap();
+            read_ready(&ours).await;
+            assert!(!ours.quiet());
+            // A close.
+            let (ours, theirs) = pair(&l).await;
+            assert!(ours.quiet());
+            drop(theirs);
+            read_ready(&ours).await;
+            assert!(!ours.quiet());
+            // Readiness left by a read that filled its buffer: the probe
+            // finds nothing, clears it, and the connection is quiet.
+            let (ours, mut theirs) = pair(&l).await;
+            theirs.write_all(b"yy").await.unwrap();
+            read_ready(&ours).await;
+            let mut buf = [0u8; 2];
+            assert_eq!(ours.try_recv(&mut buf).unwrap(), 2);
+            assert!(ours.quiet());
+            assert!(ours.quiet());
+        });
+    }
+}
