@@ -74,7 +74,7 @@ struct RestartOnly {
 impl RestartOnly {
     fn of(c: &Config) -> RestartOnly {
         RestartOnly {
-            listen: c.listen.clone(),
+            listen: c.listen.iter().map(|l| l.addr).collect(),
             workers: c.workers,
             admin: c.admin.clone(),
         }

@@ -1,14 +1,11 @@
 //! API management: `plans` (rate, burst, quota, concurrency), `apps` (the
 //! consumers: id, keys, plan, allowed services) and `app_key` (where keys
-//! are looked for).
+//! are looked for). An app's `jwt` is decoded in `jwt`, its `mtls` in `tls`.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::model::{
-    App, AppJwt, AppKeySources, JwtAlg, JwtKey, JwtSettings, LimitKey, Plan, Quota, QuotaWindow,
-    Rate, RouteLimit,
-};
+use crate::model::{App, AppKeySources, LimitKey, Plan, Quota, QuotaWindow, Rate, RouteLimit};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
@@ -22,6 +19,7 @@ const APP_KEYS: &[&str] = &[
     "methods",
     "paths",
     "jwt",
+    "mtls",
 ];
 const APP_KEY_KEYS: &[&str] = &["header", "query", "path_segment"];
 const ROUTE_LIMIT_KEYS: &[&str] = &["rate", "burst", "concurrency", "per"];
@@ -193,6 +191,9 @@ pub(crate) struct AppsDecoder {
     /// map of strings.
     ids: Vec<Seen>,
     keys: Vec<Seen>,
+    /// Every certificate name and fingerprint in an `mtls`, likewise.
+    mtls_names: Vec<Seen>,
+    mtls_sha256: Vec<Seen>,
     /// Names of plans and services used, to check once they are known.
     refs: Vec<Ref>,
     /// One per item, in order, even for an item with errors (the config is
@@ -225,6 +226,8 @@ impl AppsDecoder {
             hasher: foldhash::fast::RandomState::default(),
             ids: Vec::new(),
             keys: Vec::new(),
+            mtls_names: Vec::new(),
+            mtls_sha256: Vec::new(),
             refs: Vec::new(),
             out: Vec::new(),
         }
@@ -251,6 +254,7 @@ impl AppsDecoder {
             methods: Vec::new(),
             paths: Vec::new(),
             jwt: None,
+            mtls: None,
         };
         self.decode(cx, item, path.index(i), i as u32, &mut app);
         self.out.push(app);
@@ -395,7 +399,23 @@ impl AppsDecoder {
                 }
             }
         }
-        app.jwt = f.get("jwt").and_then(|n| app_jwt(cx, n, p.key("jwt")));
+        app.jwt = f
+            .get("jwt")
+            .and_then(|n| crate::jwt::app_jwt(cx, n, p.key("jwt")));
+        if let Some(d) = f
+            .get("mtls")
+            .and_then(|n| crate::tls::app_mtls(cx, n, p.key("mtls")))
+        {
+            for (j, (name, pos)) in d.mtls.names.iter().zip(&d.name_pos).enumerate() {
+                let seen = Seen::new(&self.hasher, name.as_str(), *pos, i, j as u32);
+                self.mtls_names.push(seen);
+            }
+            for (j, (sha, pos)) in d.mtls.sha256.iter().zip(&d.sha256_pos).enumerate() {
+                let seen = Seen::new(&self.hasher, sha, *pos, i, j as u32);
+                self.mtls_sha256.push(seen);
+            }
+            app.mtls = Some(d.mtls);
+        }
     }
 
     fn refer(&mut self, app: u32, pos: Pos, kind: RefKind) {
@@ -484,6 +504,14 @@ impl AppsDecoder {
                 format_args!("key already given to {whose} (first at {})", first.pos),
             );
         }
+        crate::tls::check_mtls(
+            cx,
+            path,
+            &self.out,
+            &self.ids,
+            &mut self.mtls_names,
+            &mut self.mtls_sha256,
+        );
         self.out
     }
 }
@@ -491,15 +519,21 @@ impl AppsDecoder {
 /// Where an app id or key was given (the `item`th key of app `app`), and a
 /// hash of its text to sort by.
 #[derive(Clone, Copy)]
-struct Seen {
+pub(crate) struct Seen {
     hash: u64,
-    pos: Pos,
-    app: u32,
-    item: u32,
+    pub pos: Pos,
+    pub app: u32,
+    pub item: u32,
 }
 
 impl Seen {
-    fn new(h: &impl std::hash::BuildHasher, text: &str, pos: Pos, app: u32, item: u32) -> Self {
+    fn new(
+        h: &impl std::hash::BuildHasher,
+        text: impl std::hash::Hash,
+        pos: Pos,
+        app: u32,
+        item: u32,
+    ) -> Self {
         Seen {
             hash: h.hash_one(text),
             pos,
@@ -511,7 +545,10 @@ impl Seen {
 
 /// Each later occurrence of a text given more than once, with the first
 /// one, in the order they were given. `text` finds an entry's text.
-fn duplicates<'a>(seen: &mut [Seen], text: impl Fn(&Seen) -> &'a str) -> Vec<(Seen, Seen)> {
+pub(crate) fn duplicates<'a, T: PartialEq + ?Sized + 'a>(
+    seen: &mut [Seen],
+    text: impl Fn(&Seen) -> &'a T,
+) -> Vec<(Seen, Seen)> {
     seen.sort_unstable_by_key(|s| (s.hash, s.app, s.item));
     let mut out = Vec::new();
     for run in seen.chunk_by(|a, b| a.hash == b.hash) {
@@ -575,127 +612,5 @@ pub(crate) fn app_key(cx: &mut Cx, node: &Node, path: Path<'_>) -> AppKeySources
     if out.header.is_none() && out.query.is_none() && !out.path_segment {
         cx.at(f.pos, path, "every key source is off: keep at least one");
     }
-    out
-}
-
-const APP_JWT_KEYS: &[&str] = &[
-    "alg",
-    "secret",
-    "secret_file",
-    "public_key",
-    "public_key_file",
-];
-
-/// Decodes an app's `jwt`: the algorithm and one key source (files are
-/// read now, so a missing file is a config error with its line).
-fn app_jwt(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<AppJwt> {
-    let f = fields(cx, node, path, "app jwt", APP_JWT_KEYS)?;
-    let alg = f.require(cx, path, "alg").and_then(|n| {
-        let p = path.key("alg");
-        match reader::scalar(cx, n, p, "HS256, RS256 or ES256")? {
-            "HS256" => Some(JwtAlg::HS256),
-            "RS256" => Some(JwtAlg::RS256),
-            "ES256" => Some(JwtAlg::ES256),
-            other => {
-                cx.at(
-                    n.pos,
-                    p,
-                    format_args!("expected HS256, RS256 or ES256, found {}", quote(other)),
-                );
-                None
-            }
-        }
-    })?;
-    let (inline, file, what) = match alg {
-        JwtAlg::HS256 => ("secret", "secret_file", "a shared secret"),
-        _ => ("public_key", "public_key_file", "a PEM public key"),
-    };
-    for wrong in APP_JWT_KEYS[1..]
-        .iter()
-        .filter(|k| **k != inline && **k != file)
-    {
-        if let Some(n) = f.get(wrong) {
-            cx.at(n.pos, path.key(wrong), "does not apply to this alg");
-        }
-    }
-    let bytes = match (f.get(inline), f.get(file)) {
-        (Some(_), Some(n)) => {
-            cx.at(
-                n.pos,
-                path.key(file),
-                format_args!("give either {inline} or {file}, not both"),
-            );
-            return None;
-        }
-        (None, None) => {
-            cx.at(
-                f.pos,
-                path,
-                format_args!("missing {inline} or {file} ({what})"),
-            );
-            return None;
-        }
-        (Some(n), None) => reader::string(cx, n, path.key(inline))?.as_bytes().to_vec(),
-        (None, Some(n)) => {
-            let p = path.key(file);
-            let name = reader::string(cx, n, p)?;
-            match std::fs::read(name) {
-                Ok(b) => b,
-                Err(e) => {
-                    cx.at(n.pos, p, format_args!("cannot read {}: {e}", quote(name)));
-                    return None;
-                }
-            }
-        }
-    };
-    let key = match alg {
-        JwtAlg::HS256 => {
-            if bytes.len() < 32 {
-                let at = f.get(inline).or(f.get(file)).map_or(f.pos, |n| n.pos);
-                cx.at(at, path, "an HS256 secret needs at least 32 bytes");
-                return None;
-            }
-            JwtKey::Secret(bytes)
-        }
-        _ => {
-            if !bytes.windows(10).any(|w| w == b"-----BEGIN") {
-                let at = f.get(inline).or(f.get(file)).map_or(f.pos, |n| n.pos);
-                cx.at(
-                    at,
-                    path,
-                    "expected a PEM public key (-----BEGIN PUBLIC KEY-----)",
-                );
-                return None;
-            }
-            JwtKey::PublicKeyPem(bytes)
-        }
-    };
-    Some(AppJwt { alg, key })
-}
-
-/// Decodes the top-level `jwt` settings.
-pub(crate) fn jwt_settings(cx: &mut Cx, node: &Node, path: Path<'_>) -> JwtSettings {
-    let mut out = JwtSettings::default();
-    let Some(f) = fields(
-        cx,
-        node,
-        path,
-        "jwt",
-        &["issuer", "audience", "app_claim", "leeway"],
-    ) else {
-        return out;
-    };
-    if let Some(n) = f.get("issuer") {
-        out.issuer = reader::string(cx, n, path.key("issuer")).map(str::to_string);
-    }
-    if let Some(n) = f.get("audience") {
-        out.audience = reader::string(cx, n, path.key("audience")).map(str::to_string);
-    }
-    if let Some(n) = f.get("app_claim") {
-        if let Some(c) = reader::string(cx, n, path.key("app_claim")) {
-            out.app_claim = c.to_string();
-        }
-    }
-    reader::duration_field(cx, &f, path, "leeway", &mut out.leeway);
     out
 }

@@ -1,20 +1,17 @@
-//! The top-level config keys (listen, admin, workers, limits, timeouts, log, reload) and the order of decoding; plans, apps and app_key are in `apps`.
+//! The top-level config keys (workers, limits, timeouts, log, reload) and the order of decoding; listen, admin and trusted_proxies are in `listen`, plans, apps and app_key in `apps`.
 //!
 //! Services and routes have their own modules. Decoding never stops at the
 //! first problem: each section is read as far as it can be, with defaults
 //! standing in for wrong values, and every problem goes into `Cx`.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::{
-    AccessLog, AdminConfig, ClientTimeouts, Config, Limits, LogConfig, ReloadConfig,
-};
+use crate::model::{AccessLog, ClientTimeouts, Config, Limits, LogConfig, ReloadConfig};
 use crate::reader::{self, fields, Cx, Path};
-use crate::yaml::{quote, Node, Pos};
-use crate::{apps, route, service};
+use crate::yaml::{Node, Pos};
+use crate::{apps, listen, route, service};
 
 const TOP_KEYS: &[&str] = &[
     "listen",
@@ -32,6 +29,7 @@ const TOP_KEYS: &[&str] = &[
     "app_key",
     "ip",
     "jwt",
+    "trusted_proxies",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -54,6 +52,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         app_key: Default::default(),
         ip: Default::default(),
         jwt: Default::default(),
+        trusted_proxies: Vec::new(),
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -69,11 +68,18 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     let Some(f) = fields(cx, root, path, "the top level", TOP_KEYS) else {
         return config;
     };
+    let before = cx.errors.len();
     if let Some(node) = f.require(cx, path, "listen") {
-        config.listen = listen(cx, node, path.key("listen"));
+        config.listen = listen::listen(cx, node, path.key("listen"));
     }
+    // A listener with errors may be the one with a client CA: `auth: mtls`
+    // routes are then not reported as well.
+    let listen_ok = cx.errors.len() == before;
     if let Some(node) = f.get("admin") {
-        config.admin = admin(cx, node, path.key("admin"), &config.listen);
+        config.admin = listen::admin(cx, node, path.key("admin"), &config.listen);
+    }
+    if let Some(node) = f.get("trusted_proxies") {
+        config.trusted_proxies = listen::trusted_proxies(cx, node, path.key("trusted_proxies"));
     }
     if let Some(node) = f.get("workers") {
         config.workers = workers(cx, node, path.key("workers"));
@@ -98,7 +104,8 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         config.services = service::services(cx, node, path.key("services"), &mut names);
     }
     if let Some(node) = f.get("routes") {
-        config.routes = route::routes(cx, node, path.key("routes"), &names);
+        let client_ca = config.has_client_ca() || !listen_ok;
+        config.routes = route::routes(cx, node, path.key("routes"), &names, client_ca);
     }
     if let Some(node) = f.get("plans") {
         config.plans = apps::plans(cx, node, path.key("plans"));
@@ -111,81 +118,12 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         config.app_key = apps::app_key(cx, node, path.key("app_key"));
     }
     if let Some(node) = f.get("jwt") {
-        config.jwt = apps::jwt_settings(cx, node, path.key("jwt"));
+        config.jwt = crate::jwt::jwt_settings(cx, node, path.key("jwt"));
     }
     if let Some(node) = f.get("ip") {
         config.ip = crate::policy::ip_rules(cx, node, path.key("ip")).unwrap_or_default();
     }
     config
-}
-
-/// A listen address: an IP literal and a port (port 0 picks a free port).
-pub(crate) fn socket_addr(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<SocketAddr> {
-    const EXPECTED: &str = "an address IP:port, e.g. 127.0.0.1:8080 or [::1]:8080";
-    let text = reader::scalar(cx, node, path, EXPECTED)?;
-    let addr = text.trim().parse::<SocketAddr>().ok();
-    if addr.is_none() {
-        cx.at(
-            node.pos,
-            path,
-            format_args!(
-                "bad address {} (expected IP:port, e.g. 127.0.0.1:8080 or [::1]:8080)",
-                quote(text)
-            ),
-        );
-    }
-    addr
-}
-
-/// `listen`: one address or a non-empty list of distinct addresses.
-fn listen(cx: &mut Cx, node: &Node, path: Path<'_>) -> Vec<SocketAddr> {
-    if node.as_scalar().is_some() {
-        return socket_addr(cx, node, path).into_iter().collect();
-    }
-    const EXPECTED: &str = "an address or a list of addresses";
-    let Some(items) = reader::list(cx, node, path, EXPECTED) else {
-        return Vec::new();
-    };
-    if items.is_empty() {
-        cx.at(node.pos, path, "needs at least one address");
-    }
-    let mut seen: HashMap<SocketAddr, (usize, Pos)> = HashMap::with_capacity(items.len());
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let p = path.index(i);
-        let Some(addr) = socket_addr(cx, item, p) else {
-            continue;
-        };
-        if let Some(&(first, pos)) = seen.get(&addr) {
-            cx.at(
-                item.pos,
-                p,
-                format_args!("duplicate address {addr} (also listen[{first}] at {pos})"),
-            );
-            continue;
-        }
-        seen.insert(addr, (i, item.pos));
-        out.push(addr);
-    }
-    out
-}
-
-fn admin(cx: &mut Cx, node: &Node, path: Path<'_>, listen: &[SocketAddr]) -> Option<AdminConfig> {
-    let f = fields(cx, node, path, "admin", &["listen"])?;
-    let value = f.require(cx, path, "listen")?;
-    let p = path.key("listen");
-    let addr = socket_addr(cx, value, p)?;
-    if addr.port() != 0 {
-        if let Some(i) = listen.iter().position(|l| *l == addr) {
-            cx.at(
-                value.pos,
-                p,
-                format_args!("{addr} is already used by listen[{i}]"),
-            );
-            return None;
-        }
-    }
-    Some(AdminConfig { listen: addr })
 }
 
 /// `workers`: `auto` (one per core) or a positive number of threads.
@@ -266,7 +204,13 @@ fn limits(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Limits) {
 }
 
 fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTimeouts) {
-    const KEYS: &[&str] = &["client_header", "client_body", "keepalive", "drain"];
+    const KEYS: &[&str] = &[
+        "client_header",
+        "client_body",
+        "keepalive",
+        "drain",
+        "tls_handshake",
+    ];
     let Some(f) = fields(cx, node, path, "timeouts", KEYS) else {
         return;
     };
@@ -274,6 +218,7 @@ fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTim
     reader::duration_field(cx, &f, path, "client_body", &mut out.client_body);
     reader::duration_field(cx, &f, path, "keepalive", &mut out.keepalive);
     reader::duration_field(cx, &f, path, "drain", &mut out.drain);
+    reader::duration_field(cx, &f, path, "tls_handshake", &mut out.tls_handshake);
 }
 
 const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];

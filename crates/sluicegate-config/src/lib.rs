@@ -7,12 +7,15 @@
 
 mod apps;
 mod decode;
+mod jwt;
+mod listen;
 pub mod model;
 mod policy;
 mod reader;
 mod resilience;
 mod route;
 mod service;
+mod tls;
 mod units;
 mod yaml;
 

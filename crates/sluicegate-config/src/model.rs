@@ -8,11 +8,16 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod tls;
+
+pub use tls::*;
+
 /// The whole gateway configuration, as loaded from one YAML file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Addresses the proxy listens on (at least one).
-    pub listen: Vec<SocketAddr>,
+    /// Where the proxy accepts client connections (at least one; no two
+    /// with the same address).
+    pub listen: Vec<Listener>,
     /// Admin listener (metrics, health); `None` when not configured.
     pub admin: Option<AdminConfig>,
     /// Worker threads; `None` means one per available core ("auto").
@@ -36,6 +41,9 @@ pub struct Config {
     pub ip: IpRules,
     /// How `auth: jwt` routes check tokens.
     pub jwt: JwtSettings,
+    /// Peers (proxies, load balancers) whose word on the client's address
+    /// is believed; empty (the default): nobody's.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 /// Token checks shared by all `auth: jwt` routes.
@@ -235,6 +243,9 @@ pub struct App {
     pub paths: Vec<String>,
     /// How the app's JWTs are verified, for `auth: jwt` routes.
     pub jwt: Option<AppJwt>,
+    /// Which client certificates are the app's, for `auth: mtls` routes;
+    /// `None`: a certificate whose subject CN equals `id`.
+    pub mtls: Option<AppMtls>,
 }
 
 /// Where app keys are looked for, in this order.
@@ -324,6 +335,9 @@ pub enum Auth {
     None,
     AppKey,
     Jwt,
+    /// A client certificate (verified against a listener's `client_ca`)
+    /// names the app; see [`AppMtls`].
+    Mtls,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -362,6 +376,9 @@ pub struct ClientTimeouts {
     pub keepalive: Duration,
     /// On shutdown, how long in-flight requests may take to finish.
     pub drain: Duration,
+    /// Time allowed for a TLS handshake, from the accept (after the PROXY
+    /// protocol header, if any).
+    pub tls_handshake: Duration,
 }
 
 impl Default for ClientTimeouts {
@@ -371,6 +388,7 @@ impl Default for ClientTimeouts {
             client_body: Duration::from_secs(30),
             keepalive: Duration::from_secs(60),
             drain: Duration::from_secs(10),
+            tls_handshake: Duration::from_secs(10),
         }
     }
 }
@@ -436,6 +454,8 @@ pub struct Service {
     /// this service (default). Off: it writes none of them, and those the
     /// client sent are still not passed on.
     pub forwarded_headers: bool,
+    /// `Some`: connections to the endpoints use TLS; `None`: plain TCP.
+    pub tls: Option<UpstreamTls>,
 }
 
 /// A service's `retries`.

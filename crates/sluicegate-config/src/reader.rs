@@ -4,6 +4,7 @@
 //! so decoding goes on and finds the other problems in the same file.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::units;
@@ -80,8 +81,8 @@ impl Cx {
     }
 }
 
-/// Most keys a schema mapping has (the top level has thirteen).
-const MAX_FIELDS: usize = 16;
+/// Most keys a schema mapping may have (the top level has sixteen).
+const MAX_FIELDS: usize = 20;
 
 /// A schema mapping's values by key, after unknown and duplicate keys were
 /// reported. Null values count as absent.
@@ -276,6 +277,19 @@ pub(crate) fn boolean(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<bool> 
         cx.expected(node, path, "true or false");
     }
     value
+}
+
+/// Reads a file path: a non-empty string without NUL, kept as written (a
+/// relative path is taken from the gateway's working directory by whoever
+/// opens the file; the loader does not look at the file).
+pub(crate) fn file_path(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<PathBuf> {
+    const EXPECTED: &str = "a file path";
+    let text = scalar(cx, node, path, EXPECTED)?;
+    if text.trim().is_empty() || text.contains('\0') {
+        cx.expected(node, path, EXPECTED);
+        return None;
+    }
+    Some(PathBuf::from(text))
 }
 
 /// Reads a duration such as `250ms` or `1m30s` (see `units::parse_duration`).

@@ -33,12 +33,14 @@ const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
 const PATH_KEYS: &[&str] = &["path", "path_prefix", "path_regex"];
 
 /// Decodes the routes list, in file order. `services` holds every defined
-/// service name.
+/// service name; `client_ca` says whether some listener asks clients for a
+/// certificate (which `auth: mtls` needs).
 pub(crate) fn routes(
     cx: &mut Cx,
     node: &Node,
     path: Path<'_>,
     services: &HashMap<&str, Pos>,
+    client_ca: bool,
 ) -> Vec<Route> {
     let Some(items) = reader::list(cx, node, path, "a list of routes") else {
         return Vec::new();
@@ -46,7 +48,8 @@ pub(crate) fn routes(
     let mut names: HashMap<&str, Pos> = HashMap::with_capacity(items.len());
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        if let Some(route) = route(cx, item, path.index(i), services, &mut names) {
+        let p = path.index(i);
+        if let Some(route) = route(cx, item, p, services, &mut names, client_ca) {
             out.push(route);
         }
     }
@@ -59,6 +62,7 @@ fn route<'n>(
     path: Path<'_>,
     services: &HashMap<&str, Pos>,
     names: &mut HashMap<&'n str, Pos>,
+    client_ca: bool,
 ) -> Option<Route> {
     let f = fields(cx, node, path, "route", ROUTE_KEYS)?;
     let name = f
@@ -132,16 +136,25 @@ fn route<'n>(
         None => Some(Auth::None),
         Some(n) => {
             let p = path.key("auth");
-            match reader::scalar(cx, n, p, "app_key, jwt or none") {
+            match reader::scalar(cx, n, p, "app_key, jwt, mtls or none") {
                 Some("none") => Some(Auth::None),
                 Some("app_key") => Some(Auth::AppKey),
                 Some("jwt") => Some(Auth::Jwt),
+                Some("mtls") if client_ca => Some(Auth::Mtls),
+                Some("mtls") => {
+                    cx.at(
+                        n.pos,
+                        p,
+                        "mtls needs a listener with tls.client_ca (no listener asks clients for a certificate)",
+                    );
+                    None
+                }
                 Some(other) => {
                     cx.at(
                         n.pos,
                         p,
                         format_args!(
-                            "unknown auth {} (expected app_key, jwt or none)",
+                            "unknown auth {} (expected app_key, jwt, mtls or none)",
                             quote(other)
                         ),
                     );

@@ -1,4 +1,4 @@
-//! The `services` list: names, endpoints (with address resolution), balancing, upstream timeouts, health checks and forwarded headers.
+//! The `services` list: names, endpoints (with address resolution), balancing, upstream timeouts, health checks and forwarded headers (upstream `tls` is in `tls`).
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -18,6 +18,7 @@ const SERVICE_KEYS: &[&str] = &[
     "retries",
     "breaker",
     "forwarded_headers",
+    "tls",
 ];
 
 /// Default for `max_connections_per_endpoint`.
@@ -122,6 +123,10 @@ fn service<'n>(
         None => Some(crate::model::Retries::default()),
         Some(n) => crate::resilience::retries(cx, n, path.key("retries")),
     };
+    let tls = match f.get("tls") {
+        None => Some(None),
+        Some(n) => crate::tls::upstream_tls(cx, n, path.key("tls")),
+    };
     let breaker = match f.get("breaker") {
         None => Some(None),
         Some(n) => crate::resilience::breaker(cx, n, path.key("breaker")).map(Some),
@@ -137,6 +142,7 @@ fn service<'n>(
         retries: retries?,
         breaker: breaker?,
         forwarded_headers: forwarded_headers?,
+        tls: tls?,
     })
 }
 

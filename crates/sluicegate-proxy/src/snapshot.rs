@@ -9,6 +9,7 @@
 //! [`Registry`] by stable keys, so an unchanged service keeps them.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +28,7 @@ use crate::filters::{
 use crate::observe::accesslog::Sink;
 use crate::observe::metrics::{GlobalMetrics, RouteMetrics};
 use crate::route::router::Router;
+use crate::transport::listener::{ListenerRt, ListenerState};
 use crate::upstream::balancer::{Balancer, BalancerState};
 use crate::upstream::endpoint::EndpointState;
 
@@ -145,6 +147,17 @@ pub struct Snapshot {
     pub generation: u64,
     /// The apps the auth filters know (the access log names them).
     pub apps: Arc<AppTable>,
+    /// Each listener's settings, in config order.
+    pub(crate) listeners: Vec<Arc<ListenerRt>>,
+    /// Peers whose `X-Forwarded-For` names the client.
+    pub(crate) trusted_proxies: Vec<sluicegate_config::Cidr>,
+}
+
+impl Snapshot {
+    /// The settings of the listener configured at `addr`.
+    pub(crate) fn listener(&self, addr: SocketAddr) -> Option<&Arc<ListenerRt>> {
+        self.listeners.iter().find(|l| l.addr == addr)
+    }
 }
 
 /// State kept across snapshots, keyed by names from the config.
@@ -172,6 +185,8 @@ pub struct Registry {
     route_limits: HashMap<String, RouteCounters>,
     /// The key-hashing secret of the apps table, random per process.
     key_secret: std::collections::hash_map::RandomState,
+    /// Listeners' resumption state and counters.
+    listeners: ListenerState,
 }
 
 #[cfg(test)]
@@ -284,6 +299,11 @@ impl Shared {
         };
         crate::observe::metrics::render_routes(&mut out, reg.route_order.iter().map(|r| &**r));
         render_endpoints(&mut out, &reg.endpoint_order);
+        crate::observe::metrics::render_listeners(
+            &mut out,
+            &reg.listeners.counters(),
+            &self.snapshot.load().listeners,
+        );
         if let Some(apps) = &reg.apps {
             let mut called: Vec<_> = apps
                 .iter()
@@ -386,6 +406,9 @@ fn balancer_fingerprint(balance: Balance, key: &HashKey, eps: &[Arc<EndpointStat
 
 /// Builds a snapshot from a validated config, reusing registry state.
 pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> {
+    // Certificates first: a file that does not load refuses the config
+    // before anything else is touched.
+    let listeners = crate::transport::listener::compile(config, &mut reg.listeners)?;
     let mut services: HashMap<&str, Arc<ServiceRt>> = HashMap::new();
     let mut live_endpoints = HashMap::new();
     let mut endpoint_order = Vec::new();
@@ -465,6 +488,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         live_budgets,
         router,
         breakers,
+        listeners,
     };
     match compile_routes(config, reg, apps.clone(), parts) {
         Ok(snap) => {
@@ -489,6 +513,7 @@ struct Parts<'c> {
     router: Router,
     /// Breaker settings to apply once the snapshot is sure to be published.
     breakers: Vec<(Arc<EndpointState>, Option<sluicegate_config::Breaker>)>,
+    listeners: Vec<Arc<ListenerRt>>,
 }
 
 /// The routes and their filters, then the registry's commit.
@@ -506,6 +531,7 @@ fn compile_routes(
         live_budgets,
         router,
         breakers,
+        listeners,
     } = parts;
     let mut routes = Vec::with_capacity(config.routes.len());
     let mut live_routes = HashMap::new();
@@ -652,6 +678,8 @@ fn compile_routes(
         ip: config.ip.clone(),
         generation: reg.generation,
         apps,
+        listeners,
+        trusted_proxies: config.trusted_proxies.clone(),
     })
 }
 

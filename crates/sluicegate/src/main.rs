@@ -240,7 +240,7 @@ fn serve(
             (g, Some(t.conn))
         }
         None => {
-            let g = sluicegate_proxy::Gateway::start(shared.clone(), &cfg.listen, workers)
+            let g = sluicegate_proxy::Gateway::start_config(shared.clone(), &cfg, workers)
                 .map_err(|e| e.to_string())?;
             (g, None)
         }

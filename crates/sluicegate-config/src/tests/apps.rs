@@ -75,6 +75,7 @@ app_key: { header: X-Key, query: off, path_segment: false }
             methods: vec!["GET".into(), "POST".into()],
             paths: vec!["/orders".into(), "/".into()],
             jwt: None,
+            mtls: None,
         }
     );
     assert_eq!(c.apps[1].services, None);
@@ -192,7 +193,7 @@ fn unknown_auth() {
     let text = BASE.replace("auth: app_key", "auth: basic");
     assert_eq!(
         errors(&text),
-        ["11:11: routes[0].auth: unknown auth \"basic\" (expected app_key, jwt or none)"]
+        ["11:11: routes[0].auth: unknown auth \"basic\" (expected app_key, jwt, mtls or none)"]
     );
 }
 

@@ -18,12 +18,12 @@ fn unknown_key_lists_the_expected_ones() {
         all,
         [
             "3:5: services[0]: missing required key \"endpoints\"",
-            "4:5: unknown key \"endpoint\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, forwarded_headers)",
+            "4:5: unknown key \"endpoint\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, forwarded_headers, tls)",
         ]
     );
     assert_eq!(
         error("listne: 127.0.0.1:8080\nlisten: 127.0.0.1:8081\n"),
-        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt)"
+        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies)"
     );
     assert!(error(&with("limits: { max_conns: 1 }")).starts_with(
         "2:11: unknown key \"max_conns\" in limits (expected one of: max_connections,"
@@ -84,7 +84,7 @@ fn wrong_integer() {
 fn wrong_types_name_expected_and_found() {
     assert_eq!(
         error("listen: { a: 1 }\n"),
-        "1:9: listen: expected an address or a list of addresses, found a mapping"
+        "1:9: listen: expected an address or a list of listeners, found a mapping"
     );
     assert_eq!(
         error(&with("services: { name: web }")),
@@ -118,7 +118,7 @@ fn wrong_types_name_expected_and_found() {
     );
     assert_eq!(
         error("- a\n- b\n"),
-        "1:1: expected a mapping with keys listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, found a list"
+        "1:1: expected a mapping with keys listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, found a list"
     );
 }
 
@@ -404,7 +404,7 @@ services:
             "6:50: limits.max_body_bytes: size must be greater than zero, found \"0\"",
             "7:20: timeouts.drain: expected a duration like 250ms, 1s, 2m, 1h or 1m30s, found 10 (add a unit, e.g. 10s)",
             "10:17: services[0].endpoints[0]: bad address \"127.0.0.1:0\": port 0 is not allowed",
-            "11:5: unknown key \"colour\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, forwarded_headers)",
+            "11:5: unknown key \"colour\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, forwarded_headers, tls)",
         ]
     );
 }

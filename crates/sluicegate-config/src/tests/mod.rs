@@ -4,6 +4,7 @@ mod apps;
 mod errors;
 mod hostile;
 mod resilience;
+mod tls;
 
 use std::time::Duration;
 
@@ -74,8 +75,8 @@ routes:
 fn full_example_parses_to_the_expected_model() {
     let expected = Config {
         listen: vec![
-            "127.0.0.1:8080".parse().unwrap(),
-            "[::1]:8080".parse().unwrap(),
+            Listener::plain("127.0.0.1:8080".parse().unwrap()),
+            Listener::plain("[::1]:8080".parse().unwrap()),
         ],
         admin: Some(AdminConfig {
             listen: "127.0.0.1:9901".parse().unwrap(),
@@ -92,6 +93,7 @@ fn full_example_parses_to_the_expected_model() {
             client_body: secs(90),
             keepalive: secs(120),
             drain: Duration::from_millis(250),
+            tls_handshake: secs(10),
         },
         log: LogConfig {
             level: "debug".into(),
@@ -130,6 +132,7 @@ fn full_example_parses_to_the_expected_model() {
                 retries: Default::default(),
                 breaker: None,
                 forwarded_headers: true,
+                tls: None,
             },
             Service {
                 name: "api.v2".into(),
@@ -146,6 +149,7 @@ fn full_example_parses_to_the_expected_model() {
                 retries: Default::default(),
                 breaker: None,
                 forwarded_headers: false,
+                tls: None,
             },
         ],
         routes: vec![
@@ -236,6 +240,7 @@ fn full_example_parses_to_the_expected_model() {
         app_key: AppKeySources::default(),
         ip: IpRules::default(),
         jwt: JwtSettings::default(),
+        trusted_proxies: vec![],
     };
     assert_eq!(ok(FULL), expected);
 }
@@ -243,7 +248,10 @@ fn full_example_parses_to_the_expected_model() {
 #[test]
 fn minimal_config_takes_the_defaults() {
     let c = ok("listen: 0.0.0.0:8080\n");
-    assert_eq!(c.listen, vec!["0.0.0.0:8080".parse().unwrap()]);
+    assert_eq!(
+        c.listen,
+        vec![Listener::plain("0.0.0.0:8080".parse().unwrap())]
+    );
     assert_eq!(c.admin, None);
     assert_eq!(c.workers, None);
     assert_eq!(c.limits, Limits::default());
@@ -256,7 +264,10 @@ fn minimal_config_takes_the_defaults() {
 #[test]
 fn quickstart_example_is_valid() {
     let c = ok(include_str!("../../../../examples/quickstart.yaml"));
-    assert_eq!(c.listen, vec!["127.0.0.1:8080".parse().unwrap()]);
+    assert_eq!(
+        c.listen,
+        vec![Listener::plain("127.0.0.1:8080".parse().unwrap())]
+    );
     assert_eq!(
         c.admin.map(|a| a.listen.to_string()).as_deref(),
         Some("127.0.0.1:9901")

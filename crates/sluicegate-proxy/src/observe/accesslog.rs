@@ -69,6 +69,8 @@ pub struct Entry<'a> {
     /// The authenticated app, and a fingerprint of its key (never the key).
     pub app: Option<&'a str>,
     pub key_fp: Option<u32>,
+    /// TLS version and cipher suite, on TLS connections.
+    pub tls: Option<(&'a str, &'a str)>,
 }
 
 /// Appends `e` as one JSON line to `out`.
@@ -119,6 +121,13 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
             out.push(b'"');
         }
         None => out.extend_from_slice(b"null"),
+    }
+    if let Some((version, cipher)) = e.tls {
+        out.extend_from_slice(b",\"tls\":\"");
+        name(out, version.as_bytes());
+        out.extend_from_slice(b"\",\"cipher\":\"");
+        name(out, cipher.as_bytes());
+        out.push(b'"');
     }
     out.extend_from_slice(b"}\n");
 }
@@ -371,6 +380,7 @@ mod tests {
                 upstream_us: None,
                 app: Some("shop"),
                 key_fp: Some(0x00ab_cdef),
+                tls: None,
             },
         );
         let s = String::from_utf8(out).unwrap();

@@ -239,6 +239,88 @@ pub fn render_global(out: &mut String, g: &GlobalMetrics) {
     }
 }
 
+/// Writes the listener families: TLS handshakes by result, PROXY header
+/// errors (every configured listener), and the time left on each
+/// certificate the listeners serve now.
+pub(crate) fn render_listeners(
+    out: &mut String,
+    counters: &[(
+        std::net::SocketAddr,
+        std::sync::Arc<crate::transport::listener::ListenerCounters>,
+    )],
+    current: &[std::sync::Arc<crate::transport::listener::ListenerRt>],
+) {
+    use crate::transport::listener::FAILURES;
+    let tls: Vec<_> = counters
+        .iter()
+        .filter(|(a, _)| current.iter().any(|l| l.addr == *a && l.tls.is_some()))
+        .collect();
+    if !tls.is_empty() {
+        let name = "sluicegate_tls_handshakes_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} TLS handshakes on a listener by result: ok, or why it failed.\n# TYPE {name} counter"
+        );
+        for (addr, c) in &tls {
+            let _ = writeln!(
+                out,
+                "{name}{{listener=\"{addr}\",result=\"ok\"}} {}",
+                c.handshakes_ok.load(Ordering::Relaxed)
+            );
+            for (i, f) in FAILURES.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{listener=\"{addr}\",result=\"{}\"}} {}",
+                    f.label(),
+                    c.handshakes_failed[i].load(Ordering::Relaxed)
+                );
+            }
+        }
+    }
+    let proxied: Vec<_> = counters
+        .iter()
+        .filter(|(a, _)| current.iter().any(|l| l.addr == *a && l.proxy_protocol))
+        .collect();
+    if !proxied.is_empty() {
+        let name = "sluicegate_proxy_protocol_errors_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Connections closed for a missing or malformed PROXY header.\n# TYPE {name} counter"
+        );
+        for (addr, c) in proxied {
+            let _ = writeln!(
+                out,
+                "{name}{{listener=\"{addr}\"}} {}",
+                c.proxy_header_errors.load(Ordering::Relaxed)
+            );
+        }
+    }
+    let now = crate::transport::tls::certs::unix_now();
+    let mut first = true;
+    for l in current {
+        let Some(t) = &l.tls else { continue };
+        for cert in t.certs.certs() {
+            let name = "sluicegate_tls_certificate_expiry_seconds";
+            if first {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} Seconds until a served certificate expires (negative once it has).\n# TYPE {name} gauge"
+                );
+                first = false;
+            }
+            let cn = cert.names().next().unwrap_or("");
+            let _ = writeln!(
+                out,
+                "{name}{{listener=\"{}\",name=\"{}\",cert=\"{}\"}} {}",
+                l.addr,
+                label(cn),
+                label(&cert.path().display().to_string()),
+                cert.not_after_unix() - now
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::runtime::worker::Worker;
 use crate::session::conn;
 use crate::snapshot::Shared;
+use crate::transport::listener;
 
 /// Listen backlog per socket.
 const BACKLOG: i32 = 4096;
@@ -39,23 +40,24 @@ pub fn bind(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 
 /// Opens `workers` listeners for each address. A port of 0 is resolved by
 /// the first bind and reused by the others, so all workers share it.
-pub fn bind_all(
-    addrs: &[SocketAddr],
-    workers: usize,
-) -> io::Result<Vec<Vec<std::net::TcpListener>>> {
-    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
-        (0..workers).map(|_| Vec::new()).collect();
+/// Each socket goes with its address as configured, which names its
+/// settings in the snapshot.
+pub fn bind_all(addrs: &[SocketAddr], workers: usize) -> io::Result<Vec<Vec<Bound>>> {
+    let mut per_worker: Vec<Vec<Bound>> = (0..workers).map(|_| Vec::new()).collect();
     for &addr in addrs {
         let first =
             bind(addr).map_err(|e| io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
         let actual = first.local_addr()?;
-        per_worker[0].push(first);
+        per_worker[0].push((addr, first));
         for list in per_worker.iter_mut().skip(1) {
-            list.push(bind(actual)?);
+            list.push((addr, bind(actual)?));
         }
     }
     Ok(per_worker)
 }
+
+/// A listening socket and the configured address that names its settings.
+pub type Bound = (SocketAddr, std::net::TcpListener);
 
 /// The running data plane.
 pub struct Gateway {
@@ -73,6 +75,16 @@ impl Gateway {
         Self::start_on(shared, bind_all(addrs, workers)?)
     }
 
+    /// [`Gateway::start`] on the listeners of `config`.
+    pub fn start_config(
+        shared: Arc<Shared>,
+        config: &sluicegate_config::Config,
+        workers: usize,
+    ) -> io::Result<Gateway> {
+        let addrs: Vec<SocketAddr> = config.listen.iter().map(|l| l.addr).collect();
+        Self::start(shared, &addrs, workers)
+    }
+
     /// Starts on listening sockets taken over from a previous process,
     /// shared out over `workers` threads (each accepts on its share).
     pub fn start_inherited(
@@ -81,30 +93,39 @@ impl Gateway {
         workers: usize,
     ) -> io::Result<Gateway> {
         let workers = workers.max(1);
-        let mut per_worker: Vec<Vec<std::net::TcpListener>> =
-            (0..workers).map(|_| Vec::new()).collect();
+        let mut per_worker: Vec<Vec<Bound>> = (0..workers).map(|_| Vec::new()).collect();
         let n = inherited.len();
+        let snap = shared.snapshot.load();
         for (i, l) in inherited.into_iter().enumerate() {
-            per_worker[i % workers].push(l);
+            // The address that names its settings: the configured one with
+            // the same address, or one with port 0 on the same IP.
+            let local = l.local_addr()?;
+            let key = snap
+                .listener(local)
+                .map(|r| r.addr)
+                .or_else(|| {
+                    let mut any = local;
+                    any.set_port(0);
+                    snap.listener(any).map(|r| r.addr)
+                })
+                .unwrap_or(local);
+            per_worker[i % workers].push((key, l));
         }
         // More workers than sockets: the extra ones accept on duplicates.
         for w in n..workers {
             let dup = per_worker[w % n.max(1)]
                 .first()
-                .map(|l| l.try_clone())
+                .map(|(k, l)| l.try_clone().map(|l| (*k, l)))
                 .transpose()?;
             per_worker[w].extend(dup);
         }
         Self::start_on(shared, per_worker)
     }
 
-    fn start_on(
-        shared: Arc<Shared>,
-        listeners: Vec<Vec<std::net::TcpListener>>,
-    ) -> io::Result<Gateway> {
+    fn start_on(shared: Arc<Shared>, listeners: Vec<Vec<Bound>>) -> io::Result<Gateway> {
         let mut local_addrs = Vec::new();
         let mut handover = Vec::new();
-        for l in listeners.iter().flatten() {
+        for (_, l) in listeners.iter().flatten() {
             let a = l.local_addr()?;
             if !local_addrs.contains(&a) {
                 local_addrs.push(a);
@@ -147,11 +168,7 @@ impl Gateway {
     }
 }
 
-fn run_worker(
-    shared: Arc<Shared>,
-    listeners: Vec<std::net::TcpListener>,
-    shutdown: watch::Receiver<bool>,
-) {
+fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Receiver<bool>) {
     // A local runtime runs the worker's `!Send` tasks on its own scheduler:
     // a wake-up queues the task once, where a `LocalSet` on a current-thread
     // runtime queues it in the set and wakes the set as a second task.
@@ -183,10 +200,10 @@ fn run_worker(
                     .await
             }
         });
-        for l in listeners {
+        for (key, l) in listeners {
             match TcpListener::from_std(l) {
                 Ok(l) => {
-                    tokio::task::spawn_local(accept_loop(worker.clone(), l, shutdown.clone()));
+                    tokio::task::spawn_local(accept_loop(worker.clone(), l, key, shutdown.clone()));
                 }
                 Err(e) => tracing::error!(error = %e, "cannot register listener"),
             }
@@ -229,9 +246,19 @@ fn run_worker(
 async fn accept_loop(
     worker: Rc<Worker>,
     listener: TcpListener,
+    key: SocketAddr,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let global = &worker.shared.global;
+    // The listener's settings as last seen in a snapshot: kept if a reload
+    // drops its address (listen changes apply on restart).
+    let mut settings = worker
+        .shared
+        .snapshot
+        .load()
+        .listener(key)
+        .cloned()
+        .unwrap_or_else(|| listener::plain(key));
     loop {
         let accepted = tokio::select! {
             biased;
@@ -243,7 +270,14 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, peer)) => {
-                let max = worker.shared.snapshot.load().limits.max_connections;
+                let snap = worker.shared.snapshot.load();
+                let max = snap.limits.max_connections;
+                if let Some(l) = snap.listener(key) {
+                    if !Arc::ptr_eq(l, &settings) {
+                        settings = l.clone();
+                    }
+                }
+                drop(snap);
                 if global.open_connections.fetch_add(1, Ordering::Relaxed) >= max {
                     global.open_connections.fetch_sub(1, Ordering::Relaxed);
                     global.refused.fetch_add(1, Ordering::Relaxed);
@@ -252,7 +286,12 @@ async fn accept_loop(
                 }
                 global.accepted.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
-                tokio::task::spawn_local(conn::serve(worker.clone(), stream.into(), peer));
+                tokio::task::spawn_local(conn::serve(
+                    worker.clone(),
+                    stream,
+                    peer,
+                    settings.clone(),
+                ));
             }
             Err(e) => {
                 // Out of file descriptors or similar: back off instead of spinning.

@@ -12,9 +12,13 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::transport::forwarded::client_from_xff;
+use crate::transport::listener::{prepare, ListenerRt, Prepared};
 use crate::transport::stream::Stream;
+use tokio::net::TcpStream;
 
 use crate::filters::{Answer, Refuse, ReqCx};
 use crate::observe::accesslog;
@@ -51,16 +55,51 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
-/// Serves one accepted client connection until it closes. The caller has
+/// Serves one accepted client connection until it closes: the listener's
+/// PROXY header and TLS handshake first, then requests. The caller has
 /// already counted it in `open_connections`.
-pub async fn serve(worker: Rc<Worker>, client: Stream, peer: SocketAddr) {
+pub(crate) async fn serve(
+    worker: Rc<Worker>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<ListenerRt>,
+) {
     worker.active.set(worker.active.get() + 1);
     let _guard = ActiveGuard(&worker);
+    let prepared = if listener.tls.is_none() && !listener.proxy_protocol {
+        Prepared {
+            stream: Stream::Tcp(tcp),
+            client: peer,
+            tls: ("", ""),
+        }
+    } else {
+        let limit = {
+            let t = &worker.shared.snapshot.load().timeouts;
+            if listener.tls.is_some() {
+                t.tls_handshake
+            } else {
+                t.client_header
+            }
+        };
+        match prepare(&worker.deadlines, &listener, tcp, peer, limit).await {
+            Some(p) => p,
+            None => return,
+        }
+    };
+    serve_stream(worker.clone(), prepared, listener).await;
+}
+
+/// Serves requests on a connection ready for them.
+pub(crate) async fn serve_stream(worker: Rc<Worker>, p: Prepared, listener: Arc<ListenerRt>) {
+    let tls = listener.tls.is_some().then_some(p.tls);
     let mut conn = Conn {
         worker: &worker,
-        client,
-        peer,
-        peer_ip: peer.ip().to_string(),
+        client: p.stream,
+        peer: p.client,
+        peer_ip: p.client.ip().to_string(),
+        tls,
+        redirect_https: listener.redirect_https,
+        req_client: None,
         bufs: None,
         last_end: None,
         slot: OwnSlot::new(&worker.deadlines),
@@ -77,6 +116,13 @@ pub struct Conn<'w> {
     pub peer: SocketAddr,
     /// The client's address as text, formatted once for X-Forwarded-For.
     pub peer_ip: String,
+    /// TLS version and cipher, on a TLS connection.
+    pub tls: Option<(&'static str, &'static str)>,
+    /// Every request is answered with a redirect to HTTPS.
+    redirect_https: bool,
+    /// The current request's client as text when a trusted proxy named
+    /// another than the connection's.
+    req_client: Option<String>,
     bufs: Option<Box<Bufs>>,
     /// When the last request's answer was written: the keep-alive timeout
     /// counts from there, so waiting for the next request reads no clock.
@@ -298,7 +344,32 @@ impl Conn<'_> {
         let is_head = method == b"HEAD";
         bufs.is_head = is_head;
         bufs.edits.clear();
-        if !snap.ip.is_empty() && !snap.ip.admits(self.peer.ip()) {
+        // The client: the connection's, or the one a trusted proxy names.
+        let client = if snap.trusted_proxies.is_empty() {
+            self.peer.ip()
+        } else {
+            let xff = req.xff.iter().map(|r| &raw[r.clone()]);
+            client_from_xff(self.peer.ip(), &snap.trusted_proxies, xff)
+        };
+        self.req_client = (client != self.peer.ip()).then(|| client.to_string());
+        if self.redirect_https {
+            let mut head = Vec::new();
+            let outcome = match https_redirect(&mut head, raw, &target, method) {
+                Some(status) => {
+                    self.answer_locally(bufs, Local::Fixed(status, &head, &[]), is_head)
+                        .await
+                }
+                None => {
+                    self.answer_locally(bufs, Local::Error(ErrorKind::BadRequest, &[]), is_head)
+                        .await
+                }
+            };
+            self.worker.shared.global.unrouted.record(outcome.status);
+            let total_us = self.finish(started);
+            self.log(snap, bufs, method_len, "", "", &outcome, total_us);
+            return outcome.next();
+        }
+        if !snap.ip.is_empty() && !snap.ip.admits(client) {
             let outcome = self
                 .answer_locally(bufs, Local::Error(ErrorKind::Forbidden, &[]), is_head)
                 .await;
@@ -323,7 +394,7 @@ impl Conn<'_> {
             (norm.as_deref(), &target),
             found.prefix_len,
             started,
-            self.peer.ip(),
+            client,
         );
         if bufs.edits.path.is_none() {
             bufs.edits.path = norm;
@@ -376,6 +447,7 @@ impl Conn<'_> {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let cx = forward::Request {
                     conn: self,
+                    client,
                     snap,
                     service,
                     target: &target,
@@ -512,7 +584,7 @@ impl Conn<'_> {
         accesslog::format(
             &mut buf,
             &accesslog::Entry {
-                client: &self.peer_ip,
+                client: self.req_client.as_deref().unwrap_or(&self.peer_ip),
                 method,
                 target,
                 status: outcome.status,
@@ -525,6 +597,7 @@ impl Conn<'_> {
                 upstream_us: outcome.upstream_us,
                 app: bufs.edits.app.map(|a| snap.apps.app_id(a)),
                 key_fp: bufs.edits.key_fp,
+                tls: self.tls,
             },
         );
         if buf.len() >= accesslog::FLUSH_AT {
@@ -594,4 +667,27 @@ impl Outcome<'_> {
             Next::KeepAlive
         }
     }
+}
+
+/// A redirect of the request to the same host and target over HTTPS (on
+/// its default port): 301 for GET and HEAD, 308 (which keeps the method
+/// and body) for others. Its status line and headers go in `head`; `None`
+/// when the request names no host.
+fn https_redirect(head: &mut Vec<u8>, raw: &[u8], target: &Target, method: &[u8]) -> Option<u16> {
+    let host = crate::route::target::strip_port(target.host(raw)?);
+    if host.is_empty() {
+        return None;
+    }
+    let status = if method == b"GET" || method == b"HEAD" {
+        301
+    } else {
+        308
+    };
+    response::status_line(head, status);
+    head.extend_from_slice(b"location: https://");
+    head.extend_from_slice(host);
+    head.extend_from_slice(&raw[target.path.clone()]);
+    head.extend_from_slice(&raw[target.query.clone()]);
+    head.extend_from_slice(b"\r\n");
+    Some(status)
 }

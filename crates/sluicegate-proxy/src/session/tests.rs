@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::runtime::worker::Worker;
 use crate::snapshot::Shared;
 use crate::transport::duplex;
+use crate::transport::listener::{self, Prepared};
 use crate::transport::stream::Stream;
 
 const CONFIG: &str = r#"
@@ -33,10 +34,15 @@ fn exchange(input: &[u8]) -> Vec<u8> {
         });
         let (client, server) = duplex::pair();
         let peer = "192.0.2.7:40000".parse().unwrap();
-        let session = tokio::task::spawn_local(super::conn::serve(
+        let prepared = Prepared {
+            stream: Stream::Duplex(server),
+            client: peer,
+            tls: ("", ""),
+        };
+        let session = tokio::task::spawn_local(super::conn::serve_stream(
             worker.clone(),
-            Stream::Duplex(server),
-            peer,
+            prepared,
+            listener::plain(peer),
         ));
         let client = Stream::Duplex(client);
         crate::transport::io::write_all(&client, input)

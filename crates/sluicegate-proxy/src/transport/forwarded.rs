@@ -25,7 +25,6 @@
 
 // Used by the listener once it reads X-Forwarded-For; until then only the
 // tests call it.
-#![allow(dead_code)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -15,11 +15,15 @@ use tokio::net::TcpStream;
 
 #[cfg(test)]
 use super::duplex::Duplex;
+use super::tls::TlsStream;
 
 /// A connection to a client or an upstream.
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
+    /// Boxed: the TLS state is large and the plain case should not pay
+    /// for its size in every connection task.
+    Tls(Box<TlsStream>),
     #[cfg(test)]
     Duplex(Duplex),
 }
@@ -42,6 +46,7 @@ impl Stream {
                 drained(s, n, room);
                 Ok(n)
             }
+            Stream::Tls(t) => t.try_recv(buf),
             #[cfg(test)]
             Stream::Duplex(d) => d.try_recv(buf),
         }
@@ -55,6 +60,7 @@ impl Stream {
     pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => send(s, bytes),
+            Stream::Tls(t) => t.try_send(bytes),
             #[cfg(test)]
             Stream::Duplex(d) => d.try_send(bytes),
         }
@@ -66,6 +72,7 @@ impl Stream {
     pub(crate) fn try_flush(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(_) => Ok(()),
+            Stream::Tls(t) => t.try_flush(),
             #[cfg(test)]
             Stream::Duplex(_) => Ok(()),
         }
@@ -80,6 +87,7 @@ impl Stream {
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
+            Stream::Tls(t) => t.poll_read_ready(cx),
             #[cfg(test)]
             Stream::Duplex(d) => d.poll_read_ready(cx),
         }
@@ -89,6 +97,7 @@ impl Stream {
     pub(crate) async fn writable(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.writable().await,
+            Stream::Tls(t) => t.tcp().writable().await,
             #[cfg(test)]
             Stream::Duplex(_) => Ok(()),
         }
@@ -111,7 +120,6 @@ impl Stream {
         let mut probe = [0u8; 1];
         let r = match self {
             Stream::Tcp(s) => recv(s, &mut probe),
-            #[allow(unreachable_patterns)]
             other => other.try_recv(&mut probe),
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)

@@ -28,7 +28,8 @@ use crate::upstream::balancer::PickContext;
 use crate::upstream::breaker::Admit;
 use crate::upstream::endpoint::EndpointState;
 use crate::upstream::head::{
-    early_response, read_response_head, write_request_head, write_response_head, HeadError,
+    early_response, read_response_head, write_request_head, write_response_head, Forwarded,
+    HeadError,
 };
 
 /// How a request ended, for metrics, the access log and the connection.
@@ -58,6 +59,9 @@ impl Outcome<'_> {
 /// What `forward` needs besides the buffers.
 pub struct Request<'a, 'w, 's> {
     pub conn: &'a Conn<'w>,
+    /// The client's address (the connection's, or one a trusted proxy
+    /// named).
+    pub client: std::net::IpAddr,
     pub snap: &'s Snapshot,
     pub service: &'s ServiceRt,
     pub target: &'a Target,
@@ -108,6 +112,7 @@ async fn fail_with<'s>(
 pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     let Request {
         conn,
+        client,
         snap,
         service,
         target,
@@ -134,7 +139,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 .map(|h| &raw[h.value.clone()])
         };
         let pcx = PickContext {
-            client_ip: conn.peer.ip(),
+            client_ip: client,
             path: target.path(raw),
             header: &lookup,
         };
@@ -186,7 +191,10 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         &bufs.req,
         target,
         strip,
-        service.forwarded_headers.then_some(&*conn.peer_ip),
+        service.forwarded_headers.then_some(Forwarded {
+            client: &conn.peer_ip,
+            https: conn.tls.is_some(),
+        }),
         ep,
         &bufs.edits,
     );

@@ -25,9 +25,17 @@ pub(crate) enum HeadError {
     Invalid,
 }
 
+/// What the X-Forwarded-* headers say about the client's connection.
+pub(crate) struct Forwarded<'a> {
+    /// The connection's client address, appended to X-Forwarded-For.
+    pub(crate) client: &'a str,
+    /// The connection is TLS: X-Forwarded-Proto is `https`.
+    pub(crate) https: bool,
+}
+
 /// Writes the request head as it goes upstream into `out`. `forwarded` is
-/// the client's address when the service takes X-Forwarded-* headers; the
-/// ones the client sent are never passed on as received.
+/// set when the service takes X-Forwarded-* headers; the ones the client
+/// sent are never passed on as received.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_request_head(
     out: &mut Vec<u8>,
@@ -35,7 +43,7 @@ pub(crate) fn write_request_head(
     req: &RequestHead,
     t: &Target,
     strip: usize,
-    forwarded: Option<&str>,
+    forwarded: Option<Forwarded<'_>>,
     ep: &EndpointState,
     edits: &Edits,
 ) {
@@ -71,17 +79,21 @@ pub(crate) fn write_request_head(
         }
         out.extend_from_slice(b"\r\n");
     }
-    if let Some(peer_ip) = forwarded {
+    if let Some(f) = &forwarded {
         out.extend_from_slice(b"x-forwarded-for: ");
         for v in &req.xff {
             out.extend_from_slice(&raw[v.clone()]);
             out.extend_from_slice(b", ");
         }
-        out.extend_from_slice(peer_ip.as_bytes());
-        out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+        out.extend_from_slice(f.client.as_bytes());
+        out.extend_from_slice(if f.https {
+            b"\r\nx-forwarded-proto: https\r\n"
+        } else {
+            b"\r\nx-forwarded-proto: http\r\n"
+        });
     }
     out.extend_from_slice(&edits.request_headers);
-    if let (Some(_), Some(h)) = (forwarded, t.host(raw)) {
+    if let (Some(_), Some(h)) = (&forwarded, t.host(raw)) {
         out.extend_from_slice(b"x-forwarded-host: ");
         out.extend_from_slice(h);
         out.extend_from_slice(b"\r\n");

@@ -1,0 +1,13 @@
+//! TLS with rustls: the stream over a TCP socket, the server certificate
+//! store (PEM loading, SNI and key-type selection) and the `ServerConfig`
+//! a listener shares between its workers.
+
+pub(crate) mod certs;
+pub(crate) mod config;
+pub(crate) mod resolver;
+pub(crate) mod stream;
+
+pub(crate) use stream::TlsStream;
+
+#[cfg(test)]
+mod tests;

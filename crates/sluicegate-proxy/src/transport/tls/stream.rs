@@ -1,0 +1,240 @@
+//! TLS over a TCP socket, driven by readiness like the plain socket: the
+//! rustls state machine is fed with raw `recv` and drained with raw `send`
+//! (the same calls as plain TCP), so sessions see one kind of stream and
+//! the worker's deadlines bound every wait. The handshake runs in the
+//! connection's own task, bounded by `timeouts.tls_handshake`.
+
+use std::cell::RefCell;
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::{Connection, ServerConfig, ServerConnection};
+use tokio::net::TcpStream;
+
+use crate::runtime::deadline::{Stop, Wait};
+use crate::transport::stream::{drained, recv, send};
+
+/// A TLS connection (server or client side) over a TCP socket.
+pub(crate) struct TlsStream {
+    tcp: TcpStream,
+    conn: RefCell<Connection>,
+}
+
+impl std::fmt::Debug for TlsStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsStream").field("tcp", &self.tcp).finish()
+    }
+}
+
+/// Why a handshake failed, for the failure counter's `reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandshakeError {
+    /// Not TLS at all (plain HTTP to a TLS port, or garbage).
+    NotTls,
+    /// TLS, but refused: no common version, cipher or group, a bad
+    /// client certificate, an alert from the peer.
+    Refused,
+    /// The handshake did not finish within `timeouts.tls_handshake`.
+    Timeout,
+    /// The peer closed or reset the connection mid-handshake.
+    Closed,
+    /// The worker is shutting down.
+    Shutdown,
+}
+
+impl HandshakeError {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            HandshakeError::NotTls => "not_tls",
+            HandshakeError::Refused => "refused",
+            HandshakeError::Timeout => "timeout",
+            HandshakeError::Closed => "closed",
+            HandshakeError::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// `recv` on the socket for rustls's `read_tls`, with the same readiness
+/// clearing after a short read as plain reads.
+struct SocketRead<'a>(&'a TcpStream);
+
+impl Read for SocketRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let room = buf.len();
+        let n = recv(self.0, buf)?;
+        drained(self.0, n, room);
+        Ok(n)
+    }
+}
+
+/// `send` on the socket for rustls's `write_tls`.
+struct SocketWrite<'a>(&'a TcpStream);
+
+impl Write for SocketWrite<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        send(self.0, buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends what rustls holds encrypted; `WouldBlock` while some is left.
+fn flush(c: &mut Connection, tcp: &TcpStream) -> io::Result<()> {
+    while c.wants_write() {
+        if c.write_tls(&mut SocketWrite(tcp))? == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+    }
+    Ok(())
+}
+
+impl TlsStream {
+    /// Runs the server side of a handshake on `tcp`, waiting at most until
+    /// `wait`'s deadline. Bytes the client sent after its handshake (its
+    /// first request) stay buffered for the first read.
+    pub(crate) async fn accept(
+        tcp: TcpStream,
+        config: Arc<ServerConfig>,
+        wait: Wait<'_>,
+    ) -> Result<TlsStream, HandshakeError> {
+        let conn = ServerConnection::new(config).map_err(|_| HandshakeError::Refused)?;
+        let s = TlsStream {
+            tcp,
+            conn: RefCell::new(Connection::Server(conn)),
+        };
+        s.handshake(wait).await?;
+        Ok(s)
+    }
+
+    async fn handshake(&self, mut wait: Wait<'_>) -> Result<(), HandshakeError> {
+        let mut got_any = false;
+        loop {
+            // Some: wait for the socket to be readable (true) or writable.
+            let blocked = {
+                let mut c = self.conn.borrow_mut();
+                match flush(&mut c, &self.tcp) {
+                    Ok(()) if !c.is_handshaking() => return Ok(()),
+                    Ok(()) => match c.read_tls(&mut SocketRead(&self.tcp)) {
+                        Ok(0) => return Err(HandshakeError::Closed),
+                        Ok(_) => {
+                            if let Err(e) = c.process_new_packets() {
+                                // Tell the peer why (the alert), as far as
+                                // the socket takes it now.
+                                let _ = flush(&mut c, &self.tcp);
+                                return Err(classify(&e, got_any));
+                            }
+                            got_any = true;
+                            None
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(true),
+                        Err(_) => return Err(HandshakeError::Closed),
+                    },
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(false),
+                    Err(_) => return Err(HandshakeError::Closed),
+                }
+            };
+            let Some(readable) = blocked else { continue };
+            wait = wait.fix();
+            let r = if readable {
+                wait.bound(std::future::poll_fn(|cx| self.tcp.poll_read_ready(cx)))
+                    .await
+            } else {
+                wait.bound(self.tcp.writable()).await
+            };
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(HandshakeError::Closed),
+                Err(Stop::Timeout) => return Err(HandshakeError::Timeout),
+                Err(Stop::Shutdown) => return Err(HandshakeError::Shutdown),
+            }
+        }
+    }
+
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut c = self.conn.borrow_mut();
+        loop {
+            match c.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The peer closed without close_notify: an end like any
+                // other, as for plain TCP; framing tells a cut message.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            if c.read_tls(&mut SocketRead(&self.tcp))? == 0 {
+                return Ok(0);
+            }
+            if let Err(e) = c.process_new_packets() {
+                let _ = flush(&mut c, &self.tcp);
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            // Answers to post-handshake messages (a key update) go out
+            // with the next write if the socket is full now.
+            if c.wants_write() {
+                let _ = flush(&mut c, &self.tcp);
+            }
+        }
+    }
+
+    pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
+        let mut c = self.conn.borrow_mut();
+        // What was encrypted earlier goes first: a full socket holds the
+        // writer back instead of growing rustls's buffer.
+        flush(&mut c, &self.tcp)?;
+        let n = c.writer().write(bytes)?;
+        if n == 0 && !bytes.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        match flush(&mut c, &self.tcp) {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(n),
+        }
+    }
+
+    pub(crate) fn try_flush(&self) -> io::Result<()> {
+        flush(&mut self.conn.borrow_mut(), &self.tcp)
+    }
+
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Decrypted bytes waiting (a second request that came in the same
+        // record as the first), or a close already seen: no need to wait.
+        let waiting = match self.conn.borrow_mut().process_new_packets() {
+            Ok(state) => state.plaintext_bytes_to_read() > 0 || state.peer_has_closed(),
+            Err(_) => true,
+        };
+        if waiting {
+            return Poll::Ready(Ok(()));
+        }
+        self.tcp.poll_read_ready(cx)
+    }
+
+    /// The negotiated protocol version and cipher suite, for the log.
+    pub(crate) fn version_and_cipher(&self) -> (&'static str, &'static str) {
+        let c = self.conn.borrow();
+        let version = match c.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+            _ => "",
+        };
+        let cipher = c
+            .negotiated_cipher_suite()
+            .and_then(|s| s.suite().as_str())
+            .unwrap_or("");
+        (version, cipher)
+    }
+}
+
+/// A record layer error: garbage or plain HTTP before any TLS record was
+/// understood is `NotTls`, anything else a refusal.
+fn classify(e: &rustls::Error, got_any: bool) -> HandshakeError {
+    match e {
+        rustls::Error::InvalidMessage(_) if !got_any => HandshakeError::NotTls,
+        _ => HandshakeError::Refused,
+    }
+}
