@@ -2,11 +2,14 @@
 
 Opens N client connections in batches; each sends one GET /test.html, reads
 the whole response, then stays open. The proxy's RSS before and after gives
-bytes per connection.
+bytes per connection. Against a TLS target (idle15k-tls) each connection
+first completes a full TLS handshake (no session offered), so what is held
+is an established TLS connection.
 """
 
 import selectors
 import socket
+import ssl
 import time
 
 from . import procs
@@ -30,15 +33,23 @@ def _response_complete(buf):
     return int(head.split(" ", 2)[1])
 
 
-def _open_batch(port, count, timeout):
-    """Returns (sockets that got a 200, failure descriptions)."""
+def _open_batch(port, count, timeout, ctx=None):
+    """Returns (sockets that got a 200, failure descriptions). With ctx (an
+    ssl.SSLContext), each socket makes a TLS handshake before its request;
+    the handshakes of a batch run concurrently."""
     socks, failures = [], []
+    handshaking = set()
     for _ in range(count):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             s.settimeout(timeout)
             s.connect(("127.0.0.1", port))
-            s.sendall(REQUEST)
+            if ctx is not None:
+                s = ctx.wrap_socket(s, server_hostname="127.0.0.1",
+                                    do_handshake_on_connect=False)
+                handshaking.add(s)
+            else:
+                s.sendall(REQUEST)
             s.setblocking(False)
             socks.append(s)
         except OSError as e:
@@ -49,16 +60,44 @@ def _open_batch(port, count, timeout):
     sel = selectors.DefaultSelector()
     bufs = {}
     for s in socks:
-        sel.register(s, selectors.EVENT_READ)
+        sel.register(s, selectors.EVENT_READ | (selectors.EVENT_WRITE if s in handshaking
+                                                else 0))
         bufs[s] = b""
     ok = []
     deadline = time.monotonic() + timeout
     while bufs and time.monotonic() < deadline:
         for key, _ in sel.select(timeout=0.5):
             s = key.fileobj
+            if s in handshaking:
+                try:
+                    s.do_handshake()
+                except ssl.SSLWantReadError:
+                    sel.modify(s, selectors.EVENT_READ)
+                    continue
+                except ssl.SSLWantWriteError:
+                    sel.modify(s, selectors.EVENT_WRITE)
+                    continue
+                except OSError as e:
+                    sel.unregister(s)
+                    del bufs[s]
+                    handshaking.discard(s)
+                    s.close()
+                    failures.append(f"handshake: {e}")
+                    continue
+                handshaking.discard(s)
+                try:
+                    s.sendall(REQUEST)  # far below a socket buffer
+                except OSError as e:
+                    sel.unregister(s)
+                    del bufs[s]
+                    s.close()
+                    failures.append(f"send: {e}")
+                    continue
+                sel.modify(s, selectors.EVENT_READ)
+                continue
             try:
                 data = s.recv(4096)
-            except BlockingIOError:
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue
             except OSError as e:
                 data, err = b"", e
@@ -98,7 +137,12 @@ def _settled_rss(pids, seconds=1.5):
 
 
 def measure(target, n, timeout=10.0):
-    """Hold n idle connections against target; returns a record."""
+    """Hold n idle connections against target (TLS ones if target.cafile);
+    returns a record."""
+    ctx = None
+    if target.cafile:
+        ctx = ssl.create_default_context(cafile=target.cafile)
+        ctx.set_alpn_protocols(["http/1.1"])
     pids = target.proc.pids()
     time.sleep(0.5)
     before = _settled_rss(pids, 1.0)
@@ -106,7 +150,7 @@ def measure(target, n, timeout=10.0):
     t0 = time.monotonic()
     try:
         while len(held) < n and len(failures) <= 20:
-            got, bad = _open_batch(target.port, min(BATCH, n - len(held)), timeout)
+            got, bad = _open_batch(target.port, min(BATCH, n - len(held)), timeout, ctx)
             held += got
             failures += bad
         open_s = time.monotonic() - t0
@@ -116,7 +160,7 @@ def measure(target, n, timeout=10.0):
         for s in held:
             s.close()
     rec = {
-        "scenario": "idle",
+        "scenario": "idle-tls" if ctx else "idle",
         "target": target.name,
         "requested": n,
         "held": len(held),

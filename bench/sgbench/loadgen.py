@@ -2,13 +2,18 @@
 
 import os
 import re
+import sys
 import time
+from pathlib import Path
 
 from . import procs
 
 # name -> how to load it. `log_variant`: the table also has a sluicegate row
 # with the access log on. `busy_variant`: by default, also sluicegate-busy (the
-# scenario whose target is met only with busy polling).
+# scenario whose target is met only with busy polling). `tls`: the scenario
+# runs the TLS targets (targets.TLS_TARGETS) and only those. `headers`: extra
+# request headers. Tool `tlsload` is sgbench/tlsload.py, a Python client
+# making a new TLS connection per request and never resuming a session.
 SCENARIOS = {
     "c64": {"tool": "wrk", "conns": 64, "log_variant": True},
     "c1000": {"tool": "wrk", "conns": 1000},
@@ -16,13 +21,32 @@ SCENARIOS = {
     "ab-k-c100": {"tool": "ab", "conns": 100, "keepalive": True, "n": 200000},
     "ab-c1500": {"tool": "ab", "conns": 1500, "keepalive": False, "n": 60000},
     "idle15k": {"tool": "idle"},
+    # TLS: the same request as c64 over HTTPS, kept alive.
+    "tls-c64": {"tool": "wrk", "conns": 64, "tls": True},
+    # A new connection per request. wrk keeps each connection's session and
+    # offers it on reconnecting, so against a target that resumes sessions
+    # this is a resumed handshake per request (see bench/README.md).
+    "tls-new": {"tool": "wrk", "conns": 64, "tls": True, "keepalive": False,
+                "headers": ["Connection: close"]},
+    # A full handshake per request: tlsload offers no session.
+    "tls-full": {"tool": "tlsload", "conns": 64, "tls": True, "keepalive": False},
+    "idle15k-tls": {"tool": "idle", "tls": True},
 }
+TLS_SCENARIOS = tuple(s for s, spec in SCENARIOS.items() if spec.get("tls"))
+TLSLOAD = Path(__file__).resolve().parent / "tlsload.py"
 
 
-def command(scenario, url, duration, ab_duration):
+def command(scenario, url, duration, ab_duration, cafile=None):
     spec = SCENARIOS[scenario]
     if spec["tool"] == "wrk":
-        return ["wrk", "-t1", f"-c{spec['conns']}", f"-d{duration}s", "--latency", url]
+        headers = []
+        for h in spec.get("headers", ()):
+            headers += ["-H", h]
+        return ["wrk", "-t1", f"-c{spec['conns']}", f"-d{duration}s", "--latency",
+                *headers, url]
+    if spec["tool"] == "tlsload":
+        return [sys.executable, "-B", str(TLSLOAD), f"-c{spec['conns']}", f"-d{duration}",
+                "--cafile", cafile, url]
     argv = ["ab", "-q"]
     if spec.get("keepalive"):
         argv.append("-k")
@@ -52,6 +76,9 @@ def parse_wrk(text):
     m = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", text)
     if m:
         out["non2xx"] = int(m.group(1))
+    m = re.search(r"^Resumed handshakes:\s*(\d+)", text, re.M)
+    if m:  # tlsload only
+        out["resumed"] = int(m.group(1))
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     if m:
         out["socket_errors"] = sum(int(x) for x in m.groups())
@@ -169,7 +196,7 @@ def measured_runs(reg, scenario, loads, upstream_proc, load_cpu, workdir, timeou
     for i, ((target, argv), (out_path, err_path)) in enumerate(zip(loads, paths)):
         text = _read(out_path)
         err = _read(err_path).strip()
-        parsed = parse_wrk(text) if argv[0] == "wrk" else parse_ab(text)
+        parsed = parse_ab(text) if argv[0] == "ab" else parse_wrk(text)
         rc = None if timed_out and not done[i] else lgs[i].popen.returncode
         rec = {
             "scenario": scenario,

@@ -5,12 +5,16 @@ import os
 import re
 import shutil
 import socket
+import ssl
+import subprocess
 import time
 from pathlib import Path
 
 from .procs import HarnessError
 
 PEER_FILES = ("nginx-upstream.conf", "haproxy.cfg", "nginx-proxy.conf")
+# Needed only when a TLS target runs.
+TLS_PEER_FILES = ("haproxy-tls.cfg", "nginx-proxy-tls.conf")
 
 # Debian package that provides each tool.
 PACKAGES = {
@@ -19,6 +23,7 @@ PACKAGES = {
     "wrk": "wrk",
     "ab": "apache2-utils",
     "taskset": "util-linux",
+    "openssl": "openssl",
 }
 
 # Every target a scenario can measure. `direct` has no proxy. sluicegate-busy
@@ -30,8 +35,14 @@ PACKAGES = {
 # named) is the reference nginx with a buffered JSON access log, the like-for-like
 # peer of sluicegate-log.
 ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-busy",
-               "sluicegate-fwd", "haproxy", "nginx", "nginx-log")
+               "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
+               "sluicegate-tls", "haproxy-tls", "nginx-tls")
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS if t not in ("sluicegate-fwd", "nginx-log"))
+# The targets terminating TLS: the TLS scenarios run these and only these,
+# the plain scenarios never do. The peers' TLS configs are the shared
+# templates haproxy-tls.cfg and nginx-proxy-tls.conf; sluicegate-tls is the
+# sluicegate target's config with a TLS listener.
+TLS_TARGETS = ("sluicegate-tls", "haproxy-tls", "nginx-tls")
 # Targets with an access log: c64 only, like the other variants.
 LOG_TARGETS = ("sluicegate-log", "nginx-log")
 
@@ -62,6 +73,55 @@ def check_tools(tools):
         raise HarnessError(
             "missing tools (this harness installs nothing itself):\n" + "\n".join(lines)
         )
+
+
+def check_tls_peers(peers):
+    missing = [f for f in TLS_PEER_FILES if not (Path(peers) / f).is_file()]
+    if missing:
+        raise HarnessError(f"TLS peer templates missing in {peers}: {', '.join(missing)}")
+
+
+def make_cert(d):
+    """An ECDSA P-256 self-signed pair for localhost and 127.0.0.1 in d, as
+    ../shared/peers/README.md says; plus cert+key in one file for HAProxy.
+    Returns {"cert", "key", "pem"} paths."""
+    cert, key, pem = (os.path.join(d, n) for n in ("cert.pem", "key.pem", "cert+key.pem"))
+    argv = ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"]
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"openssl req failed: {e}")
+    if p.returncode != 0:
+        raise HarnessError(f"openssl req failed (status {p.returncode}): {p.stderr.strip()}")
+    Path(pem).write_text(Path(cert).read_text() + Path(key).read_text())
+    return {"cert": cert, "key": key, "pem": pem}
+
+
+def client_context(cafile):
+    """A client context that trusts only the run's certificate and checks
+    that it names 127.0.0.1: what answers is the TLS listener we configured."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def tls_resumes(port, cafile, timeout=3.0):
+    """Whether the server at port resumes a TLS session: one connection
+    reads a response (and with it TLS 1.3's session tickets), a second
+    offers that session. Returns (bool, protocol)."""
+    ctx = client_context(cafile)
+    req = b"GET /test.html HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    session, reused, proto = None, False, None
+    for _ in range(2):
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1", session=session) as s:
+                s.sendall(req)
+                while s.recv(65536):
+                    pass
+                reused, proto, session = s.session_reused, s.version(), s.session
+    return reused, proto
 
 
 def find_peers(repo, explicit):
@@ -101,15 +161,22 @@ def haproxy_maxconn(cfg_path):
     return int(m.group(1)) if m else None
 
 
-def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False):
+def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
+                    tls=None):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
     Without `forwarded`, the service sends no X-Forwarded-* headers, like the
-    peers' reference configs, so every proxy sends the upstream the same."""
+    peers' reference configs, so every proxy sends the upstream the same.
+    With `tls` ({"cert", "key"} paths), the listener terminates TLS with
+    that pair; everything else is the same."""
+    listen = f'["127.0.0.1:{port}"]'
+    if tls:
+        listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
+                  f'[{{ cert: {tls["cert"]}, key: {tls["key"]} }}] }} }}]')
     text = (
         "# Generated by bench/compare.\n"
-        f'listen: ["127.0.0.1:{port}"]\n'
+        f"listen: {listen}\n"
         f"busy_poll: {busy_poll or 'off'}\n"
         "limits: { max_connections: 19000 }\n"
         "reload: { watch: false }\n"
@@ -134,8 +201,12 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
             "apps:\n" + apps)
 
 
-def http_get(port, path="/test.html", timeout=2.0):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def http_get(port, path="/test.html", timeout=2.0, cafile=None):
+    if cafile:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout,
+                                           context=client_context(cafile))
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("GET", path)
         resp = conn.getresponse()
@@ -148,16 +219,19 @@ class Target:
     """A running server: `proc` is the proxy (None for direct), `port` where
     clients connect."""
 
-    def __init__(self, name, port, proc, extra=None, path="/test.html"):
+    def __init__(self, name, port, proc, extra=None, path="/test.html", cafile=None):
         self.name = name
         self.port = port
         self.proc = proc
         self.extra = extra or {}
         # What clients request (the auth target adds its key segment).
         self.path = path
+        # TLS targets: the run's certificate, which clients trust.
+        self.cafile = cafile
 
     def url(self):
-        return f"http://127.0.0.1:{self.port}{self.path}"
+        scheme = "https" if self.cafile else "http"
+        return f"{scheme}://127.0.0.1:{self.port}{self.path}"
 
 
 def wait_ready(target, procs_to_watch, timeout=20.0):
@@ -173,16 +247,25 @@ def wait_ready(target, procs_to_watch, timeout=20.0):
                     f"before answering; log tail:\n{p.log_tail()}"
                 )
         try:
-            status, body = http_get(target.port, target.path)
+            status, body = http_get(target.port, target.path, cafile=target.cafile)
         except OSError as e:
             last = e
             time.sleep(0.1)
             continue
         if status != 200:
-            raise HarnessError(f"{target.name}: GET /test.html answered {status}, not 200")
+            raise HarnessError(f"{target.name}: GET {target.url()} answered {status}, not 200")
         target.extra["body_bytes"] = len(body)
         return
-    raise HarnessError(f"{target.name}: no answer on port {target.port} within {timeout:.0f}s ({last})")
+    hint = ""
+    if target.cafile and isinstance(last, ssl.SSLError):
+        try:
+            status, _ = http_get(target.port, target.path, timeout=1.0)
+            hint = (f"; the port answers plain HTTP ({status}), so the listener's tls "
+                    "settings were ignored")
+        except OSError:
+            pass
+    raise HarnessError(f"{target.name}: no answer on {target.url()} within {timeout:.0f}s "
+                       f"({last}){hint}")
 
 
 class Launcher:
@@ -195,6 +278,43 @@ class Launcher:
         self.proxy_cpu = proxy_cpu
         self.load_cpu = load_cpu
         self.upstream = None
+        self._tls = None
+
+    def tls_files(self):
+        """The run's certificate and key, made on first use in a temp dir
+        removed with the run."""
+        if self._tls is None:
+            check_tools(["openssl"])
+            check_tls_peers(self.peers)
+            self._tls = make_cert(self.reg.tmpdir("sgbench-tls-"))
+        return self._tls
+
+    def check_sluicegate_tls(self):
+        """`sluicegate validate` on the sluicegate-tls config: raises a
+        HarnessError that says so if this gateway refuses a TLS listener."""
+        ok, out = self.sluicegate_accepts_tls()
+        if not ok:
+            raise HarnessError(
+                "sluicegate-tls: this gateway refuses the TLS listener config "
+                f"({self.bin} validate failed). The target needs `listen: [{{ addr: ..., "
+                "tls: { certificates: [{ cert: PATH, key: PATH }] } }]` to be accepted; "
+                "build a gateway with TLS support or leave sluicegate-tls out of --targets. "
+                "Its answer:\n  " + "\n  ".join(out.strip().splitlines()[-6:]))
+
+    def sluicegate_accepts_tls(self):
+        """(accepted, output) of `sluicegate validate` on a TLS config."""
+        if self.bin is None:
+            return False, "no sluicegate binary"
+        d = self.reg.tmpdir("sgbench-tlscheck-")
+        cfg = os.path.join(d, "sluicegate.yaml")
+        Path(cfg).write_text(sluicegate_yaml(free_port(), self.upstream.port if self.upstream
+                                             else free_port(), "off", tls=self.tls_files()))
+        try:
+            p = subprocess.run([str(self.bin), "validate", cfg], capture_output=True,
+                               text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return False, str(e)
+        return p.returncode == 0, p.stdout + p.stderr
 
     def _nginx(self, name, template, values, cpu, access_log=None):
         d = self.reg.tmpdir(f"sgbench-{name}-")
@@ -228,6 +348,9 @@ class Launcher:
         up = self.upstream.port
         port = free_port()
         path = "/test.html"
+        tls = self.tls_files() if name in TLS_TARGETS else None
+        if name == "sluicegate-tls":
+            self.check_sluicegate_tls()
         if name in SLUICEGATE_TARGETS:
             d = self.reg.tmpdir(f"sgbench-{name}-")
             access = "off"
@@ -241,32 +364,37 @@ class Launcher:
                 path = f"/~{AUTH_KEY}/test.html"
             busy = BUSY_POLL if name == "sluicegate-busy" else None
             fwd = name == "sluicegate-fwd"
-            Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd))
+            Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]
             proc = self.reg.spawn(name, argv, os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra["config"] = cfg
-        elif name == "haproxy":
-            d = self.reg.tmpdir("sgbench-haproxy-")
-            cfg = render(self.peers / "haproxy.cfg", os.path.join(d, "haproxy.cfg"),
-                         {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM": f"127.0.0.1:{up}",
-                          "THREADS": 1})
+        elif name in ("haproxy", "haproxy-tls"):
+            d = self.reg.tmpdir(f"sgbench-{name}-")
+            values = {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM": f"127.0.0.1:{up}",
+                      "THREADS": 1}
+            if tls:
+                values["PEM"] = tls["pem"]
+            cfg = render(self.peers / ("haproxy-tls.cfg" if tls else "haproxy.cfg"),
+                         os.path.join(d, "haproxy.cfg"), values)
             proc = self.reg.spawn(name, ["haproxy", "-db", "-f", cfg],
                                   os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra = {"config": cfg, "maxconn": haproxy_maxconn(cfg)}
-        elif name in ("nginx", "nginx-log"):
+        elif name in ("nginx", "nginx-log", "nginx-tls"):
             extra = {}
             log_path = None
             if name == "nginx-log":
                 log_path = os.path.join(self.reg.tmpdir("sgbench-nginx-log-"), "access.log")
                 extra["access_log"] = log_path
-            proc = self._nginx(name, "nginx-proxy.conf",
-                               {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM": f"127.0.0.1:{up}"},
-                               self.proxy_cpu, access_log=log_path)
+            values = {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM": f"127.0.0.1:{up}"}
+            if tls:
+                values.update(CERT=tls["cert"], KEY=tls["key"])
+            proc = self._nginx(name, "nginx-proxy-tls.conf" if tls else "nginx-proxy.conf",
+                               values, self.proxy_cpu, access_log=log_path)
         else:
             raise HarnessError(f"unknown target {name!r}")
-        t = Target(name, port, proc, extra, path)
+        t = Target(name, port, proc, extra, path, cafile=tls["cert"] if tls else None)
         wait_ready(t, [proc, self.upstream_proc])
         return t
 
