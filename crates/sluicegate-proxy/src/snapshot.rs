@@ -29,6 +29,7 @@ use crate::observe::accesslog::Sink;
 use crate::observe::metrics::{GlobalMetrics, RouteMetrics};
 use crate::route::router::Router;
 use crate::transport::listener::{ListenerRt, ListenerState};
+use crate::transport::tls::client::UpstreamTlsRt;
 use crate::upstream::balancer::{Balancer, BalancerState};
 use crate::upstream::endpoint::EndpointState;
 
@@ -45,6 +46,8 @@ pub struct ServiceRt {
     pub retries: RetryBudget,
     /// Write X-Forwarded-For, -Proto and -Host upstream.
     pub forwarded_headers: bool,
+    /// TLS to the endpoints, when the service speaks it.
+    pub(crate) tls: Option<Arc<UpstreamTlsRt>>,
 }
 
 /// A service's retry settings and budget: every request adds a share of
@@ -456,6 +459,12 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
             .cloned()
             .unwrap_or_else(RetryBudget::fresh_tokens);
         live_budgets.insert(svc.name.clone(), tokens.clone());
+        let tls = match &svc.tls {
+            None => None,
+            Some(t) => Some(Arc::new(
+                UpstreamTlsRt::new(t).map_err(|e| format!("services[{index}].{e}"))?,
+            )),
+        };
         services.insert(
             &svc.name,
             Arc::new(ServiceRt {
@@ -467,6 +476,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 health: svc.health.clone(),
                 retries: RetryBudget::with_tokens(svc.retries.clone(), tokens),
                 forwarded_headers: svc.forwarded_headers,
+                tls,
             }),
         );
     }

@@ -18,12 +18,14 @@ use tokio::net::TcpStream;
 use crate::proto::codec::BodyKind;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
+use crate::runtime::deadline::Deadlines;
 use crate::runtime::worker::Bufs;
 use crate::session::body::{linger, relay_body, send_body, BodyError, CLIENT_WRITE_TIMEOUT};
 use crate::session::conn::Conn;
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
+use crate::transport::tls::TlsStream;
 use crate::upstream::balancer::PickContext;
 use crate::upstream::breaker::Admit;
 use crate::upstream::endpoint::EndpointState;
@@ -76,12 +78,25 @@ fn epoch_us(now: Instant) -> u64 {
     now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
         .as_micros() as u64
 }
-async fn connect(addr: std::net::SocketAddr, timeout: Duration) -> std::io::Result<Stream> {
-    let s = tokio::time::timeout(timeout, TcpStream::connect(addr))
+/// A new connection to `ep`, with the TLS handshake when the service
+/// speaks TLS to its endpoints; both within `timeout`.
+async fn connect(
+    dl: &Deadlines,
+    ep: &EndpointState,
+    service: &ServiceRt,
+    timeout: Duration,
+) -> std::io::Result<Stream> {
+    let deadline = Instant::now() + timeout;
+    let s = tokio::time::timeout(timeout, TcpStream::connect(ep.addr))
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     s.set_nodelay(true)?;
-    Ok(Stream::Tcp(s))
+    let Some(tls) = &service.tls else {
+        return Ok(Stream::Tcp(s));
+    };
+    let name = tls.server_name(&ep.name).map_err(std::io::Error::other)?;
+    let s = TlsStream::connect(s, tls.config.clone(), name, dl.at(deadline)).await?;
+    Ok(Stream::Tls(Box::new(s)))
 }
 /// Answers an error to the client from inside `forward`.
 async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool) -> Outcome<'s> {
@@ -239,7 +254,14 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         let reused = pooled.is_some();
         let up = match pooled {
             Some(s) => s,
-            None => match connect(ep.addr, service.timeouts.connect.min(time_left(total))).await {
+            None => match connect(
+                &worker.deadlines,
+                ep,
+                service,
+                service.timeouts.connect.min(time_left(total)),
+            )
+            .await
+            {
                 Ok(s) => s,
                 Err(e) => {
                     ep.connect_errors

@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 use crate::snapshot::Shared;
+use crate::transport::tls::client::UpstreamTlsRt;
 use crate::upstream::endpoint::EndpointState;
 
 /// How often the checker looks for checks that are due.
@@ -44,22 +45,70 @@ pub async fn probe(addr: SocketAddr, host: &str, check: &HealthCheck) -> bool {
             }
             got += n;
         }
-        let line = &buf[..got];
-        if got < 12 || !line.starts_with(b"HTTP/1.") || line[8] != b' ' {
-            return Some(false);
-        }
-        let status: u16 = std::str::from_utf8(&line[9..12]).ok()?.parse().ok()?;
-        Some(
-            check
-                .expect_status
-                .iter()
-                .any(|&(a, b)| (a..=b).contains(&status)),
-        )
+        Some(status_ok(&buf[..got], check))
     };
     matches!(
         tokio::time::timeout(check.timeout, attempt).await,
         Ok(Some(true))
     )
+}
+
+/// [`probe`] over TLS with the service's settings: the same check, made
+/// with blocking I/O on a blocking-pool thread (a few probes a second, off
+/// every worker), bounded by the check's timeout on every read and write.
+async fn probe_tls(ep: Arc<EndpointState>, tls: Arc<UpstreamTlsRt>, check: HealthCheck) -> bool {
+    let deadline = check.timeout * 3;
+    let work = move || -> Option<bool> {
+        use std::io::{Read, Write};
+        let name = tls.server_name(&ep.name).ok()?;
+        let tcp = std::net::TcpStream::connect_timeout(&ep.addr, check.timeout).ok()?;
+        tcp.set_read_timeout(Some(check.timeout)).ok()?;
+        tcp.set_write_timeout(Some(check.timeout)).ok()?;
+        let conn = rustls::ClientConnection::new(tls.config.clone(), name).ok()?;
+        let mut s = rustls::StreamOwned::new(conn, tcp);
+        let Some(path) = &check.path else {
+            // TCP mode: a completed handshake is the check.
+            while s.conn.is_handshaking() {
+                s.conn.complete_io(&mut s.sock).ok()?;
+            }
+            return Some(true);
+        };
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: sluicegate-health\r\nConnection: close\r\n\r\n",
+            ep.name
+        );
+        s.write_all(req.as_bytes()).ok()?;
+        let mut buf = [0u8; 64];
+        let mut got = 0;
+        while got < 12 {
+            let n = s.read(&mut buf[got..]).ok()?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        Some(status_ok(&buf[..got], &check))
+    };
+    matches!(
+        tokio::time::timeout(deadline, tokio::task::spawn_blocking(work)).await,
+        Ok(Ok(Some(true)))
+    )
+}
+
+/// Whether a response's first bytes carry a status `check` expects.
+fn status_ok(line: &[u8], check: &HealthCheck) -> bool {
+    if line.len() < 12 || !line.starts_with(b"HTTP/1.") || line[8] != b' ' {
+        return false;
+    }
+    let status: Option<u16> = std::str::from_utf8(&line[9..12])
+        .ok()
+        .and_then(|s| s.parse().ok());
+    status.is_some_and(|status| {
+        check
+            .expect_status
+            .iter()
+            .any(|&(a, b)| (a..=b).contains(&status))
+    })
 }
 
 /// When an endpoint's next check is due, and whether one is running.
@@ -99,8 +148,12 @@ pub async fn run(shared: Arc<Shared>) {
                         st.running = true;
                         st.next_due = Some(now + check.interval);
                         let (ep, check) = (ep.clone(), check.clone());
+                        let tls = svc.tls.clone();
                         running.spawn(async move {
-                            let ok = probe(ep.addr, &ep.name, &check).await;
+                            let ok = match &tls {
+                                None => probe(ep.addr, &ep.name, &check).await,
+                                Some(t) => probe_tls(ep.clone(), t.clone(), check.clone()).await,
+                            };
                             record(&ep, ok, &check);
                             ep.id
                         });

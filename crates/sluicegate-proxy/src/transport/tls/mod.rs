@@ -3,6 +3,7 @@
 //! a listener shares between its workers.
 
 pub(crate) mod certs;
+pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod resolver;
 pub(crate) mod stream;

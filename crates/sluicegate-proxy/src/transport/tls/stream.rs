@@ -9,7 +9,8 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rustls::{Connection, ServerConfig, ServerConnection};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
 use tokio::net::TcpStream;
 
 use crate::runtime::deadline::{Stop, Wait};
@@ -104,11 +105,45 @@ impl TlsStream {
             tcp,
             conn: RefCell::new(Connection::Server(conn)),
         };
-        s.handshake(wait).await?;
-        Ok(s)
+        match wait.bound(s.handshake()).await {
+            Ok(Ok(())) => Ok(s),
+            Ok(Err((e, _))) => Err(e),
+            Err(Stop::Timeout) => Err(HandshakeError::Timeout),
+            Err(Stop::Shutdown) => Err(HandshakeError::Shutdown),
+        }
     }
 
-    async fn handshake(&self, mut wait: Wait<'_>) -> Result<(), HandshakeError> {
+    /// Runs the client side of a handshake with an upstream, verifying it
+    /// as `name`, until `wait`'s deadline. The error says why (a failed
+    /// verification names the problem).
+    pub(crate) async fn connect(
+        tcp: TcpStream,
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+        wait: Wait<'_>,
+    ) -> io::Result<TlsStream> {
+        let conn = ClientConnection::new(config, name)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let s = TlsStream {
+            tcp,
+            conn: RefCell::new(Connection::Client(conn)),
+        };
+        match wait.bound(s.handshake()).await {
+            Ok(Ok(())) => Ok(s),
+            Ok(Err((_, Some(e)))) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("TLS handshake: {e}"),
+            )),
+            Ok(Err((e, None))) => Err(io::Error::other(format!("TLS handshake: {}", e.label()))),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "TLS handshake timed out",
+            )),
+        }
+    }
+
+    /// Drives the handshake to its end, unbounded (the caller bounds it).
+    async fn handshake(&self) -> Result<(), (HandshakeError, Option<rustls::Error>)> {
         let mut got_any = false;
         loop {
             // Some: wait for the socket to be readable (true) or writable.
@@ -117,37 +152,32 @@ impl TlsStream {
                 match flush(&mut c, &self.tcp) {
                     Ok(()) if !c.is_handshaking() => return Ok(()),
                     Ok(()) => match c.read_tls(&mut SocketRead(&self.tcp)) {
-                        Ok(0) => return Err(HandshakeError::Closed),
+                        Ok(0) => return Err((HandshakeError::Closed, None)),
                         Ok(_) => {
                             if let Err(e) = c.process_new_packets() {
                                 // Tell the peer why (the alert), as far as
                                 // the socket takes it now.
                                 let _ = flush(&mut c, &self.tcp);
-                                return Err(classify(&e, got_any));
+                                return Err((classify(&e, got_any), Some(e)));
                             }
                             got_any = true;
                             None
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(true),
-                        Err(_) => return Err(HandshakeError::Closed),
+                        Err(_) => return Err((HandshakeError::Closed, None)),
                     },
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(false),
-                    Err(_) => return Err(HandshakeError::Closed),
+                    Err(_) => return Err((HandshakeError::Closed, None)),
                 }
             };
             let Some(readable) = blocked else { continue };
-            wait = wait.fix();
             let r = if readable {
-                wait.bound(std::future::poll_fn(|cx| self.tcp.poll_read_ready(cx)))
-                    .await
+                std::future::poll_fn(|cx| self.tcp.poll_read_ready(cx)).await
             } else {
-                wait.bound(self.tcp.writable()).await
+                self.tcp.writable().await
             };
-            match r {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(HandshakeError::Closed),
-                Err(Stop::Timeout) => return Err(HandshakeError::Timeout),
-                Err(Stop::Shutdown) => return Err(HandshakeError::Shutdown),
+            if r.is_err() {
+                return Err((HandshakeError::Closed, None));
             }
         }
     }
