@@ -60,7 +60,47 @@ pub struct Reloader {
     /// apps included, is not kept: it lives on compiled in the snapshot).
     running: RestartOnly,
     last: Option<Stamp>,
+    /// The files the config names (certificates, keys, CA bundles) and
+    /// their stamps when the config was last read: a change to one reloads
+    /// like a change to the config file.
+    files: Vec<(PathBuf, Option<Stamp>)>,
     on_apply: Box<dyn Fn(&Config) + Send>,
+}
+
+/// The TLS files `c` names: listeners' certificates, keys and client CAs,
+/// services' CAs and client certificates.
+fn tls_files(c: &Config) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for l in &c.listen {
+        if let Some(t) = &l.tls {
+            for pair in &t.certificates {
+                out.push(pair.cert.clone());
+                out.push(pair.key.clone());
+            }
+            out.extend(t.client_ca.clone());
+        }
+    }
+    for s in &c.services {
+        if let Some(t) = &s.tls {
+            out.extend(t.ca.clone());
+            out.extend(t.client_cert.clone());
+            out.extend(t.client_key.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Each of `files` with its stamp now.
+fn stamped(files: Vec<PathBuf>) -> Vec<(PathBuf, Option<Stamp>)> {
+    files
+        .into_iter()
+        .map(|p| {
+            let s = stamp(&p);
+            (p, s)
+        })
+        .collect()
 }
 
 /// The keys a reload cannot apply.
@@ -98,19 +138,29 @@ impl Reloader {
             overrides,
             running: RestartOnly::of(&running),
             last,
+            files: stamped(tls_files(&running)),
             on_apply,
         }
     }
 
-    /// Reloads if the file changed since it was last read; says whether a
-    /// reload was tried.
+    /// Reloads if the file, or a file it names (a certificate, a key, a
+    /// CA bundle), changed since it was last read; says whether a reload
+    /// was tried. Stamps follow symbolic links, so a link switched to a new
+    /// target (how Kubernetes updates a mounted secret) is a change.
     pub fn check(&mut self) -> bool {
         let now = stamp(&self.path);
-        let changed = now.is_some() && now != self.last;
-        if changed {
+        if now.is_some() && now != self.last {
             self.reload("file changed");
+            return true;
         }
-        changed
+        let tls_changed = self
+            .files
+            .iter()
+            .any(|(p, s)| stamp(p).is_some() && stamp(p) != *s);
+        if tls_changed {
+            self.reload("certificate file changed");
+        }
+        tls_changed
     }
 
     /// Reads, validates and publishes the file. Returns whether it was applied.
@@ -146,6 +196,9 @@ impl Reloader {
             }
         };
         self.overrides.apply(&mut cfg);
+        // Stamped before they are read, as the config file is: a change
+        // racing with this reload triggers one more.
+        self.files = stamped(tls_files(&cfg));
         if RestartOnly::of(&cfg) != self.running {
             tracing::warn!("listen, workers and admin changes take effect on restart only");
         }
