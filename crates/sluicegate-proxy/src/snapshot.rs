@@ -23,7 +23,7 @@ use crate::apps::limit::PlanRt;
 use crate::apps::{AppTable, SlotPool};
 use crate::filters::{
     AppKeyAuth, CorsPolicy, Filter, Filters, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth,
-    PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
+    MtlsAuth, MtlsIndex, PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
 };
 use crate::observe::accesslog::Sink;
 use crate::observe::metrics::{GlobalMetrics, RouteMetrics};
@@ -548,6 +548,7 @@ fn compile_routes(
     let mut live_route_limits = HashMap::new();
     let mut route_order = Vec::new();
     let app_key_sources = Arc::new(config.app_key.clone());
+    let mut mtls_index: Option<Arc<MtlsIndex>> = None;
     for r in &config.routes {
         let metrics = reg
             .routes
@@ -622,6 +623,16 @@ fn compile_routes(
         }
         if r.auth == Auth::Jwt {
             filters.push(Box::new(JwtAuth::new(apps.clone(), &config.jwt)));
+            filters.push(Box::new(PlanLimit));
+        }
+        if r.auth == Auth::Mtls {
+            let index = mtls_index
+                .get_or_insert_with(|| Arc::new(MtlsIndex::new(&config.apps)))
+                .clone();
+            filters.push(Box::new(MtlsAuth {
+                apps: apps.clone(),
+                index,
+            }));
             filters.push(Box::new(PlanLimit));
         }
         // Last, so a policy can also drop what an earlier filter left.

@@ -1,6 +1,8 @@
-//! Authentication filters: app keys (header, query, `~KEY` segment) and
-//! JWTs, both ending in the app's ACL check and `X-App-Id`.
+//! Authentication filters: app keys (header, query, `~KEY` segment), JWTs
+//! and client certificates, all ending in the app's ACL check and
+//! `X-App-Id`.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,6 +12,7 @@ use sluicegate_config::AppKeySources;
 use super::{Answer, Filter, Refuse, ReqCx};
 use crate::apps::{AppRef, AppTable};
 use crate::proto::response::ErrorKind;
+use crate::transport::tls::identity::ClientIdentity;
 
 /// `auth: app_key`: finds the app key in a header, a query parameter or a
 /// `~KEY` path segment right after the route's prefix, removes it from the
@@ -90,6 +93,78 @@ impl Filter for AppKeyAuth {
             return Err(Self::refuse_401());
         };
         admit_app(app, cx, Some(crate::apps::fingerprint(key)))
+    }
+}
+
+/// Which app a client certificate names, built once per snapshot from the
+/// apps' `mtls` settings: by fingerprint, by a listed name, or (for apps
+/// without `mtls`) by a subject CN equal to the app's id.
+#[derive(Debug, Default)]
+pub struct MtlsIndex {
+    by_sha256: HashMap<[u8; 32], Box<str>>,
+    by_name: HashMap<Box<str>, Box<str>>,
+    /// Apps that list their certificates: their id alone names none.
+    listed: HashSet<Box<str>>,
+}
+
+impl MtlsIndex {
+    pub fn new(apps: &[sluicegate_config::App]) -> MtlsIndex {
+        let mut ix = MtlsIndex::default();
+        for a in apps {
+            let Some(m) = &a.mtls else { continue };
+            let id: Box<str> = a.id.as_str().into();
+            ix.listed.insert(id.clone());
+            for fp in &m.sha256 {
+                ix.by_sha256.insert(*fp, id.clone());
+            }
+            for n in &m.names {
+                ix.by_name.insert(n.to_ascii_lowercase().into(), id.clone());
+            }
+        }
+        ix
+    }
+
+    /// The id of the app `who` names, if any.
+    fn app_id<'a>(&'a self, who: &'a ClientIdentity) -> Option<&'a str> {
+        if let Some(id) = self.by_sha256.get(&who.sha256) {
+            return Some(id);
+        }
+        let names = who.cn.iter().chain(who.sans.iter());
+        for n in names.clone() {
+            if let Some(id) = self.by_name.get(n) {
+                return Some(id);
+            }
+        }
+        who.cn.as_deref().filter(|cn| !self.listed.contains(*cn))
+    }
+}
+
+/// `auth: mtls`: the app is the one the connection's client certificate
+/// names (the listener verified the certificate against its `client_ca`).
+/// No certificate, or one that names no app: 401.
+#[derive(Debug)]
+pub struct MtlsAuth {
+    pub apps: Arc<AppTable>,
+    pub index: Arc<MtlsIndex>,
+}
+
+impl Filter for MtlsAuth {
+    fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
+        // A client-sent X-App-Id never reaches the upstream.
+        let raw = cx.raw;
+        for h in cx.head.headers.iter_mut() {
+            if raw[h.name.clone()].eq_ignore_ascii_case(b"x-app-id") {
+                h.skip = true;
+            }
+        }
+        let refuse = || Refuse {
+            answer: Answer::Error(ErrorKind::Unauthorized),
+            headers: Vec::new(),
+        };
+        let who = cx.identity.ok_or_else(refuse)?;
+        let id = self.index.app_id(who).ok_or_else(refuse)?;
+        let app = self.apps.by_id(id).ok_or_else(refuse)?;
+        admit_app(app, cx, None)
     }
 }
 
@@ -274,6 +349,31 @@ fn take_query_param<'q>(q: &'q [u8], name: &[u8]) -> (Option<&'q [u8]>, Vec<u8>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_certificate_names_its_app() {
+        let cfg = sluicegate_config::parse_offline(
+            "listen: [{ addr: \"127.0.0.1:9\", tls: { certificates: [{ cert: c, key: k }], client_ca: ca } }]\n\
+             apps:\n\
+             - { id: plain }\n\
+             - { id: listed, mtls: { names: [svc.internal], sha256: [\"0101010101010101010101010101010101010101010101010101010101010101\"] } }\n",
+        )
+        .unwrap();
+        let ix = MtlsIndex::new(&cfg.apps);
+        let who = |cn: &str, sans: &[&str], fp: u8| ClientIdentity {
+            sha256: [fp; 32],
+            cn: Some(cn.into()),
+            sans: sans.iter().map(|s| (*s).into()).collect(),
+        };
+        // An app without mtls: its id as the subject CN.
+        assert_eq!(ix.app_id(&who("plain", &[], 0)), Some("plain"));
+        // An app that lists its certificates: by SAN, CN or fingerprint...
+        assert_eq!(ix.app_id(&who("x", &["svc.internal"], 0)), Some("listed"));
+        assert_eq!(ix.app_id(&who("svc.internal", &[], 0)), Some("listed"));
+        assert_eq!(ix.app_id(&who("x", &[], 1)), Some("listed"));
+        // ...but never by its id alone.
+        assert_eq!(ix.app_id(&who("listed", &[], 0)), None);
+    }
 
     #[test]
     fn query_param_is_taken_out() {

@@ -8,7 +8,7 @@ mod auth;
 mod limits;
 mod policy;
 
-pub use auth::{AppKeyAuth, JwtAuth};
+pub use auth::{AppKeyAuth, JwtAuth, MtlsAuth, MtlsIndex};
 pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
 pub use policy::{CorsPolicy, HeaderOpsRt, HeaderPolicy, IpFilter, PathRewrite};
 
@@ -22,6 +22,7 @@ use crate::apps::limit::InFlight;
 use crate::apps::AppRef;
 use crate::proto::codec::RequestHead;
 use crate::proto::response::ErrorKind;
+use crate::transport::tls::identity::ClientIdentity;
 
 /// What filters change about the request and its response, reused across
 /// requests (cleared before each).
@@ -98,6 +99,8 @@ pub struct ReqCx<'a> {
     pub app: Option<AppRef<'a>>,
     pub now: Instant,
     pub client: IpAddr,
+    /// Who the connection's client certificate names, if it sent one.
+    pub(crate) identity: Option<&'a ClientIdentity>,
 }
 
 /// One policy on a route.

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::transport::forwarded::client_from_xff;
 use crate::transport::listener::{prepare, ListenerRt, Prepared};
 use crate::transport::stream::Stream;
+use crate::transport::tls::identity::ClientIdentity;
 use tokio::net::TcpStream;
 
 use crate::filters::{Answer, Refuse, ReqCx};
@@ -71,6 +72,7 @@ pub(crate) async fn serve(
             stream: Stream::Tcp(tcp),
             client: peer,
             tls: ("", ""),
+            identity: None,
         }
     } else {
         let limit = {
@@ -99,6 +101,7 @@ pub(crate) async fn serve_stream(worker: Rc<Worker>, p: Prepared, listener: Arc<
         peer_ip: p.client.ip().to_string(),
         tls,
         redirect_https: listener.redirect_https,
+        identity: p.identity,
         req_client: None,
         bufs: None,
         last_end: None,
@@ -120,6 +123,8 @@ pub struct Conn<'w> {
     pub tls: Option<(&'static str, &'static str)>,
     /// Every request is answered with a redirect to HTTPS.
     redirect_https: bool,
+    /// Who the client certificate names (`auth: mtls`).
+    identity: Option<Box<ClientIdentity>>,
     /// The current request's client as text when a trusted proxy named
     /// another than the connection's.
     req_client: Option<String>,
@@ -394,7 +399,7 @@ impl Conn<'_> {
             (norm.as_deref(), &target),
             found.prefix_len,
             started,
-            client,
+            (client, self.identity.as_deref()),
         );
         if bufs.edits.path.is_none() {
             bufs.edits.path = norm;
@@ -615,7 +620,7 @@ fn run_filters(
     (norm, target): (Option<&[u8]>, &Target),
     prefix_len: usize,
     now: Instant,
-    client: std::net::IpAddr,
+    (client, identity): (std::net::IpAddr, Option<&ClientIdentity>),
 ) -> Option<Refuse> {
     if route.filters.is_empty() {
         return None;
@@ -638,6 +643,7 @@ fn run_filters(
         app: None,
         now,
         client,
+        identity,
     };
     route
         .filters

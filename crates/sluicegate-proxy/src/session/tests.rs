@@ -38,6 +38,7 @@ fn exchange(input: &[u8]) -> Vec<u8> {
             stream: Stream::Duplex(server),
             client: peer,
             tls: ("", ""),
+            identity: None,
         };
         let session = tokio::task::spawn_local(super::conn::serve_stream(
             worker.clone(),

@@ -24,6 +24,7 @@ use crate::transport::proxy_protocol::{self, Parsed};
 use crate::transport::stream::Stream;
 use crate::transport::tls::certs::CertSpec;
 use crate::transport::tls::config::{default_provider, server_config_with_sessions, SessionState};
+use crate::transport::tls::identity::ClientIdentity;
 use crate::transport::tls::resolver::CertResolver;
 use crate::transport::tls::stream::HandshakeError;
 use crate::transport::tls::TlsStream;
@@ -182,6 +183,8 @@ pub(crate) struct Prepared {
     pub(crate) client: SocketAddr,
     /// TLS version and cipher, for the log; empty on plain connections.
     pub(crate) tls: (&'static str, &'static str),
+    /// Who the client certificate names, when the client sent one.
+    pub(crate) identity: Option<Box<ClientIdentity>>,
 }
 
 /// Reads the PROXY header and runs the TLS handshake that `listener`
@@ -214,6 +217,7 @@ pub(crate) async fn prepare(
             stream: Stream::Tcp(tcp),
             client,
             tls: ("", ""),
+            identity: None,
         });
     };
     match TlsStream::accept(tcp, tls.config.clone(), dl.at(deadline).or_shutdown()).await {
@@ -223,10 +227,12 @@ pub(crate) async fn prepare(
                 .handshakes_ok
                 .fetch_add(1, Ordering::Relaxed);
             let tls = s.version_and_cipher();
+            let identity = s.client_identity().map(Box::new);
             Some(Prepared {
                 stream: Stream::Tls(Box::new(s)),
                 client,
                 tls,
+                identity,
             })
         }
         Err(e) => {

@@ -5,6 +5,7 @@
 pub(crate) mod certs;
 pub(crate) mod client;
 pub(crate) mod config;
+pub(crate) mod identity;
 pub(crate) mod resolver;
 pub(crate) mod stream;
 

@@ -13,6 +13,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
 use tokio::net::TcpStream;
 
+use super::identity::ClientIdentity;
 use crate::runtime::deadline::{Stop, Wait};
 use crate::transport::stream::{drained, recv, send};
 
@@ -242,6 +243,14 @@ impl TlsStream {
             return Poll::Ready(Ok(()));
         }
         self.tcp.poll_read_ready(cx)
+    }
+
+    /// Who the client's certificate names, when it sent one (the listener
+    /// verified it against its `client_ca` during the handshake).
+    pub(crate) fn client_identity(&self) -> Option<ClientIdentity> {
+        let c = self.conn.borrow();
+        let der = c.peer_certificates()?.first()?;
+        ClientIdentity::of(der.as_ref())
     }
 
     /// The negotiated protocol version and cipher suite, for the log.
