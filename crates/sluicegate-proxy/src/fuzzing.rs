@@ -25,3 +25,73 @@ pub fn proxy_protocol(buf: &[u8]) -> Result<Option<ProxyHeader>, String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// The TLS accept path as a listener runs it (its `ServerConfig`: the
+/// certificate store choosing by SNI, ALPN, resumption, versions), fed
+/// arbitrary bytes in chunks. Sync, no sockets: a fuzz target's loop.
+pub struct TlsAccept {
+    config: std::sync::Arc<rustls::ServerConfig>,
+}
+
+impl TlsAccept {
+    /// A listener config with the certificate and key at these paths.
+    pub fn new(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsAccept, String> {
+        use crate::transport::tls::certs::CertSpec;
+        use crate::transport::tls::config::{
+            default_provider, server_config_with_sessions, SessionState,
+        };
+        use crate::transport::tls::resolver::CertResolver;
+        let provider = default_provider();
+        let specs = [CertSpec {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+        }];
+        let (resolver, _) = CertResolver::load(&specs, 0, &provider)?;
+        let config = server_config_with_sessions(
+            std::sync::Arc::new(resolver),
+            None,
+            false,
+            false,
+            &[b"http/1.1"],
+            provider,
+            &SessionState::new()?,
+        )?;
+        Ok(TlsAccept { config })
+    }
+
+    /// Feeds `chunks` to a new server connection in turn, answering as a
+    /// server would; stops at the first error (the connection would close).
+    /// Returns whether the handshake completed.
+    pub fn feed<'a>(&self, chunks: impl Iterator<Item = &'a [u8]>) -> bool {
+        use std::io::Read;
+        let Ok(mut conn) = rustls::ServerConnection::new(self.config.clone()) else {
+            return false;
+        };
+        let mut sink = Vec::new();
+        let mut plain = [0u8; 4096];
+        for mut chunk in chunks {
+            while !chunk.is_empty() {
+                match conn.read_tls(&mut chunk) {
+                    Ok(0) | Err(_) => return false,
+                    Ok(_) => {}
+                }
+                if conn.process_new_packets().is_err() {
+                    let _ = conn.write_tls(&mut sink);
+                    return false;
+                }
+                while conn.wants_write() {
+                    sink.clear();
+                    if conn.write_tls(&mut sink).is_err() {
+                        return false;
+                    }
+                }
+                while let Ok(n) = conn.reader().read(&mut plain) {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        !conn.is_handshaking()
+    }
+}

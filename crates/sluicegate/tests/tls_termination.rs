@@ -72,26 +72,17 @@ fn curl_over_tls_reaches_respond_and_proxied_routes() {
         &format!("GET /hello over TLS: {}", run.all()),
     );
 
-    let (code, body, run) = curl_tls(port, "a.test", "/api/echo", Some(&certs.ca()));
-    g.check(
-        code == 200,
-        &format!("GET /api/echo over TLS: {}", run.all()),
-    );
-    assert_eq!(
-        echoed_header(&body, "x-forwarded-proto").as_deref(),
-        Some("https"),
-        "upstream saw {body}"
-    );
+    let (code, _, run) = curl_tls(port, "a.test", "/api/x", Some(&certs.ca()));
+    g.check(code == 200, &format!("GET /api/x over TLS: {}", run.all()));
+    let seen = up.last_request().expect("the upstream saw the request");
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"), "{seen:?}");
 
     // The plain listener of the same gateway says http.
-    let plain = http_get(g.plain(), "/api/echo", &[]);
+    let plain = http_get(g.plain(), "/api/y", &[]);
     assert_eq!(plain.status, 200);
-    assert_eq!(
-        echoed_header(&plain.body_str(), "x-forwarded-proto").as_deref(),
-        Some("http"),
-        "upstream saw {}",
-        plain.body_str()
-    );
+    let seen = up.last_request().expect("the upstream saw the request");
+    assert_eq!(seen.path(), "/api/y");
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"), "{seen:?}");
     assert_eq!(up.requests_seen(), 2);
 
     // The wildcard certificate serves a name under b.test.
@@ -244,6 +235,11 @@ fn tls_versions_and_alpn() {
         ],
     );
     assert!(!s.handshake_ok(), "TLS 1.1 was accepted: {}", s.all());
+    assert!(
+        s.all().contains("alert"),
+        "TLS 1.1 not refused by the server: {}",
+        s.all()
+    );
 
     // ALPN.
     let s = s_client(port, &["-alpn", "http/1.1", "-servername", "a.test"]);
@@ -268,7 +264,7 @@ fn tls_versions_and_alpn() {
     let g13 = tls_common::start(ports, extra, &yaml);
     let s = s_client(g13.port(0), &["-tls1_2", "-servername", "a.test"]);
     g13.check(
-        !s.handshake_ok(),
+        !s.handshake_ok() && s.all().contains("alert"),
         &format!("TLS 1.2 accepted with min_version 1.3: {}", s.all()),
     );
     let s = s_client(g13.port(0), &["-tls1_3", "-servername", "a.test"]);
@@ -671,7 +667,7 @@ fn an_expired_certificate_loads_with_a_warning() {
     g.check(warned, &format!("no warning naming {expired} as expired"));
 }
 
-fn handshakes(_ports: Ports, port: u16, result: &str) -> String {
+fn handshakes(port: u16, result: &str) -> String {
     format!(
         "sluicegate_tls_handshakes_total{{listener=\"{}\",result=\"{result}\"}}",
         listener(port)
@@ -684,7 +680,7 @@ fn plain_http_on_the_tls_port_is_closed_and_counted() {
     let up = TestUpstream::start();
     let g = start_default(&certs, &up);
     let port = g.port(0);
-    let series = handshakes(g.ports, port, "not_tls");
+    let series = handshakes(port, "not_tls");
     let before = metric_or_zero(g.ports, &series);
 
     let ex = exchange(
@@ -717,7 +713,7 @@ fn plain_http_on_the_tls_port_is_closed_and_counted() {
     let (code, _, run) = curl_tls(port, "a.test", "/hello", Some(&certs.ca()));
     assert_eq!(code, 200, "{}", run.all());
     assert_eq!(http_get(g.plain(), "/hello", &[]).status, 200);
-    let ok = metric(g.ports, &handshakes(g.ports, port, "ok"));
+    let ok = metric(g.ports, &handshakes(port, "ok"));
     assert!(ok >= 1.0, "result=\"ok\" is {ok}");
 }
 
@@ -753,7 +749,7 @@ fn a_silent_client_is_closed_after_the_handshake_timeout() {
     let up = TestUpstream::start();
     let g = start_default(&certs, &up);
     let port = g.port(0);
-    let series = handshakes(g.ports, port, "timeout");
+    let series = handshakes(port, "timeout");
     let before = metric_or_zero(g.ports, &series);
 
     let silent = exchange(port, b"", Duration::from_secs(4));
@@ -762,7 +758,7 @@ fn a_silent_client_is_closed_after_the_handshake_timeout() {
         g.check(
             ex.closed
                 && ex.elapsed >= Duration::from_millis(900)
-                && ex.elapsed < Duration::from_millis(2_500),
+                && ex.elapsed < Duration::from_millis(3_000),
             &format!(
                 "a client {what} on the TLS port (tls_handshake: 1s): closed {} after {:?}",
                 ex.closed, ex.elapsed
@@ -783,6 +779,7 @@ fn a_silent_client_is_closed_after_the_handshake_timeout() {
 #[test]
 fn stalled_handshakes_do_not_hold_up_a_real_client() {
     const STALLED: usize = 2_000;
+    ensure_nofile(STALLED as u64 + 1_000);
     let certs = Certs::new();
     let up = TestUpstream::start();
     let (ports, extra) = tls_common::ports(1);

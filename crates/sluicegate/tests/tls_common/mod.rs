@@ -413,6 +413,8 @@ ctx = ssl.create_default_context(cafile=ca)
 raw = socket.create_connection(("127.0.0.1", port), timeout=5)
 raw.sendall(prefix)
 with ctx.wrap_socket(raw, server_hostname=host) as s:
+    fp = hashlib.sha256(s.getpeercert(binary_form=True)).hexdigest()
+    version = s.version()
     s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, host)).encode())
     data = b""
     while True:
@@ -420,8 +422,7 @@ with ctx.wrap_socket(raw, server_hostname=host) as s:
         if not chunk:
             break
         data += chunk
-    fp = hashlib.sha256(s.getpeercert(binary_form=True)).hexdigest()
-    print(s.version(), data.split(b"\r\n")[0].decode(), fp)
+    print(version, data.split(b"\r\n")[0].decode(), fp)
     sys.stdout.write(data.decode(errors="replace"))
 "#;
 
@@ -437,6 +438,7 @@ while time.monotonic() < end:
     try:
         raw = socket.create_connection(("127.0.0.1", port), timeout=3)
         with ctx.wrap_socket(raw, server_hostname=host) as s:
+            fp = hashlib.sha256(s.getpeercert(binary_form=True)).hexdigest()
             s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, host)).encode())
             data = b""
             while True:
@@ -444,7 +446,6 @@ while time.monotonic() < end:
                 if not chunk:
                     break
                 data += chunk
-            fp = hashlib.sha256(s.getpeercert(binary_form=True)).hexdigest()
             status = data.split(b"\r\n")[0]
             if not status.startswith(b"HTTP/1.1 200"):
                 print("fail status %r" % status, flush=True)
@@ -583,4 +584,42 @@ pub fn metric_or_zero(ports: Ports, series: &str) -> f64 {
 /// The listener label of 127.0.0.1:`port`.
 pub fn listener(port: u16) -> String {
     local(port).to_string()
+}
+
+/// The soft and hard `Max open files` of this process (from /proc).
+pub fn nofile_limits() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    let mut nums = line["Max open files".len()..].split_whitespace();
+    let parse = |s: Option<&str>| match s? {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    };
+    Some((parse(nums.next())?, parse(nums.next())?))
+}
+
+/// Makes sure this process (and the gateways it starts afterwards) may open
+/// `want` files, raising the soft limit with `prlimit` if needed.
+pub fn ensure_nofile(want: u64) {
+    let Some((soft, hard)) = nofile_limits() else {
+        return;
+    };
+    if soft >= want {
+        return;
+    }
+    assert!(hard >= want, "RLIMIT_NOFILE hard limit {hard} < {want}");
+    let run = run_cmd(
+        Command::new("prlimit")
+            .arg("--pid")
+            .arg(std::process::id().to_string())
+            .arg(format!("--nofile={want}:{hard}")),
+        b"",
+        CLIENT_DEADLINE,
+    );
+    let now = nofile_limits().map_or(0, |l| l.0);
+    assert!(
+        now >= want,
+        "could not raise RLIMIT_NOFILE from {soft} to {want}: {}",
+        run.all()
+    );
 }
