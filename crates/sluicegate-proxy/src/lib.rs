@@ -26,3 +26,19 @@ pub use proto::response::reason;
 pub use runtime::server::Gateway;
 pub use snapshot::{Shared, Snapshot};
 pub use upstream::health::run as run_health_checks;
+
+/// Reads and checks every file the config names for TLS (listeners'
+/// certificates, keys and client CAs; services' CAs and client
+/// certificates), as a start or reload would, without starting anything.
+/// The error names the listener or service and the file.
+pub fn check_tls_files(config: &sluicegate_config::Config) -> Result<(), String> {
+    let mut state = transport::listener::ListenerState::default();
+    transport::listener::compile(config, &mut state)?;
+    for (i, s) in config.services.iter().enumerate() {
+        if let Some(t) = &s.tls {
+            transport::tls::client::UpstreamTlsRt::new(t)
+                .map_err(|e| format!("services[{i}].{e}"))?;
+        }
+    }
+    Ok(())
+}

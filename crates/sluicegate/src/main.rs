@@ -78,7 +78,14 @@ fn main() -> ExitCode {
             println!("sluicegate {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Validate { file } => match sluicegate_config::load(&file) {
+        Command::Validate { file } => match sluicegate_config::load(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|cfg| {
+                // The files the config names are read as a start would.
+                sluicegate_proxy::check_tls_files(&cfg)
+                    .map(|()| cfg)
+                    .map_err(|e| format!("{}: {e}", file.display()))
+            }) {
             Ok(cfg) => {
                 println!(
                     "{}: ok ({} services, {} routes)",

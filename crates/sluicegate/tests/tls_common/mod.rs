@@ -623,3 +623,87 @@ pub fn ensure_nofile(want: u64) {
         run.all()
     );
 }
+
+// ---------------------------------------------------------------- more certificates
+
+/// Makes `NAME.key` (P-256) and a self-signed CA certificate `NAME.pem`
+/// with subject CN `cn` in `dir`.
+pub fn make_ca(dir: &Path, name: &str, cn: &str) {
+    let script = format!(
+        "set -e\n\
+         openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out '{name}.key' 2>/dev/null\n\
+         openssl req -x509 -new -key '{name}.key' -subj '/CN={cn}' -days 3 -set_serial {serial} \
+           -addext 'basicConstraints=critical,CA:TRUE' -addext 'keyUsage=critical,keyCertSign,cRLSign' \
+           -addext 'subjectKeyIdentifier=hash' -out '{name}.pem'\n",
+        serial = next_serial()
+    );
+    let run = run_cmd(
+        Command::new("sh").arg("-c").arg(&script).current_dir(dir),
+        b"",
+        Duration::from_secs(60),
+    );
+    assert!(run.success, "making CA {name} failed:\n{}", run.all());
+}
+
+/// Makes `NAME.key` (P-256) and `NAME.pem` in `dir`, signed by the CA
+/// `CA.pem`/`CA.key` of the same dir: subject CN `cn`, subjectAltName `san`
+/// (e.g. `DNS:up.test,IP:127.0.0.1`; none when `None`), extendedKeyUsage
+/// `eku` (`serverAuth`, `clientAuth` or `serverAuth,clientAuth`), valid two
+/// days, a serial of its own.
+pub fn make_leaf(dir: &Path, ca: &str, name: &str, cn: &str, san: Option<&str>, eku: &str) {
+    let mut ext = String::new();
+    if let Some(san) = san {
+        ext.push_str(&format!("subjectAltName={san}\n"));
+    }
+    ext.push_str(&format!(
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage={eku}\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    ));
+    std::fs::write(dir.join(format!("{name}.ext")), ext).expect("write extensions file");
+    let script = format!(
+        "set -e\n\
+         openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out '{name}.key' 2>/dev/null\n\
+         openssl req -new -key '{name}.key' -subj '/CN={cn}' -out '{name}.csr'\n\
+         openssl x509 -req -in '{name}.csr' -CA '{ca}.pem' -CAkey '{ca}.key' -set_serial {serial} \
+           -days 2 -extfile '{name}.ext' -out '{name}.pem' 2>/dev/null\n\
+         rm -f '{name}.csr' '{name}.ext'\n",
+        serial = next_serial()
+    );
+    let run = run_cmd(
+        Command::new("sh").arg("-c").arg(&script).current_dir(dir),
+        b"",
+        Duration::from_secs(60),
+    );
+    assert!(run.success, "making certificate {name} failed:\n{}", run.all());
+}
+
+/// A certificate serial no other call in this process returned (hex,
+/// `0x` prefixed; the high bits from the clock so processes differ too).
+fn next_serial() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("0x{:012x}{:04x}", nanos & 0xffff_ffff_ffff, n & 0xffff)
+}
+
+/// The SHA-256 fingerprint of the certificate `path` as `openssl x509
+/// -fingerprint -sha256` prints it: upper-case hex pairs joined by colons.
+pub fn openssl_fingerprint(path: &Path) -> String {
+    let run = run_cmd(
+        Command::new("openssl")
+            .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+            .arg(path),
+        b"",
+        CLIENT_DEADLINE,
+    );
+    assert!(run.success, "{}", run.all());
+    run.stdout
+        .trim()
+        .rsplit('=')
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
