@@ -42,10 +42,20 @@ const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(100);
 /// without forwarding; larger ones close the connection instead.
 const DISCARD_MAX: u64 = 64 * 1024;
 
-/// Keeps the connection counts right however the task ends.
-struct ActiveGuard<'a>(&'a Worker);
+/// A connection counted in its worker's `active` and the process's
+/// `open_connections` for as long as this lives: it moves with the
+/// connection from task to task (parked and back), so the counts are right
+/// however and wherever the connection ends.
+pub(crate) struct Active(Rc<Worker>);
 
-impl Drop for ActiveGuard<'_> {
+impl Active {
+    pub(crate) fn new(worker: Rc<Worker>) -> Active {
+        worker.active.set(worker.active.get() + 1);
+        Active(worker)
+    }
+}
+
+impl Drop for Active {
     fn drop(&mut self) {
         self.0.active.set(self.0.active.get() - 1);
         self.0
@@ -56,6 +66,15 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
+/// How long a keep-alive connection waits for its next request in its
+/// serving task before it parks. The serving task is large (its future
+/// holds the whole request's state machine, about 2 KiB); a parked
+/// connection is a small task that only waits for bytes, the keep-alive
+/// timeout or shutdown, and starts a serving task again when bytes come.
+/// A client that keeps sending (every benchmark, any busy client) never
+/// parks; one that pauses longer than this pays one task start per pause.
+const PARK_AFTER: Duration = Duration::from_millis(50);
+
 /// Serves one accepted client connection until it closes: the listener's
 /// PROXY header and TLS handshake first, then requests. The caller has
 /// already counted it in `open_connections`.
@@ -65,8 +84,7 @@ pub(crate) async fn serve(
     peer: SocketAddr,
     listener: Arc<ListenerRt>,
 ) {
-    worker.active.set(worker.active.get() + 1);
-    let _guard = ActiveGuard(&worker);
+    let active = Active::new(worker.clone());
     let prepared = if listener.tls.is_none() && !listener.proxy_protocol {
         Prepared {
             stream: Stream::Tcp(tcp),
@@ -88,11 +106,19 @@ pub(crate) async fn serve(
             None => return,
         }
     };
-    serve_stream(worker.clone(), prepared, listener).await;
+    serve_stream(prepared, listener, active, None).await;
 }
 
-/// Serves requests on a connection ready for them.
-pub(crate) async fn serve_stream(worker: Rc<Worker>, p: Prepared, listener: Arc<ListenerRt>) {
+/// Serves requests on a connection ready for them; `last_end` is when the
+/// last answer on it was written, for a connection coming back from being
+/// parked.
+pub(crate) async fn serve_stream(
+    p: Prepared,
+    listener: Arc<ListenerRt>,
+    active: Active,
+    last_end: Option<Instant>,
+) {
+    let worker = active.0.clone();
     let tls = listener.tls.is_some().then_some(p.tls);
     let mut conn = Conn {
         worker: &worker,
@@ -104,12 +130,43 @@ pub(crate) async fn serve_stream(worker: Rc<Worker>, p: Prepared, listener: Arc<
         identity: p.identity,
         req_client: None,
         bufs: None,
-        last_end: None,
+        last_end,
         slot: OwnSlot::new(&worker.deadlines),
     };
-    conn.run().await;
+    let park = conn.run(last_end.is_none()).await;
     if let Some(b) = conn.bufs.take() {
         worker.give_bufs(b);
+    }
+    if let Some(end) = park {
+        let expires = end + worker.shared.snapshot.load().timeouts.keepalive;
+        let parked = Prepared {
+            stream: conn.client,
+            client: conn.peer,
+            tls: p.tls,
+            identity: conn.identity,
+        };
+        tokio::task::spawn_local(parked_wait(parked, listener, active, end, expires));
+    }
+}
+
+/// A parked keep-alive connection: waits for its next request's bytes
+/// (then serves it in a new serving task), the keep-alive timeout or the
+/// worker's shutdown (then closes). Its future holds the connection and
+/// one wait, a small fraction of a serving task's.
+pub(super) async fn parked_wait(
+    p: Prepared,
+    listener: Arc<ListenerRt>,
+    active: Active,
+    end: Instant,
+    expires: Instant,
+) {
+    let ready = {
+        let wait = active.0.deadlines.at(expires).or_shutdown();
+        wait.bound(crate::transport::io::read_ready(&p.stream))
+            .await
+    };
+    if let Ok(Ok(())) = ready {
+        tokio::task::spawn_local(serve_stream(p, listener, active, Some(end)));
     }
 }
 
@@ -145,6 +202,16 @@ enum Local<'a> {
     Error(ErrorKind, &'a [u8]),
 }
 
+/// How the wait before a request ended.
+enum Wake {
+    /// Bytes arrived.
+    Request,
+    Close,
+    /// Idle past [`PARK_AFTER`]: park, with the time the last answer was
+    /// written.
+    Park(Instant),
+}
+
 /// What the request loop does after a request.
 #[derive(PartialEq, Eq)]
 enum Next {
@@ -153,16 +220,20 @@ enum Next {
 }
 
 impl Conn<'_> {
-    async fn run(&mut self) {
+    /// Serves requests until the connection closes (`None`) or parks
+    /// (`Some`: when its last answer was written). `first`: no request has
+    /// come on it yet.
+    async fn run(&mut self, mut first: bool) -> Option<Instant> {
         let mut cache = arc_swap::Cache::new(&self.worker.shared.snapshot);
-        let mut first = true;
         loop {
             // A new connection gets the header timeout to send its first
             // byte; between requests the keep-alive timeout applies.
             let t = &cache.load().timeouts;
             let wait = if first { t.client_header } else { t.keepalive };
-            if !self.await_next_request(wait, first).await {
-                return;
+            match self.await_next_request(wait, first).await {
+                Wake::Request => {}
+                Wake::Close => return None,
+                Wake::Park(end) => return Some(end),
             }
             first = false;
             let snap = cache.load();
@@ -175,7 +246,7 @@ impl Conn<'_> {
             self.worker.busy.touch();
             self.bufs = Some(bufs);
             if next == Next::Close || self.worker.shutting_down() {
-                return;
+                return None;
             }
         }
     }
@@ -186,25 +257,28 @@ impl Conn<'_> {
     /// draining, an idle keep-alive connection closes at once; a connection
     /// that has not sent its first request yet (accepted just before the
     /// drain, its request likely on the way) gets [`FIRST_REQUEST_GRACE`].
-    async fn await_next_request(&mut self, wait: Duration, first: bool) -> bool {
+    async fn await_next_request(&mut self, wait: Duration, first: bool) -> Wake {
         let worker = self.worker;
         let bufs = self.bufs.get_or_insert_with(|| worker.take_bufs());
         if !bufs.inb.is_empty() {
-            return true; // pipelined request already received
+            return Wake::Request; // pipelined request already received
         }
         // One read attempt before giving the buffers back: a client that
         // sends its next request at once costs no extra wake-up.
         match bufs.inb.try_fill(&self.client, BUF_SIZE) {
-            Ok(Some(0)) => return false,
-            Ok(Some(_)) => return true,
+            Ok(Some(0)) => return Wake::Close,
+            Ok(Some(_)) => return Wake::Request,
             Ok(None) => {}
-            Err(_) => return false,
+            Err(_) => return Wake::Close,
         }
         if let Some(b) = self.bufs.take() {
             self.worker.give_bufs(b);
         }
-        let idle = match self.last_end.take() {
-            Some(end) => worker.deadlines.at(end + wait),
+        // Between requests, the wait ends early to park the connection.
+        let end = self.last_end.take();
+        let park = end.filter(|_| !first && wait > PARK_AFTER);
+        let idle = match end {
+            Some(end) => worker.deadlines.at(end + wait.min(PARK_AFTER)),
             None => worker.deadlines.after(wait),
         }
         .or_shutdown()
@@ -213,20 +287,25 @@ impl Conn<'_> {
             .bound(crate::transport::io::read_ready(&self.client))
             .await
         {
-            Ok(Ok(())) => true,
+            Ok(Ok(())) => Wake::Request,
+            Err(Stop::Timeout) => match park {
+                Some(end) => Wake::Park(end),
+                None => Wake::Close,
+            },
             Err(Stop::Shutdown) if first => {
                 let grace = worker
                     .deadlines
                     .after(wait.min(FIRST_REQUEST_GRACE))
                     .in_slot(&self.slot);
-                matches!(
-                    grace
-                        .bound(crate::transport::io::read_ready(&self.client))
-                        .await,
-                    Ok(Ok(()))
-                )
+                match grace
+                    .bound(crate::transport::io::read_ready(&self.client))
+                    .await
+                {
+                    Ok(Ok(())) => Wake::Request,
+                    _ => Wake::Close,
+                }
             }
-            _ => false,
+            _ => Wake::Close,
         }
     }
 

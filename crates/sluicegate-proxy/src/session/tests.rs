@@ -12,6 +12,7 @@ use crate::transport::stream::Stream;
 
 const CONFIG: &str = r#"
 listen: ["127.0.0.1:9"]
+timeouts: { keepalive: 400ms }
 routes:
   - name: hello
     match: { path: /hello }
@@ -40,10 +41,17 @@ fn exchange(input: &[u8]) -> Vec<u8> {
             tls: ("", ""),
             identity: None,
         };
+        // Counted as an accepted connection is, before it is served.
+        worker
+            .shared
+            .global
+            .open_connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let session = tokio::task::spawn_local(super::conn::serve_stream(
-            worker.clone(),
             prepared,
             listener::plain(peer),
+            super::conn::Active::new(worker.clone()),
+            None,
         ));
         let client = Stream::Duplex(client);
         crate::transport::io::write_all(&client, input)
@@ -100,4 +108,130 @@ fn bad_framing_gets_400_and_the_session_closes() {
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
     assert!(text.contains("connection: close"), "{text}");
+}
+
+/// Reads what `c` has within `within`, until it goes quiet or ends; `None`
+/// once the stream has ended (after any bytes it still had).
+async fn read_some(c: &Stream, within: Duration) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let ready = std::future::poll_fn(|cx| c.poll_read_ready(cx));
+        if tokio::time::timeout(within, ready).await.is_err() {
+            return Some(got);
+        }
+        match c.try_recv(&mut buf) {
+            Ok(0) => return if got.is_empty() { None } else { Some(got) },
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+#[test]
+fn an_idle_connection_parks_and_serves_its_next_request() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build_local(tokio::runtime::LocalOptions::default())
+        .unwrap();
+    rt.block_on(async {
+        let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
+        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
+        tokio::task::spawn_local({
+            let w = worker.clone();
+            async move { w.deadlines.run().await }
+        });
+        let (client, server) = duplex::pair();
+        let peer = "192.0.2.7:40000".parse().unwrap();
+        worker
+            .shared
+            .global
+            .open_connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let prepared = Prepared {
+            stream: Stream::Duplex(server),
+            client: peer,
+            tls: ("", ""),
+            identity: None,
+        };
+        tokio::task::spawn_local(super::conn::serve_stream(
+            prepared,
+            listener::plain(peer),
+            super::conn::Active::new(worker.clone()),
+            None,
+        ));
+        let client = Stream::Duplex(client);
+        let req = b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n";
+        let io = crate::transport::io::write_all;
+        io(&client, req).await.unwrap();
+        let first = read_some(&client, Duration::from_millis(30)).await.unwrap();
+        assert!(first.starts_with(b"HTTP/1.1 200"));
+        // Idle past PARK_AFTER (50 ms): parked, still counted as active.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(worker.active.get(), 1);
+        io(&client, req).await.unwrap();
+        let second = read_some(&client, Duration::from_millis(30)).await.unwrap();
+        assert!(second.starts_with(b"HTTP/1.1 200"), "{second:?}");
+        // Parked again, the keep-alive timeout (400 ms) still closes it,
+        // counted from the last answer.
+        let closed = tokio::time::timeout(Duration::from_secs(2), async {
+            loop {
+                if read_some(&client, Duration::from_millis(100))
+                    .await
+                    .is_none()
+                {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the parked connection was not closed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(worker.active.get(), 0);
+    });
+}
+
+#[test]
+fn a_parked_connection_is_a_small_task() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build_local(tokio::runtime::LocalOptions::default())
+        .unwrap();
+    rt.block_on(async {
+        let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
+        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
+        let peer: std::net::SocketAddr = "192.0.2.7:40000".parse().unwrap();
+        let (a, _b) = duplex::pair();
+        let p = || Prepared {
+            stream: Stream::Duplex(duplex::pair().0),
+            client: peer,
+            tls: ("", ""),
+            identity: None,
+        };
+        let now = std::time::Instant::now();
+        worker
+            .shared
+            .global
+            .open_connections
+            .fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+        let parked = super::conn::parked_wait(
+            p(),
+            listener::plain(peer),
+            super::conn::Active::new(worker.clone()),
+            now,
+            now,
+        );
+        let serving = super::conn::serve_stream(
+            p(),
+            listener::plain(peer),
+            super::conn::Active::new(worker.clone()),
+            None,
+        );
+        let (parked, serving) = (size_of_val(&parked), size_of_val(&serving));
+        drop(a);
+        // What an idle keep-alive connection costs beyond its socket.
+        assert!(parked <= 512, "parked task future: {parked} bytes");
+        assert!(serving > 4 * parked, "serving {serving}, parked {parked}");
+    });
 }
