@@ -674,7 +674,11 @@ pub fn make_leaf(dir: &Path, ca: &str, name: &str, cn: &str, san: Option<&str>, 
         b"",
         Duration::from_secs(60),
     );
-    assert!(run.success, "making certificate {name} failed:\n{}", run.all());
+    assert!(
+        run.success,
+        "making certificate {name} failed:\n{}",
+        run.all()
+    );
 }
 
 /// A certificate serial no other call in this process returned (hex,
