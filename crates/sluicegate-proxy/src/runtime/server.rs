@@ -286,12 +286,7 @@ async fn accept_loop(
                 }
                 global.accepted.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
-                tokio::task::spawn_local(conn::serve(
-                    worker.clone(),
-                    stream,
-                    peer,
-                    settings.clone(),
-                ));
+                conn::accepted(&worker, stream, peer, settings.clone());
             }
             Err(e) => {
                 // Out of file descriptors or similar: back off instead of spinning.

@@ -10,7 +10,7 @@
 //! An idle connection holds no buffers: they go back to the worker's free
 //! list while it waits for the next request.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 
 use crate::filters::{Answer, Refuse, ReqCx};
 use crate::observe::accesslog;
-use crate::proto::codec::{self, BodyKind, HeadError, Parsed};
+use crate::proto::codec::{self, BodyKind, HeadError, Parsed, RequestHead};
 use crate::proto::response::{self, ErrorKind};
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
@@ -75,38 +75,52 @@ impl Drop for Active {
 /// parks; one that pauses longer than this pays one task start per pause.
 const PARK_AFTER: Duration = Duration::from_millis(50);
 
-/// Serves one accepted client connection until it closes: the listener's
-/// PROXY header and TLS handshake first, then requests. The caller has
-/// already counted it in `open_connections`.
-pub(crate) async fn serve(
-    worker: Rc<Worker>,
+/// Starts serving one accepted client connection, which the caller has
+/// already counted in `open_connections`. A plain listener's connection is
+/// served at once; one that needs a PROXY header or a TLS handshake first
+/// gets a task for that, which hands the ready connection to a serving
+/// task of its own (so the serving task never carries the handshake's
+/// state, nor the plain one an extra layer).
+pub(crate) fn accepted(
+    worker: &Rc<Worker>,
     tcp: TcpStream,
     peer: SocketAddr,
     listener: Arc<ListenerRt>,
 ) {
     let active = Active::new(worker.clone());
-    let prepared = if listener.tls.is_none() && !listener.proxy_protocol {
-        Prepared {
+    if listener.tls.is_none() && !listener.proxy_protocol {
+        let ready = Prepared {
             stream: Stream::Tcp(tcp),
             client: peer,
             tls: ("", ""),
             identity: None,
-        }
-    } else {
-        let limit = {
-            let t = &worker.shared.snapshot.load().timeouts;
-            if listener.tls.is_some() {
-                t.tls_handshake
-            } else {
-                t.client_header
-            }
         };
-        match prepare(&worker.deadlines, &listener, tcp, peer, limit).await {
-            Some(p) => p,
-            None => return,
+        tokio::task::spawn_local(serve_stream(ready, listener, active, None));
+    } else {
+        tokio::task::spawn_local(prepare_then_serve(tcp, peer, listener, active));
+    }
+}
+
+/// The PROXY header and the TLS handshake, bounded by the handshake
+/// timeout (the header timeout on a plain listener); then the serving task.
+async fn prepare_then_serve(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<ListenerRt>,
+    active: Active,
+) {
+    let worker = &active.0;
+    let limit = {
+        let t = &worker.shared.snapshot.load().timeouts;
+        if listener.tls.is_some() {
+            t.tls_handshake
+        } else {
+            t.client_header
         }
     };
-    serve_stream(prepared, listener, active, None).await;
+    if let Some(ready) = prepare(&worker.deadlines, &listener, tcp, peer, limit).await {
+        tokio::task::spawn_local(serve_stream(ready, listener, active, None));
+    }
 }
 
 /// Serves requests on a connection ready for them; `last_end` is when the
@@ -366,6 +380,16 @@ impl Conn<'_> {
         self.dispatch(snap, bufs, started).await
     }
 
+    /// The client a trusted proxy names in `X-Forwarded-For`, or the
+    /// connection's; kept as text for the log when it differs.
+    #[cold]
+    fn trusted_client(&mut self, snap: &Snapshot, raw: &[u8], req: &RequestHead) -> IpAddr {
+        let xff = req.xff.iter().map(|r| &raw[r.clone()]);
+        let client = client_from_xff(self.peer.ip(), &snap.trusted_proxies, xff);
+        self.req_client = (client != self.peer.ip()).then(|| client.to_string());
+        client
+    }
+
     /// Answers an error before any route was chosen, then closes.
     async fn fail_early(&self, bufs: &mut Bufs, kind: ErrorKind) {
         bufs.out.clear();
@@ -430,12 +454,13 @@ impl Conn<'_> {
         bufs.edits.clear();
         // The client: the connection's, or the one a trusted proxy names.
         let client = if snap.trusted_proxies.is_empty() {
+            if self.req_client.is_some() {
+                self.req_client = None; // trusted_proxies reloaded away
+            }
             self.peer.ip()
         } else {
-            let xff = req.xff.iter().map(|r| &raw[r.clone()]);
-            client_from_xff(self.peer.ip(), &snap.trusted_proxies, xff)
+            self.trusted_client(snap, raw, req)
         };
-        self.req_client = (client != self.peer.ip()).then(|| client.to_string());
         if self.redirect_https {
             let mut head = Vec::new();
             let outcome = match https_redirect(&mut head, raw, &target, method) {

@@ -92,6 +92,7 @@ impl RecvBuf {
     }
 
     /// Reads what is there without waiting: `Ok(None)` when nothing is.
+    #[inline]
     pub fn try_fill(&mut self, s: &Stream, limit: usize) -> io::Result<Option<usize>> {
         let spare = self.spare(limit);
         if spare.is_empty() {
@@ -143,6 +144,7 @@ impl RecvBuf {
 
 /// Waits until `s` has bytes to read, or an error or EOF to report
 /// ([`Stream::poll_read_ready`]).
+#[inline]
 pub fn read_ready(s: &Stream) -> impl std::future::Future<Output = io::Result<()>> + '_ {
     std::future::poll_fn(move |cx| s.poll_read_ready(cx))
 }

@@ -37,7 +37,7 @@ impl From<TcpStream> for Stream {
 impl Stream {
     /// Reads what is there without waiting; `Ok(0)` is the end of the
     /// stream, `WouldBlock` that nothing is there yet.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => {
@@ -56,7 +56,7 @@ impl Stream {
     /// or `WouldBlock`. A TLS stream takes bytes into its record layer and
     /// may hold some of them encrypted until [`Stream::try_flush`] gets
     /// them out.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => send(s, bytes),
@@ -68,7 +68,7 @@ impl Stream {
 
     /// Gets out what an earlier [`Stream::try_send`] left buffered:
     /// `WouldBlock` while some is still held. Plain streams hold nothing.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_flush(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(_) => Ok(()),
@@ -83,7 +83,7 @@ impl Stream {
     /// than `TcpStream::readable` (a list of waiters behind a lock); one
     /// task per stream waits to read at a time, which is how every stream
     /// here is used.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),

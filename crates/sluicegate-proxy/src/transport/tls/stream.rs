@@ -187,6 +187,9 @@ impl TlsStream {
         &self.tcp
     }
 
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small
+    // enough to inline into the hot read and write paths.
+    #[inline(never)]
     pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut c = self.conn.borrow_mut();
         loop {
@@ -213,6 +216,9 @@ impl TlsStream {
         }
     }
 
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small
+    // enough to inline into the hot read and write paths.
+    #[inline(never)]
     pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
         let mut c = self.conn.borrow_mut();
         // What was encrypted earlier goes first: a full socket holds the
@@ -228,10 +234,16 @@ impl TlsStream {
         }
     }
 
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small
+    // enough to inline into the hot read and write paths.
+    #[inline(never)]
     pub(crate) fn try_flush(&self) -> io::Result<()> {
         flush(&mut self.conn.borrow_mut(), &self.tcp)
     }
 
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small
+    // enough to inline into the hot read and write paths.
+    #[inline(never)]
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // Decrypted bytes waiting (a second request that came in the same
         // record as the first), or a close already seen: no need to wait.
