@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::runtime::worker::Worker;
-use crate::session::conn;
+use crate::session::start;
 use crate::snapshot::Shared;
 use crate::transport::listener;
 
@@ -286,7 +286,7 @@ async fn accept_loop(
                 }
                 global.accepted.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
-                conn::accepted(&worker, stream, peer, settings.clone());
+                start::accepted(&worker, stream, peer, settings.clone());
             }
             Err(e) => {
                 // Out of file descriptors or similar: back off instead of spinning.

@@ -8,181 +8,34 @@
 //! and close on bad framing) -> route (404) -> respond | forward -> log ->
 //! next request, or close (client asked, error, shutdown)`.
 //! An idle connection holds no buffers: they go back to the worker's free
-//! list while it waits for the next request.
+//! list while it waits for the next request; past a short while it parks
+//! (see [`super::start`]).
 
 use std::net::{IpAddr, SocketAddr};
-use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::transport::forwarded::client_from_xff;
-use crate::transport::listener::{prepare, ListenerRt, Prepared};
 use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
-use tokio::net::TcpStream;
 
+use super::answer::{https_redirect, Local};
+use super::start::PARK_AFTER;
 use crate::filters::{Answer, Refuse, ReqCx};
 use crate::observe::accesslog;
-use crate::proto::codec::{self, BodyKind, HeadError, Parsed, RequestHead};
-use crate::proto::response::{self, ErrorKind};
+use crate::proto::codec::{self, HeadError, Parsed, RequestHead};
+use crate::proto::response::ErrorKind;
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
 use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::{Bufs, Worker, BUF_SIZE};
-use crate::session::body::CLIENT_WRITE_TIMEOUT;
 use crate::snapshot::{ActionRt, Snapshot};
-use crate::transport::io::{write_all_by, ReadError};
+use crate::transport::io::ReadError;
 use crate::upstream::forward::{self, Outcome};
 
 /// How long a new connection may still take to send its first request once
 /// the worker is draining: enough for a request already on its way, short
 /// enough that a silent connection does not hold up the exit.
 const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(100);
-/// Bodies up to this size are read and discarded when the gateway answers
-/// without forwarding; larger ones close the connection instead.
-const DISCARD_MAX: u64 = 64 * 1024;
-
-/// A connection counted in its worker's `active` and the process's
-/// `open_connections` for as long as this lives: it moves with the
-/// connection from task to task (parked and back), so the counts are right
-/// however and wherever the connection ends.
-pub(crate) struct Active(Rc<Worker>);
-
-impl Active {
-    pub(crate) fn new(worker: Rc<Worker>) -> Active {
-        worker.active.set(worker.active.get() + 1);
-        Active(worker)
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        self.0.active.set(self.0.active.get() - 1);
-        self.0
-            .shared
-            .global
-            .open_connections
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// How long a keep-alive connection waits for its next request in its
-/// serving task before it parks. The serving task is large (its future
-/// holds the whole request's state machine, about 2 KiB); a parked
-/// connection is a small task that only waits for bytes, the keep-alive
-/// timeout or shutdown, and starts a serving task again when bytes come.
-/// A client that keeps sending (every benchmark, any busy client) never
-/// parks; one that pauses longer than this pays one task start per pause.
-const PARK_AFTER: Duration = Duration::from_millis(50);
-
-/// Starts serving one accepted client connection, which the caller has
-/// already counted in `open_connections`. A plain listener's connection is
-/// served at once; one that needs a PROXY header or a TLS handshake first
-/// gets a task for that, which hands the ready connection to a serving
-/// task of its own (so the serving task never carries the handshake's
-/// state, nor the plain one an extra layer).
-pub(crate) fn accepted(
-    worker: &Rc<Worker>,
-    tcp: TcpStream,
-    peer: SocketAddr,
-    listener: Arc<ListenerRt>,
-) {
-    let active = Active::new(worker.clone());
-    if listener.tls.is_none() && !listener.proxy_protocol {
-        let ready = Prepared {
-            stream: Stream::Tcp(tcp),
-            client: peer,
-            tls: ("", ""),
-            identity: None,
-        };
-        tokio::task::spawn_local(serve_stream(ready, listener, active, None));
-    } else {
-        tokio::task::spawn_local(prepare_then_serve(tcp, peer, listener, active));
-    }
-}
-
-/// The PROXY header and the TLS handshake, bounded by the handshake
-/// timeout (the header timeout on a plain listener); then the serving task.
-async fn prepare_then_serve(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    listener: Arc<ListenerRt>,
-    active: Active,
-) {
-    let worker = &active.0;
-    let limit = {
-        let t = &worker.shared.snapshot.load().timeouts;
-        if listener.tls.is_some() {
-            t.tls_handshake
-        } else {
-            t.client_header
-        }
-    };
-    if let Some(ready) = prepare(&worker.deadlines, &listener, tcp, peer, limit).await {
-        tokio::task::spawn_local(serve_stream(ready, listener, active, None));
-    }
-}
-
-/// Serves requests on a connection ready for them; `last_end` is when the
-/// last answer on it was written, for a connection coming back from being
-/// parked.
-pub(crate) async fn serve_stream(
-    p: Prepared,
-    listener: Arc<ListenerRt>,
-    active: Active,
-    last_end: Option<Instant>,
-) {
-    let worker = active.0.clone();
-    let tls = listener.tls.is_some().then_some(p.tls);
-    let mut conn = Conn {
-        worker: &worker,
-        client: p.stream,
-        peer: p.client,
-        peer_ip: p.client.ip().to_string(),
-        tls,
-        redirect_https: listener.redirect_https,
-        identity: p.identity,
-        req_client: None,
-        bufs: None,
-        last_end,
-        slot: OwnSlot::new(&worker.deadlines),
-    };
-    let park = conn.run(last_end.is_none()).await;
-    if let Some(b) = conn.bufs.take() {
-        worker.give_bufs(b);
-    }
-    if let Some(end) = park {
-        let expires = end + worker.shared.snapshot.load().timeouts.keepalive;
-        let parked = Prepared {
-            stream: conn.client,
-            client: conn.peer,
-            tls: p.tls,
-            identity: conn.identity,
-        };
-        tokio::task::spawn_local(parked_wait(parked, listener, active, end, expires));
-    }
-}
-
-/// A parked keep-alive connection: waits for its next request's bytes
-/// (then serves it in a new serving task), the keep-alive timeout or the
-/// worker's shutdown (then closes). Its future holds the connection and
-/// one wait, a small fraction of a serving task's.
-pub(super) async fn parked_wait(
-    p: Prepared,
-    listener: Arc<ListenerRt>,
-    active: Active,
-    end: Instant,
-    expires: Instant,
-) {
-    let ready = {
-        let wait = active.0.deadlines.at(expires).or_shutdown();
-        wait.bound(crate::transport::io::read_ready(&p.stream))
-            .await
-    };
-    if let Ok(Ok(())) = ready {
-        tokio::task::spawn_local(serve_stream(p, listener, active, Some(end)));
-    }
-}
 
 pub struct Conn<'w> {
     pub worker: &'w Worker,
@@ -193,27 +46,19 @@ pub struct Conn<'w> {
     /// TLS version and cipher, on a TLS connection.
     pub tls: Option<(&'static str, &'static str)>,
     /// Every request is answered with a redirect to HTTPS.
-    redirect_https: bool,
+    pub(super) redirect_https: bool,
     /// Who the client certificate names (`auth: mtls`).
-    identity: Option<Box<ClientIdentity>>,
+    pub(super) identity: Option<Box<ClientIdentity>>,
     /// The current request's client as text when a trusted proxy named
     /// another than the connection's.
-    req_client: Option<String>,
-    bufs: Option<Box<Bufs>>,
+    pub(super) req_client: Option<String>,
+    pub(super) bufs: Option<Box<Bufs>>,
     /// When the last request's answer was written: the keep-alive timeout
     /// counts from there, so waiting for the next request reads no clock.
-    last_end: Option<Instant>,
+    pub(super) last_end: Option<Instant>,
     /// The deadline slot for this connection's waits for a request head
     /// and for a response head (one at a time).
     pub slot: OwnSlot<'w>,
-}
-
-/// A response the gateway writes itself.
-enum Local<'a> {
-    /// A `respond` route's: status, status line and headers, body.
-    Fixed(u16, &'a [u8], &'a [u8]),
-    /// An error, with extra header lines.
-    Error(ErrorKind, &'a [u8]),
 }
 
 /// How the wait before a request ended.
@@ -221,7 +66,7 @@ enum Wake {
     /// Bytes arrived.
     Request,
     Close,
-    /// Idle past [`PARK_AFTER`]: park, with the time the last answer was
+    /// Idle past [`PARK_AFTER`](super::start::PARK_AFTER): park, with the time the last answer was
     /// written.
     Park(Instant),
 }
@@ -237,7 +82,7 @@ impl Conn<'_> {
     /// Serves requests until the connection closes (`None`) or parks
     /// (`Some`: when its last answer was written). `first`: no request has
     /// come on it yet.
-    async fn run(&mut self, mut first: bool) -> Option<Instant> {
+    pub(super) async fn run(&mut self, mut first: bool) -> Option<Instant> {
         let mut cache = arc_swap::Cache::new(&self.worker.shared.snapshot);
         loop {
             // A new connection gets the header timeout to send its first
@@ -388,19 +233,6 @@ impl Conn<'_> {
         let client = client_from_xff(self.peer.ip(), &snap.trusted_proxies, xff);
         self.req_client = (client != self.peer.ip()).then(|| client.to_string());
         client
-    }
-
-    /// Answers an error before any route was chosen, then closes.
-    async fn fail_early(&self, bufs: &mut Bufs, kind: ErrorKind) {
-        bufs.out.clear();
-        response::error(&mut bufs.out, kind, true, false);
-        let _ = write_all_by(
-            &self.client,
-            &bufs.out,
-            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
-        )
-        .await;
-        self.worker.shared.global.unrouted.record(kind.status());
     }
 
     async fn dispatch(&mut self, snap: &Snapshot, bufs: &mut Bufs, started: Instant) -> Next {
@@ -577,96 +409,6 @@ impl Conn<'_> {
         self.log(snap, bufs, method_len, &route.name, svc, &outcome, total_us);
         outcome.next()
     }
-
-    /// Writes a response the gateway makes itself: a `respond` route's, or
-    /// an error (404, or a filter's refusal). A request body is read and dropped when small,
-    /// otherwise the connection closes after the answer.
-    async fn answer_locally(
-        &self,
-        bufs: &mut Bufs,
-        fixed: Local<'_>,
-        is_head: bool,
-    ) -> Outcome<'static> {
-        let head_len = bufs.req.len;
-        let body = bufs.req.body();
-        let mut close = bufs.req.close || self.worker.shutting_down();
-        let discardable = match body {
-            BodyKind::None => true,
-            BodyKind::Length(n) => n <= DISCARD_MAX && !bufs.req.expect_continue,
-            BodyKind::Chunked | BodyKind::UntilClose => false,
-        };
-        if !discardable {
-            close = true;
-        }
-        bufs.out.clear();
-        let (status, body_len) = match fixed {
-            Local::Fixed(status, head, body) => {
-                bufs.out.extend_from_slice(head);
-                bufs.out.extend_from_slice(&bufs.edits.response_headers);
-                if let Some(o) = &bufs.edits.response_ops {
-                    bufs.out.extend_from_slice(&o.lines);
-                }
-                // 1xx, 204 and 304 carry no body and no Content-Length.
-                let bodiless = status < 200 || status == 204 || status == 304;
-                if !bodiless {
-                    response::content_length(&mut bufs.out, body.len() as u64);
-                }
-                if close {
-                    bufs.out.extend_from_slice(b"connection: close\r\n");
-                } else if bufs.req.minor == 0 {
-                    bufs.out.extend_from_slice(b"connection: keep-alive\r\n");
-                }
-                bufs.out.extend_from_slice(b"\r\n");
-                if !is_head && !bodiless {
-                    bufs.out.extend_from_slice(body);
-                }
-                (status, if bodiless { 0 } else { body.len() })
-            }
-            Local::Error(kind, extra) => {
-                let before = bufs.out.len();
-                // Filters' response lines (CORS) go on refusals too.
-                let mut lines = Vec::new();
-                let extra = if bufs.edits.response_headers.is_empty() {
-                    extra
-                } else {
-                    lines.extend_from_slice(extra);
-                    lines.extend_from_slice(&bufs.edits.response_headers);
-                    &lines[..]
-                };
-                response::error_with(&mut bufs.out, kind, close, is_head, extra);
-                (kind.status(), bufs.out.len() - before)
-            }
-        };
-        bufs.inb.consume(head_len);
-        let mut outcome = Outcome::local(status, body_len as u64, close);
-        if let (false, BodyKind::Length(n)) = (close, body) {
-            let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
-            if crate::session::body::discard(
-                &self.client,
-                &mut bufs.inb,
-                n,
-                self.worker.until(deadline),
-            )
-            .await
-            .is_err()
-            {
-                outcome.close = true;
-                return outcome;
-            }
-        }
-        if write_all_by(
-            &self.client,
-            &bufs.out,
-            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
-        )
-        .await
-        .is_err()
-        {
-            outcome.close = true;
-        }
-        outcome
-    }
-
     /// Marks the end of a request (one clock read, shared by the metrics,
     /// the access log and the next keep-alive wait); its time in µs.
     fn finish(&mut self, started: Instant) -> u64 {
@@ -755,20 +497,6 @@ fn run_filters(
         .find_map(|f| f.on_request(&mut cx).err())
 }
 
-impl Refuse {
-    /// The answer to write; a 204's head is built into `head`.
-    fn local<'a>(&'a self, head: &'a mut Vec<u8>) -> Local<'a> {
-        match self.answer {
-            Answer::Error(kind) => Local::Error(kind, &self.headers),
-            Answer::NoContent => {
-                response::status_line(head, 204);
-                head.extend_from_slice(&self.headers);
-                Local::Fixed(204, head, &[])
-            }
-        }
-    }
-}
-
 impl Outcome<'_> {
     fn next(&self) -> Next {
         if self.close {
@@ -777,27 +505,4 @@ impl Outcome<'_> {
             Next::KeepAlive
         }
     }
-}
-
-/// A redirect of the request to the same host and target over HTTPS (on
-/// its default port): 301 for GET and HEAD, 308 (which keeps the method
-/// and body) for others. Its status line and headers go in `head`; `None`
-/// when the request names no host.
-fn https_redirect(head: &mut Vec<u8>, raw: &[u8], target: &Target, method: &[u8]) -> Option<u16> {
-    let host = crate::route::target::strip_port(target.host(raw)?);
-    if host.is_empty() {
-        return None;
-    }
-    let status = if method == b"GET" || method == b"HEAD" {
-        301
-    } else {
-        308
-    };
-    response::status_line(head, status);
-    head.extend_from_slice(b"location: https://");
-    head.extend_from_slice(host);
-    head.extend_from_slice(&raw[target.path.clone()]);
-    head.extend_from_slice(&raw[target.query.clone()]);
-    head.extend_from_slice(b"\r\n");
-    Some(status)
 }

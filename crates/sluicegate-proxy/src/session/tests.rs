@@ -47,10 +47,10 @@ fn exchange(input: &[u8]) -> Vec<u8> {
             .global
             .open_connections
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = tokio::task::spawn_local(super::conn::serve_stream(
+        let session = tokio::task::spawn_local(super::start::serve_stream(
             prepared,
             listener::plain(peer),
-            super::conn::Active::new(worker.clone()),
+            super::start::Active::new(worker.clone()),
             None,
         ));
         let client = Stream::Duplex(client);
@@ -155,10 +155,10 @@ fn an_idle_connection_parks_and_serves_its_next_request() {
             tls: ("", ""),
             identity: None,
         };
-        tokio::task::spawn_local(super::conn::serve_stream(
+        tokio::task::spawn_local(super::start::serve_stream(
             prepared,
             listener::plain(peer),
-            super::conn::Active::new(worker.clone()),
+            super::start::Active::new(worker.clone()),
             None,
         ));
         let client = Stream::Duplex(client);
@@ -215,17 +215,17 @@ fn a_parked_connection_is_a_small_task() {
             .global
             .open_connections
             .fetch_add(2, std::sync::atomic::Ordering::Relaxed);
-        let parked = super::conn::parked_wait(
+        let parked = super::start::parked_wait(
             p(),
             listener::plain(peer),
-            super::conn::Active::new(worker.clone()),
+            super::start::Active::new(worker.clone()),
             now,
             now,
         );
-        let serving = super::conn::serve_stream(
+        let serving = super::start::serve_stream(
             p(),
             listener::plain(peer),
-            super::conn::Active::new(worker.clone()),
+            super::start::Active::new(worker.clone()),
             None,
         );
         let (parked, serving) = (size_of_val(&parked), size_of_val(&serving));

@@ -1,0 +1,174 @@
+//! Answers the gateway makes itself on a client connection: a `respond`
+//! route's, a filter's refusal, an error before or without routing, the
+//! redirect to HTTPS. Rendered by [`crate::proto::response`]; written here,
+//! with the request body dropped (when small) or the connection closed.
+
+use std::time::Instant;
+
+use super::conn::Conn;
+use crate::filters::{Answer, Refuse};
+use crate::proto::codec::BodyKind;
+use crate::proto::response::{self, ErrorKind};
+use crate::route::target::Target;
+use crate::runtime::worker::Bufs;
+use crate::session::body::CLIENT_WRITE_TIMEOUT;
+use crate::transport::io::write_all_by;
+use crate::upstream::forward::Outcome;
+
+/// Bodies up to this size are read and discarded when the gateway answers
+/// without forwarding; larger ones close the connection instead.
+const DISCARD_MAX: u64 = 64 * 1024;
+
+/// A response the gateway writes itself.
+pub(super) enum Local<'a> {
+    /// A `respond` route's: status, status line and headers, body.
+    Fixed(u16, &'a [u8], &'a [u8]),
+    /// An error, with extra header lines.
+    Error(ErrorKind, &'a [u8]),
+}
+
+impl Conn<'_> {
+    /// Answers an error before any route was chosen, then closes.
+    pub(super) async fn fail_early(&self, bufs: &mut Bufs, kind: ErrorKind) {
+        bufs.out.clear();
+        response::error(&mut bufs.out, kind, true, false);
+        let _ = write_all_by(
+            &self.client,
+            &bufs.out,
+            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
+        )
+        .await;
+        self.worker.shared.global.unrouted.record(kind.status());
+    }
+
+    /// Writes a response the gateway makes itself: a `respond` route's, or
+    /// an error (404, or a filter's refusal). A request body is read and dropped when small,
+    /// otherwise the connection closes after the answer.
+    pub(super) async fn answer_locally(
+        &self,
+        bufs: &mut Bufs,
+        fixed: Local<'_>,
+        is_head: bool,
+    ) -> Outcome<'static> {
+        let head_len = bufs.req.len;
+        let body = bufs.req.body();
+        let mut close = bufs.req.close || self.worker.shutting_down();
+        let discardable = match body {
+            BodyKind::None => true,
+            BodyKind::Length(n) => n <= DISCARD_MAX && !bufs.req.expect_continue,
+            BodyKind::Chunked | BodyKind::UntilClose => false,
+        };
+        if !discardable {
+            close = true;
+        }
+        bufs.out.clear();
+        let (status, body_len) = match fixed {
+            Local::Fixed(status, head, body) => {
+                bufs.out.extend_from_slice(head);
+                bufs.out.extend_from_slice(&bufs.edits.response_headers);
+                if let Some(o) = &bufs.edits.response_ops {
+                    bufs.out.extend_from_slice(&o.lines);
+                }
+                // 1xx, 204 and 304 carry no body and no Content-Length.
+                let bodiless = status < 200 || status == 204 || status == 304;
+                if !bodiless {
+                    response::content_length(&mut bufs.out, body.len() as u64);
+                }
+                if close {
+                    bufs.out.extend_from_slice(b"connection: close\r\n");
+                } else if bufs.req.minor == 0 {
+                    bufs.out.extend_from_slice(b"connection: keep-alive\r\n");
+                }
+                bufs.out.extend_from_slice(b"\r\n");
+                if !is_head && !bodiless {
+                    bufs.out.extend_from_slice(body);
+                }
+                (status, if bodiless { 0 } else { body.len() })
+            }
+            Local::Error(kind, extra) => {
+                let before = bufs.out.len();
+                // Filters' response lines (CORS) go on refusals too.
+                let mut lines = Vec::new();
+                let extra = if bufs.edits.response_headers.is_empty() {
+                    extra
+                } else {
+                    lines.extend_from_slice(extra);
+                    lines.extend_from_slice(&bufs.edits.response_headers);
+                    &lines[..]
+                };
+                response::error_with(&mut bufs.out, kind, close, is_head, extra);
+                (kind.status(), bufs.out.len() - before)
+            }
+        };
+        bufs.inb.consume(head_len);
+        let mut outcome = Outcome::local(status, body_len as u64, close);
+        if let (false, BodyKind::Length(n)) = (close, body) {
+            let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
+            if crate::session::body::discard(
+                &self.client,
+                &mut bufs.inb,
+                n,
+                self.worker.until(deadline),
+            )
+            .await
+            .is_err()
+            {
+                outcome.close = true;
+                return outcome;
+            }
+        }
+        if write_all_by(
+            &self.client,
+            &bufs.out,
+            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
+        )
+        .await
+        .is_err()
+        {
+            outcome.close = true;
+        }
+        outcome
+    }
+}
+
+impl Refuse {
+    /// The answer to write; a 204's head is built into `head`.
+    pub(super) fn local<'a>(&'a self, head: &'a mut Vec<u8>) -> Local<'a> {
+        match self.answer {
+            Answer::Error(kind) => Local::Error(kind, &self.headers),
+            Answer::NoContent => {
+                response::status_line(head, 204);
+                head.extend_from_slice(&self.headers);
+                Local::Fixed(204, head, &[])
+            }
+        }
+    }
+}
+
+/// A redirect of the request to the same host and target over HTTPS (on
+/// its default port): 301 for GET and HEAD, 308 (which keeps the method
+/// and body) for others. Its status line and headers go in `head`; `None`
+/// when the request names no host.
+pub(super) fn https_redirect(
+    head: &mut Vec<u8>,
+    raw: &[u8],
+    target: &Target,
+    method: &[u8],
+) -> Option<u16> {
+    let host = crate::route::target::strip_port(target.host(raw)?);
+    if host.is_empty() {
+        return None;
+    }
+    let status = if method == b"GET" || method == b"HEAD" {
+        301
+    } else {
+        308
+    };
+    response::status_line(head, status);
+    head.extend_from_slice(b"location: https://");
+    head.extend_from_slice(host);
+    head.extend_from_slice(&raw[target.path.clone()]);
+    head.extend_from_slice(&raw[target.query.clone()]);
+    head.extend_from_slice(b"\r\n");
+    Some(status)
+}

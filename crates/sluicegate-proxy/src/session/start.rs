@@ -1,0 +1,159 @@
+//! How a connection starts, parks and comes back: the serving task for a
+//! plain connection at once, a task for the PROXY header and TLS handshake
+//! first for the others; an idle keep-alive connection parked in a small
+//! task; and the count of connections that follows them from task to task.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use super::conn::Conn;
+use crate::runtime::deadline::OwnSlot;
+use crate::runtime::worker::Worker;
+use crate::transport::listener::{prepare, ListenerRt, Prepared};
+use crate::transport::stream::Stream;
+
+/// A connection counted in its worker's `active` and the process's
+/// `open_connections` for as long as this lives: it moves with the
+/// connection from task to task (parked and back), so the counts are right
+/// however and wherever the connection ends.
+pub(crate) struct Active(Rc<Worker>);
+
+impl Active {
+    pub(crate) fn new(worker: Rc<Worker>) -> Active {
+        worker.active.set(worker.active.get() + 1);
+        Active(worker)
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.active.set(self.0.active.get() - 1);
+        self.0
+            .shared
+            .global
+            .open_connections
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// How long a keep-alive connection waits for its next request in its
+/// serving task before it parks. The serving task is large (its future
+/// holds the whole request's state machine, about 2 KiB); a parked
+/// connection is a small task that only waits for bytes, the keep-alive
+/// timeout or shutdown, and starts a serving task again when bytes come.
+/// A client that keeps sending (every benchmark, any busy client) never
+/// parks; one that pauses longer than this pays one task start per pause.
+pub(super) const PARK_AFTER: Duration = Duration::from_millis(50);
+
+/// Starts serving one accepted client connection, which the caller has
+/// already counted in `open_connections`. A plain listener's connection is
+/// served at once; one that needs a PROXY header or a TLS handshake first
+/// gets a task for that, which hands the ready connection to a serving
+/// task of its own (so the serving task never carries the handshake's
+/// state, nor the plain one an extra layer).
+pub(crate) fn accepted(
+    worker: &Rc<Worker>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<ListenerRt>,
+) {
+    let active = Active::new(worker.clone());
+    if listener.tls.is_none() && !listener.proxy_protocol {
+        let ready = Prepared {
+            stream: Stream::Tcp(tcp),
+            client: peer,
+            tls: ("", ""),
+            identity: None,
+        };
+        tokio::task::spawn_local(serve_stream(ready, listener, active, None));
+    } else {
+        tokio::task::spawn_local(prepare_then_serve(tcp, peer, listener, active));
+    }
+}
+
+/// The PROXY header and the TLS handshake, bounded by the handshake
+/// timeout (the header timeout on a plain listener); then the serving task.
+async fn prepare_then_serve(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<ListenerRt>,
+    active: Active,
+) {
+    let worker = &active.0;
+    let limit = {
+        let t = &worker.shared.snapshot.load().timeouts;
+        if listener.tls.is_some() {
+            t.tls_handshake
+        } else {
+            t.client_header
+        }
+    };
+    if let Some(ready) = prepare(&worker.deadlines, &listener, tcp, peer, limit).await {
+        tokio::task::spawn_local(serve_stream(ready, listener, active, None));
+    }
+}
+
+/// Serves requests on a connection ready for them; `last_end` is when the
+/// last answer on it was written, for a connection coming back from being
+/// parked.
+pub(crate) async fn serve_stream(
+    p: Prepared,
+    listener: Arc<ListenerRt>,
+    active: Active,
+    last_end: Option<Instant>,
+) {
+    let worker = active.0.clone();
+    let tls = listener.tls.is_some().then_some(p.tls);
+    let mut conn = Conn {
+        worker: &worker,
+        client: p.stream,
+        peer: p.client,
+        peer_ip: p.client.ip().to_string(),
+        tls,
+        redirect_https: listener.redirect_https,
+        identity: p.identity,
+        req_client: None,
+        bufs: None,
+        last_end,
+        slot: OwnSlot::new(&worker.deadlines),
+    };
+    let park = conn.run(last_end.is_none()).await;
+    if let Some(b) = conn.bufs.take() {
+        worker.give_bufs(b);
+    }
+    if let Some(end) = park {
+        let expires = end + worker.shared.snapshot.load().timeouts.keepalive;
+        let parked = Prepared {
+            stream: conn.client,
+            client: conn.peer,
+            tls: p.tls,
+            identity: conn.identity,
+        };
+        tokio::task::spawn_local(parked_wait(parked, listener, active, end, expires));
+    }
+}
+
+/// A parked keep-alive connection: waits for its next request's bytes
+/// (then serves it in a new serving task), the keep-alive timeout or the
+/// worker's shutdown (then closes). Its future holds the connection and
+/// one wait, a small fraction of a serving task's.
+pub(super) async fn parked_wait(
+    p: Prepared,
+    listener: Arc<ListenerRt>,
+    active: Active,
+    end: Instant,
+    expires: Instant,
+) {
+    let ready = {
+        let wait = active.0.deadlines.at(expires).or_shutdown();
+        wait.bound(crate::transport::io::read_ready(&p.stream))
+            .await
+    };
+    if let Ok(Ok(())) = ready {
+        tokio::task::spawn_local(serve_stream(p, listener, active, Some(end)));
+    }
+}
