@@ -778,7 +778,7 @@ fn a_silent_client_is_closed_after_the_handshake_timeout() {
 
 #[test]
 fn stalled_handshakes_do_not_hold_up_a_real_client() {
-    const STALLED: usize = 2_000;
+    const STALLED: usize = 5_000;
     ensure_nofile(STALLED as u64 + 1_000);
     let certs = Certs::new();
     let up = TestUpstream::start();
