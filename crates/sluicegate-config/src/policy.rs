@@ -87,7 +87,11 @@ pub(crate) fn header_ops(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Hea
                     format_args!("bad header name {}", quote(name)),
                 );
                 ok = false;
-            } else if reserved(cx, item.pos, p.index(i), name) {
+            } else if !name.eq_ignore_ascii_case("x-app-id")
+                && reserved(cx, item.pos, p.index(i), name)
+            {
+                // X-App-Id may be named in `remove`: a client's is never
+                // forwarded anyway, on any route.
                 ok = false;
             } else {
                 out.remove.push(name.to_ascii_lowercase());

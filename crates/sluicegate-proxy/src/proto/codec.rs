@@ -19,6 +19,8 @@ pub enum HeadError {
     TooLarge,
     /// The transfer coding is not one we can frame: 501.
     NotImplemented(&'static str),
+    /// An `Expect` other than `100-continue`: 417.
+    ExpectationFailed,
 }
 
 /// How the body of a message is delimited.
@@ -108,6 +110,9 @@ enum Known {
     /// Other hop-by-hop headers (RFC 9110 7.6.1): `Keep-Alive`,
     /// `Proxy-Connection`, `TE`, `Trailer`, `Upgrade`, `Proxy-Authenticate`.
     HopByHop,
+    /// Headers the gateway asserts itself (`X-App-Id`): never forwarded as
+    /// a client sent them, on any route.
+    Asserted,
     Other,
 }
 
@@ -143,6 +148,7 @@ fn classify(name: &[u8]) -> Known {
         4 if is(b"host") => Known::Host,
         6 if is(b"expect") => Known::Expect,
         7 if is(b"upgrade") || is(b"trailer") => Known::HopByHop,
+        8 if is(b"x-app-id") => Known::Asserted,
         10 if is(b"connection") => Known::Connection,
         10 if is(b"keep-alive") => Known::HopByHop,
         14 if is(b"content-length") => Known::ContentLength,
@@ -161,8 +167,70 @@ fn classify(name: &[u8]) -> Known {
 fn is_hop_by_hop(k: Known) -> bool {
     matches!(
         k,
-        Known::HopByHop | Known::Connection | Known::ContentLength | Known::TransferEncoding
+        Known::HopByHop
+            | Known::Connection
+            | Known::ContentLength
+            | Known::TransferEncoding
+            | Known::Asserted
     )
+}
+
+/// Bytes of a reg-name (unreserved, pct-encoded, sub-delims).
+static HOST_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'%'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            );
+        i += 1;
+    }
+    t
+};
+
+/// A Host value is a reg-name or an IP literal, with an optional port
+/// (RFC 9110 7.2, RFC 3986 3.2.2); anything else (spaces, a path, a
+/// userinfo) is refused rather than routed on and copied upstream. Empty
+/// is allowed, as RFC 9112 3.2 asks of a target without an authority.
+/// The port is found from the end (digits after the last colon), then
+/// the rest takes one table lookup per byte, without a branch.
+#[inline]
+pub(crate) fn valid_host(v: &[u8]) -> bool {
+    let mut end = v.len();
+    while end > 0 && v[end - 1].is_ascii_digit() {
+        end -= 1;
+    }
+    let host = if end > 0 && v[end - 1] == b':' && v.len() - end <= 5 {
+        &v[..end - 1]
+    } else {
+        v
+    };
+    if host.first() == Some(&b'[') {
+        return host.len() > 2
+            && host[host.len() - 1] == b']'
+            && host[1..host.len() - 1]
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+    }
+    host.iter()
+        .fold(true, |ok, &b| ok & HOST_BYTE[usize::from(b)])
 }
 
 /// Where `b` first occurs in `hay`. Most slices searched per request (a
@@ -406,6 +474,9 @@ pub fn parse_request(
             if head.host.is_some() {
                 return Err(HeadError::Bad("repeated Host header"));
             }
+            if !valid_host(trim(value)) {
+                return Err(HeadError::Bad("invalid Host header"));
+            }
             head.host = Some(offset(buf, value));
         } else if kind == Known::Connection {
             let t = connection_tokens(value);
@@ -423,7 +494,7 @@ pub fn parse_request(
             }
         } else if kind == Known::Expect {
             if !trim(value).eq_ignore_ascii_case(b"100-continue") {
-                return Err(HeadError::Bad("unsupported Expect value"));
+                return Err(HeadError::ExpectationFailed);
             }
             head.expect_continue = minor == 1;
             skip = true;
@@ -475,9 +546,12 @@ fn mark_connection_tokens(
     for v in conn_values.iter().flatten() {
         for token in buf[v.clone()].split(|&b| b == b',') {
             let token = trim(token);
+            // Host is never dropped for a Connection token (the framing
+            // headers are the gateway's to write anyway).
             if token.is_empty()
                 || token.eq_ignore_ascii_case(b"close")
                 || token.eq_ignore_ascii_case(b"keep-alive")
+                || token.eq_ignore_ascii_case(b"host")
             {
                 continue;
             }
@@ -873,5 +947,32 @@ mod tests {
         assert!(head.close);
         assert!(parse_response(b"HTTP/1.1 abc\r\n\r\n", 16384, false, &mut head).is_err());
         assert!(parse_response(b"garbage\r\n\r\n", 16384, false, &mut head).is_err());
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::valid_host;
+
+    #[test]
+    fn host_values() {
+        for ok in [
+            "",
+            "a",
+            "api.example:8080",
+            "127.0.0.1",
+            "[::1]",
+            "[::1]:80",
+            "a:",
+            "x_y-z.~%41",
+        ] {
+            assert!(valid_host(ok.as_bytes()), "{ok:?} refused");
+        }
+        for bad in [
+            "a b", "t/orders", "user@a", "a:port", "[zz]", "[::1", "a:1:2", "a:123456", "a?b",
+            "a#b", "[::1]x",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad:?} accepted");
+        }
     }
 }

@@ -28,6 +28,8 @@ pub enum ErrorKind {
     TooManyRequests,
     /// Every endpoint of the service is down (503, with Retry-After).
     NoHealthyEndpoint,
+    /// An `Expect` the gateway cannot meet (417).
+    ExpectationFailed,
 }
 
 impl ErrorKind {
@@ -47,6 +49,7 @@ impl ErrorKind {
             ErrorKind::Forbidden => 403,
             ErrorKind::TooManyRequests => 429,
             ErrorKind::NoHealthyEndpoint => 503,
+            ErrorKind::ExpectationFailed => 417,
         }
     }
 
@@ -66,6 +69,7 @@ impl ErrorKind {
             ErrorKind::Forbidden => "forbidden",
             ErrorKind::TooManyRequests => "too many requests",
             ErrorKind::NoHealthyEndpoint => "no healthy upstream",
+            ErrorKind::ExpectationFailed => "expectation failed",
         }
     }
 
@@ -78,6 +82,7 @@ impl ErrorKind {
                 | ErrorKind::HeadersTooLarge
                 | ErrorKind::BodyTooLarge
                 | ErrorKind::NotImplemented
+                | ErrorKind::ExpectationFailed
         )
     }
 }
@@ -107,6 +112,7 @@ pub fn reason(status: u16) -> &'static str {
         410 => "Gone",
         413 => "Content Too Large",
         415 => "Unsupported Media Type",
+        417 => "Expectation Failed",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",

@@ -23,6 +23,11 @@ impl Target {
     pub fn parse(raw: &[u8], req: &RequestHead) -> Result<Target, ErrorKind> {
         let base = req.target.start;
         let t = &raw[req.target.clone()];
+        // A fragment is the client's own (RFC 9110 4.2.5): one sent in a
+        // request target is refused, never forwarded inside the path.
+        if crate::proto::codec::find_byte(b'#', t).is_some() {
+            return Err(ErrorKind::BadRequest);
+        }
         let split = |start: usize, end: usize| {
             let q =
                 crate::proto::codec::find_byte(b'?', &raw[start..end]).map_or(end, |i| start + i);
@@ -58,10 +63,10 @@ impl Target {
         let rest = &t[scheme..];
         let auth_len = rest
             .iter()
-            .position(|&b| b == b'/' || b == b'?')
+            .position(|&b| b == b'/' || b == b'?' || b == b'#')
             .unwrap_or(rest.len());
         let authority = &rest[..auth_len];
-        if authority.is_empty() || authority.contains(&b'@') {
+        if authority.is_empty() || !crate::proto::codec::valid_host(authority) {
             return Err(ErrorKind::BadRequest);
         }
         let a_start = base + scheme;

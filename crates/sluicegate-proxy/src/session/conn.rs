@@ -215,6 +215,7 @@ impl Conn<'_> {
                         }
                         HeadError::TooLarge => ErrorKind::HeadersTooLarge,
                         HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
+                        HeadError::ExpectationFailed => ErrorKind::ExpectationFailed,
                     };
                     self.fail_early(bufs, kind).await;
                     return Next::Close;
