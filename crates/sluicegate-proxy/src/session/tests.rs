@@ -19,41 +19,58 @@ routes:
     respond: { status: 200, body: "hi\n", headers: { content-type: text/plain } }
 "#;
 
+/// The worker thread's local runtime, as `runtime::server` builds it.
+fn runtime() -> tokio::runtime::LocalRuntime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build_local(tokio::runtime::LocalOptions::default())
+        .unwrap()
+}
+
+/// A worker on [`CONFIG`] with its deadline sweeper running (call inside
+/// [`runtime`]).
+fn worker() -> Rc<Worker> {
+    let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
+    let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
+    tokio::task::spawn_local({
+        let w = worker.clone();
+        async move { w.deadlines.run().await }
+    });
+    worker
+}
+
+/// A new session on `worker` over the in-memory pipe: the client's end and
+/// the serving task.
+fn open_session(worker: &Rc<Worker>) -> (Stream, tokio::task::JoinHandle<()>) {
+    let (client, server) = duplex::pair();
+    let peer = "192.0.2.7:40000".parse().unwrap();
+    let prepared = Prepared {
+        stream: Stream::Duplex(server),
+        client: peer,
+        tls: ("", ""),
+        identity: None,
+    };
+    // Counted as an accepted connection is, before it is served.
+    worker
+        .shared
+        .global
+        .open_connections
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let session = tokio::task::spawn_local(super::start::serve_stream(
+        prepared,
+        listener::plain(peer),
+        super::start::Active::new(worker.clone()),
+        None,
+    ));
+    (Stream::Duplex(client), session)
+}
+
 /// Sends `input` on a new session and returns everything the session
 /// answered before it ended (or went quiet for half a second).
 fn exchange(input: &[u8]) -> Vec<u8> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build_local(tokio::runtime::LocalOptions::default())
-        .unwrap();
-    rt.block_on(async {
-        let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
-        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
-        tokio::task::spawn_local({
-            let w = worker.clone();
-            async move { w.deadlines.run().await }
-        });
-        let (client, server) = duplex::pair();
-        let peer = "192.0.2.7:40000".parse().unwrap();
-        let prepared = Prepared {
-            stream: Stream::Duplex(server),
-            client: peer,
-            tls: ("", ""),
-            identity: None,
-        };
-        // Counted as an accepted connection is, before it is served.
-        worker
-            .shared
-            .global
-            .open_connections
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = tokio::task::spawn_local(super::start::serve_stream(
-            prepared,
-            listener::plain(peer),
-            super::start::Active::new(worker.clone()),
-            None,
-        ));
-        let client = Stream::Duplex(client);
+    runtime().block_on(async {
+        let worker = worker();
+        let (client, session) = open_session(&worker);
         crate::transport::io::write_all(&client, input)
             .await
             .unwrap();
@@ -131,37 +148,9 @@ async fn read_some(c: &Stream, within: Duration) -> Option<Vec<u8>> {
 
 #[test]
 fn an_idle_connection_parks_and_serves_its_next_request() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build_local(tokio::runtime::LocalOptions::default())
-        .unwrap();
-    rt.block_on(async {
-        let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
-        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
-        tokio::task::spawn_local({
-            let w = worker.clone();
-            async move { w.deadlines.run().await }
-        });
-        let (client, server) = duplex::pair();
-        let peer = "192.0.2.7:40000".parse().unwrap();
-        worker
-            .shared
-            .global
-            .open_connections
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let prepared = Prepared {
-            stream: Stream::Duplex(server),
-            client: peer,
-            tls: ("", ""),
-            identity: None,
-        };
-        tokio::task::spawn_local(super::start::serve_stream(
-            prepared,
-            listener::plain(peer),
-            super::start::Active::new(worker.clone()),
-            None,
-        ));
-        let client = Stream::Duplex(client);
+    runtime().block_on(async {
+        let worker = worker();
+        let (client, _session) = open_session(&worker);
         let req = b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n";
         let io = crate::transport::io::write_all;
         io(&client, req).await.unwrap();
@@ -194,13 +183,8 @@ fn an_idle_connection_parks_and_serves_its_next_request() {
 
 #[test]
 fn a_parked_connection_is_a_small_task() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build_local(tokio::runtime::LocalOptions::default())
-        .unwrap();
-    rt.block_on(async {
-        let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
-        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
+    runtime().block_on(async {
+        let worker = worker();
         let peer: std::net::SocketAddr = "192.0.2.7:40000".parse().unwrap();
         let (a, _b) = duplex::pair();
         let p = || Prepared {
