@@ -450,6 +450,9 @@ pub struct Service {
     pub retries: Retries,
     /// Passive outlier detection per endpoint; `None`: off.
     pub breaker: Option<Breaker>,
+    /// An endpoint whose connect fails leaves rotation for a while (on by
+    /// default); `None`: `ejection: false`.
+    pub ejection: Option<Ejection>,
     /// The gateway writes X-Forwarded-For, -Proto and -Host on requests to
     /// this service (default). Off: it writes none of them, and those the
     /// client sent are still not passed on.
@@ -485,6 +488,24 @@ impl Default for Retries {
             on_timeout: false,
             on_status: Vec::new(),
             budget_percent: 20,
+        }
+    }
+}
+
+/// A service's `ejection`: an endpoint whose connect is refused or times
+/// out leaves rotation for `base`, doubled at each further failed connect
+/// in a row up to `max`; a connect that succeeds ends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ejection {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Default for Ejection {
+    fn default() -> Self {
+        Ejection {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(30),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::model::{Breaker, Retries};
+use crate::model::{Breaker, Ejection, Retries};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node};
 
@@ -15,6 +15,7 @@ const BREAKER_KEYS: &[&str] = &[
     "half_open_requests",
     "on_5xx",
 ];
+const EJECTION_KEYS: &[&str] = &["base", "max"];
 const RETRY_ON: &str = "connect, reset, timeout, or a status from 500 to 599";
 
 /// Decodes `retries: { attempts, on, budget }`.
@@ -124,4 +125,35 @@ pub(crate) fn breaker(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Breake
         half_open_requests,
         on_5xx,
     })
+}
+
+/// Decodes `ejection: false` (off) or `ejection: { base, max }`: `None`
+/// inside when off, the outer `None` when invalid.
+pub(crate) fn ejection(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Option<Ejection>> {
+    if node.as_scalar().is_some() {
+        return match reader::boolean(cx, node, path)? {
+            true => Some(Some(Ejection::default())),
+            false => Some(None),
+        };
+    }
+    let f = fields(cx, node, path, "ejection", EJECTION_KEYS)?;
+    let mut out = Ejection::default();
+    reader::duration_field(cx, &f, path, "base", &mut out.base);
+    reader::duration_field(cx, &f, path, "max", &mut out.max);
+    let mut ok = true;
+    if out.base < Duration::from_millis(10) {
+        let pos = f.get("base").map_or(f.pos, |n| n.pos);
+        cx.at(pos, path.key("base"), "must be at least 10ms");
+        ok = false;
+    }
+    if out.max < out.base {
+        let pos = f.get("max").map_or(f.pos, |n| n.pos);
+        cx.at(
+            pos,
+            path.key("max"),
+            format_args!("must be at least base ({}ms)", out.base.as_millis()),
+        );
+        ok = false;
+    }
+    ok.then_some(Some(out))
 }

@@ -17,6 +17,7 @@ const SERVICE_KEYS: &[&str] = &[
     "health",
     "retries",
     "breaker",
+    "ejection",
     "forwarded_headers",
     "tls",
 ];
@@ -131,6 +132,10 @@ fn service<'n>(
         None => Some(None),
         Some(n) => crate::resilience::breaker(cx, n, path.key("breaker")).map(Some),
     };
+    let ejection = match f.get("ejection") {
+        None => Some(Some(crate::model::Ejection::default())),
+        Some(n) => crate::resilience::ejection(cx, n, path.key("ejection")),
+    };
     Some(Service {
         name: name?,
         endpoints,
@@ -141,6 +146,7 @@ fn service<'n>(
         health: health?,
         retries: retries?,
         breaker: breaker?,
+        ejection: ejection?,
         forwarded_headers: forwarded_headers?,
         tls: tls?,
     })

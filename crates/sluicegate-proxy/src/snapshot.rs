@@ -330,7 +330,7 @@ type EndpointFamily = (
 fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
     use crate::observe::metrics::label;
     use std::fmt::Write as _;
-    let families: [EndpointFamily; 8] = [
+    let families: [EndpointFamily; 10] = [
         (
             "sluicegate_upstream_requests_total",
             "counter",
@@ -371,6 +371,23 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
             "counter",
             "Times an endpoint's circuit breaker opened.",
             |e| e.breaker.opened.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_upstream_ejected",
+            "gauge",
+            "1 while an endpoint is out of rotation after a failed connect.",
+            |e| {
+                u64::from(
+                    e.eject
+                        .is_ejected(crate::apps::limit::mono_ns(std::time::Instant::now())),
+                )
+            },
+        ),
+        (
+            "sluicegate_upstream_ejections_total",
+            "counter",
+            "Times an endpoint left rotation after a failed connect.",
+            |e| e.eject.ejections.load(Ordering::Relaxed),
         ),
         (
             "sluicegate_upstream_in_flight",
@@ -441,7 +458,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                     ))
                 }
             };
-            breakers.push((state.clone(), svc.breaker.clone()));
+            breakers.push((state.clone(), svc.breaker.clone(), svc.ejection.clone()));
             endpoint_order.push((name.clone(), state.clone()));
             live_endpoints.insert(key, state.clone());
             eps.push(state);
@@ -521,8 +538,13 @@ struct Parts<'c> {
     live_balancers: HashMap<String, (String, Arc<BalancerState>)>,
     live_budgets: HashMap<String, Arc<std::sync::atomic::AtomicI64>>,
     router: Router,
-    /// Breaker settings to apply once the snapshot is sure to be published.
-    breakers: Vec<(Arc<EndpointState>, Option<sluicegate_config::Breaker>)>,
+    /// Breaker and ejection settings to apply once the snapshot is sure to
+    /// be published.
+    breakers: Vec<(
+        Arc<EndpointState>,
+        Option<sluicegate_config::Breaker>,
+        Option<sluicegate_config::Ejection>,
+    )>,
     listeners: Vec<Arc<ListenerRt>>,
 }
 
@@ -671,8 +693,9 @@ fn compile_routes(
             .map(Arc::new),
     };
     // Everything compiled: commit the registry changes.
-    for (ep, settings) in &breakers {
-        ep.breaker.configure(settings.as_ref());
+    for (ep, breaker, ejection) in &breakers {
+        ep.breaker.configure(breaker.as_ref());
+        ep.eject.configure(ejection.as_ref());
     }
     reg.access_log = access_log.clone().map(|s| (config.log.access.clone(), s));
     reg.endpoints = live_endpoints;

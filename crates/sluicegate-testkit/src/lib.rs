@@ -4,6 +4,7 @@
 //!   query string (echo, status, delays, close modes, chunked replies), and
 //!   [`RawUpstream`] for tests that write arbitrary bytes.
 //! - [`nginx`]: [`Nginx`], Debian's nginx started on a free port with a fixed site.
+//! - [`haproxy`]: [`Haproxy`], Debian's HAProxy with a test's config, as a peer.
 //! - [`gateway`]: [`Gateway`], the sluicegate binary run from a YAML string.
 //! - [`client`]: blocking helpers ([`http_get`], [`raw_exchange`],
 //!   [`KeepAliveClient`]) with a 5 s default timeout.
@@ -14,6 +15,7 @@
 
 pub mod client;
 pub mod gateway;
+pub mod haproxy;
 pub mod nginx;
 pub mod upstream;
 mod wire;
@@ -22,5 +24,6 @@ pub use client::{
     http_get, http_request, raw_exchange, try_http_get, try_http_request, KeepAliveClient, Response,
 };
 pub use gateway::{free_port, Gateway};
+pub use haproxy::Haproxy;
 pub use nginx::Nginx;
 pub use upstream::{RawUpstream, SeenRequest, TestUpstream};

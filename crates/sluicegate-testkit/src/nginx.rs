@@ -15,6 +15,7 @@
 use std::fs::{self, File};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -81,6 +82,9 @@ impl Nginx {
                 .arg(&conf)
                 .arg("-g")
                 .arg("daemon off;")
+                // Its own process group, so that `kill_hard` reaches the
+                // worker as well as the master.
+                .process_group(0)
                 .stdin(Stdio::null())
                 .stdout(File::create(dir.path().join("logs/stdout.log")).expect("stdout log"))
                 .stderr(File::create(dir.path().join("logs/stderr.log")).expect("stderr log"))
@@ -125,6 +129,19 @@ impl Nginx {
     /// The prefix dir (config in `conf/`, logs in `logs/`, content in `html/`).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Kills nginx at once, master and worker (SIGKILL to its process
+    /// group): its connections are reset and its port refuses, as when a
+    /// machine or container dies.
+    pub fn kill_hard(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg("--")
+            .arg(format!("-{}", self.child.id()))
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
     }
 
     /// nginx's error log and stderr so far.

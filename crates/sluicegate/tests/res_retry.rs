@@ -1,5 +1,6 @@
 //! Retries and circuit breaking end to end: a refused connect goes to
-//! another endpoint (any method), statuses listed in `retries.on` are
+//! another endpoint (any method) without spending the retry budget and
+//! takes its endpoint out of rotation for a while, statuses listed in `retries.on` are
 //! tried again elsewhere for idempotent methods only, a breaker takes a
 //! failing endpoint out and probes it again after `open_for`, and killing
 //! one of three upstreams under steady load fails no request.
@@ -63,13 +64,39 @@ fn routes() -> &'static str {
     "routes:\n  - name: all\n    service: s\n"
 }
 
+/// An upstream that reads each request's head and closes without a reply.
+fn resetting() -> (RawUpstream, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let up = RawUpstream::start(move |mut s: TcpStream| {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    (up, seen)
+}
+
 #[test]
 fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
     let live = TestUpstream::start();
     let dead = dead_addr();
+    // Default retries, and no ejection, so that the dead endpoint keeps its
+    // turns: every one is retried elsewhere, whatever the method, and the
+    // budget is not what pays for it (nothing reached the endpoint).
     let gw = Gw::start(&format!(
         "services:\n{}{}",
-        service("s", &[dead, live.addr()], "    retries: { budget: 100% }\n"),
+        service(
+            "s",
+            &[dead, live.addr()],
+            "    ejection: false\n    retries: { budget: 0% }\n"
+        ),
         routes()
     ));
     for i in 0..20 {
@@ -86,7 +113,11 @@ fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
     // With one attempt only, the dead endpoint's turns fail.
     let gw1 = Gw::start(&format!(
         "services:\n{}{}",
-        service("s", &[dead, live.addr()], "    retries: { attempts: 1 }\n"),
+        service(
+            "s",
+            &[dead, live.addr()],
+            "    ejection: false\n    retries: { attempts: 1 }\n"
+        ),
         routes()
     ));
     let failed = (0..10)
@@ -96,23 +127,56 @@ fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
 }
 
 #[test]
+fn a_refused_connect_takes_the_endpoint_out_of_rotation_by_default() {
+    let live = TestUpstream::start();
+    let dead = dead_addr();
+    // One attempt only, so that a request sent to the dead endpoint fails:
+    // after the first, none is (ejected for the default 1 s).
+    let gw = Gw::start(&format!(
+        "services:\n{}{}",
+        service("s", &[dead, live.addr()], "    retries: { attempts: 1 }\n"),
+        routes()
+    ));
+    let failed = (0..10)
+        .filter(|i| http_get(gw.addr(), &format!("/once/{i}"), &[]).status == 502)
+        .count();
+    assert!(failed <= 1, "{failed} of 10 failed");
+    // A lone endpoint is never shut out by its ejection: each request still
+    // tries it, and the first good connect brings it back at once.
+    let port = free_port();
+    let lone = SocketAddr::from(([127, 0, 0, 1], port));
+    let gw = Gw::start(&format!(
+        "services:\n{}{}",
+        service("s", &[lone], "    ejection: { base: 10s }\n"),
+        routes()
+    ));
+    assert_eq!(http_get(gw.addr(), "/down", &[]).status, 502);
+    let up = TestUpstream::start_on(lone, None).unwrap();
+    assert_eq!(http_get(gw.addr(), "/up", &[]).status, 200);
+    assert_eq!(up.requests_seen(), 1);
+}
+
+#[test]
 fn the_retry_budget_bounds_retries() {
+    let (bad, bad_seen) = resetting();
     let live = TestUpstream::start();
     let gw = Gw::start(&format!(
         "services:\n{}{}",
         service(
             "s",
-            &[dead_addr(), live.addr()],
+            &[bad.addr(), live.addr()],
             "    retries: { budget: 0% }\n"
         ),
         routes()
     ));
-    // Round robin sends every other request to the dead endpoint first: 20
-    // of 40 need a retry; a budget of 0% leaves only a fresh budget's 10.
+    // Round robin sends every other request to the resetting endpoint
+    // first: 20 of 40 need a retry, which did cost that endpoint a request;
+    // a budget of 0% leaves only a fresh budget's 10.
     let failed = (0..40)
         .filter(|i| http_get(gw.addr(), &format!("/b/{i}"), &[]).status == 502)
         .count();
     assert_eq!(failed, 10);
+    assert_eq!(bad_seen.load(Ordering::SeqCst), 20);
 }
 
 #[test]

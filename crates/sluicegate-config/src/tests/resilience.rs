@@ -1,4 +1,4 @@
-//! A service's `retries` and `breaker`: defaults, what they decode to, and
+//! A service's `retries`, `breaker` and `ejection`: defaults, what they decode to, and
 //! each mistake named where it is.
 
 use std::time::Duration;
@@ -85,4 +85,53 @@ fn each_mistake_is_named_where_it_is() {
         "6:56: unknown key \"colour\" in breaker (expected one of: errors, window, open_for, half_open_requests, on_5xx)",
     ];
     assert_eq!(all, expect);
+}
+
+#[test]
+fn ejection_is_on_by_default_and_can_be_tuned_or_turned_off() {
+    let c = ok(&service(""));
+    assert_eq!(
+        c.services[0].ejection,
+        Some(Ejection {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(30),
+        })
+    );
+    let c = ok(&service("    ejection: { base: 200ms, max: 5s }\n"));
+    assert_eq!(
+        c.services[0].ejection,
+        Some(Ejection {
+            base: Duration::from_millis(200),
+            max: Duration::from_secs(5),
+        })
+    );
+    assert_eq!(
+        ok(&service("    ejection: false\n")).services[0].ejection,
+        None
+    );
+    assert!(ok(&service("    ejection: true\n")).services[0]
+        .ejection
+        .is_some());
+}
+
+#[test]
+fn ejection_mistakes_are_named_where_they_are() {
+    let all = errors(&service(
+        "    ejection: { base: 1ms, max: 2ms, colour: red }\n",
+    ));
+    let expect = [
+        "5:23: services[0].ejection.base: must be at least 10ms",
+        "5:38: unknown key \"colour\" in ejection (expected one of: base, max)",
+    ];
+    assert_eq!(all, expect);
+    let all = errors(&service("    ejection: { base: 2s, max: 1s }\n"));
+    assert_eq!(
+        all,
+        ["5:32: services[0].ejection.max: must be at least base (2000ms)"]
+    );
+    let all = errors(&service("    ejection: sometimes\n"));
+    assert_eq!(
+        all,
+        ["5:15: services[0].ejection: expected true or false, found \"sometimes\""]
+    );
 }

@@ -91,8 +91,6 @@ impl Balancer {
             .find(|&i| !was(i) && endpoints[i].in_rotation())
     }
 
-    /// Picks a healthy endpoint index among `endpoints` (never empty);
-    /// `None` when every endpoint is unhealthy.
     /// Whether picks read the endpoints' latency averages ([`Ewma`]);
     /// only then does a request update its endpoint's. An average weighs
     /// its old value by the time since its last sample, so one that starts
@@ -101,9 +99,22 @@ impl Balancer {
         matches!(self.kind, Kind::P2c)
     }
 
+    /// Picks an endpoint index among `endpoints` (never empty) that is in
+    /// rotation; `None` when none is.
     pub fn pick(&self, endpoints: &[Arc<EndpointState>], cx: &PickContext<'_>) -> Option<usize> {
+        self.pick_by(endpoints, cx, EndpointState::in_rotation)
+    }
+
+    /// [`Balancer::pick`] among the endpoints `usable` accepts.
+    #[inline]
+    pub fn pick_by(
+        &self,
+        endpoints: &[Arc<EndpointState>],
+        cx: &PickContext<'_>,
+        usable: impl Fn(&EndpointState) -> bool,
+    ) -> Option<usize> {
         let n = endpoints.len();
-        let ok = |i: usize| endpoints[i].in_rotation();
+        let ok = |i: usize| usable(&endpoints[i]);
         if n == 1 {
             return ok(0).then_some(0);
         }
@@ -124,7 +135,7 @@ impl Balancer {
                 for k in 0..n {
                     let i = (start + k) % n;
                     let e = &endpoints[i];
-                    if !e.in_rotation() {
+                    if !ok(i) {
                         continue;
                     }
                     let load = (e.in_flight() as u64 * 1_000_000) / u64::from(e.weight);

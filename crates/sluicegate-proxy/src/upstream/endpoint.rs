@@ -39,6 +39,8 @@ pub struct EndpointState {
     pub health_fails: std::sync::atomic::AtomicU32,
     /// Passive outlier detection from the requests it serves.
     pub breaker: crate::upstream::breaker::Breaker,
+    /// Out of rotation for a while after a failed connect.
+    pub eject: crate::upstream::eject::Ejection,
 }
 
 impl EndpointState {
@@ -46,9 +48,18 @@ impl EndpointState {
         self.healthy.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether balancers may pick it: healthy, and its circuit not open
-    /// (the clock is read only when a circuit has opened).
+    /// Whether balancers may pick it: healthy, not ejected after a failed
+    /// connect, and its circuit not open (the clock is read only when an
+    /// ejection or a circuit has begun).
+    #[inline]
     pub fn in_rotation(&self) -> bool {
+        self.is_healthy() && self.eject.available_now() && self.breaker.available_now()
+    }
+
+    /// Whether it may be picked when every endpoint is out of rotation
+    /// and some only for failed connects: healthy and its circuit not
+    /// open, ejected or not.
+    pub fn usable_when_all_ejected(&self) -> bool {
         self.is_healthy() && self.breaker.available_now()
     }
 
@@ -71,6 +82,7 @@ impl EndpointState {
             health_oks: std::sync::atomic::AtomicU32::new(0),
             health_fails: std::sync::atomic::AtomicU32::new(0),
             breaker: crate::upstream::breaker::Breaker::default(),
+            eject: crate::upstream::eject::Ejection::default(),
         }
     }
 

@@ -158,7 +158,16 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             path: target.path(raw),
             header: &lookup,
         };
-        service.balancer.pick(&service.endpoints, &pcx)
+        service.balancer.pick(&service.endpoints, &pcx).or_else(|| {
+            // Every endpoint out of rotation: when failed connects took
+            // some out, try those rather than refuse everything (a lone
+            // endpoint that restarted is back with its first good connect).
+            service.balancer.pick_by(
+                &service.endpoints,
+                &pcx,
+                EndpointState::usable_when_all_ejected,
+            )
+        })
     };
     let Some(mut ep_index) = ep_arc else {
         // Every endpoint is down: shed at once, never queue.
@@ -262,16 +271,25 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             )
             .await
             {
-                Ok(s) => s,
+                Ok(s) => {
+                    ep.eject.connect_ok();
+                    s
+                }
                 Err(e) => {
-                    ep.connect_errors
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(endpoint = %ep.name, error = %e, "upstream connect failed");
+                    connect_failed(service, ep, &e);
                     admit.failed(ep);
-                    // Nothing was sent: any request may go elsewhere.
+                    // Nothing was sent: any request may go elsewhere. A
+                    // refused connect cost the endpoint nothing, so its
+                    // retry is not taken from the budget.
+                    let free = matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionRefused
+                            | std::io::ErrorKind::HostUnreachable
+                            | std::io::ErrorKind::NetworkUnreachable
+                    );
                     if service.retries.settings.on_connect && portable {
                         if let Some((i, permit)) =
-                            retry_endpoint(service, ep_index, &mut tried, &mut tries, total)
+                            retry_endpoint(service, ep_index, &mut tried, &mut tries, total, free)
                         {
                             (ep_index, _permit, attempt) = (i, permit, 0);
                             (ep, admit) = switch_to(service, i);
@@ -377,7 +395,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 }
                 if elsewhere && r.on_status.contains(&status) {
                     if let Some((i, permit)) =
-                        retry_endpoint(service, ep_index, &mut tried, &mut tries, total)
+                        retry_endpoint(service, ep_index, &mut tried, &mut tries, total, false)
                     {
                         tracing::debug!(endpoint = %ep.name, status, "retrying elsewhere");
                         (ep_index, _permit, attempt) = (i, permit, 0);
@@ -400,7 +418,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 };
                 if again && elsewhere {
                     if let Some((i, permit)) =
-                        retry_endpoint(service, ep_index, &mut tried, &mut tries, total)
+                        retry_endpoint(service, ep_index, &mut tried, &mut tries, total, false)
                     {
                         (ep_index, _permit, attempt) = (i, permit, 0);
                         (ep, admit) = switch_to(service, i);
@@ -520,15 +538,41 @@ fn switch_to(service: &ServiceRt, i: usize) -> (&EndpointState, Verdict<'_>) {
     (ep, Verdict::admit(ep))
 }
 
+/// Counts a failed connect to `ep`: takes the endpoint out of rotation
+/// for a while, and logs it (at most once per endpoint per
+/// [`crate::upstream::eject::LOG_EVERY`], with how many failed since the last line).
+#[cold]
+fn connect_failed(service: &ServiceRt, ep: &EndpointState, e: &std::io::Error) {
+    ep.connect_errors
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let f = ep
+        .eject
+        .connect_failed(crate::apps::limit::mono_ns(Instant::now()));
+    if let Some(failures) = f.log {
+        match f.ejected_for {
+            Some(d) => tracing::warn!(
+                service = %service.name, endpoint = %ep.name, error = %e, failures,
+                "upstream connect failed; out of rotation for {d:?}"
+            ),
+            None => tracing::warn!(
+                service = %service.name, endpoint = %ep.name, error = %e, failures,
+                "upstream connect failed"
+            ),
+        }
+    }
+}
+
 /// Another endpoint for a failed attempt, with its in-flight slot: when the
-/// service allows one more attempt, its retry budget has one, and an
-/// endpoint not tried yet is in rotation.
+/// service allows one more attempt, an endpoint not tried yet is in
+/// rotation, and the retry budget has one (unless the retry is `free`:
+/// the failed attempt cost its endpoint nothing).
 fn retry_endpoint<'s>(
     service: &'s ServiceRt,
     failed: usize,
     tried: &mut u64,
     tries: &mut u32,
     total: Instant,
+    free: bool,
 ) -> Option<(usize, crate::upstream::endpoint::Permit<'s>)> {
     if *tries >= service.retries.settings.attempts
         || service.endpoints.len() < 2
@@ -538,7 +582,7 @@ fn retry_endpoint<'s>(
     }
     let i = crate::upstream::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;
     let permit = service.endpoints[i].try_acquire()?;
-    if !service.retries.withdraw() {
+    if !free && !service.retries.withdraw() {
         tracing::debug!(service = %service.name, "retry budget spent");
         return None;
     }

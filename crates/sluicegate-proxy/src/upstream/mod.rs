@@ -1,9 +1,10 @@
 //! The upstream side: forwarding a request and streaming its answer back,
-//! the upstream heads, endpoint choice, per-endpoint state, circuit
-//! breakers and active health checks.
+//! the upstream heads, endpoint choice, per-endpoint state, ejection after
+//! failed connects, circuit breakers and active health checks.
 
 pub(crate) mod balancer;
 pub(crate) mod breaker;
+pub(crate) mod eject;
 pub(crate) mod endpoint;
 pub(crate) mod forward;
 pub(crate) mod head;
