@@ -11,6 +11,7 @@ use sluicegate_config::AppKeySources;
 
 use super::{Answer, Filter, Refuse, ReqCx};
 use crate::apps::{AppRef, AppTable};
+use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
 use crate::transport::tls::identity::ClientIdentity;
 
@@ -26,14 +27,13 @@ pub struct AppKeyAuth {
     pub sources: Arc<AppKeySources>,
 }
 
-/// `WWW-Authenticate` for app-key routes.
-const CHALLENGE: &[u8] = b"www-authenticate: AppKey realm=\"sluicegate\"\r\n";
-
 impl AppKeyAuth {
     fn refuse_401() -> Refuse {
+        let mut headers = Fields::new();
+        headers.push(b"www-authenticate", b"AppKey realm=\"sluicegate\"");
         Refuse {
             answer: Answer::Error(ErrorKind::Unauthorized),
-            headers: CHALLENGE.to_vec(),
+            headers,
         }
     }
 }
@@ -159,7 +159,7 @@ impl Filter for MtlsAuth {
         }
         let refuse = || Refuse {
             answer: Answer::Error(ErrorKind::Unauthorized),
-            headers: Vec::new(),
+            headers: Fields::default(),
         };
         let who = cx.identity.ok_or_else(refuse)?;
         let id = self.index.app_id(who).ok_or_else(refuse)?;
@@ -179,15 +179,13 @@ fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Re
         app.slot().forbidden.fetch_add(1, Ordering::Relaxed);
         return Err(Refuse {
             answer: Answer::Error(ErrorKind::Forbidden),
-            headers: Vec::new(),
+            headers: Fields::default(),
         });
     }
     cx.edits.key_fp = key_fp;
-    cx.edits.request_headers.extend_from_slice(b"x-app-id: ");
     cx.edits
         .request_headers
-        .extend_from_slice(app.id().as_bytes());
-    cx.edits.request_headers.extend_from_slice(b"\r\n");
+        .push(b"x-app-id", app.id().as_bytes());
     cx.app = Some(app);
     Ok(())
 }
@@ -250,11 +248,15 @@ impl JwtAuth {
     }
 
     fn refuse(token_given: bool) -> Refuse {
-        let headers = if token_given {
-            b"www-authenticate: Bearer realm=\"sluicegate\", error=\"invalid_token\"\r\n".to_vec()
-        } else {
-            b"www-authenticate: Bearer realm=\"sluicegate\"\r\n".to_vec()
-        };
+        let mut headers = Fields::new();
+        headers.push(
+            b"www-authenticate",
+            if token_given {
+                b"Bearer realm=\"sluicegate\", error=\"invalid_token\""
+            } else {
+                b"Bearer realm=\"sluicegate\""
+            },
+        );
         Refuse {
             answer: Answer::Error(ErrorKind::Unauthorized),
             headers,

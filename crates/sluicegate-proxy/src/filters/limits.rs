@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use super::{Answer, Filter, Refuse, ReqCx};
 use crate::apps::limit::{ClientLimits, InFlight, LimitState, PlanRt};
+use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
 
 /// The authenticated app's plan for the route's service: rate, quota and
@@ -62,11 +63,12 @@ fn charge_or_refuse(
         }
         Err(r) => {
             on_refuse();
-            let mut headers = Vec::with_capacity(128);
-            headers.extend_from_slice(b"retry-after: ");
+            let mut headers = Fields::default();
             let secs = r.retry_after.as_secs() + u64::from(r.retry_after.subsec_nanos() > 0);
-            headers.extend_from_slice(itoa::Buffer::new().format(secs.max(1)).as_bytes());
-            headers.extend_from_slice(b"\r\n");
+            headers.push(
+                b"retry-after",
+                itoa::Buffer::new().format(secs.max(1)).as_bytes(),
+            );
             ratelimit_headers(&mut headers, r.limit, 0, r.reset);
             Err(Refuse {
                 answer: Answer::Error(ErrorKind::TooManyRequests),
@@ -108,13 +110,9 @@ impl Filter for RouteLimiter {
     }
 }
 
-fn ratelimit_headers(out: &mut Vec<u8>, limit: u64, remaining: u64, reset: u64) {
+fn ratelimit_headers(out: &mut Fields, limit: u64, remaining: u64, reset: u64) {
     let mut b = itoa::Buffer::new();
-    out.extend_from_slice(b"ratelimit-limit: ");
-    out.extend_from_slice(b.format(limit).as_bytes());
-    out.extend_from_slice(b"\r\nratelimit-remaining: ");
-    out.extend_from_slice(b.format(remaining).as_bytes());
-    out.extend_from_slice(b"\r\nratelimit-reset: ");
-    out.extend_from_slice(b.format(reset).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    out.push(b"ratelimit-limit", b.format(limit).as_bytes());
+    out.push(b"ratelimit-remaining", b.format(remaining).as_bytes());
+    out.push(b"ratelimit-reset", b.format(reset).as_bytes());
 }

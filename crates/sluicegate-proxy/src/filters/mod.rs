@@ -21,6 +21,7 @@ use std::time::Instant;
 use crate::apps::limit::InFlight;
 use crate::apps::AppRef;
 use crate::proto::codec::RequestHead;
+use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
 use crate::transport::tls::identity::ClientIdentity;
 
@@ -36,10 +37,10 @@ pub struct Edits {
     /// The query to forward instead of the received one, with its `?`
     /// (empty for none).
     pub query: Option<Vec<u8>>,
-    /// Header lines (`name: value\r\n`) added to the request upstream.
-    pub request_headers: Vec<u8>,
-    /// Header lines added to the response to the client.
-    pub response_headers: Vec<u8>,
+    /// Header fields added to the request upstream.
+    pub request_headers: Fields,
+    /// Header fields added to the response to the client.
+    pub response_headers: Fields,
     /// The authenticated app (its index in the snapshot's apps table), and
     /// the fingerprint of the key it used.
     pub app: Option<u32>,
@@ -69,11 +70,11 @@ impl Edits {
 }
 
 /// A filter's own answer, ending the request: usually a refusal, or a
-/// bodiless 204 (a CORS preflight); with header lines to add to it.
+/// bodiless 204 (a CORS preflight); with header fields to add to it.
 #[derive(Debug)]
 pub struct Refuse {
     pub answer: Answer,
-    pub headers: Vec<u8>,
+    pub headers: Fields,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,14 +4,15 @@
 use std::sync::Arc;
 
 use super::{Answer, Filter, Refuse, ReqCx};
+use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
 
 /// `set`/`add`/`remove` compiled: names to drop (removed and set ones,
-/// lower-cased) and the lines to add (set ones, then added ones).
+/// lower-cased) and the fields to add (set ones, then added ones).
 #[derive(Debug, Default)]
 pub struct HeaderOpsRt {
     drop: Vec<Box<[u8]>>,
-    pub lines: Vec<u8>,
+    pub fields: Fields,
 }
 
 impl HeaderOpsRt {
@@ -24,10 +25,7 @@ impl HeaderOpsRt {
             rt.drop.push(name.as_bytes().into());
         }
         for (name, value) in ops.set.iter().chain(&ops.add) {
-            rt.lines.extend_from_slice(name.as_bytes());
-            rt.lines.extend_from_slice(b": ");
-            rt.lines.extend_from_slice(value.as_bytes());
-            rt.lines.extend_from_slice(b"\r\n");
+            rt.fields.push(name.as_bytes(), value.as_bytes());
         }
         for (name, _) in &ops.set {
             rt.drop.push(name.to_ascii_lowercase().into_bytes().into());
@@ -56,7 +54,7 @@ impl Filter for HeaderPolicy {
                     h.skip = true;
                 }
             }
-            cx.edits.request_headers.extend_from_slice(&ops.lines);
+            cx.edits.request_headers.extend(&ops.fields);
         }
         cx.edits.response_ops.clone_from(&self.response);
         Ok(())
@@ -74,40 +72,44 @@ pub struct CorsPolicy {
     methods: Vec<String>,
     headers: Vec<String>,
     /// Prebuilt `access-control-allow-methods` / `-headers` / `-max-age`
-    /// lines for preflights, and `-expose-headers` for the others.
-    preflight_lines: Vec<u8>,
-    expose_line: Vec<u8>,
+    /// fields for preflights, and `-expose-headers` for the others.
+    preflight: Fields,
+    expose: Fields,
     credentials: bool,
 }
 
 impl CorsPolicy {
     pub fn new(c: &sluicegate_config::Cors) -> CorsPolicy {
-        let mut preflight_lines = Vec::new();
-        preflight_lines.extend_from_slice(b"access-control-allow-methods: ");
-        preflight_lines.extend_from_slice(c.methods.join(", ").as_bytes());
-        preflight_lines.extend_from_slice(b"\r\n");
+        let mut preflight = Fields::default();
+        preflight.push(
+            b"access-control-allow-methods",
+            c.methods.join(", ").as_bytes(),
+        );
         if !c.headers.is_empty() {
-            preflight_lines.extend_from_slice(b"access-control-allow-headers: ");
-            preflight_lines.extend_from_slice(c.headers.join(", ").as_bytes());
-            preflight_lines.extend_from_slice(b"\r\n");
+            preflight.push(
+                b"access-control-allow-headers",
+                c.headers.join(", ").as_bytes(),
+            );
         }
         if let Some(age) = c.max_age {
-            preflight_lines.extend_from_slice(b"access-control-max-age: ");
-            preflight_lines.extend_from_slice(itoa::Buffer::new().format(age.as_secs()).as_bytes());
-            preflight_lines.extend_from_slice(b"\r\n");
+            preflight.push(
+                b"access-control-max-age",
+                itoa::Buffer::new().format(age.as_secs()).as_bytes(),
+            );
         }
-        let mut expose_line = Vec::new();
+        let mut expose = Fields::default();
         if !c.expose_headers.is_empty() {
-            expose_line.extend_from_slice(b"access-control-expose-headers: ");
-            expose_line.extend_from_slice(c.expose_headers.join(", ").as_bytes());
-            expose_line.extend_from_slice(b"\r\n");
+            expose.push(
+                b"access-control-expose-headers",
+                c.expose_headers.join(", ").as_bytes(),
+            );
         }
         CorsPolicy {
             origins: c.origins.clone(),
             methods: c.methods.clone(),
             headers: c.headers.clone(),
-            preflight_lines,
-            expose_line,
+            preflight,
+            expose,
             credentials: c.credentials,
         }
     }
@@ -126,17 +128,16 @@ impl CorsPolicy {
     }
 
     /// `Access-Control-Allow-Origin` (and credentials, Vary) for `origin`.
-    fn origin_lines(&self, out: &mut Vec<u8>, origin: &[u8]) {
+    fn origin_fields(&self, out: &mut Fields, origin: &[u8]) {
         let any = self.origins.contains(&sluicegate_config::OriginMatch::Any);
-        out.extend_from_slice(b"access-control-allow-origin: ");
         if any && !self.credentials {
-            out.extend_from_slice(b"*\r\n");
+            out.push(b"access-control-allow-origin", b"*");
         } else {
-            out.extend_from_slice(origin);
-            out.extend_from_slice(b"\r\nvary: Origin\r\n");
+            out.push(b"access-control-allow-origin", origin);
+            out.push(b"vary", b"Origin");
         }
         if self.credentials {
-            out.extend_from_slice(b"access-control-allow-credentials: true\r\n");
+            out.push(b"access-control-allow-credentials", b"true");
         }
     }
 }
@@ -169,7 +170,7 @@ impl Filter for CorsPolicy {
             if let Some(method) = preflight_method {
                 let forbidden = || Refuse {
                     answer: Answer::Error(ErrorKind::Forbidden),
-                    headers: Vec::new(),
+                    headers: Fields::default(),
                 };
                 if !allowed || !self.methods.iter().any(|m| m.as_bytes() == method) {
                     return Err(forbidden());
@@ -188,9 +189,9 @@ impl Filter for CorsPolicy {
                         return Err(forbidden());
                     }
                 }
-                let mut headers = Vec::with_capacity(256);
-                self.origin_lines(&mut headers, origin);
-                headers.extend_from_slice(&self.preflight_lines);
+                let mut headers = Fields::default();
+                self.origin_fields(&mut headers, origin);
+                headers.extend(&self.preflight);
                 return Err(Refuse {
                     answer: Answer::NoContent,
                     headers,
@@ -199,10 +200,8 @@ impl Filter for CorsPolicy {
         }
         if allowed {
             cx.edits.cors = true;
-            self.origin_lines(&mut cx.edits.response_headers, origin);
-            cx.edits
-                .response_headers
-                .extend_from_slice(&self.expose_line);
+            self.origin_fields(&mut cx.edits.response_headers, origin);
+            cx.edits.response_headers.extend(&self.expose);
         }
         Ok(())
     }
@@ -250,7 +249,7 @@ impl Filter for IpFilter {
         } else {
             Err(Refuse {
                 answer: Answer::Error(ErrorKind::Forbidden),
-                headers: Vec::new(),
+                headers: Fields::default(),
             })
         }
     }

@@ -2,6 +2,8 @@
 //! small JSON body `{"error": "...", "status": N}` that never carries
 //! internal detail.
 
+use crate::proto::fields::Fields;
+
 /// Where a failure came from; each kind maps to one status code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -146,8 +148,15 @@ pub fn error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool) {
     error_with(out, kind, close, head_only, &[]);
 }
 
-/// [`error`] with extra header lines (`name: value\r\n` each).
-pub fn error_with(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool, extra: &[u8]) {
+/// [`error`] with extra header fields (a filter's, say). A 503 for a
+/// service with no endpoint in rotation says `retry-after: 1`.
+pub fn error_with(
+    out: &mut Vec<u8>,
+    kind: ErrorKind,
+    close: bool,
+    head_only: bool,
+    extra: &[&Fields],
+) {
     let status = kind.status();
     let mut body = Vec::with_capacity(64);
     body.extend_from_slice(b"{\"error\":\"");
@@ -158,7 +167,12 @@ pub fn error_with(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bo
     status_line(out, status);
     out.extend_from_slice(b"content-type: application/json\r\n");
     content_length(out, body.len() as u64);
-    out.extend_from_slice(extra);
+    if kind == ErrorKind::NoHealthyEndpoint {
+        out.extend_from_slice(b"retry-after: 1\r\n");
+    }
+    for fields in extra {
+        fields.write_h1(out);
+    }
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     }

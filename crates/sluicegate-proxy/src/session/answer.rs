@@ -8,6 +8,7 @@ use std::time::Instant;
 use super::conn::Conn;
 use crate::filters::{Answer, Refuse};
 use crate::proto::codec::BodyKind;
+use crate::proto::fields::Fields;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::worker::Bufs;
@@ -23,8 +24,8 @@ const DISCARD_MAX: u64 = 64 * 1024;
 pub(super) enum Local<'a> {
     /// A `respond` route's: status, status line and headers, body.
     Fixed(u16, &'a [u8], &'a [u8]),
-    /// An error, with extra header lines.
-    Error(ErrorKind, &'a [u8]),
+    /// An error, with extra header fields.
+    Error(ErrorKind, &'a Fields),
 }
 
 impl Conn<'_> {
@@ -65,9 +66,9 @@ impl Conn<'_> {
         let (status, body_len) = match fixed {
             Local::Fixed(status, head, body) => {
                 bufs.out.extend_from_slice(head);
-                bufs.out.extend_from_slice(&bufs.edits.response_headers);
+                bufs.edits.response_headers.write_h1(&mut bufs.out);
                 if let Some(o) = &bufs.edits.response_ops {
-                    bufs.out.extend_from_slice(&o.lines);
+                    o.fields.write_h1(&mut bufs.out);
                 }
                 // 1xx, 204 and 304 carry no body and no Content-Length.
                 let bodiless = status < 200 || status == 204 || status == 304;
@@ -87,16 +88,9 @@ impl Conn<'_> {
             }
             Local::Error(kind, extra) => {
                 let before = bufs.out.len();
-                // Filters' response lines (CORS) go on refusals too.
-                let mut lines = Vec::new();
-                let extra = if bufs.edits.response_headers.is_empty() {
-                    extra
-                } else {
-                    lines.extend_from_slice(extra);
-                    lines.extend_from_slice(&bufs.edits.response_headers);
-                    &lines[..]
-                };
-                response::error_with(&mut bufs.out, kind, close, is_head, extra);
+                // Filters' response fields (CORS) go on refusals too.
+                let extra = [extra, &bufs.edits.response_headers];
+                response::error_with(&mut bufs.out, kind, close, is_head, &extra);
                 (kind.status(), bufs.out.len() - before)
             }
         };
@@ -138,7 +132,7 @@ impl Refuse {
             Answer::Error(kind) => Local::Error(kind, &self.headers),
             Answer::NoContent => {
                 response::status_line(head, 204);
-                head.extend_from_slice(&self.headers);
+                self.headers.write_h1(head);
                 Local::Fixed(204, head, &[])
             }
         }

@@ -23,6 +23,7 @@ use super::start::PARK_AFTER;
 use crate::filters::{Answer, Refuse, ReqCx};
 use crate::observe::accesslog;
 use crate::proto::codec::{self, HeadError, Parsed, RequestHead};
+use crate::proto::fields;
 use crate::proto::response::ErrorKind;
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
@@ -302,8 +303,12 @@ impl Conn<'_> {
                         .await
                 }
                 None => {
-                    self.answer_locally(bufs, Local::Error(ErrorKind::BadRequest, &[]), is_head)
-                        .await
+                    self.answer_locally(
+                        bufs,
+                        Local::Error(ErrorKind::BadRequest, &fields::NONE),
+                        is_head,
+                    )
+                    .await
                 }
             };
             self.worker.shared.global.unrouted.record(outcome.status);
@@ -313,7 +318,11 @@ impl Conn<'_> {
         }
         if !snap.ip.is_empty() && !snap.ip.admits(client) {
             let outcome = self
-                .answer_locally(bufs, Local::Error(ErrorKind::Forbidden, &[]), is_head)
+                .answer_locally(
+                    bufs,
+                    Local::Error(ErrorKind::Forbidden, &fields::NONE),
+                    is_head,
+                )
                 .await;
             self.worker.shared.global.unrouted.record(outcome.status);
             let total_us = self.finish(started);
@@ -322,7 +331,11 @@ impl Conn<'_> {
         }
         let Some(found) = found else {
             let outcome = self
-                .answer_locally(bufs, Local::Error(ErrorKind::NoRoute, &[]), is_head)
+                .answer_locally(
+                    bufs,
+                    Local::Error(ErrorKind::NoRoute, &fields::NONE),
+                    is_head,
+                )
                 .await;
             self.worker.shared.global.unrouted.record(outcome.status);
             let total_us = self.finish(started);

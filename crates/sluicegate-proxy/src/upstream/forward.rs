@@ -100,20 +100,9 @@ async fn connect(
 }
 /// Answers an error to the client from inside `forward`.
 async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool) -> Outcome<'s> {
-    fail_with(conn, bufs, kind, close, &[]).await
-}
-
-/// [`fail`] with extra header lines on the answer.
-async fn fail_with<'s>(
-    conn: &Conn<'_>,
-    bufs: &mut Bufs,
-    kind: ErrorKind,
-    close: bool,
-    extra: &[u8],
-) -> Outcome<'s> {
     let close = close || kind.closes();
     bufs.out.clear();
-    response::error_with(&mut bufs.out, kind, close, bufs.is_head, extra);
+    response::error(&mut bufs.out, kind, close, bufs.is_head);
     let len = bufs.out.len() as u64;
     let write = write_all_by(
         &conn.client,
@@ -172,14 +161,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let Some(mut ep_index) = ep_arc else {
         // Every endpoint is down: shed at once, never queue.
         let close = close_req || body_pending;
-        return fail_with(
-            conn,
-            bufs,
-            ErrorKind::NoHealthyEndpoint,
-            close,
-            b"retry-after: 1\r\n",
-        )
-        .await;
+        return fail(conn, bufs, ErrorKind::NoHealthyEndpoint, close).await;
     };
     let mut ep: &'s EndpointState = &service.endpoints[ep_index];
     // Every attempt must have the response head by then.

@@ -92,7 +92,7 @@ pub(crate) fn write_request_head(
             b"\r\nx-forwarded-proto: http\r\n"
         });
     }
-    out.extend_from_slice(&edits.request_headers);
+    edits.request_headers.write_h1(out);
     if let (Some(_), Some(h)) = (&forwarded, t.host(raw)) {
         out.extend_from_slice(b"x-forwarded-host: ");
         out.extend_from_slice(h);
@@ -210,7 +210,7 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
             && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
     });
     if let Some(o) = ops {
-        out.extend_from_slice(&o.lines);
+        o.fields.write_h1(out);
     }
     match body {
         BodyKind::Length(n) => response::content_length(out, n),
@@ -219,7 +219,7 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
         }
         _ => {}
     }
-    out.extend_from_slice(&bufs.edits.response_headers);
+    bufs.edits.response_headers.write_h1(out);
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     } else if client_minor == 0 {
