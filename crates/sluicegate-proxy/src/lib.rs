@@ -24,6 +24,7 @@ pub mod fuzzing;
 
 pub use proto::response::reason;
 pub use runtime::server::Gateway;
+pub use snapshot::carry::{Exported as StateExported, Imported as StateImported};
 pub use snapshot::{Shared, Snapshot};
 pub use upstream::health::run as run_health_checks;
 
