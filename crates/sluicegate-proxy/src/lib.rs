@@ -24,7 +24,9 @@ pub mod fuzzing;
 
 pub use proto::response::reason;
 pub use runtime::server::{AcceptSwitch, Gateway};
-pub use snapshot::carry::{Exported as StateExported, Imported as StateImported};
+pub use snapshot::carry::{
+    Exported as StateExported, Imported as StateImported, MAX_BYTES as STATE_MAX_BYTES,
+};
 pub use snapshot::{Shared, Snapshot};
 pub use upstream::health::run as run_health_checks;
 
