@@ -5,7 +5,7 @@
 //!
 //! With the sockets goes the state a reload would keep (plans' buckets and
 //! quotas, route limits, endpoints' health and circuit breakers), so an
-//! upgrade resets nothing either (`sluicegate_proxy::Shared::export_state`
+//! upgrade resets nothing either (`sluicegate-proxy`'s `snapshot/carry.rs`
 //! describes the document).
 //!
 //! Protocol, on one connection to the handover socket:

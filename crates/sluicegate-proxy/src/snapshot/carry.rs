@@ -47,8 +47,8 @@ use crate::upstream::endpoint::EndpointState;
 
 /// The format's version, on the first line.
 pub const VERSION: u32 = 1;
-/// Largest document written or read (a million apps with a quota in use
-/// take about 40 MB).
+/// Largest document written or read (an app with a quota or rate in use
+/// takes 20 to 40 bytes plus its id).
 pub const MAX_BYTES: usize = 256 << 20;
 /// Longest time in transit taken off carried durations: more means the
 /// wall clock moved, and nothing is taken off.
