@@ -5,7 +5,9 @@
 //! rotation. And the handover still works with a running gateway that does
 //! not hand over its state (an older version): sockets come over, state
 //! starts empty, a warning says so; the same for a state document that
-//! does not parse.
+//! does not parse; an older new process still takes over; and a new
+//! process that goes away after the state was captured leaves the old one
+//! accepting again, the connections queued meanwhile included.
 
 mod ops_common;
 
@@ -327,14 +329,9 @@ fn take_over_from_a_fake(state: Option<&'static [u8]>, warning: &str) -> Vec<Str
     // As a gateway's listening sockets are.
     listener.set_nonblocking(true).unwrap();
     let fake = fake_running_gateway(&sock, listener, state);
-    let yaml = format!(
-        "{}reload: {{ watch: false }}\nservices: []\nroutes:\n{}",
-        ports.head(),
-        respond_route("hello", "/hello", "hello")
-    );
     let new = Gateway::spawn_args(
         bin(),
-        &yaml,
+        &hello_yaml(ports),
         &["--handover-socket", sock.to_str().unwrap(), "--upgrade"],
     );
     let lines = fake.join().unwrap();
@@ -363,40 +360,51 @@ fn a_state_document_that_does_not_parse_is_refused_and_state_starts_empty() {
     assert_eq!(lines, ["listeners state\n", "state\n", "ready\n"]);
 }
 
-#[test]
-fn an_older_binary_still_takes_over_from_this_one() {
+/// Receives the running gateway's listening sockets as a new process does
+/// (after asking for them): the kind byte and the sockets.
+fn recv_listeners(conn: &UnixStream) -> (u8, Vec<OwnedFd>) {
     use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
-    let ports = Ports::new();
-    let scratch = ScratchDir::new("upgrade-compat-old");
-    let sock = scratch.path().join("handover.sock");
-    let yaml = format!(
-        "{}reload: {{ watch: false }}\nservices: []\nroutes:\n{}",
-        ports.head(),
-        respond_route("hello", "/hello", "hello")
-    );
-    let mut running = start_old(ports, &yaml, &sock);
-    // An older new process: `listeners`, the sockets, `ready`.
-    let mut conn = UnixStream::connect(&sock).unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    conn.write_all(b"listeners\n").unwrap();
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];
     let got = recvmsg(
-        &conn,
+        conn,
         &mut [IoSliceMut::new(&mut byte)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
     )
     .unwrap();
-    assert_eq!((got.bytes, byte[0]), (1, b'1'), "one byte: admin included");
+    assert_eq!(got.bytes, 1);
     let mut fds: Vec<OwnedFd> = Vec::new();
     for msg in control.drain() {
         if let RecvAncillaryMessage::ScmRights(rights) = msg {
             fds.extend(rights);
         }
     }
+    (byte[0], fds)
+}
+
+fn hello_yaml(ports: Ports) -> String {
+    format!(
+        "{}reload: {{ watch: false }}\nservices: []\nroutes:\n{}",
+        ports.head(),
+        respond_route("hello", "/hello", "hello")
+    )
+}
+
+#[test]
+fn an_older_binary_still_takes_over_from_this_one() {
+    let ports = Ports::new();
+    let scratch = ScratchDir::new("upgrade-compat-old");
+    let sock = scratch.path().join("handover.sock");
+    let mut running = start_old(ports, &hello_yaml(ports), &sock);
+    // An older new process: `listeners`, the sockets, `ready`.
+    let mut conn = UnixStream::connect(&sock).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    conn.write_all(b"listeners\n").unwrap();
+    let (kind, mut fds) = recv_listeners(&conn);
+    assert_eq!(kind, b'1', "admin listener included");
     assert_eq!(fds.len(), 2, "the worker's socket and the admin listener");
     let data = TcpListener::from(fds.remove(0));
     assert_eq!(data.local_addr().unwrap(), ports.addr());
@@ -411,4 +419,58 @@ fn an_older_binary_still_takes_over_from_this_one() {
     let _client = std::net::TcpStream::connect(ports.addr()).unwrap();
     data.set_nonblocking(false).unwrap();
     let (_accepted, _) = data.accept().unwrap();
+}
+
+#[test]
+fn a_new_process_that_goes_away_after_the_capture_leaves_the_old_one_serving() {
+    let ports = Ports::new();
+    let scratch = ScratchDir::new("upgrade-gone");
+    let sock = scratch.path().join("handover.sock");
+    let mut running = start_old(ports, &hello_yaml(ports), &sock);
+    let mut conn = UnixStream::connect(&sock).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    conn.write_all(b"listeners state\n").unwrap();
+    let (_, fds) = recv_listeners(&conn);
+    drop(fds);
+    conn.write_all(b"state\n").unwrap();
+    let mut reader = BufReader::new(&conn);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let len: usize = line
+        .strip_prefix("state ")
+        .and_then(|l| l.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let mut doc = vec![0; len];
+    reader.read_exact(&mut doc).unwrap();
+    assert!(doc.starts_with(b"sluicegate-state 1\nat "));
+    // The running gateway holds: a new connection waits in the queue.
+    let mut client = std::net::TcpStream::connect(ports.addr()).unwrap();
+    client
+        .write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut answer = String::new();
+    assert!(client.read_to_string(&mut answer).is_err(), "{answer}");
+    // The new process goes away without `ready`: the old one accepts
+    // again, that connection included.
+    drop(reader);
+    drop(conn);
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    client.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("hello"), "{answer}");
+    assert!(running.is_running());
+    assert!(
+        running.stderr().contains("accepting again"),
+        "{}",
+        running.stderr()
+    );
+    // And a later upgrade still works.
+    let _new = upgrade(&mut running, &hello_yaml(ports), &sock);
+    assert_eq!(http_get(ports.addr(), "/hello", &[]).body_str(), "hello");
 }
