@@ -4,9 +4,9 @@
 //! queued on them are accepted by whichever process accepts first.
 //!
 //! With the sockets goes the state a reload would keep (plans' buckets and
-//! quotas, route limits, endpoints' health and circuit breakers), so an
-//! upgrade resets nothing either (`sluicegate-proxy`'s `snapshot/carry.rs`
-//! describes the document).
+//! quotas, route limits, endpoints' health, ejections and circuit
+//! breakers), so an upgrade resets nothing either (`sluicegate-proxy`'s
+//! `snapshot/carry.rs` describes the document).
 //!
 //! Protocol, on one connection to the handover socket:
 //!

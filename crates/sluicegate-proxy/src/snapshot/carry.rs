@@ -3,11 +3,13 @@
 //! out as a small versioned text document by the old process and read back
 //! by the new one before it serves. Plans' rate buckets and quotas (per app,
 //! and per service for `plans_by_service`), routes' `limit` buckets, and
-//! each endpoint's active-health state and circuit breaker, keyed by config
-//! names, so the new config takes what still matches, as a reload would.
+//! each endpoint's active-health state, ejection after failed connects and
+//! circuit breaker, keyed by config names, so the new config takes what
+//! still matches, as a reload would.
 //!
 //! Times are carried relative to the moment of export (a rate bucket's
-//! debt, an open circuit's time left, a failure window's age), since each
+//! debt, an ejection's or open circuit's time left, a failure window's
+//! age), since each
 //! process has its own monotonic clock origin; the wall-clock time of the
 //! export lets the importer take off the time the document spent in
 //! transit. Quota windows come from the wall clock and are carried as they
@@ -21,6 +23,7 @@
 //! sluicegate-state 1
 //! at UNIX_NS
 //! health SERVICE ENDPOINT ADDR WEIGHT MAX HEALTHY(0|1) OKS FAILS
+//! eject SERVICE ENDPOINT ADDR WEIGHT MAX LEFT_NS STREAK
 //! breaker SERVICE ENDPOINT ADDR WEIGHT MAX (closed|OPEN_LEFT_NS) FAILS WINDOW_AGE_NS
 //! route ROUTE AHEAD_NS
 //! client ROUTE IP AHEAD_NS
@@ -88,6 +91,11 @@ enum Entry<'a> {
         healthy: bool,
         oks: u32,
         fails: u32,
+    },
+    Eject {
+        ep: EpKey<'a>,
+        left: u64,
+        streak: u32,
     },
     Breaker {
         ep: EpKey<'a>,
@@ -163,6 +171,12 @@ impl Shared {
                         e.health_oks.load(std::sync::atomic::Ordering::Relaxed),
                         e.health_fails.load(std::sync::atomic::Ordering::Relaxed)
                     );
+                    w.finish();
+                }
+                if let Some((left, streak)) = e.eject.carried(now_ns) {
+                    let l = w.start();
+                    key(l, "eject");
+                    let _ = write!(l, " {left} {streak}");
                     w.finish();
                 }
                 if let Some(c) = e.breaker.carried(now_ns) {
@@ -271,6 +285,17 @@ impl Shared {
                     }
                     _ => false,
                 },
+                Entry::Eject { ep, left, streak } => {
+                    match endpoints.get(&(&*ep.service, &*ep.name)) {
+                        Some((e, _)) if ep.matches(e) => {
+                            let left = left.saturating_sub(transit);
+                            let applied = e.eject.restore(left, streak, now_ns);
+                            done.endpoints += usize::from(applied);
+                            applied
+                        }
+                        _ => false,
+                    }
+                }
                 Entry::Breaker { ep, circuit } => match endpoints.get(&(&*ep.service, &*ep.name)) {
                     Some((e, _)) if ep.matches(e) => {
                         let circuit = Carried {
@@ -507,6 +532,14 @@ fn entry<'a>(kind: &str, f: &[&'a str]) -> Result<Entry<'a>, String> {
                 fails: num(f[7], "count")?,
             }
         }
+        "eject" => {
+            want(7)?;
+            Entry::Eject {
+                ep: ep(f)?,
+                left: num(f[5], "time left")?,
+                streak: num(f[6], "count")?,
+            }
+        }
         "breaker" => {
             want(8)?;
             Entry::Breaker {
@@ -665,6 +698,9 @@ apps:
         assert!(charge_route(&old, "whole", "10.0.0.1"));
         assert!(charge_route(&old, "each", "10.0.0.1"));
         let e10 = endpoint(&old, "127.0.0.1:10");
+        e10.eject
+            .connect_failed(mono_ns(Instant::now()).saturating_sub(2_000_000_000)); // over
+        e10.eject.connect_failed(mono_ns(Instant::now())); // 2 s from now
         e10.healthy.store(false, Relaxed);
         e10.health_fails.store(5, Relaxed);
         let e11 = endpoint(&old, "127.0.0.1:11");
@@ -694,6 +730,9 @@ apps:
         let n10 = endpoint(&new, "127.0.0.1:10");
         assert!(!n10.is_healthy());
         assert_eq!(n10.health_fails.load(Relaxed), 5);
+        let now = mono_ns(Instant::now());
+        assert!(n10.eject.is_ejected(now) && !n10.eject.is_ejected(now + 2_000_000_000));
+        assert_eq!(n10.eject.carried(now).map(|c| c.1), Some(2), "the streak");
         let n11 = endpoint(&new, "127.0.0.1:11");
         let now = mono_ns(Instant::now());
         assert!(n11.breaker.is_open(now) && !n11.in_rotation());
@@ -711,7 +750,7 @@ apps:
         .unwrap();
         let doc2 = text.replace("\napp a ", "\napp gone ");
         let got = changed.import_state(doc2.as_bytes()).unwrap();
-        assert_eq!(got.dropped, 2, "{got:?}"); // :10's health, app "gone"
+        assert_eq!(got.dropped, 3, "{got:?}"); // :10's health and ejection, app "gone"
         assert!(endpoint(&changed, "127.0.0.1:13").is_healthy());
         assert!(!endpoint(&changed, "127.0.0.1:11").in_rotation());
         assert!(charge(&changed, "c", 0) && charge(&changed, "a2", 0));
