@@ -23,7 +23,10 @@ pub(crate) mod upstream;
 pub mod fuzzing;
 
 pub use proto::response::reason;
-pub use runtime::server::Gateway;
+pub use runtime::server::{AcceptSwitch, Gateway};
+pub use snapshot::carry::{
+    Exported as StateExported, Imported as StateImported, MAX_BYTES as STATE_MAX_BYTES,
+};
 pub use snapshot::{Shared, Snapshot};
 pub use upstream::health::run as run_health_checks;
 

@@ -8,6 +8,8 @@
 //! latency average), balancer counters and metrics are looked up in the
 //! [`Registry`] by stable keys, so an unchanged service keeps them.
 
+pub mod carry;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;

@@ -3,13 +3,30 @@
 //! sockets are never closed, so no connection is refused: connections
 //! queued on them are accepted by whichever process accepts first.
 //!
-//! Protocol, on one connection to the handover socket: the new process
-//! sends `listeners\n`; the old one answers one byte with every listening
-//! socket attached (the byte is `1` when the last one is the admin
-//! listener, else `0`); the new process starts serving on them and sends
-//! `ready\n`; the old one stops accepting and drains.
+//! With the sockets goes the state a reload would keep (plans' buckets and
+//! quotas, route limits, endpoints' health, ejections and circuit
+//! breakers), so an upgrade resets nothing either (`sluicegate-proxy`'s
+//! `snapshot/carry.rs` describes the document).
+//!
+//! Protocol, on one connection to the handover socket:
+//!
+//! 1. The new process sends `listeners state\n`.
+//! 2. The old one answers one byte with every listening socket attached
+//!    (the byte is `1` when the last one is the admin listener, else `0`).
+//! 3. The new process, its config compiled, sends `state\n`. The old one
+//!    stops accepting (connections wait in the listen queues), captures its
+//!    state and answers `state LEN\n` and LEN bytes of state document.
+//! 4. The new process imports the state, starts serving on the sockets and
+//!    sends `ready\n`; the old one drains and exits. If the connection
+//!    ends before `ready`, the old one accepts again and serves on.
+//!
+//! Older versions: a running gateway that does not know step 3 closes the
+//! connection on `listeners state\n`; the new process then connects again,
+//! sends `listeners\n`, and after step 2 goes straight to `ready\n`,
+//! starting with empty state (a warning says so). A new process that sends
+//! `listeners\n` is served the same way.
 
-use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Write};
+use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::TcpListener;
 use std::os::fd::{AsFd, OwnedFd};
@@ -24,6 +41,9 @@ use rustix::net::{
 
 /// Most listening sockets handed over (addresses times workers).
 const MAX_FDS: usize = 256;
+/// How long the old process waits for `ready` once it stopped accepting:
+/// its clients wait that long at most if the new process hangs.
+const READY_WAIT: Duration = Duration::from_secs(15);
 
 /// The handover socket for a config file when none is given: in the
 /// temporary directory, named after the config's absolute path.
@@ -44,13 +64,27 @@ fn xxhash(b: &[u8]) -> u64 {
 pub struct Taken {
     pub data: Vec<TcpListener>,
     pub admin: Option<TcpListener>,
-    /// Where to say `ready`.
+    /// Where to ask for the state and say `ready`.
     pub conn: UnixStream,
+    /// Whether the old process hands over its state (false: an older
+    /// version that does not).
+    pub state: bool,
 }
 
 /// The new process's side: takes the listening sockets of the process
-/// serving `path`.
+/// serving `path`, asking for its state too.
 pub fn take(path: &Path) -> io::Result<Taken> {
+    match take_with(path, b"listeners state\n")? {
+        Some(t) => Ok(Taken { state: true, ..t }),
+        // Closed without an answer: an older version. Ask as it expects.
+        None => take_with(path, b"listeners\n")?
+            .ok_or_else(|| io::Error::other("handover: the old process sent nothing")),
+    }
+}
+
+/// Asks with `request`; `None` when the old process closed the
+/// connection without answering.
+fn take_with(path: &Path, request: &[u8]) -> io::Result<Option<Taken>> {
     let mut s = UnixStream::connect(path).map_err(|e| {
         io::Error::new(
             e.kind(),
@@ -61,7 +95,7 @@ pub fn take(path: &Path) -> io::Result<Taken> {
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(b"listeners\n")?;
+    s.write_all(request)?;
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];
@@ -71,8 +105,8 @@ pub fn take(path: &Path) -> io::Result<Taken> {
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
     )?;
-    if got.bytes != 1 {
-        return Err(io::Error::other("handover: the old process sent nothing"));
+    if got.bytes == 0 {
+        return Ok(None);
     }
     let mut fds: Vec<OwnedFd> = Vec::new();
     for msg in control.drain() {
@@ -87,11 +121,43 @@ pub fn take(path: &Path) -> io::Result<Taken> {
     if fds.is_empty() {
         return Err(io::Error::other("handover: no listening socket received"));
     }
-    Ok(Taken {
+    Ok(Some(Taken {
         data: fds.into_iter().map(TcpListener::from).collect(),
         admin,
         conn: s,
-    })
+        state: false,
+    }))
+}
+
+/// Asks the old process for its state (step 3): the document, at most
+/// `sluicegate_proxy::STATE_MAX_BYTES` long.
+pub fn fetch_state(s: &UnixStream) -> io::Result<Vec<u8>> {
+    let max = sluicegate_proxy::STATE_MAX_BYTES;
+    // Capturing a million apps' counters takes a moment.
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    (&*s).write_all(b"state\n")?;
+    let mut reader = BufReader::new(s);
+    let mut line = Vec::new();
+    (&mut reader).take(64).read_until(b'\n', &mut line)?;
+    let len = std::str::from_utf8(&line)
+        .ok()
+        .and_then(|l| l.strip_prefix("state "))
+        .and_then(|l| l.strip_suffix('\n'))
+        .and_then(|n| n.parse::<usize>().ok())
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "unexpected answer {:?}",
+                String::from_utf8_lossy(&line)
+            ))
+        })?;
+    if len > max {
+        return Err(io::Error::other(format!(
+            "a state document of {len} bytes, over the {max} allowed"
+        )));
+    }
+    let mut doc = vec![0; len];
+    reader.read_exact(&mut doc)?;
+    Ok(doc)
 }
 
 /// Tells the old process the new one serves: it may stop accepting.
@@ -105,13 +171,23 @@ pub fn ready(mut s: UnixStream) -> io::Result<()> {
 pub type Offered =
     std::sync::Arc<std::sync::Mutex<Option<(Vec<TcpListener>, Option<TcpListener>)>>>;
 
+/// What the running process does for a handover beyond passing sockets.
+pub struct Hooks {
+    /// Stops accepting and returns the state document.
+    pub capture: Box<dyn Fn() -> Vec<u8> + Send>,
+    /// Accepting again: the handover failed after a capture.
+    pub resume: Box<dyn Fn() + Send>,
+}
+
 /// The running process's side: serves the handover socket at `path` on a
-/// thread of its own, handing the `offered` sockets to whoever asks, and
-/// calls `done` once the new process is ready. A failed handover leaves
-/// this process serving as before.
+/// thread of its own, handing the `offered` sockets (and, when asked, the
+/// state `hooks` capture) to whoever asks, and calls `done` once the new
+/// process is ready. A failed handover leaves this process serving as
+/// before.
 pub fn serve(
     path: &Path,
     offered: Offered,
+    hooks: Hooks,
     done: impl FnOnce() + Send + 'static,
 ) -> io::Result<()> {
     // A socket left by a process that is gone: replace it.
@@ -130,7 +206,14 @@ pub fn serve(
                 let Ok(conn) = conn else { continue };
                 let result = match offered.lock() {
                     Ok(guard) => match guard.as_ref() {
-                        Some((data, admin)) => hand_over(conn, data, admin.as_ref()),
+                        Some((data, admin)) => {
+                            let mut held = false;
+                            let r = hand_over(conn, data, admin.as_ref(), &hooks, &mut held);
+                            if r.is_err() && held {
+                                (hooks.resume)();
+                            }
+                            r
+                        }
                         None => return, // shutting down
                     },
                     Err(_) => return,
@@ -150,18 +233,23 @@ pub fn serve(
     Ok(())
 }
 
+/// Serves one handover; `held` says whether accepting stopped for it.
 fn hand_over(
     conn: UnixStream,
     data: &[TcpListener],
     admin: Option<&TcpListener>,
+    hooks: &Hooks,
+    held: &mut bool,
 ) -> io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
-    reader.read_line(&mut line)?;
-    if line != "listeners\n" {
-        return Err(io::Error::other(format!("unexpected request {line:?}")));
-    }
+    (&mut reader).take(64).read_line(&mut line)?;
+    let with_state = match line.as_str() {
+        "listeners state\n" => true,
+        "listeners\n" => false,
+        _ => return Err(io::Error::other(format!("unexpected request {line:?}"))),
+    };
     let with_admin = admin.is_some();
     let fds: Vec<_> = data.iter().chain(admin).map(|l| l.as_fd()).collect();
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
@@ -177,7 +265,18 @@ fn hand_over(
         SendFlags::empty(),
     )?;
     line.clear();
-    reader.read_line(&mut line)?;
+    (&mut reader).take(64).read_line(&mut line)?;
+    if with_state && line == "state\n" {
+        *held = true;
+        let doc = (hooks.capture)();
+        conn.set_read_timeout(Some(READY_WAIT))?;
+        conn.set_write_timeout(Some(READY_WAIT))?;
+        let mut w = &conn;
+        w.write_all(format!("state {}\n", doc.len()).as_bytes())?;
+        w.write_all(&doc)?;
+        line.clear();
+        (&mut reader).take(64).read_line(&mut line)?;
+    }
     if line != "ready\n" {
         return Err(io::Error::other(
             "the new process did not confirm it serves (it keeps the sockets too)",

@@ -242,6 +242,8 @@ fn serve(
     };
     let (gateway, predecessor) = match taken {
         Some(t) => {
+            // The old process's state before a request is served here.
+            take_state(&shared, &t);
             let g = sluicegate_proxy::Gateway::start_inherited(shared.clone(), t.data, workers)
                 .map_err(|e| e.to_string())?;
             (g, Some(t.conn))
@@ -273,7 +275,8 @@ fn serve(
         gateway.take_listeners(),
         admin_dup,
     ))));
-    if let Err(e) = handover::serve(&handover.path, offered.clone(), move || {
+    let hooks = state_hooks(&shared, gateway.accept_switch());
+    if let Err(e) = handover::serve(&handover.path, offered.clone(), hooks, move || {
         let _ = handed_tx.send(());
     }) {
         tracing::warn!(error = %e, "no graceful restart for this process");
@@ -326,6 +329,73 @@ fn serve(
     }
     tracing::info!("sluicegate stopped");
     Ok(())
+}
+
+/// Imports the state of the process taken over from, if it hands it over;
+/// without it (an older version, or a document refused) the limits,
+/// quotas, breakers and health start from zero, with a warning.
+fn take_state(shared: &sluicegate_proxy::Shared, taken: &handover::Taken) {
+    if !taken.state {
+        tracing::warn!(
+            "the running gateway does not hand over its state (an older version): \
+             rate limits, quotas, circuit breakers and health start from zero"
+        );
+        return;
+    }
+    let doc = match handover::fetch_state(&taken.conn) {
+        Ok(doc) => doc,
+        Err(e) => {
+            tracing::warn!(error = %e, "no state from the running gateway: starting from zero");
+            return;
+        }
+    };
+    match shared.import_state(&doc) {
+        Ok(n) => tracing::info!(
+            bytes = doc.len(),
+            endpoints = n.endpoints,
+            routes = n.routes,
+            clients = n.clients,
+            apps = n.apps,
+            dropped = n.dropped,
+            "state taken over from the running gateway"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "state from the running gateway refused: starting from zero"
+        ),
+    }
+}
+
+/// What this process does when a successor asks for its state: stop
+/// accepting, then capture it; and accept again if the successor fails.
+fn state_hooks(
+    shared: &std::sync::Arc<sluicegate_proxy::Shared>,
+    switch: sluicegate_proxy::AcceptSwitch,
+) -> handover::Hooks {
+    let shared = shared.clone();
+    let hold = switch.clone();
+    handover::Hooks {
+        capture: Box::new(move || {
+            hold.hold();
+            let (doc, n) = shared.export_state();
+            if n.left_out > 0 {
+                tracing::warn!(
+                    left_out = n.left_out,
+                    "state document full: some per-client limits are not handed over"
+                );
+            }
+            tracing::info!(
+                entries = n.entries,
+                bytes = n.bytes,
+                "stopped accepting; state captured for the new process"
+            );
+            doc
+        }),
+        resume: Box::new(move || {
+            switch.resume();
+            tracing::warn!("upgrade failed after the state was captured: accepting again");
+        }),
+    }
 }
 
 /// Hands the heap pages freed by reading and compiling a config back to the

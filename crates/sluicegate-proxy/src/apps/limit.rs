@@ -120,6 +120,9 @@ pub fn mono_ns(now: Instant) -> u64 {
 
 const COUNT_BITS: u32 = 40;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+/// Largest quota window tag and count a state holds.
+pub(crate) const QUOTA_TAG_MAX: u64 = (1 << (64 - COUNT_BITS)) - 1;
+pub(crate) const QUOTA_COUNT_MAX: u64 = COUNT_MASK;
 
 /// The calendar window `t` falls in (UTC), as a number that changes
 /// when the window does, and the seconds left in it.
@@ -279,6 +282,34 @@ impl LimitState {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// What an upgrade carries of this state to the new process
+    /// ([`crate::snapshot::carry`]): how far ahead of `now_ns` the rate's
+    /// arrival time is (0: a full bucket), and the quota's window tag and
+    /// count (the tag comes from the wall clock, so it means the same in
+    /// any process). Requests in flight are not carried: their guards
+    /// belong to the old process.
+    pub(crate) fn carried(&self, now_ns: u64) -> (u64, u64, u64) {
+        let ahead = self.tat.load(Ordering::Relaxed).saturating_sub(now_ns);
+        let q = self.quota.load(Ordering::Relaxed);
+        (ahead, q >> COUNT_BITS, q & COUNT_MASK)
+    }
+
+    /// Takes over what [`LimitState::carried`] gave in another process:
+    /// the rate's arrival time `ahead` nanoseconds after `now_ns` (or
+    /// later, if this state is already further), and the quota window and
+    /// count as they were. `window` must fit [`QUOTA_TAG_MAX`] and `count`
+    /// [`QUOTA_COUNT_MAX`].
+    pub(crate) fn restore(&self, now_ns: u64, ahead: u64, window: u64, count: u64) {
+        if ahead > 0 {
+            self.tat
+                .fetch_max(now_ns.saturating_add(ahead), Ordering::Relaxed);
+        }
+        if count > 0 {
+            let q = (window.min(QUOTA_TAG_MAX) << COUNT_BITS) | count.min(COUNT_MASK);
+            self.quota.store(q, Ordering::Relaxed);
+        }
+    }
+
     /// Nothing in flight and the rate bucket full again (no quota used):
     /// forgetting this state changes nothing for its client.
     fn is_idle(&self, now_ns: u64) -> bool {
@@ -329,6 +360,28 @@ impl ClientLimits {
             map.retain(|_, s| Arc::strong_count(s) > 1 || !s.is_idle(now_ns));
         }
         map.entry(ip).or_default().clone()
+    }
+
+    /// Clients whose rate bucket is not full at `now_ns`, and how far
+    /// ahead their arrival time is (for an upgrade; locks each shard once).
+    pub(crate) fn carried(&self, now_ns: u64) -> Vec<(IpAddr, u64)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            for (ip, s) in map.iter() {
+                let (ahead, _, _) = s.carried(now_ns);
+                if ahead > 0 {
+                    out.push((*ip, ahead));
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes over a client's bucket from another process (see
+    /// [`LimitState::restore`]).
+    pub(crate) fn restore(&self, ip: IpAddr, now: Instant, ahead: u64) {
+        self.state(ip, now).restore(mono_ns(now), ahead, 0, 0);
     }
 
     #[cfg(test)]

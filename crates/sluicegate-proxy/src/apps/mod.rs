@@ -544,6 +544,36 @@ impl AppTable {
         self.apps.is_empty()
     }
 
+    /// Every plan state of every app, for an upgrade: the app's id, the
+    /// service a `plans_by_service` slot is for (`None`: the app's own
+    /// plan), and the state.
+    pub(crate) fn limit_states(&self) -> impl Iterator<Item = (&str, Option<&str>, &LimitState)> {
+        (0..self.apps.len() as u32).flat_map(move |a| {
+            let rec = &self.apps[a as usize];
+            let own = std::iter::once((self.id(a), None, &self.slot(rec.slot).limit));
+            let by_service = self.policies[rec.policy as usize]
+                .by_service
+                .iter()
+                .enumerate()
+                .map(move |(i, (_, name, _))| {
+                    let slot = self.extra_slots[rec.extra as usize + i];
+                    (self.id(a), Some(&**name), &self.slot(slot).limit)
+                });
+            own.chain(by_service)
+        })
+    }
+
+    /// The plan state of app `id` for `service` (`None`: its own plan), if
+    /// the app has that slot: the same slot a reload would keep.
+    pub(crate) fn limit_state(&self, id: &str, service: Option<&str>) -> Option<&LimitState> {
+        let a = self.find_id(id)?;
+        let slot = match service {
+            None => self.apps[a as usize].slot,
+            Some(name) => self.service_slot(a, name)?,
+        };
+        Some(&self.slot(slot).limit)
+    }
+
     /// Every app's id and own slot, in config order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &AppSlot)> {
         (0..self.apps.len() as u32).map(|a| (self.id(a), self.slot(self.apps[a as usize].slot)))

@@ -59,10 +59,52 @@ pub fn bind_all(addrs: &[SocketAddr], workers: usize) -> io::Result<Vec<Vec<Boun
 /// A listening socket and the configured address that names its settings.
 pub type Bound = (SocketAddr, std::net::TcpListener);
 
+/// What the workers' accept loops do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Accept,
+    /// Accept nothing for now (connections wait in the listen queues):
+    /// an upgrade is taking this process's state.
+    Hold,
+    /// Draining for good.
+    Stop,
+}
+
+/// Holds and resumes the gateway's accept loops (for an upgrade), from
+/// any thread. Never undoes a shutdown.
+#[derive(Debug, Clone)]
+pub struct AcceptSwitch(Arc<watch::Sender<Phase>>);
+
+impl AcceptSwitch {
+    /// Stops accepting until [`AcceptSwitch::resume`]; connections queue
+    /// on the listening sockets meanwhile, none is refused. Requests on
+    /// connections already accepted go on.
+    pub fn hold(&self) {
+        self.0.send_if_modified(|p| {
+            let was = *p == Phase::Accept;
+            if was {
+                *p = Phase::Hold;
+            }
+            was
+        });
+    }
+
+    /// Accepting again after [`AcceptSwitch::hold`] (an upgrade failed).
+    pub fn resume(&self) {
+        self.0.send_if_modified(|p| {
+            let was = *p == Phase::Hold;
+            if was {
+                *p = Phase::Accept;
+            }
+            was
+        });
+    }
+}
+
 /// The running data plane.
 pub struct Gateway {
     threads: Vec<JoinHandle<()>>,
-    shutdown: watch::Sender<bool>,
+    shutdown: Arc<watch::Sender<Phase>>,
     pub local_addrs: Vec<SocketAddr>,
     /// Duplicates of every listening socket, for a graceful restart.
     handover: Vec<std::net::TcpListener>,
@@ -132,7 +174,7 @@ impl Gateway {
             }
             handover.push(l.try_clone()?);
         }
-        let (tx, rx) = watch::channel(false);
+        let (tx, rx) = watch::channel(Phase::Accept);
         let mut threads = Vec::with_capacity(listeners.len());
         for (i, ls) in listeners.into_iter().enumerate() {
             let shared = shared.clone();
@@ -144,7 +186,7 @@ impl Gateway {
         }
         Ok(Gateway {
             threads,
-            shutdown: tx,
+            shutdown: Arc::new(tx),
             local_addrs,
             handover,
         })
@@ -158,17 +200,22 @@ impl Gateway {
         std::mem::take(&mut self.handover)
     }
 
+    /// Holds and resumes accepting, for an upgrade.
+    pub fn accept_switch(&self) -> AcceptSwitch {
+        AcceptSwitch(self.shutdown.clone())
+    }
+
     /// Stops accepting, lets in-flight requests finish within the config's
     /// drain timeout, and joins the workers.
     pub fn shutdown(self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown.send_replace(Phase::Stop);
         for t in self.threads {
             let _ = t.join();
         }
     }
 }
 
-fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Receiver<bool>) {
+fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Receiver<Phase>) {
     // A local runtime runs the worker's `!Send` tasks on its own scheduler:
     // a wake-up queues the task once, where a `LocalSet` on a current-thread
     // runtime queues it in the set and wakes the set as a second task.
@@ -218,7 +265,7 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
                     worker.trim_bufs();
                 }
                 r = sd.changed() => {
-                    if r.is_err() || *sd.borrow() { break; }
+                    if r.is_err() || *sd.borrow() == Phase::Stop { break; }
                 }
             }
         }
@@ -247,7 +294,7 @@ async fn accept_loop(
     worker: Rc<Worker>,
     listener: TcpListener,
     key: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<Phase>,
 ) {
     let global = &worker.shared.global;
     // The listener's settings as last seen in a snapshot: kept if a reload
@@ -263,7 +310,18 @@ async fn accept_loop(
         let accepted = tokio::select! {
             biased;
             r = shutdown.changed() => {
-                if r.is_err() || *shutdown.borrow() { return; }
+                if r.is_err() { return; }
+                // Held: wait for the next change without accepting.
+                loop {
+                    let phase = *shutdown.borrow_and_update();
+                    match phase {
+                        Phase::Accept => break,
+                        Phase::Stop => return,
+                        Phase::Hold => {
+                            if shutdown.changed().await.is_err() { return; }
+                        }
+                    }
+                }
                 continue;
             }
             a = listener.accept() => a,
@@ -294,5 +352,53 @@ async fn accept_loop(
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn a_held_gateway_queues_connections_and_serves_them_once_resumed() {
+        let cfg = sluicegate_config::parse_offline(
+            "listen: [\"127.0.0.1:0\"]\nroutes:\n  - { name: r, match: { path: / }, respond: { status: 200, body: hi } }\n",
+        )
+        .unwrap();
+        let shared = Shared::new(&cfg).unwrap();
+        let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 1).unwrap();
+        let addr = gw.local_addrs[0];
+        let get = |c: &mut std::net::TcpStream| {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut out = String::new();
+            c.read_to_string(&mut out).map(|_| out)
+        };
+        let switch = gw.accept_switch();
+        switch.hold();
+        std::thread::sleep(Duration::from_millis(50));
+        // Connected (the kernel queues it), but not accepted: no answer.
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let e = get(&mut c).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        );
+        switch.resume();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        // A shutdown is never undone.
+        switch.hold();
+        switch.resume();
+        gw.shutdown();
+        switch.resume();
     }
 }

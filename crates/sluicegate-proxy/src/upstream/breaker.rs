@@ -175,6 +175,58 @@ impl Breaker {
     }
 }
 
+/// A circuit as an upgrade carries it to the new process, with times
+/// relative to the moment it was read (the breaker's own times are
+/// [`crate::apps::limit::mono_ns`], which means nothing in another process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carried {
+    /// Open: nanoseconds left before it turns half-open (0: half-open now).
+    /// `None`: closed.
+    pub open_for: Option<u64>,
+    /// Failures counted in the current window, and the window's age.
+    pub fails: u32,
+    pub window_age: u64,
+}
+
+impl Breaker {
+    /// The circuit at `now`, if the breaker is on and not at rest (closed
+    /// with no failure counted). Probes in flight are not carried: their
+    /// requests belong to the old process.
+    pub fn carried(&self, now: u64) -> Option<Carried> {
+        if !self.enabled.load(Relaxed) {
+            return None;
+        }
+        let until = self.open_until.load(Relaxed);
+        let fails = self.fails.load(Relaxed);
+        if until == 0 && fails == 0 {
+            return None;
+        }
+        Some(Carried {
+            open_for: (until != 0).then(|| until.saturating_sub(now)),
+            fails,
+            window_age: now.saturating_sub(self.window_start.load(Relaxed)),
+        })
+    }
+
+    /// Takes over a circuit carried from another process, at `now`: an
+    /// open one stays open for what it had left. Ignored when this breaker
+    /// is off (the new config has none for the service): says whether it
+    /// applied.
+    pub fn restore(&self, c: &Carried, now: u64) -> bool {
+        if !self.enabled.load(Relaxed) {
+            return false;
+        }
+        if let Some(left) = c.open_for {
+            self.open_until
+                .store(now.saturating_add(left).max(1), Relaxed);
+        }
+        self.fails.store(c.fails, Relaxed);
+        self.window_start
+            .store(now.saturating_sub(c.window_age).max(1), Relaxed);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,5 +334,31 @@ mod tests {
         assert!(b.record(Admit::Closed, false, 200));
         b.configure(None);
         assert!(b.available(201));
+    }
+
+    #[test]
+    fn a_carried_circuit_keeps_what_it_had_left_in_another_clock() {
+        let old = breaker(2, 1);
+        let t = 1_000 * MS;
+        assert_eq!(old.carried(t), None, "at rest: nothing to carry");
+        old.record(Admit::Closed, false, t);
+        let c = old.carried(t + 10 * MS).unwrap();
+        assert_eq!((c.open_for, c.fails, c.window_age), (None, 1, 10 * MS));
+        old.record(Admit::Closed, false, t + 20 * MS); // opens for 50 ms
+        let c = old.carried(t + 30 * MS).unwrap();
+        assert_eq!(c.open_for, Some(40 * MS));
+        // The new process's clock reads something else entirely.
+        let new = breaker(2, 1);
+        let u = 7 * MS;
+        assert!(new.restore(&c, u));
+        assert!(!new.available(u + 39 * MS));
+        assert!(new.is_open(u + 39 * MS));
+        assert!(new.available(u + 40 * MS), "half-open when its time is up");
+        // Half-open carries as open with nothing left; off, nothing applies.
+        let c = old.carried(t + 100 * MS).unwrap();
+        assert_eq!(c.open_for, Some(0));
+        let off = Breaker::default();
+        assert!(!off.restore(&c, u));
+        assert!(off.available(u));
     }
 }

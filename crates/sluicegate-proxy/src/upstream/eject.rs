@@ -128,6 +128,28 @@ impl Ejection {
     }
 }
 
+impl Ejection {
+    /// For an upgrade: the time left of the ejection at `now` (0: up, but
+    /// no connect has succeeded since) and the streak of failed connects,
+    /// if it is on and the endpoint was ejected.
+    pub fn carried(&self, now: u64) -> Option<(u64, u32)> {
+        let until = self.until.load(Relaxed);
+        (self.enabled.load(Relaxed) && until != 0)
+            .then(|| (until.saturating_sub(now), self.streak.load(Relaxed)))
+    }
+
+    /// Takes over an ejection carried from another process, at `now`.
+    /// Ignored when ejection is off here; says whether it applied.
+    pub fn restore(&self, left: u64, streak: u32, now: u64) -> bool {
+        if !self.enabled.load(Relaxed) {
+            return false;
+        }
+        self.until.store(now.saturating_add(left).max(1), Relaxed);
+        self.streak.store(streak, Relaxed);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +210,26 @@ mod tests {
         let later = t + LOG_EVERY.as_nanos() as u64;
         assert_eq!(e.connect_failed(later).log, Some(10), "nine held back");
         assert_eq!(e.connect_failed(later + MS).log, None);
+    }
+
+    #[test]
+    fn a_carried_ejection_keeps_its_time_left_and_its_streak() {
+        let old = ejection(100, 1000);
+        let t = 1_000 * MS;
+        assert_eq!(old.carried(t), None);
+        old.connect_failed(t);
+        old.connect_failed(t + 100 * MS); // the second in a row: 200 ms
+        assert_eq!(old.carried(t + 150 * MS), Some((150 * MS, 2)));
+        let new = ejection(100, 1000);
+        let u = 3 * MS;
+        assert!(new.restore(150 * MS, 2, u));
+        assert!(new.is_ejected(u + 149 * MS) && !new.is_ejected(u + 150 * MS));
+        // The next failure goes on doubling: 400 ms.
+        assert_eq!(
+            new.connect_failed(u + 150 * MS).ejected_for,
+            Some(Duration::from_millis(400))
+        );
+        assert!(!Ejection::default().restore(150 * MS, 2, u));
     }
 
     #[test]
