@@ -424,8 +424,8 @@ pub fn parse_request(
         return Err(HeadError::Bad("malformed request line"));
     };
     let line0 = offset(buf, method.as_bytes()).start;
-    // Header lines are checked in the loop below.
-    let mut lines_crlf = !head_ends_have_bare_lf(buf, len, line0);
+    // Header lines are checked in the header loop.
+    let lines_crlf = !head_ends_have_bare_lf(buf, len, line0);
     head.len = len;
     head.method = offset(buf, method.as_bytes());
     head.target = offset(buf, path.as_bytes());
@@ -434,89 +434,66 @@ pub fn parse_request(
     head.host = None;
     head.xff.clear();
     head.expect_continue = false;
-    let mut close = minor == 0;
-    let mut length: Option<u64> = None;
     let mut chunked = false;
     let mut te_seen = false;
-    let mut conn_values: [Option<Range<usize>>; 4] = Default::default();
-    let mut conn_count = 0;
-    for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        let value = h.value;
-        let name_at = offset(buf, name);
-        lines_crlf &= crlf_before(buf, name_at.start);
-        let kind = classify(name);
-        let mut skip = is_hop_by_hop(kind);
-        if kind == Known::ContentLength {
-            let n = parse_content_length(value).ok_or(HeadError::Bad("invalid Content-Length"))?;
-            if length.is_some_and(|prev| prev != n) {
-                return Err(HeadError::Bad("conflicting Content-Length headers"));
-            }
-            length = Some(n);
-        } else if kind == Known::TransferEncoding {
-            if te_seen {
-                return Err(HeadError::Bad("repeated Transfer-Encoding"));
-            }
-            te_seen = true;
-            let v = trim(value);
-            if !eq_lower(v, b"chunked") {
-                if v.split(|&b| b == b',').any(|t| trim(t).is_empty()) {
-                    return Err(HeadError::Bad("malformed Transfer-Encoding"));
+    let (host, xff, expect_continue) = (&mut head.host, &mut head.xff, &mut head.expect_continue);
+    let f = header_loop(
+        buf,
+        req.headers,
+        minor,
+        lines_crlf,
+        &mut head.headers,
+        true,
+        |kind, value, skip| {
+            match kind {
+                Known::TransferEncoding => {
+                    if te_seen {
+                        return Err(HeadError::Bad("repeated Transfer-Encoding"));
+                    }
+                    te_seen = true;
+                    let v = trim(value);
+                    if !eq_lower(v, b"chunked") {
+                        if v.split(|&b| b == b',').any(|t| trim(t).is_empty()) {
+                            return Err(HeadError::Bad("malformed Transfer-Encoding"));
+                        }
+                        let last = v.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
+                        if !last.eq_ignore_ascii_case(b"chunked") {
+                            return Err(HeadError::Bad("chunked is not the final transfer coding"));
+                        }
+                        return Err(HeadError::NotImplemented("transfer coding not supported"));
+                    }
+                    chunked = true;
                 }
-                let last = v.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
-                if !last.eq_ignore_ascii_case(b"chunked") {
-                    return Err(HeadError::Bad("chunked is not the final transfer coding"));
+                Known::Host => {
+                    if host.is_some() {
+                        return Err(HeadError::Bad("repeated Host header"));
+                    }
+                    if !valid_host(trim(value)) {
+                        return Err(HeadError::Bad("invalid Host header"));
+                    }
+                    *host = Some(offset(buf, value));
                 }
-                return Err(HeadError::NotImplemented("transfer coding not supported"));
-            }
-            chunked = true;
-        } else if kind == Known::Host {
-            if head.host.is_some() {
-                return Err(HeadError::Bad("repeated Host header"));
-            }
-            if !valid_host(trim(value)) {
-                return Err(HeadError::Bad("invalid Host header"));
-            }
-            head.host = Some(offset(buf, value));
-        } else if kind == Known::Connection {
-            let t = connection_tokens(value);
-            if t.other {
-                if conn_count == conn_values.len() {
-                    return Err(HeadError::Bad("too many Connection headers"));
+                Known::Expect => {
+                    if !trim(value).eq_ignore_ascii_case(b"100-continue") {
+                        return Err(HeadError::ExpectationFailed);
+                    }
+                    *expect_continue = minor == 1;
+                    *skip = true;
                 }
-                conn_values[conn_count] = Some(offset(buf, value));
-                conn_count += 1;
+                Known::XForwardedFor => {
+                    xff.push(offset(buf, value));
+                    *skip = true;
+                }
+                Known::XForwardedOther => *skip = true,
+                _ => {}
             }
-            if t.close {
-                close = true;
-            } else if minor == 0 && t.keep_alive {
-                close = false;
-            }
-        } else if kind == Known::Expect {
-            if !trim(value).eq_ignore_ascii_case(b"100-continue") {
-                return Err(HeadError::ExpectationFailed);
-            }
-            head.expect_continue = minor == 1;
-            skip = true;
-        } else if kind == Known::XForwardedFor {
-            head.xff.push(offset(buf, value));
-            skip = true;
-        } else if kind == Known::XForwardedOther {
-            skip = true;
-        }
-        head.headers.push(HeaderRef {
-            name: name_at,
-            value: offset(buf, value),
-            skip,
-        });
-    }
-    if !lines_crlf {
+            Ok(())
+        },
+    )?;
+    if !f.crlf {
         return Err(HeadError::Bad("bare LF in request head"));
     }
-    // Headers named in Connection are hop-by-hop too.
-    if conn_count > 0 {
-        mark_connection_tokens(buf, &conn_values[..conn_count], &mut head.headers);
-    }
+    let (close, length) = (f.close, f.length);
     if chunked && length.is_some() {
         return Err(HeadError::Bad("both Content-Length and Transfer-Encoding"));
     }
@@ -536,6 +513,89 @@ pub fn parse_request(
         }
     });
     Ok(Parsed::Complete(()))
+}
+
+/// What the header loop found that frames a message.
+struct Framing {
+    /// The peer will close (HTTP/1.0 without keep-alive, or `close`).
+    close: bool,
+    length: Option<u64>,
+    /// Every header line ended in CRLF (and the lines checked before).
+    crlf: bool,
+}
+
+/// The header loop both sides share: checks each line's CRLF, classifies
+/// the name, takes `Content-Length` (refusing conflicting ones) and
+/// `Connection` (`close`, `keep-alive`, and headers it names, which are
+/// then hop-by-hop too), marks hop-by-hop headers, and records a
+/// [`HeaderRef`] per header in `out`. `side` handles what only one side
+/// looks at (Host, Transfer-Encoding, ...) and may mark the header
+/// skipped. With `strict_connection`, more than four `Connection` headers
+/// naming other tokens is an error (a request); else the rest are ignored
+/// (a response).
+#[inline(always)]
+fn header_loop<'b>(
+    buf: &'b [u8],
+    headers: &[httparse::Header<'b>],
+    minor: u8,
+    crlf: bool,
+    out: &mut Vec<HeaderRef>,
+    strict_connection: bool,
+    mut side: impl FnMut(Known, &'b [u8], &mut bool) -> Result<(), HeadError>,
+) -> Result<Framing, HeadError> {
+    let mut f = Framing {
+        close: minor == 0,
+        length: None,
+        crlf,
+    };
+    let mut conn_values: [Option<Range<usize>>; 4] = Default::default();
+    let mut conn_count = 0;
+    out.clear();
+    for h in headers {
+        let name = h.name.as_bytes();
+        let value = h.value;
+        let name_at = offset(buf, name);
+        f.crlf &= crlf_before(buf, name_at.start);
+        let kind = classify(name);
+        let mut skip = is_hop_by_hop(kind);
+        match kind {
+            Known::ContentLength => {
+                let n =
+                    parse_content_length(value).ok_or(HeadError::Bad("invalid Content-Length"))?;
+                if f.length.is_some_and(|prev| prev != n) {
+                    return Err(HeadError::Bad("conflicting Content-Length headers"));
+                }
+                f.length = Some(n);
+            }
+            Known::Connection => {
+                let t = connection_tokens(value);
+                if t.other {
+                    if conn_count < conn_values.len() {
+                        conn_values[conn_count] = Some(offset(buf, value));
+                        conn_count += 1;
+                    } else if strict_connection {
+                        return Err(HeadError::Bad("too many Connection headers"));
+                    }
+                }
+                if t.close {
+                    f.close = true;
+                } else if minor == 0 && t.keep_alive {
+                    f.close = false;
+                }
+            }
+            Known::Other => {}
+            _ => side(kind, value, &mut skip)?,
+        }
+        out.push(HeaderRef {
+            name: name_at,
+            value: offset(buf, value),
+            skip,
+        });
+    }
+    if conn_count > 0 {
+        mark_connection_tokens(buf, &conn_values[..conn_count], out);
+    }
+    Ok(f)
 }
 
 fn mark_connection_tokens(
@@ -597,53 +657,29 @@ pub fn parse_response(
         return Err(HeadError::Bad("invalid status code"));
     }
     head.len = len;
-    // Header lines are checked in the loop below.
-    let mut lines_crlf = !head_ends_have_bare_lf(buf, len, 0);
+    // Header lines are checked in the header loop.
+    let lines_crlf = !head_ends_have_bare_lf(buf, len, 0);
     head.status = status;
     head.minor = minor;
     head.headers.clear();
-    let mut close = minor == 0;
-    let mut length: Option<u64> = None;
     let mut te: Option<bool> = None;
-    let mut conn_values: [Option<Range<usize>>; 4] = Default::default();
-    let mut conn_count = 0;
-    for h in res.headers.iter() {
-        let name = h.name.as_bytes();
-        let value = h.value;
-        let name_at = offset(buf, name);
-        lines_crlf &= crlf_before(buf, name_at.start);
-        let kind = classify(name);
-        if kind == Known::ContentLength {
-            let n = parse_content_length(value).ok_or(HeadError::Bad("invalid Content-Length"))?;
-            if length.is_some_and(|prev| prev != n) {
-                return Err(HeadError::Bad("conflicting Content-Length headers"));
+    let f = header_loop(
+        buf,
+        res.headers,
+        minor,
+        lines_crlf,
+        &mut head.headers,
+        false,
+        |kind, value, _| {
+            if kind == Known::TransferEncoding {
+                let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
+                te = Some(te.unwrap_or(true) && eq_lower(last, b"chunked"));
             }
-            length = Some(n);
-        } else if kind == Known::TransferEncoding {
-            let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
-            te = Some(te.unwrap_or(true) && eq_lower(last, b"chunked"));
-        } else if kind == Known::Connection {
-            let t = connection_tokens(value);
-            if t.other && conn_count < conn_values.len() {
-                conn_values[conn_count] = Some(offset(buf, value));
-                conn_count += 1;
-            }
-            if t.close {
-                close = true;
-            } else if minor == 0 && t.keep_alive {
-                close = false;
-            }
-        }
-        head.headers.push(HeaderRef {
-            name: name_at,
-            value: offset(buf, value),
-            skip: is_hop_by_hop(kind),
-        });
-    }
-    head.crlf = lines_crlf;
-    if conn_count > 0 {
-        mark_connection_tokens(buf, &conn_values[..conn_count], &mut head.headers);
-    }
+            Ok(())
+        },
+    )?;
+    head.crlf = f.crlf;
+    let (mut close, length) = (f.close, f.length);
     let no_body = head_request || (100..200).contains(&status) || status == 204 || status == 304;
     head.body = Some(if no_body {
         BodyKind::None
