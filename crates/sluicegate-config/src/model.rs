@@ -376,6 +376,9 @@ pub struct ClientTimeouts {
     pub keepalive: Duration,
     /// On shutdown, how long in-flight requests may take to finish.
     pub drain: Duration,
+    /// Longest a write to a client may wait for it to read; past it the
+    /// connection closes.
+    pub client_write: Duration,
     /// Time allowed for a TLS handshake, from the accept (after the PROXY
     /// protocol header, if any).
     pub tls_handshake: Duration,
@@ -388,6 +391,7 @@ impl Default for ClientTimeouts {
             client_body: Duration::from_secs(30),
             keepalive: Duration::from_secs(60),
             drain: Duration::from_secs(10),
+            client_write: Duration::from_secs(30),
             tls_handshake: Duration::from_secs(10),
         }
     }

@@ -11,7 +11,8 @@ use crate::proto::codec::BodyKind;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::worker::Bufs;
-use crate::session::body::CLIENT_WRITE_TIMEOUT;
+use crate::session::body::client_write_failed;
+use crate::snapshot::Snapshot;
 use crate::transport::io::write_all_by;
 use crate::upstream::forward::Outcome;
 
@@ -29,15 +30,15 @@ pub(super) enum Local<'a> {
 
 impl Conn<'_> {
     /// Answers an error before any route was chosen, then closes.
-    pub(super) async fn fail_early(&self, bufs: &mut Bufs, kind: ErrorKind) {
+    pub(super) async fn fail_early(&self, snap: &Snapshot, bufs: &mut Bufs, kind: ErrorKind) {
         bufs.out.clear();
         response::error(&mut bufs.out, kind, true, false);
-        let _ = write_all_by(
-            &self.client,
-            &bufs.out,
-            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
-        )
-        .await;
+        let limit = snap.timeouts.client_write;
+        if let Err(e) =
+            write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await
+        {
+            client_write_failed(self.worker, &e);
+        }
         self.worker.shared.global.unrouted.record(kind.status());
     }
 
@@ -46,6 +47,7 @@ impl Conn<'_> {
     /// otherwise the connection closes after the answer.
     pub(super) async fn answer_locally(
         &self,
+        snap: &Snapshot,
         bufs: &mut Bufs,
         fixed: Local<'_>,
         is_head: bool,
@@ -103,7 +105,7 @@ impl Conn<'_> {
         bufs.inb.consume(head_len);
         let mut outcome = Outcome::local(status, body_len as u64, close);
         if let (false, BodyKind::Length(n)) = (close, body) {
-            let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
+            let deadline = Instant::now() + snap.timeouts.client_write;
             if crate::session::body::discard(
                 &self.client,
                 &mut bufs.inb,
@@ -117,14 +119,11 @@ impl Conn<'_> {
                 return outcome;
             }
         }
-        if write_all_by(
-            &self.client,
-            &bufs.out,
-            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
-        )
-        .await
-        .is_err()
+        let limit = snap.timeouts.client_write;
+        if let Err(e) =
+            write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await
         {
+            client_write_failed(self.worker, &e);
             outcome.close = true;
         }
         outcome

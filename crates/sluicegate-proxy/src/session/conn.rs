@@ -200,7 +200,7 @@ impl Conn<'_> {
                         Ok(_) => {}
                         Err(ReadError::Timeout) => {
                             if !bufs.inb.is_empty() {
-                                self.fail_early(bufs, ErrorKind::RequestTimeout).await;
+                                self.fail_early(snap, bufs, ErrorKind::RequestTimeout).await;
                             }
                             return Next::Close;
                         }
@@ -217,7 +217,7 @@ impl Conn<'_> {
                         HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
                         HeadError::ExpectationFailed => ErrorKind::ExpectationFailed,
                     };
-                    self.fail_early(bufs, kind).await;
+                    self.fail_early(snap, bufs, kind).await;
                     return Next::Close;
                 }
             }
@@ -243,12 +243,13 @@ impl Conn<'_> {
         let target = match Target::parse(raw, req) {
             Ok(t) => t,
             Err(kind) => {
-                self.fail_early(bufs, kind).await;
+                self.fail_early(snap, bufs, kind).await;
                 return Next::Close;
             }
         };
         if method == b"CONNECT" {
-            self.fail_early(bufs, ErrorKind::MethodNotAllowed).await;
+            self.fail_early(snap, bufs, ErrorKind::MethodNotAllowed)
+                .await;
             return Next::Close;
         }
         let lookup = |name: &[u8]| -> Option<&[u8]> {
@@ -262,7 +263,7 @@ impl Conn<'_> {
             Ok(n) => n,
             Err(crate::route::path::BadPath(why)) => {
                 tracing::debug!(peer = %self.peer, why, "bad request path");
-                self.fail_early(bufs, ErrorKind::BadRequest).await;
+                self.fail_early(snap, bufs, ErrorKind::BadRequest).await;
                 return Next::Close;
             }
         };
@@ -298,12 +299,17 @@ impl Conn<'_> {
             let mut head = Vec::new();
             let outcome = match https_redirect(&mut head, raw, &target, method) {
                 Some(status) => {
-                    self.answer_locally(bufs, Local::Fixed(status, &head, &[]), is_head)
+                    self.answer_locally(snap, bufs, Local::Fixed(status, &head, &[]), is_head)
                         .await
                 }
                 None => {
-                    self.answer_locally(bufs, Local::Error(ErrorKind::BadRequest, &[]), is_head)
-                        .await
+                    self.answer_locally(
+                        snap,
+                        bufs,
+                        Local::Error(ErrorKind::BadRequest, &[]),
+                        is_head,
+                    )
+                    .await
                 }
             };
             self.worker.shared.global.unrouted.record(outcome.status);
@@ -313,7 +319,7 @@ impl Conn<'_> {
         }
         if !snap.ip.is_empty() && !snap.ip.admits(client) {
             let outcome = self
-                .answer_locally(bufs, Local::Error(ErrorKind::Forbidden, &[]), is_head)
+                .answer_locally(snap, bufs, Local::Error(ErrorKind::Forbidden, &[]), is_head)
                 .await;
             self.worker.shared.global.unrouted.record(outcome.status);
             let total_us = self.finish(started);
@@ -322,7 +328,7 @@ impl Conn<'_> {
         }
         let Some(found) = found else {
             let outcome = self
-                .answer_locally(bufs, Local::Error(ErrorKind::NoRoute, &[]), is_head)
+                .answer_locally(snap, bufs, Local::Error(ErrorKind::NoRoute, &[]), is_head)
                 .await;
             self.worker.shared.global.unrouted.record(outcome.status);
             let total_us = self.finish(started);
@@ -368,7 +374,7 @@ impl Conn<'_> {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             let outcome = self
-                .answer_locally(bufs, refuse.local(&mut head), is_head)
+                .answer_locally(snap, bufs, refuse.local(&mut head), is_head)
                 .await;
             // A slot taken by an earlier filter ends with the refusal.
             bufs.edits.guards.clear();
@@ -379,7 +385,7 @@ impl Conn<'_> {
         }
         let outcome = match &route.action {
             ActionRt::Respond { status, head, body } => {
-                self.answer_locally(bufs, Local::Fixed(*status, head, body), is_head)
+                self.answer_locally(snap, bufs, Local::Fixed(*status, head, body), is_head)
                     .await
             }
             ActionRt::Proxy {

@@ -20,7 +20,7 @@ use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::deadline::Deadlines;
 use crate::runtime::worker::Bufs;
-use crate::session::body::{linger, relay_body, send_body, BodyError, CLIENT_WRITE_TIMEOUT};
+use crate::session::body::{client_write_failed, linger, relay_body, send_body, BodyError};
 use crate::session::conn::Conn;
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
@@ -99,13 +99,18 @@ async fn connect(
     Ok(Stream::Tls(Box::new(s)))
 }
 /// Answers an error to the client from inside `forward`.
-async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool) -> Outcome<'s> {
-    fail_with(conn, bufs, kind, close, &[]).await
+async fn fail<'s>(
+    (conn, snap): (&Conn<'_>, &Snapshot),
+    bufs: &mut Bufs,
+    kind: ErrorKind,
+    close: bool,
+) -> Outcome<'s> {
+    fail_with((conn, snap), bufs, kind, close, &[]).await
 }
 
 /// [`fail`] with extra header lines on the answer.
 async fn fail_with<'s>(
-    conn: &Conn<'_>,
+    (conn, snap): (&Conn<'_>, &Snapshot),
     bufs: &mut Bufs,
     kind: ErrorKind,
     close: bool,
@@ -115,12 +120,11 @@ async fn fail_with<'s>(
     bufs.out.clear();
     response::error_with(&mut bufs.out, kind, close, bufs.is_head, extra);
     let len = bufs.out.len() as u64;
-    let write = write_all_by(
-        &conn.client,
-        &bufs.out,
-        conn.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
-    )
-    .await;
+    let limit = snap.timeouts.client_write;
+    let write = write_all_by(&conn.client, &bufs.out, conn.worker.deadlines.after(limit)).await;
+    if let Err(e) = &write {
+        client_write_failed(conn.worker, e);
+    }
     Outcome::local(kind.status(), len, close || write.is_err())
 }
 
@@ -141,7 +145,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let body_pending = body != BodyKind::None;
     if let BodyKind::Length(n) = body {
         if n > snap.limits.max_body_bytes {
-            return fail(conn, bufs, ErrorKind::BodyTooLarge, true).await;
+            return fail((conn, snap), bufs, ErrorKind::BodyTooLarge, true).await;
         }
     }
     let raw = bufs.inb.filled();
@@ -164,7 +168,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         // Every endpoint is down: shed at once, never queue.
         let close = close_req || body_pending;
         return fail_with(
-            conn,
+            (conn, snap),
             bufs,
             ErrorKind::NoHealthyEndpoint,
             close,
@@ -178,7 +182,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let wait = service.timeouts.connect.min(service.timeouts.request);
     let Some(mut _permit) = ep.acquire(wait).await else {
         let mut o = fail(
-            conn,
+            (conn, snap),
             bufs,
             ErrorKind::UpstreamBusy,
             close_req || body_pending,
@@ -279,7 +283,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                         }
                     }
                     let mut o = fail(
-                        conn,
+                        (conn, snap),
                         bufs,
                         ErrorKind::UpstreamFailed,
                         close_req || remaining > 0 || chunked,
@@ -292,15 +296,15 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         };
         if !sent_continue && body_pending {
             sent_continue = true;
-            let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
-            if write_all_by(
+            let deadline = Instant::now() + snap.timeouts.client_write;
+            if let Err(e) = write_all_by(
                 &conn.client,
                 b"HTTP/1.1 100 Continue\r\n\r\n",
                 worker.until(deadline),
             )
             .await
-            .is_err()
             {
+                client_write_failed(worker, &e);
                 return Outcome::local(400, 0, true);
             }
         }
@@ -317,7 +321,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             }
             admit.failed(ep);
             let mut o = fail(
-                conn,
+                (conn, snap),
                 bufs,
                 ErrorKind::UpstreamFailed,
                 close_req || remaining > 0,
@@ -354,7 +358,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                         BodyError::BadChunk => ErrorKind::BadRequest,
                         BodyError::TooLarge => ErrorKind::BodyTooLarge,
                     };
-                    let mut o = fail(conn, bufs, kind, true).await;
+                    let mut o = fail((conn, snap), bufs, kind, true).await;
                     o.endpoint = Some(ep);
                     return o;
                 }
@@ -412,7 +416,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                     _ => ErrorKind::UpstreamFailed,
                 };
                 tracing::debug!(endpoint = %ep.name, status = kind.status(), "upstream response failed");
-                let mut o = fail(conn, bufs, kind, close_req).await;
+                let mut o = fail((conn, snap), bufs, kind, close_req).await;
                 o.endpoint = Some(ep);
                 return o;
             }
@@ -431,7 +435,16 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         || res_body == BodyKind::UntilClose
         || (res_body == BodyKind::Chunked && client_minor == 0);
     write_response_head(bufs, close, client_minor);
-    let relay = relay_body(conn, &up, bufs, res_body, client_minor == 1, service).await;
+    let relay = relay_body(
+        conn,
+        &up,
+        bufs,
+        res_body,
+        client_minor == 1,
+        service,
+        snap.timeouts.client_write,
+    )
+    .await;
     let mut outcome = Outcome {
         status,
         bytes_in,

