@@ -368,7 +368,9 @@ impl Default for Limits {
 /// Client-side timeouts (the listener side).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientTimeouts {
-    /// Time allowed to receive a whole request head once its first byte came.
+    /// Time allowed to receive a whole request head: from the accept (or
+    /// the end of the TLS handshake) for a connection's first request, from
+    /// its first byte for later ones.
     pub client_header: Duration,
     /// Longest pause while receiving a request body.
     pub client_body: Duration,

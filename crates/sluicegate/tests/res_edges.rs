@@ -58,3 +58,39 @@ fn a_client_that_never_reads_is_closed_at_client_write_and_counted() {
     assert!(got.len() < 64 << 20, "the whole body arrived");
     assert_eq!(metric(ports, written), 1.0);
 }
+
+#[test]
+fn a_head_that_trickles_in_is_cut_at_client_header_after_the_accept() {
+    let up = TestUpstream::start();
+    let gw = http_common::Gw::start(&format!(
+        "timeouts: {{ client_header: 1s }}\nservices:\n{}routes:\n  - name: all\n    service: s\n",
+        http_common::service("s", &[up.addr()], "")
+    ));
+    let mut s = TcpStream::connect(gw.addr()).unwrap();
+    let accepted = Instant::now();
+    s.set_nodelay(true).unwrap();
+    let mut w = s.try_clone().unwrap();
+    // The first byte just before the header timeout, then one byte every
+    // 100 ms: a head that would take seconds to complete.
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        for b in b"GET /slow HTTP/1.1\r\nHost: a\r\nX-Slow: aaaaaaaaaaaaaaaaaaaa\r\n\r\n" {
+            if w.write_all(&[*b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    s.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let took = accepted.elapsed();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?} after {took:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(1400),
+        "cut {took:?} after the accept, not about client_header (1 s)"
+    );
+    writer.join().unwrap();
+    assert_eq!(up.requests_seen(), 0);
+}
