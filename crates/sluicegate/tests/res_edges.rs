@@ -94,3 +94,46 @@ fn a_head_that_trickles_in_is_cut_at_client_header_after_the_accept() {
     writer.join().unwrap();
     assert_eq!(up.requests_seen(), 0);
 }
+
+#[test]
+fn an_oversized_head_sent_in_one_go_gets_its_whole_431() {
+    let gw = http_common::Gw::start(
+        "routes:\n  - name: ok\n    respond: { status: 200, body: \"ok\" }\n",
+    );
+    // 200 KB of headers against the default 16 KiB limit, written at once:
+    // the gateway answers while most of it is still on its way.
+    let mut head = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
+    let mut i = 0;
+    while head.len() < 200_000 {
+        head.extend_from_slice(format!("X-Filler-{i}: {}\r\n", "y".repeat(100)).as_bytes());
+        i += 1;
+    }
+    head.extend_from_slice(b"\r\n");
+    for round in 0..5 {
+        // A small send buffer, as on a slow link: most of the head is
+        // still to be sent when the gateway answers.
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_send_buffer_size(8192).unwrap();
+        sock.connect(&gw.addr().into()).unwrap();
+        let mut s: TcpStream = sock.into();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // A client (curl, say) that fails to send its request reports
+        // that, not the answer: the whole head must go out.
+        let wrote = s.write_all(&head);
+        let mut got = Vec::new();
+        let read = s.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            wrote.is_ok() && read.is_ok(),
+            "round {round}: reset (write: {wrote:?}, read: {read:?}; got {text:?})"
+        );
+        assert!(
+            text.starts_with("HTTP/1.1 431 "),
+            "round {round}: got {text:?}"
+        );
+        assert!(text.contains("connection: close\r\n"), "{text}");
+        http_common::assert_json_error_body(http_common::body_of(&text), 431);
+    }
+}

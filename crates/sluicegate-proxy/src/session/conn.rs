@@ -223,6 +223,7 @@ impl Conn<'_> {
                         Ok(_) => {}
                         Err(ReadError::Timeout) => {
                             if !bufs.inb.is_empty() {
+                                // A slow client gets no extra time: no linger.
                                 self.fail_early(snap, bufs, ErrorKind::RequestTimeout).await;
                             }
                             return Next::Close;
@@ -240,7 +241,7 @@ impl Conn<'_> {
                         HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
                         HeadError::ExpectationFailed => ErrorKind::ExpectationFailed,
                     };
-                    self.fail_early(snap, bufs, kind).await;
+                    self.refuse_and_close(snap, bufs, kind).await;
                     return Next::Close;
                 }
             }
@@ -266,12 +267,12 @@ impl Conn<'_> {
         let target = match Target::parse(raw, req) {
             Ok(t) => t,
             Err(kind) => {
-                self.fail_early(snap, bufs, kind).await;
+                self.refuse_and_close(snap, bufs, kind).await;
                 return Next::Close;
             }
         };
         if method == b"CONNECT" {
-            self.fail_early(snap, bufs, ErrorKind::MethodNotAllowed)
+            self.refuse_and_close(snap, bufs, ErrorKind::MethodNotAllowed)
                 .await;
             return Next::Close;
         }
@@ -286,7 +287,8 @@ impl Conn<'_> {
             Ok(n) => n,
             Err(crate::route::path::BadPath(why)) => {
                 tracing::debug!(peer = %self.peer, why, "bad request path");
-                self.fail_early(snap, bufs, ErrorKind::BadRequest).await;
+                self.refuse_and_close(snap, bufs, ErrorKind::BadRequest)
+                    .await;
                 return Next::Close;
             }
         };

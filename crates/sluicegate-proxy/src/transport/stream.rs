@@ -103,6 +103,20 @@ impl Stream {
         }
     }
 
+    /// Ends our side of the connection (a TLS close_notify, then a TCP
+    /// FIN), keeping it open for reading: what was written still arrives,
+    /// and the peer sees its end. Best effort: errors are ignored.
+    pub(crate) fn shutdown_write(&self) {
+        match self {
+            Stream::Tcp(s) => {
+                let _ = rustix::net::shutdown(s, rustix::net::Shutdown::Write);
+            }
+            Stream::Tls(t) => t.shutdown_write(),
+            #[cfg(test)]
+            Stream::Duplex(d) => d.shutdown_write(),
+        }
+    }
+
     /// Whether an idle pooled connection is still quiet: nothing arrived on
     /// it since its last response. Bytes sent after a complete response (a
     /// stray or extra response) would be read as the next request's
