@@ -137,3 +137,58 @@ fn an_oversized_head_sent_in_one_go_gets_its_whole_431() {
         http_common::assert_json_error_body(http_common::body_of(&text), 431);
     }
 }
+
+/// Reads one request head from an upstream-side socket; false at its end.
+fn read_request_head(s: &mut TcpStream) -> bool {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    true
+}
+
+#[test]
+fn a_malformed_first_chunk_that_came_with_the_head_is_a_502() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // Head and a chunk size that is not hex, in one write: the gateway
+    // has sent the client nothing when it finds out.
+    let conns = Arc::new(AtomicUsize::new(0));
+    let count = conns.clone();
+    let up = sluicegate_testkit::RawUpstream::start(move |mut s: TcpStream| {
+        count.fetch_add(1, Ordering::SeqCst);
+        while read_request_head(&mut s) {
+            let reply =
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n";
+            if s.write_all(reply).is_err() {
+                return;
+            }
+        }
+    });
+    let gw = http_common::Gw::start(&format!(
+        "services:\n{}routes:\n  - name: all\n    service: s\n",
+        http_common::service(
+            "s",
+            &[up.addr()],
+            "    breaker: { errors: 2, window: 10s, open_for: 10s }\n"
+        )
+    ));
+    let mut client = sluicegate_testkit::KeepAliveClient::connect(gw.addr()).unwrap();
+    for i in 0..2 {
+        let r = client
+            .get(&format!("/c/{i}"))
+            .unwrap_or_else(|e| panic!("request {i}: no answer: {e:?}"));
+        http_common::assert_json_error(&r, 502);
+    }
+    // Never pooled, and counted as failures by the breaker: the circuit is
+    // open after two, and the next request is shed without reaching it.
+    assert_eq!(conns.load(Ordering::SeqCst), 2);
+    let r = client.get("/c/after").unwrap();
+    http_common::assert_json_error(&r, 503);
+    assert_eq!(conns.load(Ordering::SeqCst), 2);
+}

@@ -158,10 +158,23 @@ pub(crate) async fn send_body(
     Ok(sent)
 }
 
+/// Why relaying a response body failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The client went away or did not read in time.
+    Client,
+    /// The upstream failed (closed, stalled, sent a malformed body).
+    Upstream,
+    /// The upstream's chunked body was malformed from its first chunk line
+    /// while the response head was still unsent in `bufs.out`: nothing
+    /// reached the client, which can still get an error answer.
+    Unsent,
+}
+
 /// Streams the response body to the client after the head in `bufs.out`;
 /// each write may wait `client_write` (`timeouts.client_write`) for the
 /// client to read. Returns body bytes written; on error, the bytes written
-/// so far and whether the upstream (true) or the client failed.
+/// so far and what failed.
 pub(crate) async fn relay_body(
     conn: &Conn<'_>,
     up: &Stream,
@@ -170,7 +183,7 @@ pub(crate) async fn relay_body(
     rechunk: bool,
     service: &ServiceRt,
     client_write: Duration,
-) -> Result<u64, (u64, bool)> {
+) -> Result<u64, (u64, Fault)> {
     let idle = service.timeouts.response_body;
     let client = &conn.client;
     let dl = &conn.worker.deadlines;
@@ -178,7 +191,7 @@ pub(crate) async fn relay_body(
     // A failed write to the client: counted when it timed out.
     let client_failed = |e: std::io::Error, n: u64| {
         client_write_failed(conn.worker, &e);
-        (n, false)
+        (n, Fault::Client)
     };
     let mut written = 0u64;
     match body {
@@ -197,7 +210,7 @@ pub(crate) async fn relay_body(
             written = take as u64;
             while written < n {
                 match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
-                    Ok(0) | Err(_) => return Err((written, true)),
+                    Ok(0) | Err(_) => return Err((written, Fault::Upstream)),
                     Ok(_) => {}
                 }
                 let take = (bufs.upb.len() as u64).min(n - written) as usize;
@@ -211,7 +224,15 @@ pub(crate) async fn relay_body(
         BodyKind::Chunked => {
             let mut dec = ChunkedDecoder::new();
             loop {
-                let step = dec.step(bufs.upb.filled()).map_err(|_| (written, true))?;
+                let step = match dec.step(bufs.upb.filled()) {
+                    Ok(step) => step,
+                    // Only the head is in `out`, never written: the first
+                    // chunk line came with it and is malformed.
+                    Err(_) if written == 0 && !bufs.out.is_empty() => {
+                        return Err((0, Fault::Unsent))
+                    }
+                    Err(_) => return Err((written, Fault::Upstream)),
+                };
                 if let Some(r) = step.data {
                     if rechunk {
                         write_chunk_header(&mut bufs.out, r.len());
@@ -237,7 +258,7 @@ pub(crate) async fn relay_body(
                 }
                 if bufs.upb.is_empty() {
                     match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
-                        Ok(0) | Err(_) => return Err((written, true)),
+                        Ok(0) | Err(_) => return Err((written, Fault::Upstream)),
                         Ok(_) => {}
                     }
                 }
@@ -253,7 +274,7 @@ pub(crate) async fn relay_body(
             loop {
                 match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
                     Ok(0) => break,
-                    Err(_) => return Err((written, true)),
+                    Err(_) => return Err((written, Fault::Upstream)),
                     Ok(_) => {}
                 }
                 write_all_by(client, bufs.upb.filled(), wdl())

@@ -20,7 +20,7 @@ use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::deadline::Deadlines;
 use crate::runtime::worker::Bufs;
-use crate::session::body::{client_write_failed, linger, relay_body, send_body, BodyError};
+use crate::session::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::session::conn::Conn;
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
@@ -462,6 +462,21 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                 worker.pool.borrow_mut().put(ep_arc, up, expires, ep.max);
             }
         }
+        Err((_, Fault::Unsent)) => {
+            // A malformed first chunk line came with the head, so nothing
+            // reached the client: it gets a 502 instead of the head (which
+            // `fail` drops). The upstream connection is not pooled, and its
+            // circuit counts the failure.
+            if !ep.breaker.counts_status(status) {
+                admit.failed_after_success(ep);
+            }
+            tracing::debug!(endpoint = %ep.name, "malformed chunked body from upstream");
+            let closes = close || body_cut;
+            outcome = fail((conn, snap), bufs, ErrorKind::UpstreamFailed, closes).await;
+            outcome.bytes_in = bytes_in;
+            outcome.upstream_us = Some(upstream_us);
+            outcome.endpoint = Some(ep);
+        }
         Err((n, _)) => {
             outcome.bytes_out = n;
             outcome.close = true;
@@ -514,6 +529,15 @@ impl<'a> Verdict<'a> {
     fn succeeded(&mut self, ep: &EndpointState) {
         self.pending = None;
         ep.breaker.succeeded(self.admit);
+    }
+
+    /// Counts a failure found after the response head was counted a
+    /// success (a malformed body start): as an ordinary failure, since a
+    /// probe's verdict was given with the head.
+    #[cold]
+    fn failed_after_success(&mut self, ep: &EndpointState) {
+        self.admit = Admit::Closed;
+        self.failed(ep);
     }
 }
 
