@@ -192,3 +192,107 @@ fn a_malformed_first_chunk_that_came_with_the_head_is_a_502() {
     http_common::assert_json_error(&r, 503);
     assert_eq!(conns.load(Ordering::SeqCst), 2);
 }
+
+/// Reads one response off `r`: status and body (`Content-Length` framed,
+/// or none).
+fn read_response(r: &mut impl std::io::BufRead) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut status = 0;
+    let mut len = 0;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if status == 0 {
+            status = http_common::status_of(line.as_bytes()).unwrap_or(1);
+        } else if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                len = value.trim().parse().unwrap();
+            }
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body)?;
+    Ok((status, body))
+}
+
+#[test]
+fn bytes_an_upstream_sends_after_a_204_never_answer_the_next_request() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    // The upstream's first connection answers its first request with a
+    // 204, then, once the client has that 204, sends a whole response
+    // nobody asked for. Every other request is answered with the number
+    // of the connection it came on.
+    let (got_204, wait_204) = mpsc::channel::<()>();
+    let wait_204 = Arc::new(Mutex::new(wait_204));
+    let conns = Arc::new(AtomicUsize::new(0));
+    let count = conns.clone();
+    let up = sluicegate_testkit::RawUpstream::start(move |mut s: TcpStream| {
+        let n = count.fetch_add(1, Ordering::SeqCst);
+        let mut first = n == 0;
+        while read_request_head(&mut s) {
+            if std::mem::take(&mut first) {
+                let _ = s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n");
+                let _ = wait_204
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(3));
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTRAY");
+                continue;
+            }
+            let body = format!("conn{n}");
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if s.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let gw = http_common::Gw::start_with_workers(
+        &format!(
+            "services:\n{}routes:\n  - name: local\n    match: {{ path: /l }}\n    respond: {{ status: 200, body: \"l\" }}\n  - name: all\n    service: s\n",
+            http_common::service("s", &[up.addr()], "")
+        ),
+        1,
+    );
+    // Pipelined on one connection: the 204 request, many requests the
+    // gateway answers itself (the time the stray bytes take to arrive,
+    // with no wait in between for the worker to hear of them), then one
+    // for the upstream again.
+    const LOCAL: usize = 4000;
+    let mut batch = b"GET /nc HTTP/1.1\r\nHost: a\r\n\r\n".to_vec();
+    for _ in 0..LOCAL {
+        batch.extend_from_slice(b"GET /l HTTP/1.1\r\nHost: a\r\n\r\n");
+    }
+    batch.extend_from_slice(b"GET /real HTTP/1.1\r\nHost: a\r\n\r\n");
+    let mut s = TcpStream::connect(gw.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&batch).unwrap();
+    let mut r = std::io::BufReader::new(s);
+    let (status, _) = read_response(&mut r).unwrap();
+    assert_eq!(status, 204);
+    got_204.send(()).unwrap();
+    let t_204 = Instant::now();
+    for i in 0..LOCAL {
+        let (status, body) = read_response(&mut r).unwrap();
+        assert_eq!((status, &body[..]), (200, &b"l"[..]), "local answer {i}");
+    }
+    let (status, body) = read_response(&mut r).unwrap();
+    println!(
+        "{LOCAL} local answers and the last one {:?} after the 204",
+        t_204.elapsed()
+    );
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(
+        (status, &*body),
+        (200, "conn1"),
+        "the request after the 204 got the stray response"
+    );
+    assert_eq!(conns.load(Ordering::SeqCst), 2);
+}

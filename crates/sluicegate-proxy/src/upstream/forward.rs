@@ -247,9 +247,14 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         if attempt == 0 {
             loop {
                 let taken = worker.pool.borrow_mut().take(ep.id, started);
-                let Some(s) = taken else { break };
+                let Some((s, recheck)) = taken else { break };
                 // Stray bytes or a close since its last response: not usable.
-                if s.quiet() {
+                // After a response without a body, where an upstream's
+                // stray bytes (a body on a 204 or a HEAD) come right after
+                // the head, the socket itself is asked; otherwise the
+                // runtime's readiness is, with no syscall.
+                let quiet = if recheck { s.quiet_now() } else { s.quiet() };
+                if quiet {
                     pooled = Some(s);
                     break;
                 }
@@ -459,7 +464,11 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             if !bufs.res.close && !body_cut && bufs.upb.is_empty() {
                 let expires = head_at + service.timeouts.idle;
                 let ep_arc = &service.endpoints[ep_index];
-                worker.pool.borrow_mut().put(ep_arc, up, expires, ep.max);
+                // No body (204, 304, HEAD, a zero length): recheck at reuse.
+                worker
+                    .pool
+                    .borrow_mut()
+                    .put(ep_arc, up, expires, ep.max, n == 0);
             }
         }
         Err((_, Fault::Unsent)) => {
