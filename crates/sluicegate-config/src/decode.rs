@@ -209,6 +209,7 @@ fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTim
         "client_body",
         "keepalive",
         "drain",
+        "client_write",
         "tls_handshake",
     ];
     let Some(f) = fields(cx, node, path, "timeouts", KEYS) else {
@@ -218,6 +219,7 @@ fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTim
     reader::duration_field(cx, &f, path, "client_body", &mut out.client_body);
     reader::duration_field(cx, &f, path, "keepalive", &mut out.keepalive);
     reader::duration_field(cx, &f, path, "drain", &mut out.drain);
+    reader::duration_field(cx, &f, path, "client_write", &mut out.client_write);
     reader::duration_field(cx, &f, path, "tls_handshake", &mut out.tls_handshake);
 }
 

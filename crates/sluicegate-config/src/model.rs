@@ -368,7 +368,9 @@ impl Default for Limits {
 /// Client-side timeouts (the listener side).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientTimeouts {
-    /// Time allowed to receive a whole request head once its first byte came.
+    /// Time allowed to receive a whole request head: from the accept (or
+    /// the end of the TLS handshake) for a connection's first request, from
+    /// its first byte for later ones.
     pub client_header: Duration,
     /// Longest pause while receiving a request body.
     pub client_body: Duration,
@@ -376,6 +378,9 @@ pub struct ClientTimeouts {
     pub keepalive: Duration,
     /// On shutdown, how long in-flight requests may take to finish.
     pub drain: Duration,
+    /// Longest a write to a client may wait for it to read; past it the
+    /// connection closes.
+    pub client_write: Duration,
     /// Time allowed for a TLS handshake, from the accept (after the PROXY
     /// protocol header, if any).
     pub tls_handshake: Duration,
@@ -388,6 +393,7 @@ impl Default for ClientTimeouts {
             client_body: Duration::from_secs(30),
             keepalive: Duration::from_secs(60),
             drain: Duration::from_secs(10),
+            client_write: Duration::from_secs(30),
             tls_handshake: Duration::from_secs(10),
         }
     }

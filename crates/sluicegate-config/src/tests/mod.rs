@@ -42,7 +42,7 @@ admin: { listen: "127.0.0.1:9901" }
 workers: 4
 busy_poll: 200us
 limits: { max_connections: 20000, max_header_bytes: 32768, max_body_bytes: 1MiB }
-timeouts: { client_header: 5s, client_body: 1m30s, keepalive: 2m, drain: 250ms }
+timeouts: { client_header: 5s, client_body: 1m30s, keepalive: 2m, drain: 250ms, client_write: 45s }
 log: { level: debug, access: /var/log/sluicegate/access.log }
 reload: { watch: false, poll_interval: 1500us }
 services:
@@ -93,6 +93,7 @@ fn full_example_parses_to_the_expected_model() {
             client_body: secs(90),
             keepalive: secs(120),
             drain: Duration::from_millis(250),
+            client_write: secs(45),
             tls_handshake: secs(10),
         },
         log: LogConfig {

@@ -113,6 +113,9 @@ pub struct GlobalMetrics {
     pub accepted: AtomicU64,
     /// Connections closed at accept because `max_connections` was reached.
     pub refused: AtomicU64,
+    /// Client connections closed because the client did not read a
+    /// response within `timeouts.client_write`.
+    pub client_write_timeouts: AtomicU64,
     /// Requests that matched no route (404), by status class like routes.
     pub unrouted: RouteMetricsCell,
     pub reloads_ok: AtomicU64,
@@ -212,6 +215,13 @@ pub fn render_global(out: &mut String, g: &GlobalMetrics) {
         "Client connections closed at accept over limits.max_connections.",
         "counter",
         g.refused.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_client_write_timeouts_total",
+        "Client connections closed because the client did not read within timeouts.client_write.",
+        "counter",
+        g.client_write_timeouts.load(Ordering::Relaxed),
     );
     gauge(
         out,

@@ -12,13 +12,17 @@ use crate::proto::fields::Fields;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::worker::Bufs;
-use crate::session::body::CLIENT_WRITE_TIMEOUT;
+use crate::session::body::{client_write_failed, linger};
+use crate::snapshot::Snapshot;
 use crate::transport::io::write_all_by;
 use crate::upstream::forward::Outcome;
 
 /// Bodies up to this size are read and discarded when the gateway answers
 /// without forwarding; larger ones close the connection instead.
 const DISCARD_MAX: u64 = 64 * 1024;
+/// At most this much is read and dropped after refusing a request before
+/// the close (see [`Conn::refuse_and_close`]).
+const LINGER_MAX: u64 = 1024 * 1024;
 
 /// A response the gateway writes itself.
 pub(super) enum Local<'a> {
@@ -29,17 +33,44 @@ pub(super) enum Local<'a> {
 }
 
 impl Conn<'_> {
-    /// Answers an error before any route was chosen, then closes.
-    pub(super) async fn fail_early(&self, bufs: &mut Bufs, kind: ErrorKind) {
+    /// Answers an error before any route was chosen; the caller closes.
+    /// True when the answer was written.
+    pub(super) async fn fail_early(
+        &self,
+        snap: &Snapshot,
+        bufs: &mut Bufs,
+        kind: ErrorKind,
+    ) -> bool {
         bufs.out.clear();
         response::error(&mut bufs.out, kind, true, false);
-        let _ = write_all_by(
-            &self.client,
-            &bufs.out,
-            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
-        )
-        .await;
         self.worker.shared.global.unrouted.record(kind.status());
+        let limit = snap.timeouts.client_write;
+        match write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await {
+            Ok(()) => true,
+            Err(e) => {
+                client_write_failed(self.worker, &e);
+                false
+            }
+        }
+    }
+
+    /// Refuses a request the client may still be sending (a head over the
+    /// limit, a malformed one, its body): answers, ends our side, then reads
+    /// and drops what the client still sends (bounded in bytes and time)
+    /// before the close. Closing with its bytes unread would reset the
+    /// connection, and a reset can destroy the answer before the client
+    /// reads it.
+    pub(super) async fn refuse_and_close(&self, snap: &Snapshot, bufs: &mut Bufs, kind: ErrorKind) {
+        if self.fail_early(snap, bufs, kind).await {
+            self.client.shutdown_write();
+            linger(
+                &self.worker.deadlines,
+                &self.client,
+                &mut bufs.inb,
+                LINGER_MAX,
+            )
+            .await;
+        }
     }
 
     /// Writes a response the gateway makes itself: a `respond` route's, or
@@ -47,6 +78,7 @@ impl Conn<'_> {
     /// otherwise the connection closes after the answer.
     pub(super) async fn answer_locally(
         &self,
+        snap: &Snapshot,
         bufs: &mut Bufs,
         fixed: Local<'_>,
         is_head: bool,
@@ -97,7 +129,7 @@ impl Conn<'_> {
         bufs.inb.consume(head_len);
         let mut outcome = Outcome::local(status, body_len as u64, close);
         if let (false, BodyKind::Length(n)) = (close, body) {
-            let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
+            let deadline = Instant::now() + snap.timeouts.client_write;
             if crate::session::body::discard(
                 &self.client,
                 &mut bufs.inb,
@@ -111,14 +143,11 @@ impl Conn<'_> {
                 return outcome;
             }
         }
-        if write_all_by(
-            &self.client,
-            &bufs.out,
-            self.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
-        )
-        .await
-        .is_err()
+        let limit = snap.timeouts.client_write;
+        if let Err(e) =
+            write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await
         {
+            client_write_failed(self.worker, &e);
             outcome.close = true;
         }
         outcome

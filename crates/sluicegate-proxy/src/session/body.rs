@@ -10,7 +10,7 @@ use crate::transport::stream::Stream;
 use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
 use crate::runtime::deadline::{Deadlines, Wait};
-use crate::runtime::worker::Bufs;
+use crate::runtime::worker::{Bufs, Worker};
 use crate::session::conn::Conn;
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::{write_all_by, RecvBuf};
@@ -19,8 +19,20 @@ use crate::transport::io::{write_all_by, RecvBuf};
 pub(crate) const STREAM_BUF: usize = 64 * 1024;
 /// Flush re-encoded chunks once this much is pending.
 const FLUSH_AT: usize = 32 * 1024;
-/// How long a write to the client may take.
-pub(crate) const CLIENT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Counts a write to the client that failed because the client did not
+/// read within `timeouts.client_write` (the caller closes the connection).
+/// Called on write errors only, so a request that writes pays nothing.
+#[cold]
+pub(crate) fn client_write_failed(worker: &Worker, e: &std::io::Error) {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        worker
+            .shared
+            .global
+            .client_write_timeouts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 pub(crate) enum BodyError {
     /// The client went away or stalled.
@@ -146,9 +158,23 @@ pub(crate) async fn send_body(
     Ok(sent)
 }
 
-/// Streams the response body to the client after the head in `bufs.out`.
-/// Returns body bytes written; on error, the bytes written so far and
-/// whether the upstream (true) or the client failed.
+/// Why relaying a response body failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The client went away or did not read in time.
+    Client,
+    /// The upstream failed (closed, stalled, sent a malformed body).
+    Upstream,
+    /// The upstream's chunked body was malformed from its first chunk line
+    /// while the response head was still unsent in `bufs.out`: nothing
+    /// reached the client, which can still get an error answer.
+    Unsent,
+}
+
+/// Streams the response body to the client after the head in `bufs.out`;
+/// each write may wait `client_write` (`timeouts.client_write`) for the
+/// client to read. Returns body bytes written; on error, the bytes written
+/// so far and what failed.
 pub(crate) async fn relay_body(
     conn: &Conn<'_>,
     up: &Stream,
@@ -156,17 +182,23 @@ pub(crate) async fn relay_body(
     body: BodyKind,
     rechunk: bool,
     service: &ServiceRt,
-) -> Result<u64, (u64, bool)> {
+    client_write: Duration,
+) -> Result<u64, (u64, Fault)> {
     let idle = service.timeouts.response_body;
     let client = &conn.client;
     let dl = &conn.worker.deadlines;
-    let wdl = || dl.after(CLIENT_WRITE_TIMEOUT);
+    let wdl = || dl.after(client_write);
+    // A failed write to the client: counted when it timed out.
+    let client_failed = |e: std::io::Error, n: u64| {
+        client_write_failed(conn.worker, &e);
+        (n, Fault::Client)
+    };
     let mut written = 0u64;
     match body {
         BodyKind::None => {
             write_all_by(client, &bufs.out, wdl())
                 .await
-                .map_err(|_| (0, false))?;
+                .map_err(|e| client_failed(e, 0))?;
         }
         BodyKind::Length(n) => {
             let take = (bufs.upb.len() as u64).min(n) as usize;
@@ -174,17 +206,17 @@ pub(crate) async fn relay_body(
             bufs.upb.consume(take);
             write_all_by(client, &bufs.out, wdl())
                 .await
-                .map_err(|_| (0, false))?;
+                .map_err(|e| client_failed(e, 0))?;
             written = take as u64;
             while written < n {
                 match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
-                    Ok(0) | Err(_) => return Err((written, true)),
+                    Ok(0) | Err(_) => return Err((written, Fault::Upstream)),
                     Ok(_) => {}
                 }
                 let take = (bufs.upb.len() as u64).min(n - written) as usize;
                 write_all_by(client, &bufs.upb.filled()[..take], wdl())
                     .await
-                    .map_err(|_| (written, false))?;
+                    .map_err(|e| client_failed(e, written))?;
                 bufs.upb.consume(take);
                 written += take as u64;
             }
@@ -192,7 +224,15 @@ pub(crate) async fn relay_body(
         BodyKind::Chunked => {
             let mut dec = ChunkedDecoder::new();
             loop {
-                let step = dec.step(bufs.upb.filled()).map_err(|_| (written, true))?;
+                let step = match dec.step(bufs.upb.filled()) {
+                    Ok(step) => step,
+                    // Only the head is in `out`, never written: the first
+                    // chunk line came with it and is malformed.
+                    Err(_) if written == 0 && !bufs.out.is_empty() => {
+                        return Err((0, Fault::Unsent))
+                    }
+                    Err(_) => return Err((written, Fault::Upstream)),
+                };
                 if let Some(r) = step.data {
                     if rechunk {
                         write_chunk_header(&mut bufs.out, r.len());
@@ -210,7 +250,7 @@ pub(crate) async fn relay_body(
                 if dec.is_done() || bufs.out.len() >= FLUSH_AT || bufs.upb.is_empty() {
                     write_all_by(client, &bufs.out, wdl())
                         .await
-                        .map_err(|_| (written, false))?;
+                        .map_err(|e| client_failed(e, written))?;
                     bufs.out.clear();
                 }
                 if dec.is_done() {
@@ -218,7 +258,7 @@ pub(crate) async fn relay_body(
                 }
                 if bufs.upb.is_empty() {
                     match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
-                        Ok(0) | Err(_) => return Err((written, true)),
+                        Ok(0) | Err(_) => return Err((written, Fault::Upstream)),
                         Ok(_) => {}
                     }
                 }
@@ -230,16 +270,16 @@ pub(crate) async fn relay_body(
             bufs.upb.clear();
             write_all_by(client, &bufs.out, wdl())
                 .await
-                .map_err(|_| (0, false))?;
+                .map_err(|e| client_failed(e, 0))?;
             loop {
                 match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
                     Ok(0) => break,
-                    Err(_) => return Err((written, true)),
+                    Err(_) => return Err((written, Fault::Upstream)),
                     Ok(_) => {}
                 }
                 write_all_by(client, bufs.upb.filled(), wdl())
                     .await
-                    .map_err(|_| (written, false))?;
+                    .map_err(|e| client_failed(e, written))?;
                 written += bufs.upb.len() as u64;
                 bufs.upb.clear();
             }

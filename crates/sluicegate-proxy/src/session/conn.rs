@@ -19,7 +19,7 @@ use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
 
 use super::answer::{https_redirect, Local};
-use super::start::PARK_AFTER;
+use super::start::{Begin, PARK_AFTER};
 use crate::filters::{Answer, Refuse, ReqCx};
 use crate::observe::accesslog;
 use crate::proto::codec::{self, HeadError, Parsed, RequestHead};
@@ -64,8 +64,9 @@ pub struct Conn<'w> {
 
 /// How the wait before a request ended.
 enum Wake {
-    /// Bytes arrived.
-    Request,
+    /// Bytes arrived; for a connection's first request, when its head is
+    /// due if that is known already.
+    Request(Option<Instant>),
     Close,
     /// Idle past [`PARK_AFTER`](super::start::PARK_AFTER): park, with the time the last answer was
     /// written.
@@ -81,28 +82,34 @@ enum Next {
 
 impl Conn<'_> {
     /// Serves requests until the connection closes (`None`) or parks
-    /// (`Some`: when its last answer was written). `first`: no request has
-    /// come on it yet.
-    pub(super) async fn run(&mut self, mut first: bool) -> Option<Instant> {
+    /// (`Some`: when its last answer was written).
+    pub(super) async fn run(&mut self, begin: Begin) -> Option<Instant> {
         let mut cache = arc_swap::Cache::new(&self.worker.shared.snapshot);
+        // No request has come on it yet; when its first head is due.
+        let (mut first, mut header_by) = match begin {
+            Begin::New(by) => (true, by),
+            Begin::Resumed(_) => (false, None),
+        };
         loop {
-            // A new connection gets the header timeout to send its first
-            // byte; between requests the keep-alive timeout applies.
+            // A new connection gets the header timeout, from the accept, to
+            // send its whole first head; between requests the keep-alive
+            // timeout applies, then the header timeout from the first byte.
             let t = &cache.load().timeouts;
             let wait = if first { t.client_header } else { t.keepalive };
-            match self.await_next_request(wait, first).await {
-                Wake::Request => {}
+            let due = match self.await_next_request(wait, first, header_by).await {
+                Wake::Request(due) => due,
                 Wake::Close => return None,
                 Wake::Park(end) => return Some(end),
-            }
+            };
             first = false;
+            header_by = None;
             let snap = cache.load();
             let mut bufs = match self.bufs.take() {
                 Some(b) => b,
                 None => self.worker.take_bufs(),
             };
             self.worker.busy.touch();
-            let next = self.request(snap, &mut bufs).await;
+            let next = self.request(snap, &mut bufs, due).await;
             self.worker.busy.touch();
             self.bufs = Some(bufs);
             if next == Next::Close || self.worker.shutting_down() {
@@ -117,17 +124,24 @@ impl Conn<'_> {
     /// draining, an idle keep-alive connection closes at once; a connection
     /// that has not sent its first request yet (accepted just before the
     /// drain, its request likely on the way) gets [`FIRST_REQUEST_GRACE`].
-    async fn await_next_request(&mut self, wait: Duration, first: bool) -> Wake {
+    /// A first request's head is due by `header_by` when given, otherwise
+    /// `wait` from now (the accept).
+    async fn await_next_request(
+        &mut self,
+        wait: Duration,
+        first: bool,
+        header_by: Option<Instant>,
+    ) -> Wake {
         let worker = self.worker;
         let bufs = self.bufs.get_or_insert_with(|| worker.take_bufs());
         if !bufs.inb.is_empty() {
-            return Wake::Request; // pipelined request already received
+            return Wake::Request(header_by); // pipelined request already received
         }
         // One read attempt before giving the buffers back: a client that
         // sends its next request at once costs no extra wake-up.
         match bufs.inb.try_fill(&self.client, BUF_SIZE) {
             Ok(Some(0)) => return Wake::Close,
-            Ok(Some(_)) => return Wake::Request,
+            Ok(Some(_)) => return Wake::Request(header_by),
             Ok(None) => {}
             Err(_) => return Wake::Close,
         }
@@ -137,9 +151,14 @@ impl Conn<'_> {
         // Between requests, the wait ends early to park the connection.
         let end = self.last_end.take();
         let park = end.filter(|_| !first && wait > PARK_AFTER);
-        let idle = match end {
-            Some(end) => worker.deadlines.at(end + wait.min(PARK_AFTER)),
-            None => worker.deadlines.after(wait),
+        // A first request's head is due `wait` after the accept, however
+        // long its first byte takes: the same deadline bounds both waits.
+        // (The clock read here is the one a wait that sleeps makes anyway.)
+        let due = first.then(|| header_by.unwrap_or_else(|| Instant::now() + wait));
+        let idle = match (end, due) {
+            (_, Some(due)) => worker.deadlines.at(due),
+            (Some(end), None) => worker.deadlines.at(end + wait.min(PARK_AFTER)),
+            (None, None) => worker.deadlines.after(wait),
         }
         .or_shutdown()
         .in_slot(&self.slot);
@@ -147,7 +166,7 @@ impl Conn<'_> {
             .bound(crate::transport::io::read_ready(&self.client))
             .await
         {
-            Ok(Ok(())) => Wake::Request,
+            Ok(Ok(())) => Wake::Request(due),
             Err(Stop::Timeout) => match park {
                 Some(end) => Wake::Park(end),
                 None => Wake::Close,
@@ -161,7 +180,7 @@ impl Conn<'_> {
                     .bound(crate::transport::io::read_ready(&self.client))
                     .await
                 {
-                    Ok(Ok(())) => Wake::Request,
+                    Ok(Ok(())) => Wake::Request(due),
                     _ => Wake::Close,
                 }
             }
@@ -169,10 +188,12 @@ impl Conn<'_> {
         }
     }
 
-    /// Reads, routes and answers one request.
-    async fn request(&mut self, snap: &Snapshot, bufs: &mut Bufs) -> Next {
-        // A request's time, and its header deadline, start with its first
-        // byte (the wait before that has its own timeout).
+    /// Reads, routes and answers one request. Its head is due by `due`
+    /// when given (a connection's first request: from the accept),
+    /// otherwise `client_header` after its first byte.
+    async fn request(&mut self, snap: &Snapshot, bufs: &mut Bufs, due: Option<Instant>) -> Next {
+        // A request's time starts with its first byte (the wait before that
+        // has its own timeout), and so does its header deadline unless due.
         let mut started = (!bufs.inb.is_empty()).then(Instant::now);
         let max_head = snap.limits.max_header_bytes;
         let header_time = snap.timeouts.client_header;
@@ -186,10 +207,12 @@ impl Conn<'_> {
             match parsed {
                 Ok(Parsed::Complete(())) => break,
                 Ok(Parsed::Partial) => {
-                    let wait = match started {
-                        Some(t) => self.worker.until(t + header_time),
+                    let wait = match (due, started) {
+                        (Some(due), Some(_)) => self.worker.until(due),
+                        (None, Some(t)) => self.worker.until(t + header_time),
                         // Nothing received yet: shutdown closes it at once.
-                        None => self.worker.deadlines.after(header_time).or_shutdown(),
+                        (Some(due), None) => self.worker.until(due).or_shutdown(),
+                        (None, None) => self.worker.deadlines.after(header_time).or_shutdown(),
                     }
                     .in_slot(&self.slot);
                     let read = bufs.inb.fill(&self.client, max_head, wait).await;
@@ -201,7 +224,8 @@ impl Conn<'_> {
                         Ok(_) => {}
                         Err(ReadError::Timeout) => {
                             if !bufs.inb.is_empty() {
-                                self.fail_early(bufs, ErrorKind::RequestTimeout).await;
+                                // A slow client gets no extra time: no linger.
+                                self.fail_early(snap, bufs, ErrorKind::RequestTimeout).await;
                             }
                             return Next::Close;
                         }
@@ -218,7 +242,7 @@ impl Conn<'_> {
                         HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
                         HeadError::ExpectationFailed => ErrorKind::ExpectationFailed,
                     };
-                    self.fail_early(bufs, kind).await;
+                    self.refuse_and_close(snap, bufs, kind).await;
                     return Next::Close;
                 }
             }
@@ -244,12 +268,13 @@ impl Conn<'_> {
         let target = match Target::parse(raw, req) {
             Ok(t) => t,
             Err(kind) => {
-                self.fail_early(bufs, kind).await;
+                self.refuse_and_close(snap, bufs, kind).await;
                 return Next::Close;
             }
         };
         if method == b"CONNECT" {
-            self.fail_early(bufs, ErrorKind::MethodNotAllowed).await;
+            self.refuse_and_close(snap, bufs, ErrorKind::MethodNotAllowed)
+                .await;
             return Next::Close;
         }
         let lookup = |name: &[u8]| -> Option<&[u8]> {
@@ -263,7 +288,8 @@ impl Conn<'_> {
             Ok(n) => n,
             Err(crate::route::path::BadPath(why)) => {
                 tracing::debug!(peer = %self.peer, why, "bad request path");
-                self.fail_early(bufs, ErrorKind::BadRequest).await;
+                self.refuse_and_close(snap, bufs, ErrorKind::BadRequest)
+                    .await;
                 return Next::Close;
             }
         };
@@ -299,11 +325,12 @@ impl Conn<'_> {
             let mut head = Vec::new();
             let outcome = match https_redirect(&mut head, raw, &target, method) {
                 Some(status) => {
-                    self.answer_locally(bufs, Local::Fixed(status, &head, &[]), is_head)
+                    self.answer_locally(snap, bufs, Local::Fixed(status, &head, &[]), is_head)
                         .await
                 }
                 None => {
                     self.answer_locally(
+                        snap,
                         bufs,
                         Local::Error(ErrorKind::BadRequest, &fields::NONE),
                         is_head,
@@ -319,6 +346,7 @@ impl Conn<'_> {
         if !snap.ip.is_empty() && !snap.ip.admits(client) {
             let outcome = self
                 .answer_locally(
+                    snap,
                     bufs,
                     Local::Error(ErrorKind::Forbidden, &fields::NONE),
                     is_head,
@@ -332,6 +360,7 @@ impl Conn<'_> {
         let Some(found) = found else {
             let outcome = self
                 .answer_locally(
+                    snap,
                     bufs,
                     Local::Error(ErrorKind::NoRoute, &fields::NONE),
                     is_head,
@@ -381,7 +410,7 @@ impl Conn<'_> {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             let outcome = self
-                .answer_locally(bufs, refuse.local(&mut head), is_head)
+                .answer_locally(snap, bufs, refuse.local(&mut head), is_head)
                 .await;
             // A slot taken by an earlier filter ends with the refusal.
             bufs.edits.guards.clear();
@@ -392,7 +421,7 @@ impl Conn<'_> {
         }
         let outcome = match &route.action {
             ActionRt::Respond { status, head, body } => {
-                self.answer_locally(bufs, Local::Fixed(*status, head, body), is_head)
+                self.answer_locally(snap, bufs, Local::Fixed(*status, head, body), is_head)
                     .await
             }
             ActionRt::Proxy {

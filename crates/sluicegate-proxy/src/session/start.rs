@@ -69,7 +69,7 @@ pub(crate) fn accepted(
             tls: ("", ""),
             identity: None,
         };
-        tokio::task::spawn_local(serve_stream(ready, listener, active, None));
+        tokio::task::spawn_local(serve_stream(ready, listener, active, Begin::New(None)));
     } else {
         tokio::task::spawn_local(prepare_then_serve(tcp, peer, listener, active));
     }
@@ -92,20 +92,38 @@ async fn prepare_then_serve(
             t.client_header
         }
     };
-    if let Some(ready) = prepare(&worker.deadlines, &listener, tcp, peer, limit).await {
-        tokio::task::spawn_local(serve_stream(ready, listener, active, None));
+    let deadline = Instant::now() + limit;
+    if let Some(ready) = prepare(&worker.deadlines, &listener, tcp, peer, deadline).await {
+        // On a plain listener the PROXY header counted against the first
+        // request's header time, which runs from the accept; a TLS
+        // handshake has its own timeout, and the header time starts after it.
+        let header_by = listener.tls.is_none().then_some(deadline);
+        tokio::task::spawn_local(serve_stream(ready, listener, active, Begin::New(header_by)));
     }
 }
 
-/// Serves requests on a connection ready for them; `last_end` is when the
-/// last answer on it was written, for a connection coming back from being
-/// parked.
+/// How a connection comes to its serving task.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Begin {
+    /// Just accepted (and prepared). Its first request head is due by the
+    /// given time when a PROXY header already counted against it;
+    /// otherwise `timeouts.client_header` from now, the accept.
+    New(Option<Instant>),
+    /// Back from being parked: when the last answer on it was written.
+    Resumed(Instant),
+}
+
+/// Serves requests on a connection ready for them.
 pub(crate) async fn serve_stream(
     p: Prepared,
     listener: Arc<ListenerRt>,
     active: Active,
-    last_end: Option<Instant>,
+    begin: Begin,
 ) {
+    let last_end = match begin {
+        Begin::New(_) => None,
+        Begin::Resumed(end) => Some(end),
+    };
     let worker = active.0.clone();
     let tls = listener.tls.is_some().then_some(p.tls);
     let mut conn = Conn {
@@ -121,7 +139,7 @@ pub(crate) async fn serve_stream(
         last_end,
         slot: OwnSlot::new(&worker.deadlines),
     };
-    let park = conn.run(last_end.is_none()).await;
+    let park = conn.run(begin).await;
     if let Some(b) = conn.bufs.take() {
         worker.give_bufs(b);
     }
@@ -154,6 +172,6 @@ pub(super) async fn parked_wait(
             .await
     };
     if let Ok(Ok(())) = ready {
-        tokio::task::spawn_local(serve_stream(p, listener, active, Some(end)));
+        tokio::task::spawn_local(serve_stream(p, listener, active, Begin::Resumed(end)));
     }
 }

@@ -68,6 +68,12 @@ impl Duplex {
         Ok(bytes.len())
     }
 
+    /// The other end reads an end once it has read what was sent.
+    pub(crate) fn shutdown_write(&self) {
+        self.tx.closed.set(true);
+        self.tx.wake();
+    }
+
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if !self.rx.bytes.borrow().is_empty() || self.rx.closed.get() {
             return Poll::Ready(Ok(()));

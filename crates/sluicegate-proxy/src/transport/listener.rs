@@ -188,15 +188,14 @@ pub(crate) struct Prepared {
 }
 
 /// Reads the PROXY header and runs the TLS handshake that `listener`
-/// asks for, within `limit`. `None`: the connection is to be closed.
+/// asks for, by `deadline`. `None`: the connection is to be closed.
 pub(crate) async fn prepare(
     dl: &Deadlines,
     listener: &ListenerRt,
     tcp: TcpStream,
     peer: SocketAddr,
-    limit: Duration,
+    deadline: std::time::Instant,
 ) -> Option<Prepared> {
-    let deadline = std::time::Instant::now() + limit;
     let mut client = peer;
     if listener.proxy_protocol {
         match read_proxy_header(dl, &tcp, deadline).await {

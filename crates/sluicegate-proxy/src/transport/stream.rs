@@ -103,6 +103,20 @@ impl Stream {
         }
     }
 
+    /// Ends our side of the connection (a TLS close_notify, then a TCP
+    /// FIN), keeping it open for reading: what was written still arrives,
+    /// and the peer sees its end. Best effort: errors are ignored.
+    pub(crate) fn shutdown_write(&self) {
+        match self {
+            Stream::Tcp(s) => {
+                let _ = rustix::net::shutdown(s, rustix::net::Shutdown::Write);
+            }
+            Stream::Tls(t) => t.shutdown_write(),
+            #[cfg(test)]
+            Stream::Duplex(d) => d.shutdown_write(),
+        }
+    }
+
     /// Whether an idle pooled connection is still quiet: nothing arrived on
     /// it since its last response. Bytes sent after a complete response (a
     /// stray or extra response) would be read as the next request's
@@ -123,6 +137,31 @@ impl Stream {
             other => other.try_recv(&mut probe),
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// [`Stream::quiet`], asking the socket itself: one `recv` that
+    /// returns `EAGAIN` when nothing came, whatever the runtime's readiness
+    /// says, so it also sees bytes (or a close) that arrived since the
+    /// worker's last `epoll_wait`. Costs a syscall: used only before
+    /// reusing a connection whose last response had no body. On TLS, any
+    /// bytes on the socket count (a record carrying no data, which
+    /// [`Stream::quiet`] would take in, retires the connection too).
+    #[cold]
+    pub(crate) fn quiet_now(&self) -> bool {
+        let tcp = match self {
+            Stream::Tcp(s) => s,
+            Stream::Tls(t) => {
+                if !self.quiet() {
+                    return false;
+                }
+                t.tcp()
+            }
+            #[cfg(test)]
+            Stream::Duplex(_) => return self.quiet(),
+        };
+        let mut probe = [0u8; 1];
+        let r = rustix::net::recv(tcp, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT);
+        matches!(r, Err(rustix::io::Errno::AGAIN))
     }
 }
 
@@ -212,6 +251,24 @@ mod tests {
             assert_eq!(ours.try_recv(&mut buf).unwrap(), 2);
             assert!(ours.quiet());
             assert!(ours.quiet());
+        });
+    }
+
+    #[test]
+    fn quiet_now_sees_bytes_the_runtime_has_not_reported_yet() {
+        run(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let (ours, mut theirs) = pair(&l).await;
+            assert!(ours.quiet_now());
+            // Sent, and on our socket at once (loopback), but this task
+            // has not yielded since: epoll has not reported it.
+            theirs.write_all(b"x").await.unwrap();
+            assert!(ours.quiet(), "the readiness check cannot see it yet");
+            assert!(!ours.quiet_now());
+            // A close, likewise.
+            let (ours, theirs) = pair(&l).await;
+            drop(theirs);
+            assert!(!ours.quiet_now());
         });
     }
 }

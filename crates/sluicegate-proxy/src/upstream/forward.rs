@@ -20,7 +20,7 @@ use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::deadline::Deadlines;
 use crate::runtime::worker::Bufs;
-use crate::session::body::{linger, relay_body, send_body, BodyError, CLIENT_WRITE_TIMEOUT};
+use crate::session::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::session::conn::Conn;
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
@@ -99,17 +99,21 @@ async fn connect(
     Ok(Stream::Tls(Box::new(s)))
 }
 /// Answers an error to the client from inside `forward`.
-async fn fail<'s>(conn: &Conn<'_>, bufs: &mut Bufs, kind: ErrorKind, close: bool) -> Outcome<'s> {
+async fn fail<'s>(
+    (conn, snap): (&Conn<'_>, &Snapshot),
+    bufs: &mut Bufs,
+    kind: ErrorKind,
+    close: bool,
+) -> Outcome<'s> {
     let close = close || kind.closes();
     bufs.out.clear();
     response::error(&mut bufs.out, kind, close, bufs.is_head);
     let len = bufs.out.len() as u64;
-    let write = write_all_by(
-        &conn.client,
-        &bufs.out,
-        conn.worker.deadlines.after(CLIENT_WRITE_TIMEOUT),
-    )
-    .await;
+    let limit = snap.timeouts.client_write;
+    let write = write_all_by(&conn.client, &bufs.out, conn.worker.deadlines.after(limit)).await;
+    if let Err(e) = &write {
+        client_write_failed(conn.worker, e);
+    }
     Outcome::local(kind.status(), len, close || write.is_err())
 }
 
@@ -130,7 +134,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let body_pending = body != BodyKind::None;
     if let BodyKind::Length(n) = body {
         if n > snap.limits.max_body_bytes {
-            return fail(conn, bufs, ErrorKind::BodyTooLarge, true).await;
+            return fail((conn, snap), bufs, ErrorKind::BodyTooLarge, true).await;
         }
     }
     let raw = bufs.inb.filled();
@@ -161,7 +165,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let Some(mut ep_index) = ep_arc else {
         // Every endpoint is down: shed at once, never queue.
         let close = close_req || body_pending;
-        return fail(conn, bufs, ErrorKind::NoHealthyEndpoint, close).await;
+        return fail((conn, snap), bufs, ErrorKind::NoHealthyEndpoint, close).await;
     };
     let mut ep: &'s EndpointState = &service.endpoints[ep_index];
     // Every attempt must have the response head by then.
@@ -169,7 +173,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let wait = service.timeouts.connect.min(service.timeouts.request);
     let Some(mut _permit) = ep.acquire(wait).await else {
         let mut o = fail(
-            conn,
+            (conn, snap),
             bufs,
             ErrorKind::UpstreamBusy,
             close_req || body_pending,
@@ -234,9 +238,14 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         if attempt == 0 {
             loop {
                 let taken = worker.pool.borrow_mut().take(ep.id, started);
-                let Some(s) = taken else { break };
+                let Some((s, recheck)) = taken else { break };
                 // Stray bytes or a close since its last response: not usable.
-                if s.quiet() {
+                // After a response without a body, where an upstream's
+                // stray bytes (a body on a 204 or a HEAD) come right after
+                // the head, the socket itself is asked; otherwise the
+                // runtime's readiness is, with no syscall.
+                let quiet = if recheck { s.quiet_now() } else { s.quiet() };
+                if quiet {
                     pooled = Some(s);
                     break;
                 }
@@ -279,7 +288,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                         }
                     }
                     let mut o = fail(
-                        conn,
+                        (conn, snap),
                         bufs,
                         ErrorKind::UpstreamFailed,
                         close_req || remaining > 0 || chunked,
@@ -292,15 +301,15 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         };
         if !sent_continue && body_pending {
             sent_continue = true;
-            let deadline = Instant::now() + CLIENT_WRITE_TIMEOUT;
-            if write_all_by(
+            let deadline = Instant::now() + snap.timeouts.client_write;
+            if let Err(e) = write_all_by(
                 &conn.client,
                 b"HTTP/1.1 100 Continue\r\n\r\n",
                 worker.until(deadline),
             )
             .await
-            .is_err()
             {
+                client_write_failed(worker, &e);
                 return Outcome::local(400, 0, true);
             }
         }
@@ -317,7 +326,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             }
             admit.failed(ep);
             let mut o = fail(
-                conn,
+                (conn, snap),
                 bufs,
                 ErrorKind::UpstreamFailed,
                 close_req || remaining > 0,
@@ -354,7 +363,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                         BodyError::BadChunk => ErrorKind::BadRequest,
                         BodyError::TooLarge => ErrorKind::BodyTooLarge,
                     };
-                    let mut o = fail(conn, bufs, kind, true).await;
+                    let mut o = fail((conn, snap), bufs, kind, true).await;
                     o.endpoint = Some(ep);
                     return o;
                 }
@@ -412,7 +421,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                     _ => ErrorKind::UpstreamFailed,
                 };
                 tracing::debug!(endpoint = %ep.name, status = kind.status(), "upstream response failed");
-                let mut o = fail(conn, bufs, kind, close_req).await;
+                let mut o = fail((conn, snap), bufs, kind, close_req).await;
                 o.endpoint = Some(ep);
                 return o;
             }
@@ -431,7 +440,16 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         || res_body == BodyKind::UntilClose
         || (res_body == BodyKind::Chunked && client_minor == 0);
     write_response_head(bufs, close, client_minor);
-    let relay = relay_body(conn, &up, bufs, res_body, client_minor == 1, service).await;
+    let relay = relay_body(
+        conn,
+        &up,
+        bufs,
+        res_body,
+        client_minor == 1,
+        service,
+        snap.timeouts.client_write,
+    )
+    .await;
     let mut outcome = Outcome {
         status,
         bytes_in,
@@ -446,8 +464,27 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             if !bufs.res.close && !body_cut && bufs.upb.is_empty() {
                 let expires = head_at + service.timeouts.idle;
                 let ep_arc = &service.endpoints[ep_index];
-                worker.pool.borrow_mut().put(ep_arc, up, expires, ep.max);
+                // No body (204, 304, HEAD, a zero length): recheck at reuse.
+                worker
+                    .pool
+                    .borrow_mut()
+                    .put(ep_arc, up, expires, ep.max, n == 0);
             }
+        }
+        Err((_, Fault::Unsent)) => {
+            // A malformed first chunk line came with the head, so nothing
+            // reached the client: it gets a 502 instead of the head (which
+            // `fail` drops). The upstream connection is not pooled, and its
+            // circuit counts the failure.
+            if !ep.breaker.counts_status(status) {
+                admit.failed_after_success(ep);
+            }
+            tracing::debug!(endpoint = %ep.name, "malformed chunked body from upstream");
+            let closes = close || body_cut;
+            outcome = fail((conn, snap), bufs, ErrorKind::UpstreamFailed, closes).await;
+            outcome.bytes_in = bytes_in;
+            outcome.upstream_us = Some(upstream_us);
+            outcome.endpoint = Some(ep);
         }
         Err((n, _)) => {
             outcome.bytes_out = n;
@@ -501,6 +538,15 @@ impl<'a> Verdict<'a> {
     fn succeeded(&mut self, ep: &EndpointState) {
         self.pending = None;
         ep.breaker.succeeded(self.admit);
+    }
+
+    /// Counts a failure found after the response head was counted a
+    /// success (a malformed body start): as an ordinary failure, since a
+    /// probe's verdict was given with the head.
+    #[cold]
+    fn failed_after_success(&mut self, ep: &EndpointState) {
+        self.admit = Admit::Closed;
+        self.failed(ep);
     }
 }
 

@@ -13,6 +13,9 @@ use crate::upstream::endpoint::EndpointState;
 struct Idle {
     stream: Option<Stream>,
     expires: Instant,
+    /// Its last response had no body: check the socket itself before reuse
+    /// (see [`Stream::quiet_now`]).
+    recheck: bool,
     ep: Arc<EndpointState>,
 }
 
@@ -30,19 +33,28 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Takes a usable idle connection for endpoint `id`.
-    pub fn take(&mut self, id: usize, now: Instant) -> Option<Stream> {
+    /// Takes an unexpired idle connection for endpoint `id`, and whether
+    /// its last response had no body (`recheck` when it was put).
+    pub fn take(&mut self, id: usize, now: Instant) -> Option<(Stream, bool)> {
         let slot = self.slots.get_mut(id)?;
         while let Some(mut idle) = slot.pop() {
             if idle.expires > now {
-                return idle.stream.take();
+                return idle.stream.take().map(|s| (s, idle.recheck));
             }
         }
         None
     }
 
-    /// Keeps `stream` for reuse until `expires`, unless `cap` are kept already.
-    pub fn put(&mut self, ep: &Arc<EndpointState>, stream: Stream, expires: Instant, cap: usize) {
+    /// Keeps `stream` for reuse until `expires`, unless `cap` are kept
+    /// already. `recheck`: its last response had no body.
+    pub fn put(
+        &mut self,
+        ep: &Arc<EndpointState>,
+        stream: Stream,
+        expires: Instant,
+        cap: usize,
+        recheck: bool,
+    ) {
         if self.slots.len() <= ep.id {
             self.slots.resize_with(ep.id + 1, Vec::new);
         }
@@ -52,6 +64,7 @@ impl Pool {
             slot.push(Idle {
                 stream: Some(stream),
                 expires,
+                recheck,
                 ep: ep.clone(),
             });
         }

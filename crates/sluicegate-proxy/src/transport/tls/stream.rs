@@ -257,6 +257,15 @@ impl TlsStream {
         self.tcp.poll_read_ready(cx)
     }
 
+    /// Sends close_notify (as much as the socket takes now), then shuts
+    /// the socket's write side.
+    pub(crate) fn shutdown_write(&self) {
+        let mut c = self.conn.borrow_mut();
+        c.send_close_notify();
+        let _ = flush(&mut c, &self.tcp);
+        let _ = rustix::net::shutdown(&self.tcp, rustix::net::Shutdown::Write);
+    }
+
     /// Who the client's certificate names, when it sent one (the listener
     /// verified it against its `client_ca` during the handshake).
     pub(crate) fn client_identity(&self) -> Option<ClientIdentity> {
