@@ -10,9 +10,10 @@ use crate::filters::Edits;
 use crate::observe::accesslog::Sink;
 use crate::proto::codec::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
-use crate::runtime::deadline::{Deadlines, Wait};
+use crate::runtime::deadline::{Deadlines, OwnSlot, Wait};
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
+use crate::transport::stream::Stream;
 use crate::upstream::pool::Pool;
 
 /// Initial size of each receive buffer.
@@ -49,6 +50,22 @@ pub struct Worker {
     /// The fewest sets the free list held since the last trim: that many
     /// sat unused all along (the list is used from its end).
     free_low: Cell<usize>,
+}
+
+/// What the upstream side uses of the client's connection: its stream,
+/// its worker, its deadline slot, and what the forwarded headers say of
+/// it. Borrowed from the session for one request, so that forwarding
+/// never reaches back into the session.
+#[derive(Clone, Copy)]
+pub struct Downstream<'a> {
+    pub worker: &'a Worker,
+    pub client: &'a Stream,
+    /// The connection's deadline slot (for the wait for a response head).
+    pub slot: &'a OwnSlot<'a>,
+    /// The connection's peer address as text.
+    pub peer_ip: &'a str,
+    /// The connection is TLS.
+    pub https: bool,
 }
 
 /// Per-request scratch space, reused across requests and connections.

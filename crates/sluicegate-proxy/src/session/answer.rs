@@ -12,9 +12,9 @@ use crate::proto::fields::Fields;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::worker::Bufs;
-use crate::session::body::{client_write_failed, linger};
 use crate::snapshot::Snapshot;
 use crate::transport::io::write_all_by;
+use crate::upstream::body::{client_write_failed, linger};
 use crate::upstream::forward::Outcome;
 
 /// Bodies up to this size are read and discarded when the gateway answers
@@ -130,7 +130,7 @@ impl Conn<'_> {
         let mut outcome = Outcome::local(status, body_len as u64, close);
         if let (false, BodyKind::Length(n)) = (close, body) {
             let deadline = Instant::now() + snap.timeouts.client_write;
-            if crate::session::body::discard(
+            if crate::upstream::body::discard(
                 &self.client,
                 &mut bufs.inb,
                 n,

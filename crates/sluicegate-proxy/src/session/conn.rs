@@ -28,7 +28,7 @@ use crate::proto::response::ErrorKind;
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
 use crate::runtime::deadline::{OwnSlot, Stop};
-use crate::runtime::worker::{Bufs, Worker, BUF_SIZE};
+use crate::runtime::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::io::ReadError;
 use crate::upstream::forward::{self, Outcome};
@@ -430,7 +430,7 @@ impl Conn<'_> {
             } => {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let cx = forward::Request {
-                    conn: self,
+                    down: self.downstream(),
                     client,
                     snap,
                     service,
@@ -452,6 +452,17 @@ impl Conn<'_> {
         self.log(snap, bufs, method_len, &route.name, svc, &outcome, total_us);
         outcome.next()
     }
+    /// What forwarding uses of this connection.
+    fn downstream(&self) -> Downstream<'_> {
+        Downstream {
+            worker: self.worker,
+            client: &self.client,
+            slot: &self.slot,
+            peer_ip: &self.peer_ip,
+            https: self.tls.is_some(),
+        }
+    }
+
     /// Marks the end of a request (one clock read, shared by the metrics,
     /// the access log and the next keep-alive wait); its time in µs.
     fn finish(&mut self, started: Instant) -> u64 {

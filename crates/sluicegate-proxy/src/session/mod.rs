@@ -1,9 +1,10 @@
 //! Per-connection drivers: how a connection starts, parks and comes back
-//! (`start`), the HTTP/1.1 client connection's request loop (`conn`), the
-//! answers it makes itself (`answer`) and the bodies it streams (`body`).
+//! (`start`), the HTTP/1.1 client connection's request loop (`conn`) and
+//! the answers it makes itself (`answer`). Forwarding (`crate::upstream`)
+//! sees the connection only as a [`crate::runtime::worker::Downstream`]
+//! and never imports from here.
 
 mod answer;
-pub(crate) mod body;
 pub(crate) mod conn;
 pub(crate) mod start;
 

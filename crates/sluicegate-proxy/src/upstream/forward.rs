@@ -19,14 +19,13 @@ use crate::proto::codec::BodyKind;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::deadline::Deadlines;
-use crate::runtime::worker::Bufs;
-use crate::session::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
-use crate::session::conn::Conn;
+use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
 use crate::transport::tls::TlsStream;
 use crate::upstream::balancer::PickContext;
+use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::upstream::breaker::Admit;
 use crate::upstream::endpoint::EndpointState;
 use crate::upstream::head::{
@@ -59,8 +58,9 @@ impl Outcome<'_> {
 }
 
 /// What `forward` needs besides the buffers.
-pub struct Request<'a, 'w, 's> {
-    pub conn: &'a Conn<'w>,
+pub struct Request<'a, 's> {
+    /// The client's connection.
+    pub down: Downstream<'a>,
     /// The client's address (the connection's, or one a trusted proxy
     /// named).
     pub client: std::net::IpAddr,
@@ -100,7 +100,7 @@ async fn connect(
 }
 /// Answers an error to the client from inside `forward`.
 async fn fail<'s>(
-    (conn, snap): (&Conn<'_>, &Snapshot),
+    (down, snap): (Downstream<'_>, &Snapshot),
     bufs: &mut Bufs,
     kind: ErrorKind,
     close: bool,
@@ -110,16 +110,16 @@ async fn fail<'s>(
     response::error(&mut bufs.out, kind, close, bufs.is_head);
     let len = bufs.out.len() as u64;
     let limit = snap.timeouts.client_write;
-    let write = write_all_by(&conn.client, &bufs.out, conn.worker.deadlines.after(limit)).await;
+    let write = write_all_by(down.client, &bufs.out, down.worker.deadlines.after(limit)).await;
     if let Err(e) = &write {
-        client_write_failed(conn.worker, e);
+        client_write_failed(down.worker, e);
     }
     Outcome::local(kind.status(), len, close || write.is_err())
 }
 
-pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
+pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     let Request {
-        conn,
+        down,
         client,
         snap,
         service,
@@ -127,14 +127,14 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         strip,
         started,
     } = cx;
-    let worker = conn.worker;
+    let worker = down.worker;
     let body = bufs.req.body();
     let close_req = bufs.req.close || worker.shutting_down();
     // Until the body is read, an error answer must close the connection.
     let body_pending = body != BodyKind::None;
     if let BodyKind::Length(n) = body {
         if n > snap.limits.max_body_bytes {
-            return fail((conn, snap), bufs, ErrorKind::BodyTooLarge, true).await;
+            return fail((down, snap), bufs, ErrorKind::BodyTooLarge, true).await;
         }
     }
     let raw = bufs.inb.filled();
@@ -165,7 +165,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let Some(mut ep_index) = ep_arc else {
         // Every endpoint is down: shed at once, never queue.
         let close = close_req || body_pending;
-        return fail((conn, snap), bufs, ErrorKind::NoHealthyEndpoint, close).await;
+        return fail((down, snap), bufs, ErrorKind::NoHealthyEndpoint, close).await;
     };
     let mut ep: &'s EndpointState = &service.endpoints[ep_index];
     // Every attempt must have the response head by then.
@@ -173,7 +173,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     let wait = service.timeouts.connect.min(service.timeouts.request);
     let Some(mut _permit) = ep.acquire(wait).await else {
         let mut o = fail(
-            (conn, snap),
+            (down, snap),
             bufs,
             ErrorKind::UpstreamBusy,
             close_req || body_pending,
@@ -202,8 +202,8 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         target,
         strip,
         service.forwarded_headers.then_some(Forwarded {
-            client: &conn.peer_ip,
-            https: conn.tls.is_some(),
+            client: down.peer_ip,
+            https: down.https,
         }),
         ep,
         &bufs.edits,
@@ -288,7 +288,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                         }
                     }
                     let mut o = fail(
-                        (conn, snap),
+                        (down, snap),
                         bufs,
                         ErrorKind::UpstreamFailed,
                         close_req || remaining > 0 || chunked,
@@ -303,7 +303,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             sent_continue = true;
             let deadline = Instant::now() + snap.timeouts.client_write;
             if let Err(e) = write_all_by(
-                &conn.client,
+                down.client,
                 b"HTTP/1.1 100 Continue\r\n\r\n",
                 worker.until(deadline),
             )
@@ -326,7 +326,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             }
             admit.failed(ep);
             let mut o = fail(
-                (conn, snap),
+                (down, snap),
                 bufs,
                 ErrorKind::UpstreamFailed,
                 close_req || remaining > 0,
@@ -341,7 +341,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             // of the body is not sent.
             let Bufs { inb, out, upb, .. } = &mut *bufs;
             let sent = tokio::select! {
-                r = send_body(&worker.deadlines, &conn.client, &up, inb, out, body, remaining, snap) => r,
+                r = send_body(&worker.deadlines, down.client, &up, inb, out, body, remaining, snap) => r,
                 early = early_response(&up, upb) => {
                     if early {
                         body_cut = true;
@@ -363,7 +363,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                         BodyError::BadChunk => ErrorKind::BadRequest,
                         BodyError::TooLarge => ErrorKind::BodyTooLarge,
                     };
-                    let mut o = fail((conn, snap), bufs, kind, true).await;
+                    let mut o = fail((down, snap), bufs, kind, true).await;
                     o.endpoint = Some(ep);
                     return o;
                 }
@@ -371,7 +371,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         }
         let sent_at = Instant::now();
         let deadline = (sent_at + service.timeouts.response_header).min(total);
-        let head = read_response_head(&up, conn, bufs, is_head, client_minor, deadline).await;
+        let head = read_response_head(&up, down, bufs, is_head, client_minor, deadline).await;
         // What this attempt's outcome allows: another endpoint for an
         // idempotent request still at hand, when the service retries it.
         let r = &service.retries.settings;
@@ -421,7 +421,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
                     _ => ErrorKind::UpstreamFailed,
                 };
                 tracing::debug!(endpoint = %ep.name, status = kind.status(), "upstream response failed");
-                let mut o = fail((conn, snap), bufs, kind, close_req).await;
+                let mut o = fail((down, snap), bufs, kind, close_req).await;
                 o.endpoint = Some(ep);
                 return o;
             }
@@ -441,7 +441,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
         || (res_body == BodyKind::Chunked && client_minor == 0);
     write_response_head(bufs, close, client_minor);
     let relay = relay_body(
-        conn,
+        down,
         &up,
         bufs,
         res_body,
@@ -481,7 +481,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
             }
             tracing::debug!(endpoint = %ep.name, "malformed chunked body from upstream");
             let closes = close || body_cut;
-            outcome = fail((conn, snap), bufs, ErrorKind::UpstreamFailed, closes).await;
+            outcome = fail((down, snap), bufs, ErrorKind::UpstreamFailed, closes).await;
             outcome.bytes_in = bytes_in;
             outcome.upstream_us = Some(upstream_us);
             outcome.endpoint = Some(ep);
@@ -494,7 +494,7 @@ pub async fn forward<'s>(cx: Request<'_, '_, 's>, bufs: &mut Bufs) -> Outcome<'s
     if body_cut {
         linger(
             &worker.deadlines,
-            &conn.client,
+            down.client,
             &mut bufs.inb,
             snap.limits.max_body_bytes,
         )

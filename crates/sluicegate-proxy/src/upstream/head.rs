@@ -10,8 +10,7 @@ use crate::filters::Edits;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestHead};
 use crate::proto::response;
 use crate::route::target::Target;
-use crate::runtime::worker::Bufs;
-use crate::session::conn::Conn;
+use crate::runtime::worker::{Bufs, Downstream};
 use crate::transport::io::{write_all_by, ReadError, RecvBuf};
 use crate::upstream::endpoint::EndpointState;
 
@@ -127,7 +126,7 @@ pub(crate) async fn early_response(up: &Stream, upb: &mut RecvBuf) -> bool {
 /// informational responses (other than 100) to HTTP/1.1 clients.
 pub(crate) async fn read_response_head(
     up: &Stream,
-    conn: &Conn<'_>,
+    down: Downstream<'_>,
     bufs: &mut Bufs,
     is_head: bool,
     client_minor: u8,
@@ -152,7 +151,7 @@ pub(crate) async fn read_response_head(
                 }
                 if status != 100 && client_minor == 1 {
                     let info = &bufs.upb.filled()[..bufs.res.len];
-                    let _ = write_all_by(&conn.client, info, conn.worker.until(deadline)).await;
+                    let _ = write_all_by(down.client, info, down.worker.until(deadline)).await;
                 }
                 bufs.upb.consume(bufs.res.len);
                 got = true;
@@ -162,7 +161,7 @@ pub(crate) async fn read_response_head(
                 .fill(
                     up,
                     MAX_RESPONSE_HEAD,
-                    conn.worker.until(deadline).in_slot(&conn.slot),
+                    down.worker.until(deadline).in_slot(down.slot),
                 )
                 .await
             {

@@ -3,6 +3,7 @@
 //! failed connects, circuit breakers and active health checks.
 
 pub(crate) mod balancer;
+pub(crate) mod body;
 pub(crate) mod breaker;
 pub(crate) mod eject;
 pub(crate) mod endpoint;

@@ -10,8 +10,7 @@ use crate::transport::stream::Stream;
 use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
 use crate::runtime::deadline::{Deadlines, Wait};
-use crate::runtime::worker::{Bufs, Worker};
-use crate::session::conn::Conn;
+use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::{write_all_by, RecvBuf};
 
@@ -176,7 +175,7 @@ pub(crate) enum Fault {
 /// client to read. Returns body bytes written; on error, the bytes written
 /// so far and what failed.
 pub(crate) async fn relay_body(
-    conn: &Conn<'_>,
+    down: Downstream<'_>,
     up: &Stream,
     bufs: &mut Bufs,
     body: BodyKind,
@@ -185,12 +184,12 @@ pub(crate) async fn relay_body(
     client_write: Duration,
 ) -> Result<u64, (u64, Fault)> {
     let idle = service.timeouts.response_body;
-    let client = &conn.client;
-    let dl = &conn.worker.deadlines;
+    let client = down.client;
+    let dl = &down.worker.deadlines;
     let wdl = || dl.after(client_write);
     // A failed write to the client: counted when it timed out.
     let client_failed = |e: std::io::Error, n: u64| {
-        client_write_failed(conn.worker, &e);
+        client_write_failed(down.worker, &e);
         (n, Fault::Client)
     };
     let mut written = 0u64;
