@@ -13,8 +13,10 @@ pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
 pub use policy::{CorsPolicy, HeaderOpsRt, HeaderPolicy, IpFilter, PathRewrite};
 
 use std::fmt::Debug;
+use std::future::Future;
 use std::net::IpAddr;
 use std::ops::Range;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -104,16 +106,35 @@ pub struct ReqCx<'a> {
     pub(crate) identity: Option<&'a ClientIdentity>,
 }
 
+/// What a filter waits for before it decides: it owns or borrows from the
+/// filter what it needs, never the request.
+pub type Wait<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
 /// One policy on a route.
 pub trait Filter: Send + Sync + Debug {
     /// Runs before the request is forwarded; an error answers it.
     fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse>;
+
+    /// Whether this filter may have to wait before it decides (for a
+    /// shared store, say). Asked once, when the route is compiled: a route
+    /// with no such filter runs its filters without an await.
+    fn waits(&self) -> bool {
+        false
+    }
+
+    /// For a filter that [`Filter::waits`]: what to wait for before
+    /// [`Filter::on_request`] runs, if anything now.
+    fn wait<'a>(&'a self, _cx: &ReqCx<'a>) -> Option<Wait<'a>> {
+        None
+    }
 }
 
 /// A route's filters in order. The first two are held in the route itself
 /// (an app-key route has two: the key, then the plan), so a request does
 /// not first load a list from elsewhere: with ten thousand routes hit at
-/// random, that list is one more cache miss per request.
+/// random, that list is one more cache miss per request. A route with a
+/// filter that [`Filter::waits`] keeps them all in the list instead (and
+/// that is how it is known to wait, at no cost to a route's size).
 #[derive(Debug, Default)]
 pub struct Filters {
     head: [Option<Box<dyn Filter>>; 2],
@@ -122,6 +143,12 @@ pub struct Filters {
 
 impl Filters {
     pub fn new(list: Vec<Box<dyn Filter>>) -> Filters {
+        if list.iter().any(|f| f.waits()) {
+            return Filters {
+                head: [None, None],
+                rest: list.into(),
+            };
+        }
         let mut list = list.into_iter();
         let head = [list.next(), list.next()];
         Filters {
@@ -131,7 +158,12 @@ impl Filters {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.head[0].is_none()
+        self.head[0].is_none() && self.rest.is_empty()
+    }
+
+    /// Whether some filter may wait before it decides.
+    pub fn waits(&self) -> bool {
+        self.head[0].is_none() && !self.rest.is_empty()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &dyn Filter> {

@@ -175,7 +175,7 @@ pub(crate) enum Fault {
 /// client to read. Returns body bytes written; on error, the bytes written
 /// so far and what failed.
 pub(crate) async fn relay_body(
-    down: Downstream<'_>,
+    down: &Downstream<'_>,
     up: &Stream,
     bufs: &mut Bufs,
     body: BodyKind,

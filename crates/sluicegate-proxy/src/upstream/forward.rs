@@ -60,7 +60,7 @@ impl Outcome<'_> {
 /// What `forward` needs besides the buffers.
 pub struct Request<'a, 's> {
     /// The client's connection.
-    pub down: Downstream<'a>,
+    pub down: &'a Downstream<'a>,
     /// The client's address (the connection's, or one a trusted proxy
     /// named).
     pub client: std::net::IpAddr,
@@ -100,7 +100,7 @@ async fn connect(
 }
 /// Answers an error to the client from inside `forward`.
 async fn fail<'s>(
-    (down, snap): (Downstream<'_>, &Snapshot),
+    (down, snap): (&Downstream<'_>, &Snapshot),
     bufs: &mut Bufs,
     kind: ErrorKind,
     close: bool,

@@ -126,7 +126,7 @@ pub(crate) async fn early_response(up: &Stream, upb: &mut RecvBuf) -> bool {
 /// informational responses (other than 100) to HTTP/1.1 clients.
 pub(crate) async fn read_response_head(
     up: &Stream,
-    down: Downstream<'_>,
+    down: &Downstream<'_>,
     bufs: &mut Bufs,
     is_head: bool,
     client_minor: u8,
