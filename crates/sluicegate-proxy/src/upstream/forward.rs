@@ -10,6 +10,7 @@
 //! whole request is still at hand. The heads on the upstream side are
 //! `upstream_head`'s, the bodies `body`'s.
 
+use std::net::IpAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ use crate::proto::codec::BodyKind;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::deadline::Deadlines;
-use crate::runtime::worker::{Bufs, Downstream};
+use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
@@ -117,6 +118,111 @@ async fn fail<'s>(
     Outcome::local(kind.status(), len, close || write.is_err())
 }
 
+/// The endpoint for a request: the balancer's pick among the endpoints in
+/// rotation; when none is, one only ejected after failed connects (a lone
+/// endpoint that restarted is back with its first good connect); `None`
+/// when every endpoint is down.
+#[inline]
+fn choose(service: &ServiceRt, client: IpAddr, target: &Target, bufs: &Bufs) -> Option<usize> {
+    let raw = bufs.inb.filled();
+    let req = &bufs.req;
+    let lookup = |name: &[u8]| -> Option<&[u8]> {
+        req.headers
+            .iter()
+            .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
+            .map(|h| &raw[h.value.clone()])
+    };
+    let pcx = PickContext {
+        client_ip: client,
+        path: target.path(raw),
+        header: &lookup,
+    };
+    service.balancer.pick(&service.endpoints, &pcx).or_else(|| {
+        service.balancer.pick_by(
+            &service.endpoints,
+            &pcx,
+            EndpointState::usable_when_all_ejected,
+        )
+    })
+}
+
+/// What [`prepare`] decided about sending a request.
+struct Plan {
+    is_head: bool,
+    client_minor: u8,
+    /// Body bytes still to read from the client and send.
+    remaining: u64,
+    /// Body bytes already in `out` after the head.
+    bytes_in: u64,
+    chunked: bool,
+    /// The whole request is in `out`: it can be sent again.
+    replayable: bool,
+    /// No `100 Continue` is owed to the client.
+    sent_continue: bool,
+    /// The head names no endpoint (it has a Host), so it can go to another.
+    portable: bool,
+    idempotent: bool,
+}
+
+/// Writes the rewritten request head into `bufs.out`, followed by the body
+/// bytes that already arrived with it, and takes both out of `bufs.inb`.
+#[inline]
+fn prepare(
+    down: &Downstream<'_>,
+    service: &ServiceRt,
+    target: &Target,
+    strip: usize,
+    ep: &EndpointState,
+    body: BodyKind,
+    bufs: &mut Bufs,
+) -> Plan {
+    let raw = bufs.inb.filled();
+    let method = &raw[bufs.req.method.clone()];
+    let portable = bufs.req.host.is_some() || target.authority.is_some();
+    let idempotent = matches!(
+        method,
+        b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
+    );
+    let is_head = method == b"HEAD";
+    write_request_head(
+        &mut bufs.out,
+        raw,
+        &bufs.req,
+        target,
+        strip,
+        service.forwarded_headers.then_some(Forwarded {
+            client: down.peer_ip,
+            https: down.https,
+        }),
+        ep,
+        &bufs.edits,
+    );
+    let client_minor = bufs.req.minor;
+    let expect_continue = bufs.req.expect_continue;
+    bufs.inb.consume(bufs.req.len);
+    let mut remaining = 0;
+    let mut bytes_in = 0;
+    if let BodyKind::Length(n) = body {
+        let take = (bufs.inb.len() as u64).min(n) as usize;
+        bufs.out.extend_from_slice(&bufs.inb.filled()[..take]);
+        bufs.inb.consume(take);
+        remaining = n - take as u64;
+        bytes_in = take as u64;
+    }
+    let chunked = body == BodyKind::Chunked;
+    Plan {
+        is_head,
+        client_minor,
+        remaining,
+        bytes_in,
+        chunked,
+        replayable: remaining == 0 && !chunked,
+        sent_continue: !expect_continue || !bufs.inb.is_empty() || bytes_in > 0,
+        portable,
+        idempotent,
+    }
+}
+
 pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     let Request {
         down,
@@ -137,31 +243,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             return fail((down, snap), bufs, ErrorKind::BodyTooLarge, true).await;
         }
     }
-    let raw = bufs.inb.filled();
-    let ep_arc = {
-        let req = &bufs.req;
-        let lookup = |name: &[u8]| -> Option<&[u8]> {
-            req.headers
-                .iter()
-                .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
-                .map(|h| &raw[h.value.clone()])
-        };
-        let pcx = PickContext {
-            client_ip: client,
-            path: target.path(raw),
-            header: &lookup,
-        };
-        service.balancer.pick(&service.endpoints, &pcx).or_else(|| {
-            // Every endpoint out of rotation: when failed connects took
-            // some out, try those rather than refuse everything (a lone
-            // endpoint that restarted is back with its first good connect).
-            service.balancer.pick_by(
-                &service.endpoints,
-                &pcx,
-                EndpointState::usable_when_all_ejected,
-            )
-        })
-    };
+    let ep_arc = choose(service, client, target, bufs);
     let Some(mut ep_index) = ep_arc else {
         // Every endpoint is down: shed at once, never queue.
         let close = close_req || body_pending;
@@ -188,69 +270,29 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     let mut admit = Verdict::admit(ep);
     let mut tried: u64 = 1 << ep_index.min(63);
     let mut tries = 1;
-    let raw = bufs.inb.filled();
-    // The head names no endpoint (it has a Host), so it can go to another.
-    let portable = bufs.req.host.is_some() || target.authority.is_some();
-    let idempotent = matches!(
-        &raw[bufs.req.method.clone()],
-        b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
-    );
-    write_request_head(
-        &mut bufs.out,
-        raw,
-        &bufs.req,
-        target,
-        strip,
-        service.forwarded_headers.then_some(Forwarded {
-            client: down.peer_ip,
-            https: down.https,
-        }),
-        ep,
-        &bufs.edits,
-    );
-    let is_head = &raw[bufs.req.method.clone()] == b"HEAD";
-    let client_minor = bufs.req.minor;
-    let expect_continue = bufs.req.expect_continue;
-    bufs.inb.consume(bufs.req.len);
-    // Body bytes that already arrived go out with the head.
-    let mut remaining = 0;
-    let mut bytes_in = 0;
-    if let BodyKind::Length(n) = body {
-        let take = (bufs.inb.len() as u64).min(n) as usize;
-        bufs.out.extend_from_slice(&bufs.inb.filled()[..take]);
-        bufs.inb.consume(take);
-        remaining = n - take as u64;
-        bytes_in = take as u64;
-    }
-    let chunked = body == BodyKind::Chunked;
-    let replayable = remaining == 0 && !chunked;
-    let mut sent_continue = !expect_continue || !bufs.inb.is_empty() || bytes_in > 0;
+    let Plan {
+        is_head,
+        client_minor,
+        remaining,
+        mut bytes_in,
+        chunked,
+        replayable,
+        mut sent_continue,
+        portable,
+        idempotent,
+    } = prepare(down, service, target, strip, ep, body, bufs);
     let mut attempt = 0;
     // The upstream answered before the whole body was sent.
     let mut body_cut = false;
     let (up, sent_at) = loop {
         bufs.upb.clear();
-        // The request's start stands in for the clock: an idle connection
-        // that expired microseconds ago is still fine to use.
         // A retry after a pooled connection failed takes a fresh one: the
         // next pooled one may have been closed by the upstream just the same.
-        let mut pooled = None;
-        if attempt == 0 {
-            loop {
-                let taken = worker.pool.borrow_mut().take(ep.id, started);
-                let Some((s, recheck)) = taken else { break };
-                // Stray bytes or a close since its last response: not usable.
-                // After a response without a body, where an upstream's
-                // stray bytes (a body on a 204 or a HEAD) come right after
-                // the head, the socket itself is asked; otherwise the
-                // runtime's readiness is, with no syscall.
-                let quiet = if recheck { s.quiet_now() } else { s.quiet() };
-                if quiet {
-                    pooled = Some(s);
-                    break;
-                }
-            }
-        }
+        let pooled = if attempt == 0 {
+            take_pooled(down.worker, ep, started)
+        } else {
+            None
+        };
         let reused = pooled.is_some();
         let up = match pooled {
             Some(s) => s,
@@ -272,12 +314,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
                     // Nothing was sent: any request may go elsewhere. A
                     // refused connect cost the endpoint nothing, so its
                     // retry is not taken from the budget.
-                    let free = matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionRefused
-                            | std::io::ErrorKind::HostUnreachable
-                            | std::io::ErrorKind::NetworkUnreachable
-                    );
+                    let free = cost_nothing(&e);
                     if service.retries.settings.on_connect && portable {
                         if let Some((i, permit)) =
                             retry_endpoint(service, ep_index, &mut tried, &mut tries, total, free)
@@ -501,6 +538,35 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         .await;
     }
     outcome
+}
+
+/// An idle pooled connection to `ep` that is still clean. The request's
+/// start stands in for the clock: an idle connection that expired
+/// microseconds ago is still fine to use. One that got stray bytes or a
+/// close since its last response is dropped: after a response without a
+/// body, where an upstream's stray bytes (a body on a 204 or a HEAD) come
+/// right after the head, the socket itself is asked; otherwise the
+/// runtime's readiness is, with no syscall.
+#[inline]
+fn take_pooled(worker: &Worker, ep: &EndpointState, started: Instant) -> Option<Stream> {
+    loop {
+        let (s, recheck) = worker.pool.borrow_mut().take(ep.id, started)?;
+        let quiet = if recheck { s.quiet_now() } else { s.quiet() };
+        if quiet {
+            return Some(s);
+        }
+    }
+}
+
+/// A failed connect that cost the endpoint nothing (refused, or no route
+/// to it): its retry elsewhere is not paid from the retry budget.
+fn cost_nothing(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::HostUnreachable
+            | std::io::ErrorKind::NetworkUnreachable
+    )
 }
 
 /// Time until `total`, the request's deadline for a response head.
