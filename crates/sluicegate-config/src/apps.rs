@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::model::{App, AppKeySources, LimitKey, Plan, Quota, QuotaWindow, Rate, RouteLimit};
-use crate::reader::{self, fields, Cx, Path};
+use crate::reader::{self, duplicates, fields, Cx, Path, Seen};
 use crate::yaml::{quote, Node, Pos};
 
 const PLAN_KEYS: &[&str] = &["rate", "burst", "quota", "concurrency"];
@@ -514,53 +514,6 @@ impl AppsDecoder {
         );
         self.out
     }
-}
-
-/// Where an app id or key was given (the `item`th key of app `app`), and a
-/// hash of its text to sort by.
-#[derive(Clone, Copy)]
-pub(crate) struct Seen {
-    hash: u64,
-    pub pos: Pos,
-    pub app: u32,
-    pub item: u32,
-}
-
-impl Seen {
-    fn new(
-        h: &impl std::hash::BuildHasher,
-        text: impl std::hash::Hash,
-        pos: Pos,
-        app: u32,
-        item: u32,
-    ) -> Self {
-        Seen {
-            hash: h.hash_one(text),
-            pos,
-            app,
-            item,
-        }
-    }
-}
-
-/// Each later occurrence of a text given more than once, with the first
-/// one, in the order they were given. `text` finds an entry's text.
-pub(crate) fn duplicates<'a, T: PartialEq + ?Sized + 'a>(
-    seen: &mut [Seen],
-    text: impl Fn(&Seen) -> &'a T,
-) -> Vec<(Seen, Seen)> {
-    seen.sort_unstable_by_key(|s| (s.hash, s.app, s.item));
-    let mut out = Vec::new();
-    for run in seen.chunk_by(|a, b| a.hash == b.hash) {
-        for (i, s) in run.iter().enumerate() {
-            // The first earlier entry with the same text (hashes can collide).
-            if let Some(first) = run[..i].iter().find(|f| text(f) == text(s)) {
-                out.push((*first, *s));
-            }
-        }
-    }
-    out.sort_unstable_by_key(|(_, d)| (d.app, d.item));
-    out
 }
 
 /// Keys are URL-safe so they can travel in a query or a path segment.

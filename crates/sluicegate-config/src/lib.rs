@@ -48,7 +48,7 @@ impl std::error::Error for ConfigError {}
 /// Parses and validates a config. On failure returns every problem found,
 /// sorted by position (a YAML syntax error stops parsing and comes alone).
 pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
-    parse_with(text, service::system_lookup)
+    parse_with(text, reader::system_lookup)
 }
 
 /// [`parse`] without asking any resolver: an endpoint given by host name
@@ -59,7 +59,7 @@ pub fn parse_offline(text: &str) -> Result<Config, Vec<ConfigError>> {
 }
 
 /// `parse` with host names of endpoints looked up by `lookup`.
-pub(crate) fn parse_with(text: &str, lookup: service::Lookup) -> Result<Config, Vec<ConfigError>> {
+pub(crate) fn parse_with(text: &str, lookup: reader::Lookup) -> Result<Config, Vec<ConfigError>> {
     let mut cx = reader::Cx {
         lookup,
         ..reader::Cx::default()

@@ -63,7 +63,7 @@ pub(crate) fn header_ops(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Hea
                 ok = false;
                 continue;
             }
-            match crate::route::header(cx, k, name, value, p, &mut seen) {
+            match reader::header(cx, k, name, value, p, &mut seen) {
                 Some((name, value)) => list.push((name.to_string(), value.to_string())),
                 None => ok = false,
             }

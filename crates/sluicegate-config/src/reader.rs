@@ -3,7 +3,9 @@
 //! Every reader returns `Option`: `None` means "wrong, and already reported",
 //! so decoding goes on and finds the other problems in the same file.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -44,14 +46,14 @@ impl fmt::Display for Path<'_> {
 /// The errors found so far, and how host names are looked up.
 pub(crate) struct Cx {
     pub errors: Vec<ConfigError>,
-    pub lookup: crate::service::Lookup,
+    pub lookup: Lookup,
 }
 
 impl Default for Cx {
     fn default() -> Self {
         Cx {
             errors: Vec::new(),
-            lookup: crate::service::system_lookup,
+            lookup: system_lookup,
         }
     }
 }
@@ -362,4 +364,113 @@ pub(crate) fn is_name(text: &str) -> bool {
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// Looks a host name up: the first address for `(host, port)`, if any.
+pub(crate) type Lookup = fn(&str, u16) -> std::io::Result<Option<SocketAddr>>;
+
+/// The system resolver (`getaddrinfo` through std's `ToSocketAddrs`).
+pub(crate) fn system_lookup(host: &str, port: u16) -> std::io::Result<Option<SocketAddr>> {
+    Ok((host, port).to_socket_addrs()?.next())
+}
+
+/// Checks one header entry: a token name (as `name`, compared
+/// case-insensitively for duplicates) and a sendable string value.
+pub(crate) fn header<'a, 'n>(
+    cx: &mut Cx,
+    key: &Node,
+    name: &'a str,
+    value: &'n Node,
+    path: Path<'_>,
+    seen: &mut HashMap<String, Pos>,
+) -> Option<(&'a str, &'n str)> {
+    if !is_token(name) {
+        cx.at(
+            key.pos,
+            path,
+            format_args!("bad header name {}", quote(name)),
+        );
+        return None;
+    }
+    let lower = name.to_ascii_lowercase();
+    if let Some(first) = seen.get(&lower) {
+        cx.at(
+            key.pos,
+            path,
+            format_args!("duplicate header {} (first at {first})", quote(name)),
+        );
+        return None;
+    }
+    seen.insert(lower, key.pos);
+    let p = path.key(name);
+    let text = scalar(cx, value, p, "a string")?;
+    if !is_header_value(text) {
+        cx.at(
+            value.pos,
+            p,
+            "a header value must not contain control characters (such as line breaks)",
+        );
+        return None;
+    }
+    Some((name, text))
+}
+
+/// Letters, digits, '-', '_' in dot-separated non-empty labels, at most 253 bytes.
+pub(crate) fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// Where an app id or key was given (the `item`th key of app `app`), and a
+/// hash of its text to sort by.
+#[derive(Clone, Copy)]
+pub(crate) struct Seen {
+    hash: u64,
+    pub pos: Pos,
+    pub app: u32,
+    pub item: u32,
+}
+
+impl Seen {
+    pub(crate) fn new(
+        h: &impl std::hash::BuildHasher,
+        text: impl std::hash::Hash,
+        pos: Pos,
+        app: u32,
+        item: u32,
+    ) -> Self {
+        Seen {
+            hash: h.hash_one(text),
+            pos,
+            app,
+            item,
+        }
+    }
+}
+
+/// Each later occurrence of a text given more than once, with the first
+/// one, in the order they were given. `text` finds an entry's text.
+pub(crate) fn duplicates<'a, T: PartialEq + ?Sized + 'a>(
+    seen: &mut [Seen],
+    text: impl Fn(&Seen) -> &'a T,
+) -> Vec<(Seen, Seen)> {
+    seen.sort_unstable_by_key(|s| (s.hash, s.app, s.item));
+    let mut out = Vec::new();
+    for run in seen.chunk_by(|a, b| a.hash == b.hash) {
+        for (i, s) in run.iter().enumerate() {
+            // The first earlier entry with the same text (hashes can collide).
+            if let Some(first) = run[..i].iter().find(|f| text(f) == text(s)) {
+                out.push((*first, *s));
+            }
+        }
+    }
+    out.sort_unstable_by_key(|(_, d)| (d.app, d.item));
+    out
 }

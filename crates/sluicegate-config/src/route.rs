@@ -317,7 +317,7 @@ fn host_match(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<HostMatch> {
         Some("omit host to match any host")
     } else if host.strip_prefix("*.").unwrap_or(&host).contains('*') {
         Some("a wildcard is only allowed as a leading \"*.\", e.g. *.example.com")
-    } else if !crate::service::is_host_name(host.strip_prefix("*.").unwrap_or(&host)) {
+    } else if !crate::reader::is_host_name(host.strip_prefix("*.").unwrap_or(&host)) {
         Some("expected a host name like api.example.com or *.example.com")
     } else {
         None
@@ -445,54 +445,13 @@ fn match_headers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<(String
     let mut ok = true;
     for (key, name, value) in entries {
         let lower = name.to_ascii_lowercase();
-        let Some((name, value)) = header(cx, key, &lower, value, path, &mut seen) else {
+        let Some((name, value)) = reader::header(cx, key, &lower, value, path, &mut seen) else {
             ok = false;
             continue;
         };
         out.push((name.to_string(), value.to_string()));
     }
     ok.then_some(out)
-}
-
-/// Checks one header entry: a token name (as `name`, compared
-/// case-insensitively for duplicates) and a sendable string value.
-pub(crate) fn header<'a, 'n>(
-    cx: &mut Cx,
-    key: &Node,
-    name: &'a str,
-    value: &'n Node,
-    path: Path<'_>,
-    seen: &mut HashMap<String, Pos>,
-) -> Option<(&'a str, &'n str)> {
-    if !reader::is_token(name) {
-        cx.at(
-            key.pos,
-            path,
-            format_args!("bad header name {}", quote(name)),
-        );
-        return None;
-    }
-    let lower = name.to_ascii_lowercase();
-    if let Some(first) = seen.get(&lower) {
-        cx.at(
-            key.pos,
-            path,
-            format_args!("duplicate header {} (first at {first})", quote(name)),
-        );
-        return None;
-    }
-    seen.insert(lower, key.pos);
-    let p = path.key(name);
-    let text = reader::scalar(cx, value, p, "a string")?;
-    if !reader::is_header_value(text) {
-        cx.at(
-            value.pos,
-            p,
-            "a header value must not contain control characters (such as line breaks)",
-        );
-        return None;
-    }
-    Some((name, text))
 }
 
 /// Headers the gateway sets itself on a `respond` answer.
@@ -539,7 +498,7 @@ fn respond_action(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Action> {
                     ok = false;
                     continue;
                 }
-                match header(cx, key, name, value, p, &mut seen) {
+                match reader::header(cx, key, name, value, p, &mut seen) {
                     Some((name, value)) => headers.push((name.to_string(), value.to_string())),
                     None => ok = false,
                 }

@@ -1,7 +1,7 @@
 //! The `services` list: names, endpoints (with address resolution), balancing, upstream timeouts, health checks and forwarded headers (upstream `tls` is in `tls`).
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use crate::model::{Balance, Endpoint, HashKey, Service, UpstreamTimeouts};
 use crate::reader::{self, fields, Cx, Path};
@@ -282,16 +282,8 @@ fn endpoint_addr(
     }
 }
 
-/// Looks a host name up: the first address for `(host, port)`, if any.
-pub(crate) type Lookup = fn(&str, u16) -> std::io::Result<Option<SocketAddr>>;
-
-/// The system resolver (`getaddrinfo` through std's `ToSocketAddrs`).
-pub(crate) fn system_lookup(host: &str, port: u16) -> std::io::Result<Option<SocketAddr>> {
-    Ok((host, port).to_socket_addrs()?.next())
-}
-
 /// Resolves `host:port`: an IP literal as it is, a host name with `lookup`.
-pub(crate) fn resolve(text: &str, lookup: Lookup) -> Result<SocketAddr, String> {
+pub(crate) fn resolve(text: &str, lookup: reader::Lookup) -> Result<SocketAddr, String> {
     let bad = |why: &str| format!("bad address {}: {why}", quote(text));
     if let Ok(addr) = text.parse::<SocketAddr>() {
         if addr.port() == 0 {
@@ -312,7 +304,7 @@ pub(crate) fn resolve(text: &str, lookup: Lookup) -> Result<SocketAddr, String> 
         Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) => p,
         _ => return Err(bad("the port must be a number from 1 to 65535")),
     };
-    if !is_host_name(host) {
+    if !reader::is_host_name(host) {
         return Err(bad("expected an IP address or a host name before the ':'"));
     }
     if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
@@ -323,19 +315,6 @@ pub(crate) fn resolve(text: &str, lookup: Lookup) -> Result<SocketAddr, String> 
         Ok(None) => Err(format!("cannot resolve {}: no addresses", quote(text))),
         Err(e) => Err(format!("cannot resolve {}: {e}", quote(text))),
     }
-}
-
-/// Letters, digits, '-', '_' in dot-separated non-empty labels, at most 253 bytes.
-pub(crate) fn is_host_name(host: &str) -> bool {
-    !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
 }
 
 const BALANCE_NAMES: &[(&str, Balance)] = &[
@@ -524,21 +503,21 @@ mod tests {
     #[test]
     fn resolves_literals_and_names() {
         assert_eq!(
-            resolve("127.0.0.1:9001", system_lookup),
+            resolve("127.0.0.1:9001", reader::system_lookup),
             Ok("127.0.0.1:9001".parse().unwrap())
         );
         assert_eq!(
-            resolve("[::1]:9001", system_lookup),
+            resolve("[::1]:9001", reader::system_lookup),
             Ok("[::1]:9001".parse().unwrap())
         );
-        let local = resolve("localhost:9001", system_lookup).unwrap();
+        let local = resolve("localhost:9001", reader::system_lookup).unwrap();
         assert!(local.ip().is_loopback(), "{local}");
         assert_eq!(local.port(), 9001);
     }
 
     #[test]
     fn bad_addresses() {
-        let err = |s: &str| resolve(s, system_lookup).unwrap_err();
+        let err = |s: &str| resolve(s, reader::system_lookup).unwrap_err();
         assert!(err("127.0.0.1").contains("expected host:port"));
         assert!(err("127.0.0.1:0").contains("port 0"));
         assert!(err("::1:80").contains("brackets"));
@@ -556,10 +535,10 @@ mod tests {
 
     #[test]
     fn host_names() {
-        assert!(is_host_name("backend-1.internal"));
-        assert!(is_host_name("a_b"));
-        assert!(!is_host_name("a..b"));
-        assert!(!is_host_name(".a"));
-        assert!(!is_host_name(&"a".repeat(64)));
+        assert!(reader::is_host_name("backend-1.internal"));
+        assert!(reader::is_host_name("a_b"));
+        assert!(!reader::is_host_name("a..b"));
+        assert!(!reader::is_host_name(".a"));
+        assert!(!reader::is_host_name(&"a".repeat(64)));
     }
 }

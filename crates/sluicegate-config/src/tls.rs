@@ -5,9 +5,9 @@
 
 use std::collections::HashMap;
 
-use crate::apps::{duplicates, Seen};
 use crate::model::{App, AppMtls, UpstreamTls};
 use crate::reader::{self, fields, Cx, Path};
+use crate::reader::{duplicates, Seen};
 use crate::yaml::{quote, Node, Pos, Value};
 
 const UPSTREAM_TLS_KEYS: &[&str] = &["sni", "verify", "ca", "client_cert", "client_key"];
@@ -84,7 +84,7 @@ fn sni(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
     let text = reader::string(cx, node, path)?;
     let name = text.trim().trim_end_matches('.').to_ascii_lowercase();
     let ip_like = name.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-    if !crate::service::is_host_name(&name) || ip_like {
+    if !crate::reader::is_host_name(&name) || ip_like {
         cx.at(
             node.pos,
             path,

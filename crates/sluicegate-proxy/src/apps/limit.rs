@@ -69,21 +69,14 @@ pub struct Charged {
     pub reset: u64,
 }
 
-/// Releases a concurrency slot when dropped.
+/// A concurrency slot taken by [`LimitState::admit`], released when
+/// dropped. (Filters hold theirs as `crate::filters::InFlight`.)
 #[derive(Debug)]
-pub enum InFlight {
-    /// A route's or a client's counters.
-    State(Arc<LimitState>),
-    /// An app's slot in the table the request was served by.
-    App(Arc<crate::apps::AppTable>, u32),
-}
+pub struct Slot(Arc<LimitState>);
 
-impl Drop for InFlight {
+impl Drop for Slot {
     fn drop(&mut self) {
-        match self {
-            InFlight::State(s) => s.release(),
-            InFlight::App(t, slot) => t.slot(*slot).limit.release(),
-        }
+        self.0.release();
     }
 }
 
@@ -156,9 +149,9 @@ impl LimitState {
         plan: &PlanRt,
         now: Instant,
         wall: impl FnOnce() -> SystemTime,
-    ) -> Result<(Option<InFlight>, Charged), Refusal> {
+    ) -> Result<(Option<Slot>, Charged), Refusal> {
         let (slot, charged) = self.try_admit(plan, now, wall)?;
-        Ok((slot.then(|| InFlight::State(self.clone())), charged))
+        Ok((slot.then(|| Slot(self.clone())), charged))
     }
 
     /// [`LimitState::admit`] for state owned elsewhere: says whether a

@@ -9,7 +9,7 @@ mod limits;
 mod policy;
 
 pub use auth::{AppKeyAuth, JwtAuth, MtlsAuth, MtlsIndex};
-pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
+pub use limits::{InFlight, PlanLimit, RouteCounters, RouteLimiter};
 pub use policy::{CorsPolicy, HeaderOpsRt, HeaderPolicy, IpFilter, PathRewrite};
 
 use std::fmt::Debug;
@@ -20,7 +20,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::apps::limit::InFlight;
 use crate::apps::AppRef;
 use crate::proto::codec::RequestHead;
 use crate::proto::fields::Fields;

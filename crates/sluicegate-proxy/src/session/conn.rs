@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
 
-use super::start::{Begin, PARK_AFTER};
 use crate::proto::codec::{self, HeadError, Parsed};
 use crate::proto::response::ErrorKind;
 use crate::runtime::deadline::{OwnSlot, Stop};
@@ -53,13 +52,33 @@ pub struct Conn<'w> {
     pub slot: OwnSlot<'w>,
 }
 
+/// How long a keep-alive connection waits for its next request in its
+/// serving task before it parks. The serving task is large (its future
+/// holds the whole request's state machine, about 2 KiB); a parked
+/// connection is a small task that only waits for bytes, the keep-alive
+/// timeout or shutdown, and starts a serving task again when bytes come.
+/// A client that keeps sending (every benchmark, any busy client) never
+/// parks; one that pauses longer than this pays one task start per pause.
+pub(crate) const PARK_AFTER: Duration = Duration::from_millis(50);
+
+/// How a connection comes to its serving task.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Begin {
+    /// Just accepted (and prepared). Its first request head is due by the
+    /// given time when a PROXY header already counted against it;
+    /// otherwise `timeouts.client_header` from now, the accept.
+    New(Option<Instant>),
+    /// Back from being parked: when the last answer on it was written.
+    Resumed(Instant),
+}
+
 /// How the wait before a request ended.
 enum Wake {
     /// Bytes arrived; for a connection's first request, when its head is
     /// due if that is known already.
     Request(Option<Instant>),
     Close,
-    /// Idle past [`PARK_AFTER`](super::start::PARK_AFTER): park, with the time the last answer was
+    /// Idle past [`PARK_AFTER`]: park, with the time the last answer was
     /// written.
     Park(Instant),
 }

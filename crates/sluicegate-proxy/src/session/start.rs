@@ -6,11 +6,11 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use super::conn::Conn;
+use super::conn::{Begin, Conn};
 use crate::runtime::deadline::OwnSlot;
 use crate::runtime::worker::Worker;
 use crate::transport::listener::{prepare, ListenerRt, Prepared};
@@ -39,15 +39,6 @@ impl Drop for Active {
             .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
-
-/// How long a keep-alive connection waits for its next request in its
-/// serving task before it parks. The serving task is large (its future
-/// holds the whole request's state machine, about 2 KiB); a parked
-/// connection is a small task that only waits for bytes, the keep-alive
-/// timeout or shutdown, and starts a serving task again when bytes come.
-/// A client that keeps sending (every benchmark, any busy client) never
-/// parks; one that pauses longer than this pays one task start per pause.
-pub(super) const PARK_AFTER: Duration = Duration::from_millis(50);
 
 /// Starts serving one accepted client connection, which the caller has
 /// already counted in `open_connections`. A plain listener's connection is
@@ -100,17 +91,6 @@ async fn prepare_then_serve(
         let header_by = listener.tls.is_none().then_some(deadline);
         tokio::task::spawn_local(serve_stream(ready, listener, active, Begin::New(header_by)));
     }
-}
-
-/// How a connection comes to its serving task.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Begin {
-    /// Just accepted (and prepared). Its first request head is due by the
-    /// given time when a PROXY header already counted against it;
-    /// otherwise `timeouts.client_header` from now, the accept.
-    New(Option<Instant>),
-    /// Back from being parked: when the last answer on it was written.
-    Resumed(Instant),
 }
 
 /// Serves requests on a connection ready for them.

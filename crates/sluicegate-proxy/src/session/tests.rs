@@ -60,7 +60,7 @@ fn open_session(worker: &Rc<Worker>) -> (Stream, tokio::task::JoinHandle<()>) {
         prepared,
         listener::plain(peer),
         super::start::Active::new(worker.clone()),
-        super::start::Begin::New(None),
+        super::conn::Begin::New(None),
     ));
     (Stream::Duplex(client), session)
 }
@@ -210,7 +210,7 @@ fn a_parked_connection_is_a_small_task() {
             p(),
             listener::plain(peer),
             super::start::Active::new(worker.clone()),
-            super::start::Begin::New(None),
+            super::conn::Begin::New(None),
         );
         let (parked, serving) = (size_of_val(&parked), size_of_val(&serving));
         drop(a);

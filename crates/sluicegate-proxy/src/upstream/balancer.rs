@@ -3,7 +3,7 @@
 //! through one atomic counter), least connections, power of two choices on
 //! latency EWMA, and consistent hashing on a ring of virtual nodes.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use sluicegate_config::{Balance, HashKey};
@@ -91,7 +91,8 @@ impl Balancer {
             .find(|&i| !was(i) && endpoints[i].in_rotation())
     }
 
-    /// Whether picks read the endpoints' latency averages ([`Ewma`]);
+    /// Whether picks read the endpoints' latency averages
+    /// ([`crate::upstream::endpoint::Ewma`]);
     /// only then does a request update its endpoint's. An average weighs
     /// its old value by the time since its last sample, so one that starts
     /// to count again after a reload to `p2c` keeps little of a stale one.
@@ -239,49 +240,6 @@ fn gcd(a: u64, b: u64) -> u64 {
         a
     } else {
         gcd(b, a % b)
-    }
-}
-
-/// Exponentially weighted moving average of latency in microseconds,
-/// decaying with time so an endpoint that recovers is tried again.
-#[derive(Debug)]
-pub struct Ewma {
-    /// f64 bits of the average.
-    value: AtomicU64,
-    /// Microseconds since process start of the last update.
-    stamp: AtomicU64,
-}
-
-/// Decay time constant.
-const EWMA_TAU_US: f64 = 10_000_000.0;
-
-impl Default for Ewma {
-    fn default() -> Self {
-        Ewma {
-            value: AtomicU64::new(0f64.to_bits()),
-            stamp: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Ewma {
-    pub fn get(&self) -> f64 {
-        f64::from_bits(self.value.load(Ordering::Relaxed))
-    }
-
-    /// Records one observation; races between workers lose an update at
-    /// worst, which an average can afford.
-    pub fn observe(&self, now_us: u64, sample_us: f64) {
-        let last = self.stamp.swap(now_us, Ordering::Relaxed);
-        let old = self.get();
-        let elapsed = now_us.saturating_sub(last) as f64;
-        let w = (-elapsed / EWMA_TAU_US).exp();
-        let new = if old == 0.0 {
-            sample_us
-        } else {
-            old * w + sample_us * (1.0 - w)
-        };
-        self.value.store(new.to_bits(), Ordering::Relaxed);
     }
 }
 

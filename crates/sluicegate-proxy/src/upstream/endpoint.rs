@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::upstream::balancer::Ewma;
-
 #[derive(Debug)]
 pub struct EndpointState {
     /// Stable slot of this endpoint in every worker's connection pool.
@@ -170,6 +168,49 @@ impl Drop for Permit<'_> {
             // A waiter woken after its timeout passes the wake-up on.
             ep.freed.notify_one();
         }
+    }
+}
+
+/// Exponentially weighted moving average of latency in microseconds,
+/// decaying with time so an endpoint that recovers is tried again.
+#[derive(Debug)]
+pub struct Ewma {
+    /// f64 bits of the average.
+    value: AtomicU64,
+    /// Microseconds since process start of the last update.
+    stamp: AtomicU64,
+}
+
+/// Decay time constant.
+const EWMA_TAU_US: f64 = 10_000_000.0;
+
+impl Default for Ewma {
+    fn default() -> Self {
+        Ewma {
+            value: AtomicU64::new(0f64.to_bits()),
+            stamp: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Ewma {
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.value.load(Ordering::Relaxed))
+    }
+
+    /// Records one observation; races between workers lose an update at
+    /// worst, which an average can afford.
+    pub fn observe(&self, now_us: u64, sample_us: f64) {
+        let last = self.stamp.swap(now_us, Ordering::Relaxed);
+        let old = self.get();
+        let elapsed = now_us.saturating_sub(last) as f64;
+        let w = (-elapsed / EWMA_TAU_US).exp();
+        let new = if old == 0.0 {
+            sample_us
+        } else {
+            old * w + sample_us * (1.0 - w)
+        };
+        self.value.store(new.to_bits(), Ordering::Relaxed);
     }
 }
 
