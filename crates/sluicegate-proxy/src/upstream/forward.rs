@@ -20,14 +20,16 @@ use crate::proto::codec::BodyKind;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::deadline::Deadlines;
-use crate::runtime::worker::{Bufs, Downstream, Worker};
+use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
 use crate::transport::tls::TlsStream;
+use crate::upstream::attempt::{
+    connect_failed, cost_nothing, retry_endpoint, switch_to, take_pooled, time_left, Verdict,
+};
 use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
-use crate::upstream::breaker::Admit;
 use crate::upstream::endpoint::EndpointState;
 use crate::upstream::head::{
     early_response, read_response_head, write_request_head, write_response_head, Forwarded,
@@ -538,152 +540,4 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         .await;
     }
     outcome
-}
-
-/// An idle pooled connection to `ep` that is still clean. The request's
-/// start stands in for the clock: an idle connection that expired
-/// microseconds ago is still fine to use. One that got stray bytes or a
-/// close since its last response is dropped: after a response without a
-/// body, where an upstream's stray bytes (a body on a 204 or a HEAD) come
-/// right after the head, the socket itself is asked; otherwise the
-/// runtime's readiness is, with no syscall.
-#[inline]
-fn take_pooled(worker: &Worker, ep: &EndpointState, started: Instant) -> Option<Stream> {
-    loop {
-        let (s, recheck) = worker.pool.borrow_mut().take(ep.id, started)?;
-        let quiet = if recheck { s.quiet_now() } else { s.quiet() };
-        if quiet {
-            return Some(s);
-        }
-    }
-}
-
-/// A failed connect that cost the endpoint nothing (refused, or no route
-/// to it): its retry elsewhere is not paid from the retry budget.
-fn cost_nothing(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::ConnectionRefused
-            | std::io::ErrorKind::HostUnreachable
-            | std::io::ErrorKind::NetworkUnreachable
-    )
-}
-
-/// Time until `total`, the request's deadline for a response head.
-fn time_left(total: Instant) -> Duration {
-    total.saturating_duration_since(Instant::now())
-}
-
-/// How an attempt was let through its endpoint's circuit, until its
-/// outcome is recorded. A half-open probe whose request ends without a
-/// verdict on the endpoint (the client went away) gives its slot back on
-/// drop, so the circuit cannot stay half-open with every probe taken.
-struct Verdict<'a> {
-    admit: Admit,
-    pending: Option<&'a EndpointState>,
-}
-
-impl<'a> Verdict<'a> {
-    fn admit(ep: &'a EndpointState) -> Self {
-        let admit = ep.breaker.admit_now().unwrap_or(Admit::Closed);
-        Verdict {
-            admit,
-            pending: (admit == Admit::Probe).then_some(ep),
-        }
-    }
-
-    /// Counts a failed attempt against the endpoint's circuit.
-    fn failed(&mut self, ep: &EndpointState) {
-        self.pending = None;
-        let now = crate::apps::limit::mono_ns(Instant::now());
-        if ep.breaker.record(self.admit, false, now) {
-            tracing::warn!(endpoint = %ep.name, "circuit opened: endpoint out of rotation");
-        }
-    }
-
-    fn succeeded(&mut self, ep: &EndpointState) {
-        self.pending = None;
-        ep.breaker.succeeded(self.admit);
-    }
-
-    /// Counts a failure found after the response head was counted a
-    /// success (a malformed body start): as an ordinary failure, since a
-    /// probe's verdict was given with the head.
-    #[cold]
-    fn failed_after_success(&mut self, ep: &EndpointState) {
-        self.admit = Admit::Closed;
-        self.failed(ep);
-    }
-}
-
-impl Drop for Verdict<'_> {
-    fn drop(&mut self) {
-        if let Some(ep) = self.pending {
-            ep.breaker.release_probe();
-        }
-    }
-}
-
-/// The endpoint `i` of `service`, and its admission through its circuit.
-fn switch_to(service: &ServiceRt, i: usize) -> (&EndpointState, Verdict<'_>) {
-    let ep: &EndpointState = &service.endpoints[i];
-    ep.requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    (ep, Verdict::admit(ep))
-}
-
-/// Counts a failed connect to `ep`: takes the endpoint out of rotation
-/// for a while, and logs it (at most once per endpoint per
-/// [`crate::upstream::eject::LOG_EVERY`], with how many failed since the last line).
-#[cold]
-fn connect_failed(service: &ServiceRt, ep: &EndpointState, e: &std::io::Error) {
-    ep.connect_errors
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let f = ep
-        .eject
-        .connect_failed(crate::apps::limit::mono_ns(Instant::now()));
-    if let Some(failures) = f.log {
-        match f.ejected_for {
-            Some(d) => tracing::warn!(
-                service = %service.name, endpoint = %ep.name, error = %e, failures,
-                "upstream connect failed; out of rotation for {d:?}"
-            ),
-            None => tracing::warn!(
-                service = %service.name, endpoint = %ep.name, error = %e, failures,
-                "upstream connect failed"
-            ),
-        }
-    }
-}
-
-/// Another endpoint for a failed attempt, with its in-flight slot: when the
-/// service allows one more attempt, an endpoint not tried yet is in
-/// rotation, and the retry budget has one (unless the retry is `free`:
-/// the failed attempt cost its endpoint nothing).
-fn retry_endpoint<'s>(
-    service: &'s ServiceRt,
-    failed: usize,
-    tried: &mut u64,
-    tries: &mut u32,
-    total: Instant,
-    free: bool,
-) -> Option<(usize, crate::upstream::endpoint::Permit<'s>)> {
-    if *tries >= service.retries.settings.attempts
-        || service.endpoints.len() < 2
-        || time_left(total).is_zero()
-    {
-        return None;
-    }
-    let i = crate::upstream::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;
-    let permit = service.endpoints[i].try_acquire()?;
-    if !free && !service.retries.withdraw() {
-        tracing::debug!(service = %service.name, "retry budget spent");
-        return None;
-    }
-    *tried |= 1 << i.min(63);
-    *tries += 1;
-    service.endpoints[i]
-        .retries
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Some((i, permit))
 }

@@ -2,6 +2,7 @@
 //! the upstream heads, endpoint choice, per-endpoint state, ejection after
 //! failed connects, circuit breakers and active health checks.
 
+mod attempt;
 pub(crate) mod balancer;
 pub(crate) mod body;
 pub(crate) mod breaker;

@@ -1,0 +1,169 @@
+//! The apps table: keys, fingerprints, slots kept across reloads, rules.
+
+use super::*;
+use crate::snapshot::Shared;
+use std::time::{Instant, SystemTime};
+
+fn config(services: &[&str], apps: &str, log: &str) -> sluicegate_config::Config {
+    let mut text = format!("listen: [\"127.0.0.1:9\"]\nlog: {{ access: {log} }}\nservices:\n");
+    for s in services {
+        text.push_str(&format!(
+            "  - {{ name: {s}, endpoints: [\"127.0.0.1:9\"] }}\n"
+        ));
+    }
+    text.push_str("plans:\n  gold: { rate: 1/s, burst: 1 }\n  silver: { rate: 1/s, burst: 1 }\n");
+    text.push_str("apps:\n");
+    text.push_str(apps);
+    sluicegate_config::parse(&text).unwrap()
+}
+
+#[test]
+fn key_table_finds_every_record_past_full_buckets() {
+    let mut t = KeyTable::with_capacity(60);
+    assert_eq!(t.buckets.len(), 32);
+    // 60 records, all hashed to bucket 5: they spill over 15 buckets.
+    // Tags repeat every 7 records, so candidates share tags.
+    let hash = |i: u64| ((i % 7 + 1) << 48) | 5;
+    for i in 0..60u32 {
+        let rec = KeyRec {
+            app: i,
+            ..KeyRec::default()
+        };
+        t.insert(hash(u64::from(i)), rec);
+    }
+    for i in 0..60u64 {
+        let found: Vec<u32> = t.candidates(hash(i)).map(|r| r.app).collect();
+        let want: Vec<u32> = (0..60u32).filter(|j| u64::from(*j) % 7 == i % 7).collect();
+        assert_eq!(found, want);
+    }
+    // A hash whose bucket has room: that bucket only.
+    assert_eq!(t.candidates((1 << 48) | 30).count(), 0);
+    // The tag is never 0, the empty mark.
+    assert_eq!(KeyTable::tag(0), 1);
+    assert_eq!(KeyTable::with_capacity(0).candidates(0).count(), 0);
+    assert_eq!(KeyTable::with_capacity(1_000_000).buckets.len(), 1 << 19);
+}
+
+#[test]
+fn slot_chunks_double_and_every_slot_is_distinct() {
+    assert_eq!(chunk_of(0), (0, 0));
+    assert_eq!(chunk_of(CHUNK as u32 - 1), (0, CHUNK - 1));
+    assert_eq!(chunk_of(CHUNK as u32), (1, 0));
+    assert_eq!(chunk_of(3 * CHUNK as u32 - 1), (1, 2 * CHUNK - 1));
+    assert_eq!(chunk_of(3 * CHUNK as u32), (2, 0));
+    let mut pool = SlotPool::default();
+    let n = 8 * CHUNK as u32;
+    for s in 0..n {
+        assert_eq!(pool.take(), s);
+        pool.get(s).requests.store(u64::from(s), Ordering::Relaxed);
+    }
+    assert_eq!(pool.chunks.len(), 4); // 1 + 2 + 4 + 8 chunks' worth
+    assert!((0..n).all(|s| pool.get(s).requests.load(Ordering::Relaxed) == u64::from(s)));
+}
+
+const A: &str = "  - { id: a, keys: [key-of-a-0001], plan: gold }\n";
+const B: &str = "  - { id: b, keys: [key-of-b-0001, key-of-b-0002], plan: gold, plans_by_service: { s2: silver } }\n";
+const C: &str = "  - { id: c, keys: [key-of-c-0001], plan: gold }\n";
+
+/// Charges one request to `app`'s plan for `service` (by name).
+fn charge(t: &Arc<AppTable>, app: &str, service: u32) -> bool {
+    let a = t.by_id(app).unwrap();
+    let c = a.charge_for(service).unwrap();
+    t.slot(c.slot)
+        .limit
+        .try_admit(c.plan, Instant::now(), SystemTime::now)
+        .is_ok()
+}
+
+#[test]
+fn keys_find_their_app_and_nothing_else() {
+    let shared = Shared::new(&config(&["s1", "s2"], &format!("{A}{B}"), "off")).unwrap();
+    let t = shared.snapshot.load().apps.clone();
+    assert_eq!(t.by_key(b"key-of-a-0001").unwrap().id(), "a");
+    assert_eq!(t.by_key(b"key-of-b-0001").unwrap().id(), "b");
+    assert_eq!(t.by_key(b"key-of-b-0002").unwrap().id(), "b");
+    for wrong in [
+        &b"key-of-a-000"[..],
+        b"key-of-a-00011",
+        b"KEY-OF-A-0001",
+        b"",
+        b"a",
+    ] {
+        assert!(t.by_key(wrong).is_none(), "{wrong:?}");
+    }
+    assert!(t.by_id("z").is_none());
+}
+
+#[test]
+fn apps_with_the_same_rules_share_one_policy() {
+    let apps: String = (0..1000)
+        .map(|i| format!("  - {{ id: app{i}, keys: [key-{i:08}], plan: gold }}\n"))
+        .collect();
+    let shared = Shared::new(&config(&["s1"], &apps, "off")).unwrap();
+    let t = shared.snapshot.load().apps.clone();
+    assert_eq!(t.len(), 1000);
+    assert_eq!(t.policies.len(), 1);
+    assert_eq!(t.by_key(b"key-00000999").unwrap().id(), "app999");
+}
+
+#[test]
+fn slots_follow_apps_across_reloads_and_are_reused_only_when_unreachable() {
+    let shared = Shared::new(&config(&["s1", "s2"], &format!("{A}{B}"), "off")).unwrap();
+    let first = shared.snapshot.load_full();
+    let t1 = first.apps.clone();
+    // Use up each bucket (burst 1): a, b on s1 (default), b on s2.
+    assert!(charge(&t1, "a", 0) && charge(&t1, "b", 0) && charge(&t1, "b", 1));
+    assert!(!charge(&t1, "a", 0));
+    t1.by_id("a")
+        .unwrap()
+        .slot()
+        .requests
+        .store(7, Ordering::Relaxed);
+
+    // s2 now comes first (index 0), a is gone, c is new.
+    shared
+        .reload(&config(&["s2", "s1"], &format!("{B}{C}"), "off"))
+        .unwrap();
+    let t2 = shared.snapshot.load().apps.clone();
+    assert!(!charge(&t2, "b", 1), "b's default bucket kept");
+    assert!(!charge(&t2, "b", 0), "b's s2 bucket kept, found by name");
+    assert!(charge(&t2, "c", 0));
+    assert!(t2.by_id("a").is_none());
+    let a_slot = t1.apps[t1.find_id("a").unwrap() as usize].slot;
+    assert_ne!(t2.apps[t2.find_id("c").unwrap() as usize].slot, a_slot);
+    assert_eq!(shared.registry.lock().unwrap().live_slots(), 4);
+
+    // While the first table lives (a request in flight holds it), a's
+    // slot stays a's; once it is gone, a slot is reused at rest.
+    shared
+        .reload(&config(&["s2", "s1"], &format!("{B}{C}{A}"), "off"))
+        .unwrap();
+    let t3 = shared.snapshot.load().apps.clone();
+    assert_ne!(t3.apps[t3.find_id("a").unwrap() as usize].slot, a_slot);
+    drop((first, t1, t2, t3));
+    shared
+        .reload(&config(&["s2", "s1"], &format!("{B}{C}"), "off"))
+        .unwrap();
+    shared
+        .reload(&config(&["s2", "s1"], &format!("{B}{C}{A}"), "off"))
+        .unwrap();
+    let t5 = shared.snapshot.load().apps.clone();
+    let a = t5.by_id("a").unwrap();
+    assert_eq!(a.slot().requests.load(Ordering::Relaxed), 0);
+    assert!(charge(&t5, "a", 1), "a starts with a full bucket");
+    assert!(shared.registry.lock().unwrap().live_slots() <= 6);
+}
+
+#[test]
+fn a_failed_reload_gives_its_new_slots_back() {
+    let shared = Shared::new(&config(&["s1", "s2"], A, "off")).unwrap();
+    let before = shared.registry.lock().unwrap().live_slots();
+    let bad = config(
+        &["s1", "s2"],
+        &format!("{A}{B}{C}"),
+        "/nonexistent-dir/x/access.log",
+    );
+    assert!(shared.reload(&bad).is_err());
+    assert_eq!(shared.registry.lock().unwrap().live_slots(), before);
+    assert!(shared.snapshot.load().apps.by_id("a").is_some());
+}

@@ -1,0 +1,299 @@
+//! The HTTP/1.1 codec's unit tests: framing rules, header loops, Host values.
+
+use super::*;
+
+fn req(raw: &[u8]) -> Result<RequestHead, HeadError> {
+    let mut head = RequestHead::default();
+    match parse_request(raw, 16384, &mut head)? {
+        Parsed::Complete(()) => Ok(head),
+        Parsed::Partial => Err(HeadError::Bad("partial")),
+    }
+}
+
+#[test]
+fn byte_search_agrees_with_memchr_on_both_sides_of_the_vector_width() {
+    // Every length up to well past 32, the needle absent, once, twice.
+    for len in 0..80 {
+        for places in [vec![], vec![0], vec![len / 2], vec![1, len - len.min(1)]] {
+            let mut hay = vec![b'a'; len];
+            for &i in places.iter().filter(|&&i| i < len) {
+                hay[i] = b':';
+            }
+            assert_eq!(find_byte(b':', &hay), memchr::memchr(b':', &hay), "{hay:?}");
+            assert_eq!(
+                rfind_byte(b':', &hay),
+                memchr::memrchr(b':', &hay),
+                "{hay:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn eq_lower_agrees_with_eq_ignore_ascii_case() {
+    // Every byte value at every position of each literal, and one byte
+    // shorter and longer: the same answer as the standard comparison.
+    for lit in [
+        &b"content-length"[..],
+        b"te",
+        b"keep-alive",
+        b"x-forwarded-for",
+    ] {
+        for at in 0..lit.len() {
+            for b in 0..=255u8 {
+                let mut v = lit.to_vec();
+                v[at] = b;
+                assert_eq!(eq_lower(&v, lit), v.eq_ignore_ascii_case(lit), "{v:?}");
+            }
+        }
+        let upper = lit.to_ascii_uppercase();
+        assert!(eq_lower(&upper, lit));
+        assert!(!eq_lower(&upper[1..], lit));
+        assert!(!eq_lower(&[&upper[..], b"x"].concat(), lit));
+    }
+    // CR where the literal has '-' (its byte with the case bit set).
+    assert!(!eq_lower(b"keep\ralive", b"keep-alive"));
+}
+
+#[test]
+fn bare_lf_check_without_scan_agrees_with_the_scan() {
+    // Every combination of CRLF / LF for the line ends of heads with
+    // leading empty lines, 0 to 3 headers (some with trailing spaces),
+    // and the final blank line: refused exactly when the scan finds a
+    // bare LF.
+    let lines: &[&[u8]] = &[b"Host: x", b"A: 1  ", b"B:\t2"];
+    for leading in 0..=2usize {
+        for n in 0..=lines.len() {
+            let ends = leading + n + 2; // leading, request line, headers, blank
+            for mask in 0u32..(1 << ends) {
+                let eol = |i: usize| -> &[u8] {
+                    if mask & (1 << i) != 0 {
+                        b"\n"
+                    } else {
+                        b"\r\n"
+                    }
+                };
+                let mut raw = Vec::new();
+                let mut e = 0;
+                for _ in 0..leading {
+                    raw.extend_from_slice(eol(e));
+                    e += 1;
+                }
+                raw.extend_from_slice(b"GET /p HTTP/1.1");
+                raw.extend_from_slice(eol(e));
+                e += 1;
+                for l in &lines[..n] {
+                    raw.extend_from_slice(l);
+                    raw.extend_from_slice(eol(e));
+                    e += 1;
+                }
+                raw.extend_from_slice(eol(e));
+                let scan = has_bare_lf(&raw);
+                let mut head = RequestHead::default();
+                match parse_request(&raw, 16384, &mut head) {
+                    Err(HeadError::Bad("bare LF in request head")) => {
+                        assert!(scan, "{:?}", String::from_utf8_lossy(&raw))
+                    }
+                    // Without Host an HTTP/1.1 head is refused anyway.
+                    Err(HeadError::Bad(_)) if n == 0 && !scan => {}
+                    Ok(Parsed::Complete(())) => {
+                        assert!(!scan, "{:?}", String::from_utf8_lossy(&raw))
+                    }
+                    other => panic!(
+                        "{:?}: {:?}",
+                        String::from_utf8_lossy(&raw),
+                        other.map(|_| ())
+                    ),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn header_lines_copied_in_runs_or_rebuilt() {
+    let raw = b"GET / HTTP/1.1\r\nHost: x\r\nA:1  \r\nConnection: close\r\nB: 2\r\nC: 3\r\n\r\n";
+    let h = req(raw).unwrap();
+    let names = |keep: &[&str], crlf: bool| {
+        let mut out = Vec::new();
+        append_header_lines(&mut out, raw, &h.headers, h.len, crlf, |r| {
+            keep.iter()
+                .any(|k| raw[r.name.clone()].eq_ignore_ascii_case(k.as_bytes()))
+        });
+        String::from_utf8(out).unwrap()
+    };
+    // Runs keep the bytes as received (including "A:1  ").
+    assert_eq!(
+        names(&["host", "a", "b", "c"], true),
+        "Host: x\r\nA:1  \r\nB: 2\r\nC: 3\r\n"
+    );
+    assert_eq!(names(&["a", "c"], true), "A:1  \r\nC: 3\r\n");
+    assert_eq!(names(&[], true), "");
+    assert_eq!(names(&["c"], true), "C: 3\r\n");
+    // Rebuilt lines are normalised.
+    assert_eq!(names(&["a", "c"], false), "A: 1\r\nC: 3\r\n");
+}
+
+#[test]
+fn response_head_line_ends() {
+    let mut head = ResponseHead::default();
+    let ok = b"HTTP/1.1 200 OK\r\nA: 1\r\nContent-Length: 0\r\n\r\n";
+    assert!(matches!(
+        parse_response(ok, 4096, false, &mut head),
+        Ok(Parsed::Complete(()))
+    ));
+    assert!(head.crlf);
+    let lf = b"HTTP/1.1 200 OK\nA: 1\r\nContent-Length: 0\n\n";
+    assert!(matches!(
+        parse_response(lf, 4096, false, &mut head),
+        Ok(Parsed::Complete(()))
+    ));
+    assert!(!head.crlf);
+}
+
+#[test]
+fn simple_get() {
+    let raw = b"GET /a?b HTTP/1.1\r\nHost: x\r\nX-Other: 1\r\n\r\nrest";
+    let h = req(raw).unwrap();
+    assert_eq!(&raw[h.method.clone()], b"GET");
+    assert_eq!(&raw[h.target.clone()], b"/a?b");
+    assert_eq!(h.len, raw.len() - 4);
+    assert_eq!(h.body(), BodyKind::None);
+    assert!(!h.close);
+    assert_eq!(&raw[h.host.clone().unwrap()], b"x");
+}
+
+#[test]
+fn framing_is_strict() {
+    let bad: &[&[u8]] = &[
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n",
+            b"GET / HTTP/1.1\nHost: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nBad Name: x\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n",
+        ];
+    for raw in bad {
+        let r = req(raw);
+        assert!(
+            matches!(r, Err(HeadError::Bad(_))),
+            "{:?} -> {:?}",
+            String::from_utf8_lossy(raw),
+            r.map(|h| h.body)
+        );
+    }
+    let r = req(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+    assert!(matches!(r, Err(HeadError::NotImplemented(_))));
+}
+
+#[test]
+fn body_kinds() {
+    let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n").unwrap();
+    assert_eq!(h.body(), BodyKind::Length(12));
+    let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\n").unwrap();
+    assert_eq!(h.body(), BodyKind::Length(3));
+    let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap();
+    assert_eq!(h.body(), BodyKind::Chunked);
+}
+
+#[test]
+fn connection_and_hop_by_hop() {
+    let raw = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nX-Keep: 2\r\n\r\n";
+    let h = req(raw).unwrap();
+    assert!(h.close);
+    let kept: Vec<&[u8]> = h
+        .headers
+        .iter()
+        .filter(|x| !x.skip)
+        .map(|x| &raw[x.name.clone()])
+        .collect();
+    assert_eq!(kept, vec![&b"Host"[..], &b"X-Keep"[..]]);
+    let h = req(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    assert!(h.close);
+    let h = req(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
+    assert!(!h.close);
+}
+
+#[test]
+fn too_large_and_partial() {
+    let mut head = RequestHead::default();
+    let raw = b"GET / HTTP/1.1\r\nHost: x\r\n";
+    assert!(matches!(
+        parse_request(raw, 16384, &mut head),
+        Ok(Parsed::Partial)
+    ));
+    let big = [b'a'; 2000];
+    let mut raw = b"GET / HTTP/1.1\r\nX: ".to_vec();
+    raw.extend_from_slice(&big);
+    assert_eq!(
+        parse_request(&raw, 1024, &mut head).err(),
+        Some(HeadError::TooLarge)
+    );
+    let mut many = b"GET / HTTP/1.1\r\nHost: x\r\n".to_vec();
+    for i in 0..200 {
+        many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    assert_eq!(
+        parse_request(&many, 1 << 20, &mut head).err(),
+        Some(HeadError::TooLarge)
+    );
+}
+
+#[test]
+fn responses() {
+    let mut head = ResponseHead::default();
+    let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok";
+    assert!(matches!(
+        parse_response(raw, 16384, false, &mut head),
+        Ok(Parsed::Complete(()))
+    ));
+    assert_eq!(head.body(), BodyKind::Length(2));
+    assert!(!head.close);
+    parse_response(raw, 16384, true, &mut head).ok();
+    assert_eq!(head.body(), BodyKind::None);
+    let raw = b"HTTP/1.1 200 OK\r\n\r\n";
+    parse_response(raw, 16384, false, &mut head).ok();
+    assert_eq!(head.body(), BodyKind::UntilClose);
+    assert!(head.close);
+    let raw = b"HTTP/1.1 204 No Content\r\n\r\n";
+    parse_response(raw, 16384, false, &mut head).ok();
+    assert_eq!(head.body(), BodyKind::None);
+    let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n";
+    parse_response(raw, 16384, false, &mut head).ok();
+    assert_eq!(head.body(), BodyKind::Chunked);
+    assert!(head.close);
+    assert!(parse_response(b"HTTP/1.1 abc\r\n\r\n", 16384, false, &mut head).is_err());
+    assert!(parse_response(b"garbage\r\n\r\n", 16384, false, &mut head).is_err());
+}
+
+#[test]
+fn host_values() {
+    for ok in [
+        "",
+        "a",
+        "api.example:8080",
+        "127.0.0.1",
+        "[::1]",
+        "[::1]:80",
+        "a:",
+        "x_y-z.~%41",
+    ] {
+        assert!(valid_host(ok.as_bytes()), "{ok:?} refused");
+    }
+    for bad in [
+        "a b", "t/orders", "user@a", "a:port", "[zz]", "[::1", "a:1:2", "a:123456", "a?b", "a#b",
+        "[::1]x",
+    ] {
+        assert!(!valid_host(bad.as_bytes()), "{bad:?} accepted");
+    }
+}
