@@ -171,7 +171,12 @@ const MIN_HEADER_BYTES: u64 = 1024;
 const MAX_HEADER_BYTES: u64 = 1024 * 1024;
 
 fn limits(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Limits) {
-    const KEYS: &[&str] = &["max_connections", "max_header_bytes", "max_body_bytes"];
+    const KEYS: &[&str] = &[
+        "max_connections",
+        "max_header_bytes",
+        "max_body_bytes",
+        "max_tunnels",
+    ];
     let Some(f) = fields(cx, node, path, "limits", KEYS) else {
         return;
     };
@@ -201,6 +206,11 @@ fn limits(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Limits) {
             out.max_body_bytes = n;
         }
     }
+    if let Some(node) = f.get("max_tunnels") {
+        if let Some(n) = reader::positive_usize(cx, node, path.key("max_tunnels")) {
+            out.max_tunnels = n;
+        }
+    }
 }
 
 fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTimeouts) {
@@ -211,6 +221,7 @@ fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTim
         "drain",
         "client_write",
         "tls_handshake",
+        "tunnel_idle",
     ];
     let Some(f) = fields(cx, node, path, "timeouts", KEYS) else {
         return;
@@ -221,6 +232,7 @@ fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTim
     reader::duration_field(cx, &f, path, "drain", &mut out.drain);
     reader::duration_field(cx, &f, path, "client_write", &mut out.client_write);
     reader::duration_field(cx, &f, path, "tls_handshake", &mut out.tls_handshake);
+    reader::duration_field(cx, &f, path, "tunnel_idle", &mut out.tunnel_idle);
 }
 
 const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];

@@ -353,6 +353,9 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Largest request body in bytes; over it: 413.
     pub max_body_bytes: u64,
+    /// Upgraded connections (WebSocket tunnels) open at once, per process;
+    /// an upgrade request over it is answered 503.
+    pub max_tunnels: usize,
 }
 
 impl Default for Limits {
@@ -361,6 +364,7 @@ impl Default for Limits {
             max_connections: 10_000,
             max_header_bytes: 16_384,
             max_body_bytes: 10 * 1024 * 1024,
+            max_tunnels: 10_000,
         }
     }
 }
@@ -384,6 +388,9 @@ pub struct ClientTimeouts {
     /// Time allowed for a TLS handshake, from the accept (after the PROXY
     /// protocol header, if any).
     pub tls_handshake: Duration,
+    /// Longest an upgraded connection (a tunnel) may carry no byte either
+    /// way before it is closed.
+    pub tunnel_idle: Duration,
 }
 
 impl Default for ClientTimeouts {
@@ -395,6 +402,7 @@ impl Default for ClientTimeouts {
             drain: Duration::from_secs(10),
             client_write: Duration::from_secs(30),
             tls_handshake: Duration::from_secs(10),
+            tunnel_idle: Duration::from_secs(3600),
         }
     }
 }
@@ -613,6 +621,9 @@ pub struct Route {
     pub ip: IpRules,
     /// Path rewrite applied after `strip_prefix`, before forwarding.
     pub rewrite: Option<Rewrite>,
+    /// Protocols a client may upgrade to through this route (lower-cased
+    /// `Upgrade` tokens); `websocket` by default.
+    pub upgrade: Vec<String>,
 }
 
 /// `rewrite: { regex, replacement }`: the first match of `regex` in the

@@ -20,6 +20,7 @@ const ROUTE_KEYS: &[&str] = &[
     "cors",
     "ip",
     "rewrite",
+    "upgrade",
 ];
 const MATCH_KEYS: &[&str] = &[
     "host",
@@ -197,6 +198,21 @@ fn route<'n>(
             }
         }
     };
+    let upgrade = match f.get("upgrade") {
+        None => Some(vec!["websocket".to_string()]),
+        Some(n) => {
+            if f.get("respond").is_some() {
+                cx.at(
+                    n.pos,
+                    path.key("upgrade"),
+                    "only applies to routes with a service",
+                );
+                None
+            } else {
+                upgrade(cx, n, path.key("upgrade"))
+            }
+        }
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -208,6 +224,7 @@ fn route<'n>(
         cors: cors?,
         ip: ip?,
         rewrite: rewrite?,
+        upgrade: upgrade?,
     })
 }
 
@@ -450,6 +467,46 @@ fn match_headers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<(String
             continue;
         };
         out.push((name.to_string(), value.to_string()));
+    }
+    ok.then_some(out)
+}
+
+/// `upgrade: [websocket, ...]`: the protocols a client may switch to
+/// through the route (`Upgrade` tokens, compared case-insensitively); an
+/// empty list allows none. `h2c` is refused: an upgrade to it from
+/// HTTP/1.1 is a known smuggling path, and the gateway never makes one.
+fn upgrade(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<String>> {
+    const EXPECTED: &str = "a list of protocols, e.g. [websocket]";
+    let items = reader::list(cx, node, path, EXPECTED)?;
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let Some(text) = reader::scalar(cx, item, p, "a protocol name") else {
+            ok = false;
+            continue;
+        };
+        // A protocol is a token, with an optional "/version".
+        let valid = !text.is_empty()
+            && text.split('/').count() <= 2
+            && text.split('/').all(reader::is_token);
+        if !valid {
+            cx.at(
+                item.pos,
+                p,
+                format_args!("bad protocol name {}", quote(text)),
+            );
+            ok = false;
+        } else if text.eq_ignore_ascii_case("h2c") {
+            cx.at(
+                item.pos,
+                p,
+                "h2c is never upgraded to from HTTP/1.1 (a smuggling path); clients speak HTTP/2 with prior knowledge instead",
+            );
+            ok = false;
+        } else if !out.iter().any(|o| o.eq_ignore_ascii_case(text)) {
+            out.push(text.to_ascii_lowercase());
+        }
     }
     ok.then_some(out)
 }

@@ -111,6 +111,8 @@ pub enum ActionRt {
     Proxy {
         service: Arc<ServiceRt>,
         strip_prefix: bool,
+        /// Protocols a client may upgrade to (lower-cased `Upgrade` tokens).
+        upgrade: Box<[Box<str>]>,
     },
     /// A fixed response: the status line and headers (without framing or
     /// connection headers), and the body.
@@ -591,6 +593,7 @@ fn compile_routes(
                     .cloned()
                     .ok_or_else(|| format!("route {}: unknown service {service}", r.name))?,
                 strip_prefix: *strip_prefix,
+                upgrade: r.upgrade.iter().map(|u| u.as_str().into()).collect(),
             },
             Action::Respond {
                 status,

@@ -111,4 +111,18 @@ fn every_endpoint_down_is_503_at_once() {
         "{:?}",
         start.elapsed()
     );
+    // On a keep-alive connection each request gets its one 503, and the
+    // connection serves the next request (the shed request's head is not
+    // read again as a new request).
+    let mut c = sluicegate_testkit::KeepAliveClient::connect(gw.addr()).unwrap();
+    for i in 0..3 {
+        let r = c.get(&format!("/ka/{i}")).unwrap();
+        assert_eq!(r.status, 503, "request {i}");
+    }
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        c.read_response().is_err(),
+        "no answer the client did not ask for"
+    );
 }

@@ -92,7 +92,7 @@ fn wrong_types_name_expected_and_found() {
     );
     assert_eq!(
         error(&with("limits: [1, 2]")),
-        "2:9: limits: expected a mapping with keys max_connections, max_header_bytes, max_body_bytes, found a list"
+        "2:9: limits: expected a mapping with keys max_connections, max_header_bytes, max_body_bytes, max_tunnels, found a list"
     );
     assert_eq!(
         error(&with("routes:\n  - name: [a]\n    respond: {}\n")),

@@ -87,6 +87,7 @@ fn full_example_parses_to_the_expected_model() {
             max_connections: 20_000,
             max_header_bytes: 32_768,
             max_body_bytes: 1 << 20,
+            max_tunnels: 10_000,
         },
         timeouts: ClientTimeouts {
             client_header: secs(5),
@@ -95,6 +96,7 @@ fn full_example_parses_to_the_expected_model() {
             drain: Duration::from_millis(250),
             client_write: secs(45),
             tls_handshake: secs(10),
+            tunnel_idle: secs(3600),
         },
         log: LogConfig {
             level: "debug".into(),
@@ -175,6 +177,7 @@ fn full_example_parses_to_the_expected_model() {
                 cors: None,
                 ip: IpRules::default(),
                 rewrite: None,
+                upgrade: vec!["websocket".to_string()],
             },
             Route {
                 name: "hello".into(),
@@ -196,6 +199,7 @@ fn full_example_parses_to_the_expected_model() {
                 cors: None,
                 ip: IpRules::default(),
                 rewrite: None,
+                upgrade: vec!["websocket".to_string()],
             },
             Route {
                 name: "re".into(),
@@ -216,6 +220,7 @@ fn full_example_parses_to_the_expected_model() {
                 cors: None,
                 ip: IpRules::default(),
                 rewrite: None,
+                upgrade: vec!["websocket".to_string()],
             },
             Route {
                 name: "fallback".into(),
@@ -236,6 +241,7 @@ fn full_example_parses_to_the_expected_model() {
                 cors: None,
                 ip: IpRules::default(),
                 rewrite: None,
+                upgrade: vec!["websocket".to_string()],
             },
         ],
         plans: vec![],

@@ -116,6 +116,13 @@ pub struct GlobalMetrics {
     /// Client connections closed because the client did not read a
     /// response within `timeouts.client_write`.
     pub client_write_timeouts: AtomicU64,
+    /// Upgraded connections (tunnels) open now, opened in all, refused
+    /// over `limits.max_tunnels`, and the bytes they carried each way.
+    pub tunnels_open: AtomicU64,
+    pub tunnels_total: AtomicU64,
+    pub tunnels_refused: AtomicU64,
+    pub tunnel_bytes_up: AtomicU64,
+    pub tunnel_bytes_down: AtomicU64,
     /// Requests that matched no route (404), by status class like routes.
     pub unrouted: RouteMetricsCell,
     pub reloads_ok: AtomicU64,
@@ -222,6 +229,41 @@ pub fn render_global(out: &mut String, g: &GlobalMetrics) {
         "Client connections closed because the client did not read within timeouts.client_write.",
         "counter",
         g.client_write_timeouts.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_tunnels_open",
+        "Upgraded connections (WebSocket and other tunnels) open now.",
+        "gauge",
+        g.tunnels_open.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_tunnels_total",
+        "Upgraded connections opened (a 101 relayed).",
+        "counter",
+        g.tunnels_total.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_tunnels_refused_total",
+        "Upgrade requests answered 503 over limits.max_tunnels.",
+        "counter",
+        g.tunnels_refused.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_tunnel_bytes_upstream_total",
+        "Bytes tunnels carried from clients to upstreams.",
+        "counter",
+        g.tunnel_bytes_up.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_tunnel_bytes_downstream_total",
+        "Bytes tunnels carried from upstreams to clients.",
+        "counter",
+        g.tunnel_bytes_down.load(Ordering::Relaxed),
     );
     gauge(
         out,

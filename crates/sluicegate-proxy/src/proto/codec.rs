@@ -61,6 +61,9 @@ pub struct RequestHead {
     /// The client asked to close after this request (or is HTTP/1.0 without keep-alive).
     pub close: bool,
     pub expect_continue: bool,
+    /// The `Upgrade` value of an HTTP/1.1 request whose `Connection` names
+    /// `upgrade` (and that has no body): what it asks to switch to.
+    pub upgrade: Option<Range<usize>>,
 }
 
 /// A response head from an upstream.
@@ -76,6 +79,8 @@ pub struct ResponseHead {
     /// Every line of the head ends in CRLF, so its lines can be copied as
     /// received (see [`append_header_lines`]).
     pub crlf: bool,
+    /// The `Upgrade` value (the protocol a `101` switches to).
+    pub upgrade: Option<Range<usize>>,
 }
 
 impl RequestHead {
@@ -107,8 +112,11 @@ enum Known {
     XForwardedFor,
     /// `X-Forwarded-Proto` and `X-Forwarded-Host`: set by the gateway.
     XForwardedOther,
+    /// `Upgrade`: hop-by-hop, passed on only for an upgrade the route
+    /// allows (written by the gateway, not copied).
+    Upgrade,
     /// Other hop-by-hop headers (RFC 9110 7.6.1): `Keep-Alive`,
-    /// `Proxy-Connection`, `TE`, `Trailer`, `Upgrade`, `Proxy-Authenticate`.
+    /// `Proxy-Connection`, `TE`, `Trailer`, `Proxy-Authenticate`.
     HopByHop,
     /// Headers the gateway asserts itself (`X-App-Id`): never forwarded as
     /// a client sent them, on any route.
@@ -147,7 +155,8 @@ fn classify(name: &[u8]) -> Known {
         2 if is(b"te") => Known::HopByHop,
         4 if is(b"host") => Known::Host,
         6 if is(b"expect") => Known::Expect,
-        7 if is(b"upgrade") || is(b"trailer") => Known::HopByHop,
+        7 if is(b"upgrade") => Known::Upgrade,
+        7 if is(b"trailer") => Known::HopByHop,
         8 if is(b"x-app-id") => Known::Asserted,
         10 if is(b"connection") => Known::Connection,
         10 if is(b"keep-alive") => Known::HopByHop,
@@ -168,6 +177,7 @@ fn is_hop_by_hop(k: Known) -> bool {
     matches!(
         k,
         Known::HopByHop
+            | Known::Upgrade
             | Known::Connection
             | Known::ContentLength
             | Known::TransferEncoding
@@ -319,6 +329,8 @@ pub fn trim(v: &[u8]) -> &[u8] {
 struct ConnTokens {
     close: bool,
     keep_alive: bool,
+    /// It names `upgrade`.
+    upgrade: bool,
     /// It names other headers, which are then hop-by-hop too.
     other: bool,
 }
@@ -341,6 +353,7 @@ fn connection_tokens(v: &[u8]) -> ConnTokens {
         } else if eq_lower(token, b"keep-alive") {
             t.keep_alive = true;
         } else if !token.is_empty() {
+            t.upgrade |= eq_lower(token, b"upgrade");
             t.other = true;
         }
     }
@@ -436,6 +449,8 @@ pub fn parse_request(
     head.expect_continue = false;
     let mut chunked = false;
     let mut te_seen = false;
+    head.upgrade = None;
+    let mut upgrade = None;
     let (host, xff, expect_continue) = (&mut head.host, &mut head.xff, &mut head.expect_continue);
     let f = header_loop(
         buf,
@@ -485,6 +500,7 @@ pub fn parse_request(
                     *skip = true;
                 }
                 Known::XForwardedOther => *skip = true,
+                Known::Upgrade => upgrade = Some(offset(buf, value)),
                 _ => {}
             }
             Ok(())
@@ -492,6 +508,9 @@ pub fn parse_request(
     )?;
     if !f.crlf {
         return Err(HeadError::Bad("bare LF in request head"));
+    }
+    if f.upgrade && minor == 1 {
+        head.upgrade = upgrade;
     }
     let (close, length) = (f.close, f.length);
     if chunked && length.is_some() {
@@ -522,6 +541,8 @@ struct Framing {
     length: Option<u64>,
     /// Every header line ended in CRLF (and the lines checked before).
     crlf: bool,
+    /// `Connection` names `upgrade`.
+    upgrade: bool,
 }
 
 /// The header loop both sides share: checks each line's CRLF, classifies
@@ -547,6 +568,7 @@ fn header_loop<'b>(
         close: minor == 0,
         length: None,
         crlf,
+        upgrade: false,
     };
     let mut conn_values: [Option<Range<usize>>; 4] = Default::default();
     let mut conn_count = 0;
@@ -577,6 +599,7 @@ fn header_loop<'b>(
                         return Err(HeadError::Bad("too many Connection headers"));
                     }
                 }
+                f.upgrade |= t.upgrade;
                 if t.close {
                     f.close = true;
                 } else if minor == 0 && t.keep_alive {
@@ -663,6 +686,7 @@ pub fn parse_response(
     head.minor = minor;
     head.headers.clear();
     let mut te: Option<bool> = None;
+    let mut upgrade = None;
     let f = header_loop(
         buf,
         res.headers,
@@ -674,11 +698,14 @@ pub fn parse_response(
             if kind == Known::TransferEncoding {
                 let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
                 te = Some(te.unwrap_or(true) && eq_lower(last, b"chunked"));
+            } else if kind == Known::Upgrade {
+                upgrade = Some(offset(buf, value));
             }
             Ok(())
         },
     )?;
     head.crlf = f.crlf;
+    head.upgrade = upgrade;
     let (mut close, length) = (f.close, f.length);
     let no_body = head_request || (100..200).contains(&status) || status == 204 || status == 304;
     head.body = Some(if no_body {

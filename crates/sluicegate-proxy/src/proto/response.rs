@@ -32,6 +32,8 @@ pub enum ErrorKind {
     NoHealthyEndpoint,
     /// An `Expect` the gateway cannot meet (417).
     ExpectationFailed,
+    /// An upgrade over `limits.max_tunnels` (503).
+    TooManyTunnels,
 }
 
 impl ErrorKind {
@@ -46,6 +48,7 @@ impl ErrorKind {
             ErrorKind::NotImplemented => 501,
             ErrorKind::UpstreamFailed => 502,
             ErrorKind::UpstreamBusy => 503,
+            ErrorKind::TooManyTunnels => 503,
             ErrorKind::UpstreamTimeout => 504,
             ErrorKind::Unauthorized => 401,
             ErrorKind::Forbidden => 403,
@@ -66,6 +69,7 @@ impl ErrorKind {
             ErrorKind::NotImplemented => "not implemented",
             ErrorKind::UpstreamFailed => "bad gateway",
             ErrorKind::UpstreamBusy => "service unavailable",
+            ErrorKind::TooManyTunnels => "too many open tunnels",
             ErrorKind::UpstreamTimeout => "gateway timeout",
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::Forbidden => "forbidden",

@@ -184,6 +184,7 @@ impl Conn<'_> {
                 ActionRt::Proxy {
                     service,
                     strip_prefix,
+                    upgrade,
                 } => {
                     let strip = if *strip_prefix { found.prefix_len } else { 0 };
                     svc = &service.name;
@@ -196,6 +197,7 @@ impl Conn<'_> {
                         target: &target,
                         strip,
                         started,
+                        upgrade,
                     };
                     forward::forward(cx, bufs).await
                 }

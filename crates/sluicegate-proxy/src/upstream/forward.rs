@@ -35,6 +35,7 @@ use crate::upstream::head::{
     early_response, read_response_head, write_request_head, write_response_head, Forwarded,
     HeadError,
 };
+use crate::upstream::tunnel;
 
 /// How a request ended, for metrics, the access log and the connection.
 #[derive(Debug)]
@@ -73,6 +74,8 @@ pub struct Request<'a, 's> {
     /// Bytes of the path to strip (the matched prefix), or 0.
     pub strip: usize,
     pub started: Instant,
+    /// Protocols the route lets a client upgrade to.
+    pub upgrade: &'s [Box<str>],
 }
 
 /// Microseconds from a process-wide origin to `now`.
@@ -101,6 +104,19 @@ async fn connect(
     let s = TlsStream::connect(s, tls.config.clone(), name, dl.at(deadline)).await?;
     Ok(Stream::Tls(Box::new(s)))
 }
+/// [`fail`] for a request refused before it was prepared: its head is
+/// taken out of the buffer first, so that a connection kept alive reads
+/// the next request, not this one again.
+async fn fail_unsent<'s>(
+    cx: (&Downstream<'_>, &Snapshot),
+    bufs: &mut Bufs,
+    kind: ErrorKind,
+    close: bool,
+) -> Outcome<'s> {
+    bufs.inb.consume(bufs.req.len);
+    fail(cx, bufs, kind, close).await
+}
+
 /// Answers an error to the client from inside `forward`.
 async fn fail<'s>(
     (down, snap): (&Downstream<'_>, &Snapshot),
@@ -175,9 +191,10 @@ fn prepare(
     target: &Target,
     strip: usize,
     ep: &EndpointState,
-    body: BodyKind,
+    upgrading: bool,
     bufs: &mut Bufs,
 ) -> Plan {
+    let body = bufs.req.body();
     let raw = bufs.inb.filled();
     let method = &raw[bufs.req.method.clone()];
     let portable = bufs.req.host.is_some() || target.authority.is_some();
@@ -198,6 +215,10 @@ fn prepare(
         }),
         ep,
         &bufs.edits,
+        upgrading
+            .then(|| bufs.req.upgrade.clone())
+            .flatten()
+            .map(|v| &raw[v]),
     );
     let client_minor = bufs.req.minor;
     let expect_continue = bufs.req.expect_continue;
@@ -234,29 +255,48 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         target,
         strip,
         started,
+        upgrade,
     } = cx;
     let worker = down.worker;
     let body = bufs.req.body();
     let close_req = bufs.req.close || worker.shutting_down();
+    // An upgrade the route allows is forwarded (a request without a body);
+    // any other `Upgrade` is dropped, and the request goes as a plain one.
+    let upgrading = match &bufs.req.upgrade {
+        Some(v) if body == BodyKind::None => {
+            tunnel::allowed(&bufs.inb.filled()[v.clone()], upgrade)
+        }
+        _ => false,
+    };
+    if upgrading {
+        let g = &worker.shared.global;
+        if g.tunnels_open.load(std::sync::atomic::Ordering::Relaxed)
+            >= snap.limits.max_tunnels as u64
+        {
+            g.tunnels_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return fail_unsent((down, snap), bufs, ErrorKind::TooManyTunnels, close_req).await;
+        }
+    }
     // Until the body is read, an error answer must close the connection.
     let body_pending = body != BodyKind::None;
     if let BodyKind::Length(n) = body {
         if n > snap.limits.max_body_bytes {
-            return fail((down, snap), bufs, ErrorKind::BodyTooLarge, true).await;
+            return fail_unsent((down, snap), bufs, ErrorKind::BodyTooLarge, true).await;
         }
     }
     let ep_arc = choose(service, client, target, bufs);
     let Some(mut ep_index) = ep_arc else {
         // Every endpoint is down: shed at once, never queue.
         let close = close_req || body_pending;
-        return fail((down, snap), bufs, ErrorKind::NoHealthyEndpoint, close).await;
+        return fail_unsent((down, snap), bufs, ErrorKind::NoHealthyEndpoint, close).await;
     };
     let mut ep: &'s EndpointState = &service.endpoints[ep_index];
     // Every attempt must have the response head by then.
     let total = started + service.timeouts.request;
     let wait = service.timeouts.connect.min(service.timeouts.request);
     let Some(mut _permit) = ep.acquire(wait).await else {
-        let mut o = fail(
+        let mut o = fail_unsent(
             (down, snap),
             bufs,
             ErrorKind::UpstreamBusy,
@@ -282,7 +322,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         mut sent_continue,
         portable,
         idempotent,
-    } = prepare(down, service, target, strip, ep, body, bufs);
+    } = prepare(down, service, target, strip, ep, upgrading, bufs);
     let mut attempt = 0;
     // The upstream answered before the whole body was sent.
     let mut body_cut = false;
@@ -410,7 +450,8 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         }
         let sent_at = Instant::now();
         let deadline = (sent_at + service.timeouts.response_header).min(total);
-        let head = read_response_head(&up, down, bufs, is_head, client_minor, deadline).await;
+        let head =
+            read_response_head(&up, down, bufs, is_head, client_minor, deadline, upgrading).await;
         // What this attempt's outcome allows: another endpoint for an
         // idempotent request still at hand, when the service retries it.
         let r = &service.retries.settings;
@@ -472,6 +513,18 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         ep.ewma.observe(epoch_us(head_at), upstream_us as f64);
     }
     let status = bufs.res.status;
+    if status == 101 {
+        // The upstream switched: a tunnel until either side is done.
+        let carried = tunnel::run(down, &up, bufs, snap).await;
+        return Outcome {
+            status,
+            bytes_in: bytes_in + carried.up,
+            bytes_out: carried.down,
+            close: true,
+            upstream_us: Some(upstream_us),
+            endpoint: Some(ep),
+        };
+    }
     let res_body = bufs.res.body();
     let close = close_req
         || body_cut

@@ -34,7 +34,9 @@ pub(crate) struct Forwarded<'a> {
 
 /// Writes the request head as it goes upstream into `out`. `forwarded` is
 /// set when the service takes X-Forwarded-* headers; the ones the client
-/// sent are never passed on as received.
+/// sent are never passed on as received. `upgrade`: the client's
+/// `Upgrade` value, for an upgrade the route allows (then `Connection:
+/// upgrade` goes with it).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_request_head(
     out: &mut Vec<u8>,
@@ -45,6 +47,7 @@ pub(crate) fn write_request_head(
     forwarded: Option<Forwarded<'_>>,
     ep: &EndpointState,
     edits: &Edits,
+    upgrade: Option<&[u8]>,
 ) {
     out.clear();
     out.extend_from_slice(&raw[req.method.clone()]);
@@ -102,6 +105,11 @@ pub(crate) fn write_request_head(
         BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         BodyKind::None | BodyKind::UntilClose => {}
     }
+    if let Some(u) = upgrade {
+        out.extend_from_slice(b"connection: upgrade\r\nupgrade: ");
+        out.extend_from_slice(u);
+        out.extend_from_slice(b"\r\n");
+    }
     out.extend_from_slice(b"\r\n");
 }
 
@@ -123,7 +131,10 @@ pub(crate) async fn early_response(up: &Stream, upb: &mut RecvBuf) -> bool {
 }
 
 /// Reads the final response head into `bufs.res`, relaying 1xx
-/// informational responses (other than 100) to HTTP/1.1 clients.
+/// informational responses (other than 100) to HTTP/1.1 clients. A `101`
+/// is final when the request asked for an upgrade (`upgrading`), and
+/// invalid otherwise.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn read_response_head(
     up: &Stream,
     down: &Downstream<'_>,
@@ -131,6 +142,7 @@ pub(crate) async fn read_response_head(
     is_head: bool,
     client_minor: u8,
     deadline: Instant,
+    upgrading: bool,
 ) -> Result<(), HeadError> {
     let mut got = false;
     loop {
@@ -147,7 +159,11 @@ pub(crate) async fn read_response_head(
                     return Ok(());
                 }
                 if status == 101 {
-                    return Err(HeadError::Invalid);
+                    return if upgrading && bufs.res.upgrade.is_some() {
+                        Ok(())
+                    } else {
+                        Err(HeadError::Invalid)
+                    };
                 }
                 if status != 100 && client_minor == 1 {
                     let info = &bufs.upb.filled()[..bufs.res.len];

@@ -12,3 +12,4 @@ pub(crate) mod forward;
 pub(crate) mod head;
 pub(crate) mod health;
 pub(crate) mod pool;
+mod tunnel;
