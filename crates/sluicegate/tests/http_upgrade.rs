@@ -5,7 +5,7 @@
 //! on, `timeouts.tunnel_idle`, `limits.max_tunnels`, metrics, access log);
 //! `Upgrade: h2c` and protocols the route does not list are dropped; a
 //! `101` the client did not ask for is a `502`; a reload does not cut an
-//! open tunnel.
+//! open tunnel, and a shutdown lets it run through the drain and logs it.
 
 mod http_common;
 
@@ -281,4 +281,49 @@ fn an_idle_tunnel_is_closed_and_a_reload_does_not_cut_a_busy_one() {
     busy.write_all(b"still").unwrap();
     assert_eq!(read_n(&mut busy, 5), b"STILL");
     assert!(metric(admin, "sluicegate_config_reloads_total") >= 1);
+}
+
+#[test]
+fn a_shutdown_lets_a_tunnel_run_until_the_drain_ends_and_its_close_is_logged() {
+    let (up, _) = echo_upstream();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let yaml = format!(
+        "listen: [\"127.0.0.1:{port}\"]\nworkers: 1\nreload: {{ watch: false }}\n\
+         log: {{ level: warn, access: \"{}\" }}\ntimeouts: {{ drain: 1500ms }}\n\
+         services:\n{}routes:\n  - name: ws\n    service: s\n",
+        log.display(),
+        service("s", &[up.addr()], "")
+    );
+    let mut gw = sluicegate_testkit::Gateway::spawn(http_common::bin(), &yaml);
+    gw.wait_ready(&[port], Duration::from_secs(10)).unwrap();
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(WS_REQUEST.as_bytes()).unwrap();
+    assert!(read_head(&mut c).starts_with("HTTP/1.1 101 "));
+    assert_eq!(read_n(&mut c, 5), b"hello");
+    gw.terminate();
+    let stopped = Instant::now();
+    // Still carrying bytes while the drain runs.
+    thread::sleep(Duration::from_millis(500));
+    c.write_all(b"during drain").unwrap();
+    assert_eq!(read_n(&mut c, 12), b"DURING DRAIN");
+    // Cut when the drain ends, and the process exits.
+    let mut b = [0u8; 8];
+    let n = c.read(&mut b).unwrap_or(0);
+    assert_eq!(n, 0, "closed at the end of the drain");
+    let took = stopped.elapsed();
+    assert!(
+        took >= Duration::from_millis(1200) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    assert!(gw.wait_exit(Duration::from_secs(5)).is_some());
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let line = text
+        .lines()
+        .find(|l| l.contains("\"status\":101"))
+        .unwrap_or_else(|| panic!("no 101 line in the access log:\n{text}"));
+    assert!(line.contains("\"path\":\"/chat\""), "{line}");
+    assert!(line.contains("\"bytes_in\":12,"), "{line}");
 }

@@ -6,11 +6,15 @@
 //! pooled afterwards, and the client's is closed.
 //!
 //! A tunnel holds the snapshot its request started with, so a reload does
-//! not cut it; on shutdown it runs until the drain ends.
+//! not cut it; on shutdown it runs on through the drain and ends itself a
+//! tenth of `timeouts.drain` before the drain does, so that its close is
+//! counted and logged.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 use crate::observe::metrics::GlobalMetrics;
+use crate::runtime::deadline::Stop;
 use crate::runtime::worker::{Bufs, Downstream, BUF_SIZE};
 use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by};
@@ -116,9 +120,15 @@ pub(super) async fn run(
         bufs.inb.clear();
     }
     let (mut client_open, mut up_open) = (true, true);
+    // Once the worker drains: when this tunnel ends itself, a little before
+    // the drain does (so that its end is logged).
+    let mut drain_by: Option<Instant> = None;
     loop {
-        let side = dl
-            .after(idle)
+        let wait = match drain_by {
+            None => dl.after(idle).or_shutdown(),
+            Some(by) => dl.at(by.min(Instant::now() + idle)),
+        };
+        let side = wait
             .bound(async {
                 tokio::select! {
                     r = read_ready(down.client), if client_open => Side::Client(r),
@@ -127,8 +137,13 @@ pub(super) async fn run(
             })
             .await;
         let (from, to, buf, open, n) = match side {
-            // Idle past tunnel_idle.
-            Err(_) => break,
+            Err(Stop::Shutdown) => {
+                let drain = snap.timeouts.drain;
+                drain_by = Some(Instant::now() + drain.saturating_sub(drain / 10));
+                continue;
+            }
+            // Idle past tunnel_idle, or the drain is ending.
+            Err(Stop::Timeout) => break,
             Ok(Side::Client(r)) => (
                 r.map(|()| down.client),
                 up,
