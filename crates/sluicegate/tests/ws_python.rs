@@ -1,0 +1,128 @@
+//! WebSocket through the gateway with a real WebSocket implementation on
+//! both ends: the `websockets` library from PyPI (in the virtual
+//! environment `scripts/test-venv` makes) as the echo upstream and as the
+//! client. Text and binary messages from 0 bytes to 1 MiB, a ping and its
+//! pong, and a clean close all pass through, as they do directly; the same
+//! on an app-key route with the key in a header.
+
+mod http_common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use http_common::{service, Gw};
+use sluicegate_testkit::free_port;
+
+/// The virtual environment's Python, made once per test run.
+fn python() -> &'static PathBuf {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = Command::new(root.join("scripts/test-venv"))
+            .output()
+            .expect("run scripts/test-venv");
+        assert!(
+            out.status.success(),
+            "scripts/test-venv failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/python")
+    })
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/ws")
+        .join(name)
+}
+
+/// The echo server on a free port; killed on drop.
+struct Echo {
+    child: Child,
+    port: u16,
+}
+
+impl Echo {
+    fn start() -> Echo {
+        let port = free_port();
+        let mut child = Command::new(python())
+            .arg(fixture("echo_server.py"))
+            .arg(port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the echo server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "echo server did not start");
+        Echo { child, port }
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the checking client against `url`; its one line of results.
+fn client(url: &str, headers: &[&str]) -> (bool, String) {
+    let mut cmd = Command::new(python());
+    cmd.arg(fixture("client.py")).arg(url).args(headers);
+    let child = cmd.stdout(Stdio::piped()).spawn().expect("run the client");
+    let out = wait_bounded(child, Duration::from_secs(60));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    )
+}
+
+fn wait_bounded(mut child: Child, limit: Duration) -> std::process::Output {
+    let end = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    panic!("the WebSocket client did not finish within {limit:?}");
+}
+
+#[test]
+fn a_real_websocket_session_passes_through_as_it_does_directly() {
+    let echo = Echo::start();
+    let direct = client(&format!("ws://127.0.0.1:{}/echo", echo.port), &[]);
+    assert!(direct.0, "directly: {}", direct.1);
+    let up = std::net::SocketAddr::from(([127, 0, 0, 1], echo.port));
+    let gw = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: ws\n    service: s\n",
+        service("s", &[up], "")
+    ));
+    let through = client(&format!("ws://{}/echo", gw.addr()), &[]);
+    assert!(through.0, "through the gateway: {}", through.1);
+    assert_eq!(through.1, direct.1);
+}
+
+#[test]
+fn a_websocket_on_an_app_key_route_needs_its_key() {
+    let echo = Echo::start();
+    let up = std::net::SocketAddr::from(([127, 0, 0, 1], echo.port));
+    let gw = Gw::start(&format!(
+        "services:\n{}plans:\n  p: {{ rate: 100/s }}\n\
+         apps:\n  - {{ id: ws-app, keys: [ws-app-key-0001], plan: p }}\n\
+         routes:\n  - name: ws\n    service: s\n    auth: app_key\n",
+        service("s", &[up], "")
+    ));
+    let url = format!("ws://{}/echo", gw.addr());
+    let (ok, line) = client(&url, &[]);
+    assert!(!ok && line.contains("401"), "without a key: {line}");
+    let (ok, line) = client(&url, &["X-App-Key=ws-app-key-0001"]);
+    assert!(ok, "with its key: {line}");
+}
