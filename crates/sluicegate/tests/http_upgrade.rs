@@ -327,3 +327,49 @@ fn a_shutdown_lets_a_tunnel_run_until_the_drain_ends_and_its_close_is_logged() {
     assert!(line.contains("\"path\":\"/chat\""), "{line}");
     assert!(line.contains("\"bytes_in\":12,"), "{line}");
 }
+
+#[test]
+fn reloads_every_200ms_cut_none_of_a_thousand_open_tunnels() {
+    let (up, _) = echo_upstream();
+    let admin = free_port();
+    // A tunnel holds its endpoint's in-flight slot: room for 1,000.
+    let gw = Gw::start(&format!(
+        "admin: {{ listen: \"127.0.0.1:{admin}\" }}\nlimits: {{ max_connections: 5000 }}\nservices:\n{}routes:\n  - name: ws\n    service: s\n",
+        service("s", &[up.addr()], "    max_connections_per_endpoint: 2000\n")
+    ));
+    let mut tunnels = Vec::with_capacity(1000);
+    // In batches of 50, within the test upstream's listen backlog.
+    for batch in 0..20 {
+        let start = tunnels.len();
+        for _ in 0..50 {
+            let mut c = TcpStream::connect(gw.addr()).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            c.write_all(WS_REQUEST.as_bytes()).unwrap();
+            tunnels.push(c);
+        }
+        for (i, c) in tunnels[start..].iter_mut().enumerate() {
+            let head = read_head(c);
+            assert!(
+                head.starts_with("HTTP/1.1 101 "),
+                "batch {batch}, tunnel {i}: {head}"
+            );
+            assert_eq!(read_n(c, 5), b"hello", "tunnel {i}");
+        }
+    }
+    assert_eq!(metric(admin, "sluicegate_tunnels_open"), 1000);
+    // Ten reloads, 200 ms apart, while every tunnel keeps talking.
+    for round in 0..10 {
+        gw.gw.reload_signal();
+        for (i, c) in tunnels.iter_mut().enumerate().skip(round % 10).step_by(10) {
+            c.write_all(b"ab").unwrap();
+            assert_eq!(read_n(c, 2), b"AB", "tunnel {i} in round {round}");
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert!(metric(admin, "sluicegate_config_reloads_total") >= 5);
+    for (i, c) in tunnels.iter_mut().enumerate() {
+        c.write_all(b"z").unwrap();
+        assert_eq!(read_n(c, 1), b"Z", "tunnel {i} after the reloads");
+    }
+    assert_eq!(metric(admin, "sluicegate_tunnels_open"), 1000);
+}
