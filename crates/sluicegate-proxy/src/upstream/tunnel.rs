@@ -5,19 +5,26 @@
 //! either way for `timeouts.tunnel_idle`. The upstream connection is never
 //! pooled afterwards, and the client's is closed.
 //!
+//! An idle tunnel holds no buffer: the request's buffers are given up once
+//! the tunnel starts, grow again when bytes come (4 KiB, up to 16 KiB), and
+//! are given up again after a second without any.
+//!
 //! A tunnel holds the snapshot its request started with, so a reload does
 //! not cut it; on shutdown it runs on through the drain and ends itself a
 //! tenth of `timeouts.drain` before the drain does, so that its close is
 //! counted and logged.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// A tunnel that carried nothing for this long gives up its buffers.
+const RELEASE_AFTER: Duration = Duration::from_secs(1);
 
 use crate::observe::metrics::GlobalMetrics;
 use crate::runtime::deadline::Stop;
 use crate::runtime::worker::{Bufs, Downstream, BUF_SIZE};
 use crate::snapshot::Snapshot;
-use crate::transport::io::{read_ready, write_all_by};
+use crate::transport::io::{read_ready, write_all_by, RecvBuf};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
 
@@ -123,10 +130,21 @@ pub(super) async fn run(
     // Once the worker drains: when this tunnel ends itself, a little before
     // the drain does (so that its end is logged).
     let mut drain_by: Option<Instant> = None;
+    // An idle tunnel holds no buffer: they are given up now, grow again
+    // when bytes come, and are given up after RELEASE_AFTER without any.
+    release(bufs);
+    let mut holding = false;
+    let mut last = Instant::now();
     loop {
+        let idle_end = last + idle;
+        let wake = if holding {
+            (last + RELEASE_AFTER).min(idle_end)
+        } else {
+            idle_end
+        };
         let wait = match drain_by {
-            None => dl.after(idle).or_shutdown(),
-            Some(by) => dl.at(by.min(Instant::now() + idle)),
+            None => dl.at(wake).or_shutdown(),
+            Some(by) => dl.at(by.min(wake)),
         };
         let side = wait
             .bound(async {
@@ -142,8 +160,17 @@ pub(super) async fn run(
                 drain_by = Some(Instant::now() + drain.saturating_sub(drain / 10));
                 continue;
             }
-            // Idle past tunnel_idle, or the drain is ending.
-            Err(Stop::Timeout) => break,
+            Err(Stop::Timeout) => {
+                let now = Instant::now();
+                if holding && now < idle_end && drain_by.is_none_or(|by| now < by) {
+                    // Quiet for a while: give the buffers up.
+                    release(bufs);
+                    holding = false;
+                    continue;
+                }
+                // Idle past tunnel_idle, or the drain is ending.
+                break;
+            }
             Ok(Side::Client(r)) => (
                 r.map(|()| down.client),
                 up,
@@ -180,11 +207,34 @@ pub(super) async fn run(
                 }
                 *n += k as u64;
                 buf.clear();
+                holding = true;
+                last = Instant::now();
             }
             Err(_) => break,
         }
     }
+    restore(bufs);
     count(global, carried)
+}
+
+/// Gives up the request buffers' memory while a tunnel is quiet.
+fn release(bufs: &mut Bufs) {
+    bufs.inb = RecvBuf::new(0);
+    bufs.upb = RecvBuf::new(0);
+    bufs.out = Vec::new();
+}
+
+/// Puts back buffers of the usual size for the next use of `bufs`.
+fn restore(bufs: &mut Bufs) {
+    if bufs.inb.capacity() < BUF_SIZE {
+        bufs.inb = RecvBuf::new(BUF_SIZE);
+    }
+    if bufs.upb.capacity() < BUF_SIZE {
+        bufs.upb = RecvBuf::new(BUF_SIZE);
+    }
+    if bufs.out.capacity() < BUF_SIZE {
+        bufs.out = Vec::with_capacity(BUF_SIZE);
+    }
 }
 
 /// Adds a finished tunnel's bytes to the metrics.
