@@ -239,3 +239,17 @@ impl Drop for Gateway {
         }
     }
 }
+
+/// Where a system program is: `default` when it is a file there, else the
+/// first `name` on `PATH`.
+pub fn system_binary(default: &str, name: &str) -> Option<std::path::PathBuf> {
+    let default = std::path::PathBuf::from(default);
+    if default.is_file() {
+        return Some(default);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}

@@ -15,15 +15,7 @@ use crate::gateway::free_port;
 
 /// Where HAProxy is: `/usr/sbin/haproxy`, else the first on PATH.
 pub fn haproxy_binary() -> Option<PathBuf> {
-    let default = PathBuf::from("/usr/sbin/haproxy");
-    if default.is_file() {
-        return Some(default);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("haproxy"))
-            .find(|p| p.is_file())
-    })
+    crate::gateway::system_binary("/usr/sbin/haproxy", "haproxy")
 }
 
 /// A running HAProxy; killed on drop.

@@ -26,4 +26,4 @@ pub use client::{
 pub use gateway::{free_port, Gateway};
 pub use haproxy::Haproxy;
 pub use nginx::Nginx;
-pub use upstream::{RawUpstream, SeenRequest, TestUpstream};
+pub use upstream::{read_request_head, RawUpstream, SeenRequest, TestUpstream};

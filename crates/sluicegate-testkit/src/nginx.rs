@@ -41,15 +41,7 @@ pub fn big_body() -> Vec<u8> {
 
 /// Where nginx is: `/usr/sbin/nginx`, else the first `nginx` on PATH.
 pub fn nginx_binary() -> Option<PathBuf> {
-    let default = PathBuf::from("/usr/sbin/nginx");
-    if default.is_file() {
-        return Some(default);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("nginx"))
-            .find(|p| p.is_file())
-    })
+    crate::gateway::system_binary("/usr/sbin/nginx", "nginx")
 }
 
 /// A running nginx; killed on drop.

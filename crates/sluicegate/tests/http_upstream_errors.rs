@@ -12,27 +12,15 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use http_common::{assert_json_error, loopback, service, wait_until, Gw};
-use sluicegate_testkit::{free_port, http_get, KeepAliveClient, RawUpstream, TestUpstream};
+use sluicegate_testkit::{
+    free_port, http_get, read_request_head, KeepAliveClient, RawUpstream, TestUpstream,
+};
 
 fn gateway_to(up: SocketAddr, service_extra: &str) -> Gw {
     let svc = service("up", &[up], service_extra);
     Gw::start(&format!(
         "services:\n{svc}routes:\n  - name: all\n    match: {{ path_prefix: / }}\n    service: up\n"
     ))
-}
-
-/// Reads one request head from `s` (bounded); false if it never completes.
-fn read_request_head(s: &mut TcpStream) -> bool {
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
-    true
 }
 
 #[test]

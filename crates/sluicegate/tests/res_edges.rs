@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use sluicegate_testkit::TestUpstream;
+use sluicegate_testkit::{read_request_head, TestUpstream};
 
 #[test]
 fn a_client_that_never_reads_is_closed_at_client_write_and_counted() {
@@ -136,20 +136,6 @@ fn an_oversized_head_sent_in_one_go_gets_its_whole_431() {
         assert!(text.contains("connection: close\r\n"), "{text}");
         http_common::assert_json_error_body(http_common::body_of(&text), 431);
     }
-}
-
-/// Reads one request head from an upstream-side socket; false at its end.
-fn read_request_head(s: &mut TcpStream) -> bool {
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => return false,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
-    true
 }
 
 #[test]

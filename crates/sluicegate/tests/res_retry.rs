@@ -69,16 +69,9 @@ fn resetting() -> (RawUpstream, Arc<AtomicUsize>) {
     let seen = Arc::new(AtomicUsize::new(0));
     let count = seen.clone();
     let up = RawUpstream::start(move |mut s: TcpStream| {
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
+        if sluicegate_testkit::read_request_head(&mut s) {
+            count.fetch_add(1, Ordering::SeqCst);
         }
-        count.fetch_add(1, Ordering::SeqCst);
     });
     (up, seen)
 }

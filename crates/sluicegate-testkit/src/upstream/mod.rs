@@ -34,7 +34,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use raw::RawUpstream;
+pub use raw::{read_request_head, RawUpstream};
 pub use reply::pattern;
 pub(crate) use server::lock;
 use server::Server;

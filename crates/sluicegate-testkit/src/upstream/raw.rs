@@ -47,3 +47,20 @@ impl RawUpstream {
         self.server.connections_accepted()
     }
 }
+
+/// Reads one request head from an upstream-side socket (up to its blank
+/// line, waiting at most 5 s for each read); false if it never completes.
+/// What follows the head in the same reads is dropped.
+pub fn read_request_head(s: &mut std::net::TcpStream) -> bool {
+    use std::io::Read;
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    true
+}
