@@ -3,9 +3,12 @@
 //! environment `scripts/test-venv` makes) as the echo upstream and as the
 //! client. Text and binary messages from 0 bytes to 1 MiB, a ping and its
 //! pong, and a clean close all pass through, as they do directly; the same
-//! on an app-key route with the key in a header.
+//! on an app-key route with the key in a header, and over TLS (wss://, the
+//! certificate chosen by SNI).
 
 mod http_common;
+mod ops_common;
+mod tls_common;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -125,4 +128,29 @@ fn a_websocket_on_an_app_key_route_needs_its_key() {
     assert!(!ok && line.contains("401"), "without a key: {line}");
     let (ok, line) = client(&url, &["X-App-Key=ws-app-key-0001"]);
     assert!(ok, "with its key: {line}");
+}
+
+#[test]
+fn a_websocket_over_tls_passes_through() {
+    let echo = Echo::start();
+    let up = std::net::SocketAddr::from(([127, 0, 0, 1], echo.port));
+    let certs = tls_common::Certs::new();
+    let (ports, extra) = tls_common::ports(1);
+    let yaml = format!(
+        "{}services:\n{}routes:\n  - name: ws\n    service: s\n",
+        tls_common::head(
+            ports,
+            &[format!(
+                "{{ addr: \"127.0.0.1:{}\", tls: {} }}",
+                extra[0],
+                certs.tls(&["a"], None, "")
+            )]
+        ),
+        service("s", &[up], "")
+    );
+    let gw = tls_common::start(ports, extra, &yaml);
+    let ca = certs.ca();
+    let url = format!("wss://127.0.0.1:{}/echo", gw.port(0));
+    let (ok, line) = client(&url, &["--ca", ca.to_str().unwrap(), "--sni", "a.test"]);
+    assert!(ok, "wss through the gateway: {line}");
 }
