@@ -392,8 +392,8 @@ fn state_hooks(
             doc
         }),
         resume: Box::new(move || {
-            switch.resume();
             tracing::warn!("upgrade failed after the state was captured: accepting again");
+            switch.resume();
         }),
     }
 }

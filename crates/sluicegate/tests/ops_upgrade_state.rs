@@ -465,11 +465,11 @@ fn a_new_process_that_goes_away_after_the_capture_leaves_the_old_one_serving() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.ends_with("hello"), "{answer}");
     assert!(running.is_running());
-    assert!(
-        running.stderr().contains("accepting again"),
-        "{}",
-        running.stderr()
-    );
+    // Its log line says so (stderr is read from a file: give it a moment).
+    let said = wait_until(Duration::from_secs(3), || {
+        running.stderr().contains("accepting again")
+    });
+    assert!(said, "{}", running.stderr());
     // And a later upgrade still works.
     let _new = upgrade(&mut running, &hello_yaml(ports), &sock);
     assert_eq!(http_get(ports.addr(), "/hello", &[]).body_str(), "hello");
