@@ -6,6 +6,7 @@ mod attempt;
 pub(crate) mod balancer;
 pub(crate) mod body;
 pub(crate) mod breaker;
+pub(crate) mod budget;
 pub(crate) mod eject;
 pub(crate) mod endpoint;
 pub(crate) mod forward;
