@@ -30,6 +30,7 @@ const TOP_KEYS: &[&str] = &[
     "ip",
     "jwt",
     "trusted_proxies",
+    "http2",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -53,6 +54,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         ip: Default::default(),
         jwt: Default::default(),
         trusted_proxies: Vec::new(),
+        http2: Default::default(),
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -86,6 +88,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     }
     if let Some(node) = f.get("busy_poll") {
         config.busy_poll = busy_poll(cx, node, path.key("busy_poll"));
+    }
+    if let Some(node) = f.get("http2") {
+        crate::http2::http2(cx, node, path.key("http2"), &mut config.http2);
     }
     if let Some(node) = f.get("limits") {
         limits(cx, node, path.key("limits"), &mut config.limits);

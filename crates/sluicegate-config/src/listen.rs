@@ -13,7 +13,14 @@ use crate::model::{
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos, Value};
 
-const LISTENER_KEYS: &[&str] = &["addr", "tls", "proxy_protocol", "redirect_https"];
+const LISTENER_KEYS: &[&str] = &[
+    "addr",
+    "tls",
+    "proxy_protocol",
+    "redirect_https",
+    "http2",
+    "h2c",
+];
 const TLS_KEYS: &[&str] = &[
     "certificates",
     "default",
@@ -80,7 +87,8 @@ pub(crate) fn listen(cx: &mut Cx, node: &Node, path: Path<'_>) -> Vec<Listener> 
 }
 
 /// One `listen` item: an address, or `{ addr, tls, proxy_protocol,
-/// redirect_https }`. Returns it with the node holding its address.
+/// redirect_https, http2 }` (`h2c` is `http2`'s name on a plain
+/// listener). Returns it with the node holding its address.
 fn listener<'n>(cx: &mut Cx, node: &'n Node, path: Path<'_>) -> Option<(Listener, &'n Node)> {
     if node.as_scalar().is_some() {
         return socket_addr(cx, node, path).map(|a| (Listener::plain(a), node));
@@ -89,17 +97,18 @@ fn listener<'n>(cx: &mut Cx, node: &'n Node, path: Path<'_>) -> Option<(Listener
         cx.expected(
             node,
             path,
-            "an address IP:port or a mapping with addr, tls, proxy_protocol, redirect_https",
+            "an address IP:port or a mapping with addr, tls, proxy_protocol, redirect_https, http2",
         );
         return None;
     }
     let f = fields(cx, node, path, "listener", LISTENER_KEYS)?;
-    let flag = |cx: &mut Cx, key: &str| match f.get(key) {
-        None => Some(false),
+    let flag = |cx: &mut Cx, key: &str, default: bool| match f.get(key) {
+        None => Some(default),
         Some(n) => reader::boolean(cx, n, path.key(key)),
     };
-    let proxy_protocol = flag(cx, "proxy_protocol");
-    let redirect_https = flag(cx, "redirect_https");
+    let proxy_protocol = flag(cx, "proxy_protocol", false);
+    let redirect_https = flag(cx, "redirect_https", false);
+    let http2 = listener_http2(cx, &f, path);
     let tls = match f.get("tls") {
         None => Some(None),
         Some(n) => listener_tls(cx, n, path.key("tls")).map(Some),
@@ -119,8 +128,42 @@ fn listener<'n>(cx: &mut Cx, node: &'n Node, path: Path<'_>) -> Option<(Listener
         tls: tls?,
         proxy_protocol: proxy_protocol?,
         redirect_https: redirect_https?,
+        http2: http2?,
     };
     Some((listener, addr_node))
+}
+
+/// A listener's `http2` flag (default on). `h2c`, HTTP/2 with prior
+/// knowledge, is the same flag under the name it has on a plain listener;
+/// a TLS listener's clients ask for HTTP/2 by ALPN, never by h2c.
+fn listener_http2(cx: &mut Cx, f: &reader::Fields<'_>, path: Path<'_>) -> Option<bool> {
+    let http2 = match f.get("http2") {
+        None => None,
+        Some(n) => Some(reader::boolean(cx, n, path.key("http2"))?),
+    };
+    let h2c = match f.get("h2c") {
+        None => None,
+        Some(n) => Some(reader::boolean(cx, n, path.key("h2c"))?),
+    };
+    if let Some(n) = f.get("h2c") {
+        if f.get("tls").is_some() {
+            cx.at(
+                n.pos,
+                path.key("h2c"),
+                "only applies to plain listeners (TLS clients ask for HTTP/2 by ALPN): use http2",
+            );
+            return None;
+        }
+        if http2.is_some() && http2 != h2c {
+            cx.at(
+                n.pos,
+                path.key("h2c"),
+                "says the opposite of http2 (the same setting on a plain listener): keep one",
+            );
+            return None;
+        }
+    }
+    Some(http2.or(h2c).unwrap_or(true))
 }
 
 /// A listener's `tls`.

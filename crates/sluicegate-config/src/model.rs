@@ -8,8 +8,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod http2;
 mod tls;
 
+pub use http2::*;
 pub use tls::*;
 
 /// The whole gateway configuration, as loaded from one YAML file.
@@ -44,6 +46,8 @@ pub struct Config {
     /// Peers (proxies, load balancers) whose word on the client's address
     /// is believed; empty (the default): nobody's.
     pub trusted_proxies: Vec<Cidr>,
+    /// How client HTTP/2 connections are run.
+    pub http2: Http2Settings,
 }
 
 /// Token checks shared by all `auth: jwt` routes.

@@ -1,12 +1,12 @@
 //! Sluicegate's data plane: worker threads with their own listeners,
-//! the HTTP/1.1 codec, routing, load balancing, upstream connection pools,
+//! the HTTP/1.1 codec, HTTP/2 from clients, routing, load balancing, upstream connection pools,
 //! metrics and access logging. Folders by concern, in dependency order
 //! (a folder uses those listed after it, never one before it):
 //! `runtime` (workers, listeners, deadlines), `session` (per-connection
 //! drivers), `upstream` (forwarding, pools, balancing, health), `filters`
 //! and `apps` (the request phases), `route`, `observe` (metrics, access
-//! log), `proto` (HTTP/1.1 codec, gateway answers), `transport` (streams
-//! and socket I/O). `snapshot` ties the runtime tables together. See
+//! log), `transport` (streams and socket I/O), `proto` (HTTP/1.1 codec,
+//! gateway answers, HTTP/2 streams as HTTP/1.1 messages). `snapshot` ties the runtime tables together. See
 //! `docs/architecture.md` for the request lifecycle.
 
 pub(crate) mod apps;

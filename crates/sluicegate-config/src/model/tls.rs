@@ -32,6 +32,10 @@ pub struct Listener {
     /// Answer every request with a redirect to `https://` (plain listeners
     /// only).
     pub redirect_https: bool,
+    /// Clients may speak HTTP/2: offered by ALPN on a TLS listener, taken
+    /// with prior knowledge (h2c, known by its connection preface) on a
+    /// plain one.
+    pub http2: bool,
 }
 
 impl Listener {
@@ -42,6 +46,7 @@ impl Listener {
             tls: None,
             proxy_protocol: false,
             redirect_https: false,
+            http2: true,
         }
     }
 }

@@ -250,6 +250,7 @@ fn full_example_parses_to_the_expected_model() {
         ip: IpRules::default(),
         jwt: JwtSettings::default(),
         trusted_proxies: vec![],
+        http2: Http2Settings::default(),
     };
     assert_eq!(ok(FULL), expected);
 }

@@ -26,13 +26,56 @@ fn cert(cert: &str, key: &str) -> CertKeyPaths {
 }
 
 #[test]
+fn http2_settings_and_listener_flags_are_checked() {
+    let c = ok(r#"
+listen: ["127.0.0.1:8080"]
+http2: { max_concurrent_streams: 64, stream_window: 256KiB, connection_window: 8MiB, max_streams_per_second: 500 }
+"#);
+    assert_eq!(
+        c.http2,
+        Http2Settings {
+            max_concurrent_streams: 64,
+            stream_window: 256 * 1024,
+            connection_window: 8 * 1024 * 1024,
+            max_streams_per_second: 500,
+        }
+    );
+    assert!(c.listen[0].http2);
+    let err = |text: &str, want: &str| {
+        let e = error(text);
+        assert!(e.contains(want), "{e}");
+    };
+    err(
+        "listen: [\"127.0.0.1:8080\"]\nhttp2: { stream_window: 1000 }\n",
+        "http2.stream_window: must be from 65535",
+    );
+    err(
+        "listen: [\"127.0.0.1:8080\"]\nhttp2: { max_concurrent_streams: 0 }\n",
+        "http2.max_concurrent_streams: expected an integer from 1 to 100000",
+    );
+    err(
+        "listen: [\"127.0.0.1:8080\"]\nhttp2: { streams: 5 }\n",
+        "streams",
+    );
+    err(
+        "listen: [{ addr: \"127.0.0.1:8443\", h2c: true, tls: { certificates: [{ cert: a.pem, key: a.key }] } }]\n",
+        "listen[0].h2c: only applies to plain listeners",
+    );
+    err(
+        "listen: [{ addr: \"127.0.0.1:8080\", h2c: true, http2: false }]\n",
+        "listen[0].h2c: says the opposite of http2",
+    );
+}
+
+#[test]
 fn listeners_decode() {
     let c = ok(r#"
 listen:
   - "0.0.0.0:8080"
-  - { addr: "0.0.0.0:8081", redirect_https: true }
+  - { addr: "0.0.0.0:8081", redirect_https: true, h2c: false }
   - addr: "0.0.0.0:8443"
     proxy_protocol: true
+    http2: false
     tls:
       certificates:
         - { cert: a.pem, key: a.key }
@@ -54,6 +97,7 @@ admin: { listen: "127.0.0.1:9901" }
                 tls: None,
                 proxy_protocol: false,
                 redirect_https: true,
+                http2: false,
             },
             Listener {
                 addr: "0.0.0.0:8443".parse().unwrap(),
@@ -69,6 +113,7 @@ admin: { listen: "127.0.0.1:9901" }
                 }),
                 proxy_protocol: true,
                 redirect_https: false,
+                http2: false,
             },
             Listener {
                 addr: "[::1]:8444".parse().unwrap(),
@@ -81,6 +126,7 @@ admin: { listen: "127.0.0.1:9901" }
                 }),
                 proxy_protocol: false,
                 redirect_https: false,
+                http2: true,
             },
         ]
     );
@@ -112,11 +158,11 @@ admin: { listen: "127.0.0.1:9901" }
 fn listener_errors() {
     assert_eq!(
         error("listen: [[127.0.0.1:1]]\n"),
-        "1:10: listen[0]: expected an address IP:port or a mapping with addr, tls, proxy_protocol, redirect_https, found a list"
+        "1:10: listen[0]: expected an address IP:port or a mapping with addr, tls, proxy_protocol, redirect_https, http2, found a list"
     );
     assert_eq!(
         error("listen: [{ addr: 127.0.0.1:1, port: 2 }]\n"),
-        "1:31: unknown key \"port\" in listener (expected one of: addr, tls, proxy_protocol, redirect_https)"
+        "1:31: unknown key \"port\" in listener (expected one of: addr, tls, proxy_protocol, redirect_https, http2, h2c)"
     );
     assert_eq!(
         error("listen: [{ proxy_protocol: true }]\n"),

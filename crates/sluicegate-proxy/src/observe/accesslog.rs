@@ -71,6 +71,9 @@ pub struct Entry<'a> {
     pub key_fp: Option<u32>,
     /// TLS version and cipher suite, on TLS connections.
     pub tls: Option<(&'a str, &'a str)>,
+    /// The request came on an HTTP/2 stream (`"proto":"HTTP/2"`; absent
+    /// for HTTP/1.x).
+    pub http2: bool,
 }
 
 /// Appends `e` as one JSON line to `out`.
@@ -128,6 +131,9 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
         out.extend_from_slice(b"\",\"cipher\":\"");
         name(out, cipher.as_bytes());
         out.push(b'"');
+    }
+    if e.http2 {
+        out.extend_from_slice(b",\"proto\":\"HTTP/2\"");
     }
     out.extend_from_slice(b"}\n");
 }
@@ -381,6 +387,7 @@ mod tests {
                 app: Some("shop"),
                 key_fp: Some(0x00ab_cdef),
                 tls: None,
+                http2: false,
             },
         );
         let s = String::from_utf8(out).unwrap();

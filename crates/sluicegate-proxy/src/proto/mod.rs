@@ -1,8 +1,10 @@
-//! HTTP/1.1 on the wire: message heads (server and client side), the
-//! chunked coding, and the one renderer of answers the gateway makes itself;
-//! and the header fields filters add, which no protocol frames yet.
+//! HTTP on the wire: HTTP/1.1 message heads (server and client side), the
+//! chunked coding, the one renderer of answers the gateway makes itself,
+//! the header fields filters add, and HTTP/2 streams seen as HTTP/1.1
+//! messages (`http2`).
 
 pub(crate) mod chunked;
 pub(crate) mod codec;
 pub(crate) mod fields;
+pub(crate) mod http2;
 pub(crate) mod response;

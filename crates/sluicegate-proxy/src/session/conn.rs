@@ -38,6 +38,8 @@ pub struct Conn<'w> {
     pub tls: Option<(&'static str, &'static str)>,
     /// Every request is answered with a redirect to HTTPS.
     pub(super) redirect_https: bool,
+    /// A plain listener's client may speak HTTP/2 with prior knowledge.
+    pub(super) h2c: bool,
     /// Who the client certificate names (`auth: mtls`).
     pub(super) identity: Option<Box<ClientIdentity>>,
     /// The current request's client as text when a trusted proxy named
@@ -83,6 +85,27 @@ enum Wake {
     Park(Instant),
 }
 
+/// How a connection's request loop ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Done {
+    Close,
+    /// Idle: park it; its last answer was written then.
+    Park(Instant),
+    /// It opened with the HTTP/2 preface (h2c with prior knowledge): its
+    /// bytes so far are in the buffers, for the HTTP/2 session.
+    Http2,
+}
+
+/// The HTTP/2 connection preface (RFC 9113 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The bytes `b` begin the HTTP/2 preface, as far as they go; four are
+/// enough to tell it from any HTTP/1.1 method (`PRI ` is none).
+fn h2_preface(b: &[u8]) -> bool {
+    let n = b.len().min(H2_PREFACE.len());
+    n >= 4 && b[..n] == H2_PREFACE[..n]
+}
+
 /// What the request loop does after a request.
 #[derive(PartialEq, Eq)]
 pub(super) enum Next {
@@ -91,9 +114,9 @@ pub(super) enum Next {
 }
 
 impl Conn<'_> {
-    /// Serves requests until the connection closes (`None`) or parks
-    /// (`Some`: when its last answer was written).
-    pub(super) async fn run(&mut self, begin: Begin) -> Option<Instant> {
+    /// Serves requests until the connection closes, parks, or turns out
+    /// to speak HTTP/2.
+    pub(super) async fn run(&mut self, begin: Begin) -> Done {
         let mut cache = arc_swap::Cache::new(&self.worker.shared.snapshot);
         // No request has come on it yet; when its first head is due.
         let (mut first, mut header_by) = match begin {
@@ -108,9 +131,12 @@ impl Conn<'_> {
             let wait = if first { t.client_header } else { t.keepalive };
             let due = match self.await_next_request(wait, first, header_by).await {
                 Wake::Request(due) => due,
-                Wake::Close => return None,
-                Wake::Park(end) => return Some(end),
+                Wake::Close => return Done::Close,
+                Wake::Park(end) => return Done::Park(end),
             };
+            if first && self.h2c && self.opens_http2() {
+                return Done::Http2;
+            }
             first = false;
             header_by = None;
             let snap = cache.load();
@@ -123,9 +149,21 @@ impl Conn<'_> {
             self.worker.busy.touch();
             self.bufs = Some(bufs);
             if next == Next::Close || self.worker.shutting_down() {
-                return None;
+                return Done::Close;
             }
         }
+    }
+
+    /// A new connection on an h2c listener starts with the HTTP/2
+    /// preface. Woken by readiness, its first bytes are read here.
+    #[cold]
+    fn opens_http2(&mut self) -> bool {
+        let worker = self.worker;
+        let bufs = self.bufs.get_or_insert_with(|| worker.take_bufs());
+        if bufs.inb.is_empty() {
+            let _ = bufs.inb.try_fill(&self.client, BUF_SIZE);
+        }
+        h2_preface(bufs.inb.filled())
     }
 
     /// Before a request: returns once its first bytes are there
@@ -201,7 +239,12 @@ impl Conn<'_> {
     /// Reads, routes and answers one request. Its head is due by `due`
     /// when given (a connection's first request: from the accept),
     /// otherwise `client_header` after its first byte.
-    async fn request(&mut self, snap: &Snapshot, bufs: &mut Bufs, due: Option<Instant>) -> Next {
+    pub(super) async fn request(
+        &mut self,
+        snap: &Snapshot,
+        bufs: &mut Bufs,
+        due: Option<Instant>,
+    ) -> Next {
         // A request's time starts with its first byte (the wait before that
         // has its own timeout), and so does its header deadline unless due.
         let mut started = (!bufs.inb.is_empty()).then(Instant::now);

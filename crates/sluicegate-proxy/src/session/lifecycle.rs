@@ -304,6 +304,7 @@ impl Conn<'_> {
                 app: bufs.edits.app.map(|a| snap.apps.app_id(a)),
                 key_fp: bufs.edits.key_fp,
                 tls: self.tls,
+                http2: matches!(self.client, crate::transport::stream::Stream::H2(_)),
             },
         );
         if buf.len() >= accesslog::FLUSH_AT {

@@ -1,12 +1,14 @@
 //! Per-connection drivers: how a connection starts, parks and comes back
 //! (`start`), the HTTP/1.1 client connection's request loop (`conn`), one
-//! request's phases in order (`lifecycle`) and the answers the session
-//! makes itself (`answer`). Forwarding (`crate::upstream`)
+//! request's phases in order (`lifecycle`), the answers the session
+//! makes itself (`answer`), and HTTP/2 connections, whose streams go
+//! through the same request code (`h2`). Forwarding (`crate::upstream`)
 //! sees the connection only as a [`crate::runtime::worker::Downstream`]
 //! and never imports from here.
 
 mod answer;
 pub(crate) mod conn;
+mod h2;
 mod lifecycle;
 pub(crate) mod start;
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use super::conn::{Begin, Conn};
+use super::conn::{Begin, Conn, Done};
 use crate::runtime::deadline::OwnSlot;
 use crate::runtime::worker::Worker;
 use crate::transport::listener::{prepare, ListenerRt, Prepared};
@@ -26,6 +26,11 @@ impl Active {
     pub(crate) fn new(worker: Rc<Worker>) -> Active {
         worker.active.set(worker.active.get() + 1);
         Active(worker)
+    }
+
+    /// The worker serving the connection.
+    pub(super) fn worker(&self) -> &Rc<Worker> {
+        &self.0
     }
 }
 
@@ -59,6 +64,7 @@ pub(crate) fn accepted(
             client: peer,
             tls: ("", ""),
             identity: None,
+            h2: false,
         };
         tokio::task::spawn_local(serve_stream(ready, listener, active, Begin::New(None)));
     } else {
@@ -85,6 +91,10 @@ async fn prepare_then_serve(
     };
     let deadline = Instant::now() + limit;
     if let Some(ready) = prepare(&worker.deadlines, &listener, tcp, peer, deadline).await {
+        if ready.h2 {
+            tokio::task::spawn_local(super::h2::serve(ready, Vec::new(), listener, active));
+            return;
+        }
         // On a plain listener the PROXY header counted against the first
         // request's header time, which runs from the accept; a TLS
         // handshake has its own timeout, and the header time starts after it.
@@ -113,23 +123,40 @@ pub(crate) async fn serve_stream(
         peer_ip: p.client.ip().to_string(),
         tls,
         redirect_https: listener.redirect_https,
+        h2c: listener.http2.is_some() && listener.tls.is_none(),
         identity: p.identity,
         req_client: None,
         bufs: None,
         last_end,
         slot: OwnSlot::new(&worker.deadlines),
     };
-    let park = conn.run(begin).await;
+    let done = conn.run(begin).await;
+    let early = match (&done, &conn.bufs) {
+        (Done::Http2, Some(b)) => b.inb.filled().to_vec(),
+        _ => Vec::new(),
+    };
     if let Some(b) = conn.bufs.take() {
         worker.give_bufs(b);
     }
-    if let Some(end) = park {
+    if done == Done::Http2 {
+        let ready = Prepared {
+            stream: conn.client,
+            client: conn.peer,
+            tls: p.tls,
+            identity: conn.identity,
+            h2: true,
+        };
+        tokio::task::spawn_local(super::h2::serve(ready, early, listener, active));
+        return;
+    }
+    if let Done::Park(end) = done {
         let expires = end + worker.shared.snapshot.load().timeouts.keepalive;
         let parked = Prepared {
             stream: conn.client,
             client: conn.peer,
             tls: p.tls,
             identity: conn.identity,
+            h2: false,
         };
         tokio::task::spawn_local(parked_wait(parked, listener, active, end, expires));
     }

@@ -49,6 +49,7 @@ fn open_session(worker: &Rc<Worker>) -> (Stream, tokio::task::JoinHandle<()>) {
         client: peer,
         tls: ("", ""),
         identity: None,
+        h2: false,
     };
     // Counted as an accepted connection is, before it is served.
     worker
@@ -192,6 +193,7 @@ fn a_parked_connection_is_a_small_task() {
             client: peer,
             tls: ("", ""),
             identity: None,
+            h2: false,
         };
         let now = std::time::Instant::now();
         worker

@@ -87,6 +87,20 @@ impl RecvBuf {
         }
     }
 
+    /// Appends `bytes` after what is there, growing the buffer as needed.
+    pub fn put(&mut self, bytes: &[u8]) {
+        if self.data.len() - self.end < bytes.len() {
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.data.len() - self.end < bytes.len() {
+                self.data.resize(self.end + bytes.len(), 0);
+            }
+        }
+        self.data[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+
     pub fn capacity(&self) -> usize {
         self.data.len()
     }

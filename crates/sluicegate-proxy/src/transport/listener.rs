@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::ServerConfig;
-use sluicegate_config::{ClientAuth, Config, TlsVersion};
+use sluicegate_config::{ClientAuth, Config, Http2Settings, TlsVersion};
 use tokio::net::TcpStream;
 
 use crate::runtime::deadline::{Deadlines, Stop};
@@ -29,7 +29,9 @@ use crate::transport::tls::resolver::CertResolver;
 use crate::transport::tls::stream::HandshakeError;
 use crate::transport::tls::TlsStream;
 
-/// ALPN protocols a TLS listener offers, in preference order.
+/// ALPN protocols a TLS listener offers, in preference order: with
+/// HTTP/2 on, and without.
+const ALPN_H2: &[&[u8]] = &[b"h2", b"http/1.1"];
 const ALPN: &[&[u8]] = &[b"http/1.1"];
 
 /// One listener's settings in a snapshot.
@@ -40,6 +42,8 @@ pub(crate) struct ListenerRt {
     pub(crate) tls: Option<TlsListener>,
     pub(crate) proxy_protocol: bool,
     pub(crate) redirect_https: bool,
+    /// How HTTP/2 connections run, when clients may speak it here.
+    pub(crate) http2: Option<Http2Settings>,
     pub(crate) counters: Arc<ListenerCounters>,
 }
 
@@ -145,7 +149,7 @@ pub(crate) fn compile(
                     t.client_ca.as_deref(),
                     t.client_ca.is_some() && t.client_auth == ClientAuth::Require,
                     t.min_version == TlsVersion::V1_3,
-                    ALPN,
+                    if l.http2 { ALPN_H2 } else { ALPN },
                     provider,
                     sessions,
                 )
@@ -158,6 +162,7 @@ pub(crate) fn compile(
             tls,
             proxy_protocol: l.proxy_protocol,
             redirect_https: l.redirect_https,
+            http2: l.http2.then(|| config.http2.clone()),
             counters: entry.1.clone(),
         }));
     }
@@ -172,6 +177,7 @@ pub(crate) fn plain(addr: SocketAddr) -> Arc<ListenerRt> {
         tls: None,
         proxy_protocol: false,
         redirect_https: false,
+        http2: None,
         counters: Arc::default(),
     })
 }
@@ -185,6 +191,8 @@ pub(crate) struct Prepared {
     pub(crate) tls: (&'static str, &'static str),
     /// Who the client certificate names, when the client sent one.
     pub(crate) identity: Option<Box<ClientIdentity>>,
+    /// The client chose HTTP/2 by ALPN.
+    pub(crate) h2: bool,
 }
 
 /// Reads the PROXY header and runs the TLS handshake that `listener`
@@ -217,6 +225,7 @@ pub(crate) async fn prepare(
             client,
             tls: ("", ""),
             identity: None,
+            h2: false,
         });
     };
     match TlsStream::accept(tcp, tls.config.clone(), dl.at(deadline).or_shutdown()).await {
@@ -227,11 +236,13 @@ pub(crate) async fn prepare(
                 .fetch_add(1, Ordering::Relaxed);
             let tls = s.version_and_cipher();
             let identity = s.client_identity().map(Box::new);
+            let h2 = s.alpn_h2();
             Some(Prepared {
                 stream: Stream::Tls(Box::new(s)),
                 client,
                 tls,
                 identity,
+                h2,
             })
         }
         Err(e) => {

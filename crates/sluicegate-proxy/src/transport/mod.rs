@@ -8,6 +8,7 @@
 #[cfg(test)]
 pub(crate) mod duplex;
 pub(crate) mod forwarded;
+pub(crate) mod h2io;
 pub(crate) mod io;
 pub(crate) mod listener;
 pub(crate) mod proxy_protocol;

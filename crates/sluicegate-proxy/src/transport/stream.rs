@@ -1,6 +1,7 @@
 //! The one stream type every session and upstream connection reads and
 //! writes: plain TCP on the raw `recv`/`send` fast path, TLS over such a
-//! socket, and an in-memory pipe for tests. All of it is readiness based,
+//! socket, one HTTP/2 stream of a client's connection (seen as the
+//! HTTP/1.1 exchange it carries), and an in-memory pipe for tests. All of it is readiness based,
 //! like the socket it wraps: `try_*` calls never wait, and a caller that
 //! got `WouldBlock` waits with [`Stream::poll_read_ready`] or
 //! [`Stream::writable`] and tries again. One task reads and writes a stream
@@ -16,6 +17,7 @@ use tokio::net::TcpStream;
 #[cfg(test)]
 use super::duplex::Duplex;
 use super::tls::TlsStream;
+use crate::proto::http2::exchange::Exchange;
 
 /// A connection to a client or an upstream.
 #[derive(Debug)]
@@ -24,6 +26,8 @@ pub(crate) enum Stream {
     /// Boxed: the TLS state is large and the plain case should not pay
     /// for its size in every connection task.
     Tls(Box<TlsStream>),
+    /// One stream of a client's HTTP/2 connection.
+    H2(Box<Exchange>),
     #[cfg(test)]
     Duplex(Duplex),
 }
@@ -47,6 +51,7 @@ impl Stream {
                 Ok(n)
             }
             Stream::Tls(t) => t.try_recv(buf),
+            Stream::H2(x) => x.try_recv(buf),
             #[cfg(test)]
             Stream::Duplex(d) => d.try_recv(buf),
         }
@@ -61,6 +66,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => send(s, bytes),
             Stream::Tls(t) => t.try_send(bytes),
+            Stream::H2(x) => x.try_send(bytes),
             #[cfg(test)]
             Stream::Duplex(d) => d.try_send(bytes),
         }
@@ -71,7 +77,7 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn try_flush(&self) -> io::Result<()> {
         match self {
-            Stream::Tcp(_) => Ok(()),
+            Stream::Tcp(_) | Stream::H2(_) => Ok(()),
             Stream::Tls(t) => t.try_flush(),
             #[cfg(test)]
             Stream::Duplex(_) => Ok(()),
@@ -88,8 +94,20 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
             Stream::Tls(t) => t.poll_read_ready(cx),
+            Stream::H2(x) => x.poll_read_ready(cx),
             #[cfg(test)]
             Stream::Duplex(d) => d.poll_read_ready(cx),
+        }
+    }
+
+    /// Ready when a write could take bytes.
+    pub(crate) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Stream::Tcp(s) => s.poll_write_ready(cx),
+            Stream::Tls(t) => t.tcp().poll_write_ready(cx),
+            Stream::H2(x) => x.poll_write_ready(cx),
+            #[cfg(test)]
+            Stream::Duplex(_) => Poll::Ready(Ok(())),
         }
     }
 
@@ -98,6 +116,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.writable().await,
             Stream::Tls(t) => t.tcp().writable().await,
+            Stream::H2(_) => std::future::poll_fn(|cx| self.poll_write_ready(cx)).await,
             #[cfg(test)]
             Stream::Duplex(_) => Ok(()),
         }
@@ -112,6 +131,7 @@ impl Stream {
                 let _ = rustix::net::shutdown(s, rustix::net::Shutdown::Write);
             }
             Stream::Tls(t) => t.shutdown_write(),
+            Stream::H2(x) => x.finish(),
             #[cfg(test)]
             Stream::Duplex(d) => d.shutdown_write(),
         }
@@ -156,6 +176,7 @@ impl Stream {
                 }
                 t.tcp()
             }
+            Stream::H2(_) => return false,
             #[cfg(test)]
             Stream::Duplex(_) => return self.quiet(),
         };

@@ -274,6 +274,11 @@ impl TlsStream {
         ClientIdentity::of(der.as_ref())
     }
 
+    /// The client chose HTTP/2 by ALPN.
+    pub(crate) fn alpn_h2(&self) -> bool {
+        self.conn.borrow().alpn_protocol() == Some(b"h2")
+    }
+
     /// The negotiated protocol version and cipher suite, for the log.
     pub(crate) fn version_and_cipher(&self) -> (&'static str, &'static str) {
         let c = self.conn.borrow();

@@ -1,0 +1,424 @@
+//! One HTTP/2 stream as the byte stream a request's lifecycle reads and
+//! writes: the request body comes out framed as the head given to the
+//! lifecycle says (raw for a known length, chunked otherwise), and the
+//! HTTP/1.1 answer written to it goes out as HTTP/2: its head as a
+//! HEADERS frame (without the connection's own fields), its body as DATA
+//! frames, its end as END_STREAM. So every phase that serves an HTTP/1.1
+//! request (routing, filters, forwarding, retries, gateway answers) serves
+//! an HTTP/2 stream without a second path.
+//!
+//! Readiness based like a socket ([`crate::transport::stream::Stream`]):
+//! a read with nothing received is `WouldBlock` until
+//! [`Exchange::poll_read_ready`]; a write the peer's flow-control window
+//! has no room for is `WouldBlock` until [`Exchange::poll_write_ready`].
+//! One write past the window is taken (so a head and what came with it
+//! go at once), never more: a client that holds its window at zero holds
+//! one buffer of the gateway's, until the write timeout ends the stream.
+
+use std::cell::RefCell;
+use std::io;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream, SendStream};
+use http::header::{HeaderName, HeaderValue};
+
+use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
+use crate::proto::codec::MAX_HEADERS;
+
+/// Send capacity asked of the connection for a stream's answer at a time.
+const WANT: usize = 64 * 1024;
+
+/// One stream: its request body in, its answer out.
+pub(crate) struct Exchange {
+    inner: RefCell<Inner>,
+}
+
+impl std::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    recv: RecvStream,
+    /// Body bytes received and framed, not read yet: `staged[pos..]`.
+    staged: Vec<u8>,
+    pos: usize,
+    /// The body is given chunked (the client sent no length).
+    chunked_in: bool,
+    /// The client's body ended (or failed: `in_failed`).
+    in_done: bool,
+    in_failed: bool,
+    /// A HEAD request: its answer has no body whatever its head says.
+    is_head: bool,
+    out: Out,
+}
+
+/// Where the answer is.
+enum Out {
+    /// Its head is still being written: the bytes so far.
+    Head {
+        respond: SendResponse<Bytes>,
+        buf: Vec<u8>,
+    },
+    /// Its body is being written, framed as the head said.
+    Body {
+        send: SendStream<Bytes>,
+        framing: Framing,
+    },
+    /// Sent whole (END_STREAM went out).
+    Done,
+    /// Cut: the stream was reset (by either side) or the answer was not
+    /// HTTP.
+    Failed,
+}
+
+enum Framing {
+    /// Body bytes still due.
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    /// Until the writer is done ([`Exchange::finish`]).
+    UntilEnd,
+}
+
+/// The connection's own header fields, which HTTP/2 does not carry
+/// (RFC 9113 8.2.2).
+fn connection_specific(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+        b"te",
+    ]
+    .iter()
+    .any(|n| n.eq_ignore_ascii_case(name))
+}
+
+fn broken() -> io::Error {
+    io::ErrorKind::BrokenPipe.into()
+}
+
+impl Exchange {
+    /// A stream whose request head was given to the lifecycle; its body
+    /// is read from `recv`, chunked when `chunked_in`.
+    pub(crate) fn new(
+        recv: RecvStream,
+        respond: SendResponse<Bytes>,
+        chunked_in: bool,
+        is_head: bool,
+    ) -> Exchange {
+        let in_done = recv.is_end_stream();
+        Exchange {
+            inner: RefCell::new(Inner {
+                recv,
+                staged: Vec::new(),
+                pos: 0,
+                chunked_in,
+                in_done,
+                in_failed: false,
+                is_head,
+                out: Out::Head {
+                    respond,
+                    buf: Vec::new(),
+                },
+            }),
+        }
+    }
+
+    /// Reads request body bytes received so far; `Ok(0)` at its end.
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small.
+    #[inline(never)]
+    pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut i = self.inner.borrow_mut();
+        let i = &mut *i;
+        if i.pos < i.staged.len() {
+            let n = buf.len().min(i.staged.len() - i.pos);
+            buf[..n].copy_from_slice(&i.staged[i.pos..i.pos + n]);
+            i.pos += n;
+            if i.pos == i.staged.len() {
+                i.staged.clear();
+                i.pos = 0;
+            }
+            return Ok(n);
+        }
+        if i.in_failed {
+            return Err(io::ErrorKind::ConnectionReset.into());
+        }
+        if i.in_done {
+            return Ok(0);
+        }
+        Err(io::ErrorKind::WouldBlock.into())
+    }
+
+    /// Ready when a read would not block: body bytes, their end or an
+    /// error. Takes the next DATA frame in and gives its room in the
+    /// flow-control window back to the client.
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small.
+    #[inline(never)]
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut i = self.inner.borrow_mut();
+        let i = &mut *i;
+        loop {
+            if i.pos < i.staged.len() || i.in_done {
+                return Poll::Ready(Ok(()));
+            }
+            match i.recv.poll_data(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(data))) => {
+                    let _ = i.recv.flow_control().release_capacity(data.len());
+                    if data.is_empty() {
+                        continue;
+                    }
+                    if i.chunked_in {
+                        write_chunk_header(&mut i.staged, data.len());
+                        i.staged.extend_from_slice(&data);
+                        i.staged.extend_from_slice(b"\r\n");
+                    } else {
+                        i.staged.extend_from_slice(&data);
+                    }
+                }
+                Poll::Ready(None) => {
+                    i.in_done = true;
+                    if i.chunked_in {
+                        i.staged.extend_from_slice(LAST_CHUNK);
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    tracing::debug!(error = %e, "HTTP/2 request body failed");
+                    i.in_done = true;
+                    i.in_failed = true;
+                }
+            }
+        }
+    }
+
+    /// Takes answer bytes: all of them, or `WouldBlock` when the client's
+    /// window has no room (see the module's notes).
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small.
+    #[inline(never)]
+    pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
+        let mut i = self.inner.borrow_mut();
+        let i = &mut *i;
+        if let Out::Body { send, .. } = &mut i.out {
+            if send.capacity() == 0 {
+                send.reserve_capacity(WANT);
+                if send.capacity() == 0 {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+            }
+        }
+        i.write(bytes)?;
+        Ok(bytes.len())
+    }
+
+    /// Ready when a write would take bytes: the client's window has room
+    /// (or there is no body under way).
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small.
+    #[inline(never)]
+    pub(crate) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut i = self.inner.borrow_mut();
+        let Out::Body { send, .. } = &mut i.out else {
+            return Poll::Ready(Ok(()));
+        };
+        if send.capacity() > 0 {
+            return Poll::Ready(Ok(()));
+        }
+        send.reserve_capacity(WANT);
+        match send.poll_capacity(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(_))) => Poll::Ready(Ok(())),
+            Poll::Ready(Some(Err(_)) | None) => {
+                i.out = Out::Failed;
+                Poll::Ready(Err(broken()))
+            }
+        }
+    }
+
+    /// The writer is done: an answer whose body runs to its end gets its
+    /// END_STREAM; one cut short (or never whole) is reset.
+    pub(crate) fn finish(&self) {
+        let mut i = self.inner.borrow_mut();
+        match std::mem::replace(&mut i.out, Out::Done) {
+            Out::Body {
+                mut send,
+                framing: Framing::UntilEnd,
+            } => {
+                let _ = send.send_data(Bytes::new(), true);
+            }
+            Out::Body { mut send, .. } => send.send_reset(Reason::CANCEL),
+            Out::Head { mut respond, .. } => respond.send_reset(Reason::INTERNAL_ERROR),
+            Out::Done => {}
+            Out::Failed => i.out = Out::Failed,
+        }
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+impl Inner {
+    /// Takes `bytes` of the answer, whatever the window (the caller
+    /// checked it).
+    fn write(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            match &mut self.out {
+                Out::Head { buf, .. } => {
+                    buf.extend_from_slice(bytes);
+                    bytes = &[];
+                    self.answer_head()?;
+                }
+                Out::Body { send, framing } => {
+                    let (taken, end) = body_bytes(send, framing, bytes)?;
+                    bytes = &bytes[taken..];
+                    if end {
+                        self.out = Out::Done;
+                    }
+                }
+                // Bytes past the end of a complete answer: none are due.
+                Out::Done => return Ok(()),
+                Out::Failed => return Err(broken()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the answer's head once it is whole in the head buffer (an
+    /// informational one as such, then the final one); what came after it
+    /// goes on as body.
+    fn answer_head(&mut self) -> io::Result<()> {
+        loop {
+            let Out::Head { respond, buf } = &mut self.out else {
+                return Ok(());
+            };
+            let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut r = httparse::Response::new(&mut fields);
+            let len = match r.parse(buf) {
+                Ok(httparse::Status::Partial) => return Ok(()),
+                Ok(httparse::Status::Complete(len)) => len,
+                Err(_) => {
+                    respond.send_reset(Reason::INTERNAL_ERROR);
+                    self.out = Out::Failed;
+                    return Err(io::ErrorKind::InvalidData.into());
+                }
+            };
+            let status = r.code.unwrap_or(502);
+            let mut head = http::Response::builder().status(status);
+            let mut framing = Framing::UntilEnd;
+            for f in r.headers.iter() {
+                let name = f.name.as_bytes();
+                if name.eq_ignore_ascii_case(b"content-length") {
+                    framing = std::str::from_utf8(f.value)
+                        .ok()
+                        .and_then(|v| v.trim().parse().ok())
+                        .map_or(Framing::UntilEnd, Framing::Length);
+                } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                    framing = Framing::Chunked(ChunkedDecoder::new());
+                }
+                if connection_specific(name) {
+                    continue;
+                }
+                let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name),
+                    HeaderValue::from_bytes(f.value),
+                ) else {
+                    continue;
+                };
+                head = head.header(n, v);
+            }
+            let Ok(head) = head.body(()) else {
+                respond.send_reset(Reason::INTERNAL_ERROR);
+                self.out = Out::Failed;
+                return Err(io::ErrorKind::InvalidData.into());
+            };
+            if (100..200).contains(&status) {
+                // 100 Continue (and 103): relayed as informational; the
+                // final head follows in the same buffer or a later write.
+                let _ = respond.send_informational(head);
+                buf.drain(..len);
+                continue;
+            }
+            let empty = self.is_head
+                || status == 204
+                || status == 304
+                || matches!(framing, Framing::Length(0));
+            let rest = buf.split_off(len);
+            let sent = respond.send_response(head, empty);
+            self.out = match sent {
+                Err(e) => {
+                    tracing::debug!(error = %e, "HTTP/2 response head not sent");
+                    Out::Failed
+                }
+                Ok(_) if empty => Out::Done,
+                Ok(mut send) => {
+                    send.reserve_capacity(WANT);
+                    Out::Body { send, framing }
+                }
+            };
+            if matches!(self.out, Out::Failed) {
+                return Err(broken());
+            }
+            return if rest.is_empty() {
+                Ok(())
+            } else {
+                self.write(&rest)
+            };
+        }
+    }
+}
+
+/// Sends what of `bytes` belongs to the body as DATA: how many bytes were
+/// taken, and whether the body ended with them.
+fn body_bytes(
+    send: &mut SendStream<Bytes>,
+    framing: &mut Framing,
+    bytes: &[u8],
+) -> io::Result<(usize, bool)> {
+    let failed = |e: h2::Error| {
+        tracing::debug!(error = %e, "HTTP/2 response body not sent");
+        broken()
+    };
+    match framing {
+        Framing::Length(due) => {
+            let take = (*due).min(bytes.len() as u64) as usize;
+            *due -= take as u64;
+            let end = *due == 0;
+            send.send_data(Bytes::copy_from_slice(&bytes[..take]), end)
+                .map_err(failed)?;
+            // Bytes past the length are not the body's: dropped.
+            Ok((bytes.len(), end))
+        }
+        Framing::Chunked(dec) => {
+            let mut data = Vec::with_capacity(bytes.len());
+            let mut at = 0;
+            while at < bytes.len() && !dec.is_done() {
+                let step = dec
+                    .step(&bytes[at..])
+                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+                if let Some(r) = step.data {
+                    data.extend_from_slice(&bytes[at + r.start..at + r.end]);
+                }
+                at += step.consumed;
+                if step.consumed == 0 {
+                    break;
+                }
+            }
+            let end = dec.is_done();
+            if !data.is_empty() || end {
+                send.send_data(Bytes::from(data), end).map_err(failed)?;
+            }
+            Ok((bytes.len(), end))
+        }
+        Framing::UntilEnd => {
+            send.send_data(Bytes::copy_from_slice(bytes), false)
+                .map_err(failed)?;
+            Ok((bytes.len(), false))
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! An HTTP/2 request's head written as the HTTP/1.1 head the codec reads,
+//! so that it is parsed, checked and routed by the same code as any other:
+//! `:method` and `:path` make the request line, `:authority` the `Host`,
+//! the fields follow as received (`cookie` fields joined, as RFC 9113
+//! 8.2.3 says for a hop to HTTP/1.1), and a body without a length is
+//! framed as chunked.
+
+use http::request::Parts;
+use http::Method;
+
+/// Writes the head of `req` into `out`; `end` when the client's HEADERS
+/// ended the stream (no body). Returns whether the body is given chunked.
+///
+/// The fields' bytes were checked by the HTTP/2 decoder (no CR, LF or NUL
+/// in a value, lowercase token names, no connection-specific field, `te`
+/// only `trailers`), so the text written is a well-formed head.
+pub(crate) fn write_head(req: &Parts, end: bool, out: &mut Vec<u8>) -> bool {
+    let authority = req.uri.authority().map(|a| a.as_str());
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    if req.method == Method::CONNECT {
+        out.extend_from_slice(authority.unwrap_or("").as_bytes());
+    } else {
+        let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+        out.extend_from_slice(if target.is_empty() { "/" } else { target }.as_bytes());
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(a) = authority {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(a.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let mut length = false;
+    let mut cookies = 0;
+    for (name, value) in req.headers.iter() {
+        if name == http::header::COOKIE {
+            cookies += 1;
+            continue;
+        }
+        if name == http::header::HOST {
+            // The same authority twice says nothing new; a different one
+            // is written out, and the codec refuses the two hosts (400),
+            // as RFC 9113 8.3.1 says a server should.
+            if authority.is_some_and(|a| a.as_bytes().eq_ignore_ascii_case(value.as_bytes())) {
+                continue;
+            }
+        }
+        if name == http::header::CONTENT_LENGTH {
+            length = true;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if cookies > 0 {
+        out.extend_from_slice(b"cookie: ");
+        for (i, v) in req.headers.get_all(http::header::COOKIE).iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(b"; ");
+            }
+            out.extend_from_slice(v.as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    let chunked = !end && !length;
+    if chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    chunked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(req: http::Request<()>, end: bool) -> (String, bool) {
+        let (parts, ()) = req.into_parts();
+        let mut out = Vec::new();
+        let chunked = write_head(&parts, end, &mut out);
+        (String::from_utf8(out).unwrap(), chunked)
+    }
+
+    #[test]
+    fn pseudo_fields_make_the_request_line_and_host() {
+        let req = http::Request::get("https://api.example:8443/v1/items?x=1")
+            .header("accept", "*/*")
+            .header("cookie", "a=1")
+            .header("x-one", "1")
+            .header("cookie", "b=2")
+            .body(())
+            .unwrap();
+        let (text, chunked) = head(req, true);
+        assert_eq!(
+            text,
+            "GET /v1/items?x=1 HTTP/1.1\r\nhost: api.example:8443\r\naccept: */*\r\n\
+             x-one: 1\r\ncookie: a=1; b=2\r\n\r\n"
+        );
+        assert!(!chunked);
+    }
+
+    #[test]
+    fn a_body_without_a_length_is_chunked_and_one_with_keeps_it() {
+        let req = http::Request::post("http://h/up").body(()).unwrap();
+        let (text, chunked) = head(req, false);
+        assert!(chunked);
+        assert!(
+            text.ends_with("transfer-encoding: chunked\r\n\r\n"),
+            "{text}"
+        );
+        let req = http::Request::post("http://h/up")
+            .header("content-length", "5")
+            .body(())
+            .unwrap();
+        let (text, chunked) = head(req, false);
+        assert!(!chunked);
+        assert!(text.contains("content-length: 5\r\n"), "{text}");
+    }
+
+    #[test]
+    fn a_host_field_that_differs_from_the_authority_is_kept_for_the_codec_to_refuse() {
+        let req = http::Request::get("http://a.example/")
+            .header("host", "A.example")
+            .body(())
+            .unwrap();
+        assert_eq!(head(req, true).0.matches("host:").count(), 1);
+        let req = http::Request::get("http://a.example/")
+            .header("host", "b.example")
+            .body(())
+            .unwrap();
+        let (text, _) = head(req, true);
+        let mut parsed = crate::proto::codec::RequestHead::default();
+        assert!(crate::proto::codec::parse_request(text.as_bytes(), 16384, &mut parsed).is_err());
+    }
+}

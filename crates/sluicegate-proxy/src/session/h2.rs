@@ -1,0 +1,236 @@
+//! A client's HTTP/2 connection: the framing layer (the `h2` crate) run in
+//! the connection's task, and each stream served in a task of its own by
+//! the same request code as an HTTP/1.1 request ([`Conn::request`]), its
+//! head given as HTTP/1.1 text and the stream as its byte stream
+//! ([`crate::proto::http2`]).
+//!
+//! Limits: the listener's `http2` settings (concurrent streams, windows,
+//! the rate of new streams, which ends a flooding connection with GOAWAY
+//! `ENHANCE_YOUR_CALM`), the header list size from
+//! `limits.max_header_bytes`; the framing layer's own guards against
+//! streams reset before they are served (Rapid Reset) and streams it had
+//! to reset for the client's errors (MadeYouReset). An idle connection
+//! closes after `timeouts.keepalive`; a draining worker sends GOAWAY and
+//! lets the streams under way finish within `timeouts.drain`.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream};
+
+use super::conn::Conn;
+use super::start::Active;
+use crate::proto::http2::exchange::Exchange;
+use crate::proto::http2::request::write_head;
+use crate::runtime::deadline::{OwnSlot, Stop};
+use crate::runtime::worker::Worker;
+use crate::transport::h2io::H2Io;
+use crate::transport::listener::{ListenerRt, Prepared};
+use crate::transport::stream::Stream;
+use crate::transport::tls::identity::ClientIdentity;
+
+/// Send buffer the framing layer keeps per stream beyond the window.
+const SEND_BUFFER: usize = 256 * 1024;
+/// Streams the client may reset before the gateway took them up, at once.
+const PENDING_RESETS: usize = 64;
+/// Streams the gateway may reset for the client's errors before the
+/// connection ends (MadeYouReset, CVE-2025-8671).
+const ERROR_RESETS: usize = 256;
+
+/// What every stream of a connection shares.
+struct Shared {
+    peer: SocketAddr,
+    peer_ip: String,
+    tls: Option<(&'static str, &'static str)>,
+    redirect_https: bool,
+    identity: Option<Box<ClientIdentity>>,
+    /// Streams being served now.
+    open: Cell<usize>,
+}
+
+/// A new-streams rate: a bucket of `per_second` tokens, refilled
+/// continuously.
+struct StreamRate {
+    per_second: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl StreamRate {
+    fn new(per_second: u32, now: Instant) -> StreamRate {
+        StreamRate {
+            per_second: f64::from(per_second),
+            tokens: f64::from(per_second),
+            at: now,
+        }
+    }
+
+    fn admit(&mut self, now: Instant) -> bool {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = now;
+        self.tokens = (self.tokens + dt * self.per_second).min(self.per_second);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Serves an HTTP/2 connection until it ends. `early` holds bytes read
+/// from it already (the h2c preface, or part of it).
+pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>, active: Active) {
+    let worker = active.worker().clone();
+    let Some(settings) = listener.http2.clone() else {
+        return;
+    };
+    let (header_time, keepalive, drain, max_head) = {
+        let snap = worker.shared.snapshot.load();
+        let t = &snap.timeouts;
+        (
+            t.client_header,
+            t.keepalive,
+            t.drain,
+            snap.limits.max_header_bytes,
+        )
+    };
+    let mut b = h2::server::Builder::new();
+    b.max_concurrent_streams(settings.max_concurrent_streams)
+        .initial_window_size(settings.stream_window)
+        .initial_connection_window_size(settings.connection_window)
+        .max_header_list_size(max_head as u32)
+        .max_send_buffer_size(SEND_BUFFER)
+        .max_pending_accept_reset_streams(PENDING_RESETS)
+        .max_local_error_reset_streams(Some(ERROR_RESETS));
+    let io = H2Io::new(p.stream, early);
+    let handshake = worker
+        .deadlines
+        .after(header_time)
+        .or_shutdown()
+        .bound(b.handshake::<_, Bytes>(io))
+        .await;
+    let mut conn = match handshake {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            tracing::debug!(peer = %p.client, error = %e, "HTTP/2 handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let shared = Rc::new(Shared {
+        peer: p.client,
+        peer_ip: p.client.ip().to_string(),
+        tls: listener.tls.is_some().then_some(p.tls),
+        redirect_https: listener.redirect_https,
+        identity: p.identity,
+        open: Cell::new(0),
+    });
+    let mut rate = StreamRate::new(settings.max_streams_per_second, Instant::now());
+    let mut draining: Option<Instant> = None;
+    loop {
+        let wait = match draining {
+            Some(until) => worker.deadlines.at(until),
+            None => worker.deadlines.after(keepalive).or_shutdown(),
+        };
+        match wait.bound(conn.accept()).await {
+            Ok(Some(Ok((req, respond)))) => {
+                if !rate.admit(Instant::now()) {
+                    tracing::debug!(peer = %shared.peer, "HTTP/2 client opens streams too fast");
+                    conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                    // Sends the GOAWAY; the connection then ends.
+                    let _ = worker
+                        .deadlines
+                        .after(Duration::from_secs(1))
+                        .bound(std::future::poll_fn(|cx| conn.poll_closed(cx)))
+                        .await;
+                    return;
+                }
+                let (worker, shared) = (worker.clone(), shared.clone());
+                tokio::task::spawn_local(stream(worker, shared, req, respond));
+            }
+            Ok(Some(Err(e))) => {
+                tracing::debug!(peer = %shared.peer, error = %e, "HTTP/2 connection failed");
+                return;
+            }
+            Ok(None) => return,
+            Err(Stop::Timeout) if draining.is_some() => return,
+            Err(Stop::Timeout) if shared.open.get() > 0 => {}
+            Err(Stop::Timeout | Stop::Shutdown) => {
+                // Idle past the keep-alive timeout, or the worker drains:
+                // GOAWAY, and the streams under way finish.
+                conn.graceful_shutdown();
+                draining = Some(Instant::now() + drain);
+            }
+        }
+    }
+}
+
+/// Serves one stream: its head handed to the request code as HTTP/1.1
+/// text, the stream as the byte stream it reads and answers.
+async fn stream(
+    worker: Rc<Worker>,
+    shared: Rc<Shared>,
+    req: http::Request<RecvStream>,
+    respond: SendResponse<Bytes>,
+) {
+    shared.open.set(shared.open.get() + 1);
+    let (parts, recv) = req.into_parts();
+    let mut bufs = worker.take_bufs();
+    let mut head = std::mem::take(&mut bufs.out);
+    head.clear();
+    let chunked = write_head(&parts, recv.is_end_stream(), &mut head);
+    bufs.inb.clear();
+    bufs.inb.put(&head);
+    head.clear();
+    bufs.out = head;
+    let is_head = parts.method == http::Method::HEAD;
+    drop(parts);
+    let exchange = Exchange::new(recv, respond, chunked, is_head);
+    let mut conn = Conn {
+        worker: &worker,
+        client: Stream::H2(Box::new(exchange)),
+        peer: shared.peer,
+        peer_ip: shared.peer_ip.clone(),
+        tls: shared.tls,
+        redirect_https: shared.redirect_https,
+        identity: shared.identity.clone(),
+        req_client: None,
+        bufs: None,
+        last_end: None,
+        slot: OwnSlot::new(&worker.deadlines),
+        h2c: false,
+    };
+    worker.busy.touch();
+    {
+        let snap = worker.shared.snapshot.load();
+        conn.request(&snap, &mut bufs, None).await;
+    }
+    worker.busy.touch();
+    drop(conn);
+    worker.give_bufs(bufs);
+    shared.open.set(shared.open.get() - 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_rate_allows_a_burst_then_its_rate() {
+        let t0 = Instant::now();
+        let mut r = StreamRate::new(100, t0);
+        assert_eq!((0..150).filter(|_| r.admit(t0)).count(), 100);
+        // A tenth of a second later: ten more.
+        let t1 = t0 + Duration::from_millis(100);
+        assert_eq!((0..50).filter(|_| r.admit(t1)).count(), 10);
+        // However long the pause, no more than the burst.
+        let t2 = t1 + Duration::from_secs(60);
+        assert_eq!((0..500).filter(|_| r.admit(t2)).count(), 100);
+    }
+}

@@ -1,0 +1,311 @@
+//! HTTP/2 from clients end to end, with real clients: curl (with prior
+//! knowledge on a plain listener, by ALPN on a TLS one), nghttp and h2load
+//! (Debian's `nghttp2-client`). Each stream is served as an HTTP/1.1
+//! request is (routing, app keys, plans, gateway answers, forwarding to
+//! an HTTP/1.1 upstream): the upstream sees an ordinary HTTP/1.1 request,
+//! the client an HTTP/2 answer without the connection's own fields.
+
+mod http_common;
+mod ops_common;
+mod tls_common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use http_common::{service, Gw};
+use sluicegate_testkit::TestUpstream;
+use tls_common::{run_cmd, Run};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// curl with `args`; returns (HTTP version, status, body, run). The last
+/// output line is `VERSION STATUS` (from `-w`).
+fn curl(args: &[&str]) -> (String, u16, String, Run) {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "--max-time",
+        "10",
+        "-w",
+        "\n%{http_version} %{http_code}",
+    ])
+    .args(args);
+    let run = run_cmd(&mut cmd, b"", DEADLINE);
+    let (body, tail) = run.stdout.rsplit_once('\n').unwrap_or(("", &run.stdout));
+    let mut it = tail.split_whitespace();
+    let version = it.next().unwrap_or("").to_string();
+    let status = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    (version, status, body.to_string(), run)
+}
+
+/// curl with a body from `file`, streamed (no length: `-T`) or with its
+/// length (`--data-binary`).
+fn curl_upload(url: &str, file: &Path, streamed: bool) -> (String, u16, String, Run) {
+    let f = file.to_str().unwrap();
+    let data = format!("@{f}");
+    if streamed {
+        curl(&[
+            "--http2-prior-knowledge",
+            "-X",
+            "POST",
+            "-H",
+            "content-length:",
+            "-T",
+            f,
+            url,
+        ])
+    } else {
+        curl(&["--http2-prior-knowledge", "--data-binary", &data, url])
+    }
+}
+
+fn gw_with(up: &TestUpstream, extra: &str) -> Gw {
+    Gw::start(&format!(
+        "services:\n{}routes:\n  - name: hello\n    match: {{ path: /hello }}\n    respond: {{ status: 200, body: \"hi\\n\" }}\n\
+         {extra}  - name: all\n    match: {{ path_prefix: / }}\n    service: up\n",
+        service("up", &[up.addr()], "")
+    ))
+}
+
+#[test]
+fn prior_knowledge_streams_are_routed_and_forwarded_as_http11() {
+    let up = TestUpstream::start();
+    let gw = gw_with(&up, "");
+    let base = format!("http://127.0.0.1:{}", gw.port);
+    // Forwarded: the upstream sees HTTP/1.1 with the authority as Host,
+    // the forwarded fields, and the cookie fields joined.
+    let (v, status, _, run) = curl(&[
+        "--http2-prior-knowledge",
+        "-H",
+        "cookie: a=1",
+        "-H",
+        "cookie: b=2",
+        "-H",
+        "x-custom: yes",
+        &format!("{base}/echo/one?q=1&header=connection:close&header=keep-alive:timeout%3D5"),
+    ]);
+    assert_eq!((v.as_str(), status), ("2", 200), "{}", run.all());
+    let seen = up
+        .last_requests()
+        .pop()
+        .expect("the upstream saw the request");
+    assert_eq!(seen.version, "HTTP/1.1");
+    assert_eq!(seen.method, "GET");
+    assert!(seen.target.starts_with("/echo/one?q=1"), "{}", seen.target);
+    assert_eq!(
+        seen.header("host"),
+        Some(&*format!("127.0.0.1:{}", gw.port))
+    );
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(seen.header("cookie"), Some("a=1; b=2"));
+    assert_eq!(seen.header("x-custom"), Some("yes"));
+    // The upstream's connection fields never reach the HTTP/2 client (curl
+    // refuses a response that has them).
+    let (_, _, _, run) = curl(&[
+        "--http2-prior-knowledge",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        &format!("{base}/echo?header=connection:close&header=keep-alive:timeout%3D5"),
+    ]);
+    let head = run.stdout.to_ascii_lowercase();
+    assert!(head.starts_with("http/2 200"), "{head}");
+    assert!(
+        !head.contains("connection:") && !head.contains("keep-alive:"),
+        "{head}"
+    );
+    // The gateway's own answers.
+    let (v, status, body, _) = curl(&["--http2-prior-knowledge", &format!("{base}/hello")]);
+    assert_eq!((v.as_str(), status, body.as_str()), ("2", 200, "hi\n"));
+    // Streams one after another on one connection (curl 7.88 cannot
+    // reuse an HTTP/2 connection, nghttp2's h2load can).
+    let run = run_cmd(
+        Command::new("h2load").args(["-n", "5", "-c", "1", "-m", "1", &format!("{base}/hello")]),
+        b"",
+        DEADLINE,
+    );
+    assert!(
+        run.stdout.contains("5 succeeded, 0 failed"),
+        "{}",
+        run.all()
+    );
+    // HTTP/1.1 on the same listener still works.
+    let (v, status, _, _) = curl(&["--http1.1", &format!("{base}/hello")]);
+    assert_eq!((v.as_str(), status), ("1.1", 200));
+}
+
+#[test]
+fn request_and_response_bodies_pass_whole() {
+    let up = TestUpstream::start();
+    let gw = gw_with(&up, "");
+    let base = format!("http://127.0.0.1:{}", gw.port);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("body");
+    let body: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&file, &body).unwrap();
+    // With a length, and streamed without one (chunked upstream).
+    for streamed in [false, true] {
+        let (v, status, _, run) = curl_upload(&format!("{base}/echo/up"), &file, streamed);
+        assert_eq!((v.as_str(), status), ("2", 200), "{}", run.all());
+        let seen = up.last_requests().pop().unwrap();
+        assert_eq!(seen.body.len(), body.len(), "streamed: {streamed}");
+        assert!(seen.body == body, "body differs (streamed: {streamed})");
+        assert_eq!(seen.chunked, streamed);
+    }
+    // Response bodies: by length, chunked, empty (204, HEAD).
+    for q in ["size=200000", "size=200000&chunked=1"] {
+        let (v, status, got, run) = curl(&["--http2-prior-knowledge", &format!("{base}/data?{q}")]);
+        assert_eq!((v.as_str(), status), ("2", 200), "{q}: {}", run.all());
+        assert_eq!(
+            got.as_bytes(),
+            sluicegate_testkit::upstream::pattern(200_000),
+            "{q}"
+        );
+    }
+    let (_, status, got, _) = curl(&["--http2-prior-knowledge", &format!("{base}/x?status=204")]);
+    assert_eq!((status, got.as_str()), (204, ""));
+    let (_, status, _, run) = curl(&[
+        "--http2-prior-knowledge",
+        "-I",
+        &format!("{base}/data?size=1000"),
+    ]);
+    assert_eq!(status, 200, "{}", run.all());
+    assert!(run.stdout.contains("content-length: 1000"), "{}", run.all());
+}
+
+#[test]
+fn gateway_answers_and_policy_apply_to_streams() {
+    let up = TestUpstream::start();
+    let gw_plans = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: open\n    match: {{ path_prefix: /open }}\n    service: up\n  - name: keyed\n    match: {{ path_prefix: /keyed }}\n    service: up\n    auth: app_key\n\
+         plans:\n  tiny: {{ rate: 1/s, burst: 1 }}\napps:\n  - id: demo\n    keys: [\"demo-key-0123456789\"]\n    plan: tiny\n\
+         limits: {{ max_body_bytes: 1000 }}\n",
+        service("up", &[up.addr()], "")
+    ));
+    let base = format!("http://127.0.0.1:{}", gw_plans.port);
+    let h2 = "--http2-prior-knowledge";
+    let (_, status, body, _) = curl(&[h2, &format!("{base}/nowhere")]);
+    assert_eq!(status, 404, "{body}");
+    let (_, status, _, _) = curl(&[h2, &format!("{base}/keyed/a")]);
+    assert_eq!(status, 401);
+    let (_, status, _, _) = curl(&[
+        h2,
+        "-H",
+        "x-app-key: demo-key-0123456789",
+        &format!("{base}/keyed/a"),
+    ]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        up.last_requests().pop().unwrap().header("x-app-id"),
+        Some("demo")
+    );
+    // The plan's one request a second is spent: the key in a path segment
+    // is refused by the plan.
+    let (_, status, _, _) = curl(&[h2, &format!("{base}/keyed/~demo-key-0123456789/b")]);
+    assert_eq!(status, 429);
+    // A body over the limit.
+    let big = "x".repeat(5000);
+    let (_, status, _, _) = curl(&[h2, "--data-binary", &big, &format!("{base}/open/c")]);
+    assert_eq!(status, 413);
+}
+
+#[test]
+fn tls_clients_choose_http2_by_alpn_and_listeners_can_refuse_it() {
+    let up = TestUpstream::start();
+    let certs = tls_common::Certs::new();
+    let (ports, extra) = tls_common::ports(3);
+    let yaml = format!(
+        "{}services:\n{}routes:\n  - name: all\n    service: up\n",
+        tls_common::head(
+            ports,
+            &[
+                format!(
+                    "{{ addr: \"127.0.0.1:{}\", tls: {} }}",
+                    extra[0],
+                    certs.tls(&["a"], None, "")
+                ),
+                format!(
+                    "{{ addr: \"127.0.0.1:{}\", http2: false, tls: {} }}",
+                    extra[1],
+                    certs.tls(&["a"], None, "")
+                ),
+                format!("{{ addr: \"127.0.0.1:{}\", h2c: false }}", extra[2]),
+            ]
+        ),
+        service("up", &[up.addr()], "")
+    );
+    let gw = tls_common::start(ports, extra, &yaml);
+    let ca = certs.ca();
+    let ca = ca.to_str().unwrap();
+    let url = |port: u16| format!("https://a.test:{port}/echo/tls");
+    let resolve = |port: u16| format!("a.test:{port}:127.0.0.1");
+    let (v, status, _, run) = curl(&[
+        "--http2",
+        "--cacert",
+        ca,
+        "--resolve",
+        &resolve(gw.port(0)),
+        &url(gw.port(0)),
+    ]);
+    assert_eq!((v.as_str(), status), ("2", 200), "{}", run.all());
+    let seen = up.last_requests().pop().unwrap();
+    assert_eq!(seen.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(
+        seen.header("host"),
+        Some(&*format!("a.test:{}", gw.port(0)))
+    );
+    // `http2: false`: ALPN offers HTTP/1.1 only.
+    let (v, status, _, run) = curl(&[
+        "--http2",
+        "--cacert",
+        ca,
+        "--resolve",
+        &resolve(gw.port(1)),
+        &url(gw.port(1)),
+    ]);
+    assert_eq!((v.as_str(), status), ("1.1", 200), "{}", run.all());
+    // `h2c: false`: the preface is not HTTP/1.1 either: refused.
+    let (_, status, _, _) = curl(&[
+        "--http2-prior-knowledge",
+        &format!("http://127.0.0.1:{}/echo", gw.port(2)),
+    ]);
+    assert_ne!(status, 200);
+    // The default plain listener takes h2c.
+    let (v, status, _, _) = curl(&[
+        "--http2-prior-knowledge",
+        &format!("http://{}/echo", gw.plain()),
+    ]);
+    assert_eq!((v.as_str(), status), ("2", 200));
+}
+
+#[test]
+fn many_concurrent_streams_all_succeed() {
+    let up = TestUpstream::start();
+    let gw = gw_with(&up, "");
+    let run = run_cmd(
+        Command::new("h2load").args([
+            "-n",
+            "4000",
+            "-c",
+            "4",
+            "-m",
+            "32",
+            &format!("http://127.0.0.1:{}/echo?n=1", gw.port),
+        ]),
+        b"",
+        Duration::from_secs(60),
+    );
+    assert!(
+        run.stdout.contains("4000 succeeded, 0 failed, 0 errored"),
+        "{}",
+        run.all()
+    );
+    assert!(
+        run.stdout.contains("status codes: 4000 2xx"),
+        "{}",
+        run.all()
+    );
+}
