@@ -8,13 +8,15 @@
 //! This module starts gateways and talks raw sockets and metrics;
 //! certificates are in `certs`, external clients in `clients`, running a
 //! command with a deadline in `run`, all re-exported here; the gateway the
-//! termination tests share is in `termination`.
+//! termination tests share is in `termination`, nginx over TLS for the
+//! upstream tests in `upstream`.
 #![allow(dead_code)]
 
 mod certs;
 mod clients;
 mod run;
 pub mod termination;
+pub mod upstream;
 
 // Each test file uses a part of these (as with `dead_code` above).
 #[allow(unused_imports)]
