@@ -1,11 +1,16 @@
 //! The `routes` list: names, `match` conditions, and the action (proxy to a service or respond).
+//!
+//! The `match` mapping itself is decoded in `matcher`.
 
 use std::collections::HashMap;
-use std::net::Ipv6Addr;
 
-use crate::model::{Action, Auth, HeaderOps, HostMatch, Match, PathMatch, Route};
+use crate::model::{Action, Auth, HeaderOps, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
+
+mod matcher;
+
+use matcher::{any, match_};
 
 const ROUTE_KEYS: &[&str] = &[
     "name",
@@ -22,16 +27,8 @@ const ROUTE_KEYS: &[&str] = &[
     "rewrite",
     "upgrade",
 ];
-const MATCH_KEYS: &[&str] = &[
-    "host",
-    "path",
-    "path_prefix",
-    "path_regex",
-    "methods",
-    "headers",
-];
+
 const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
-const PATH_KEYS: &[&str] = &["path", "path_prefix", "path_regex"];
 
 /// Decodes the routes list, in file order. `services` holds every defined
 /// service name; `client_ca` says whether some listener asks clients for a
@@ -256,219 +253,6 @@ fn route_name<'n>(
         return None;
     }
     Some(name)
-}
-
-fn any() -> Match {
-    Match {
-        host: None,
-        path: PathMatch::Any,
-        methods: Vec::new(),
-        headers: Vec::new(),
-    }
-}
-
-/// Decodes a `match` mapping. Sets `has_prefix` when `path_prefix` was
-/// given, valid or not (so that `strip_prefix` is not reported as well).
-fn match_(cx: &mut Cx, node: &Node, path: Path<'_>, has_prefix: &mut bool) -> Option<Match> {
-    let f = fields(cx, node, path, "match", MATCH_KEYS)?;
-    let mut ok = true;
-    let mut out = any();
-    if let Some(n) = f.get("host") {
-        out.host = host_match(cx, n, path.key("host"));
-        ok &= out.host.is_some();
-    }
-
-    *has_prefix = f.get("path_prefix").is_some();
-    let mut given = PATH_KEYS.iter().filter_map(|k| f.get(k).map(|n| (*k, n)));
-    if let Some((key, n)) = given.next() {
-        let p = path.key(key);
-        let parsed = match key {
-            "path" => path_text(cx, n, p).map(|s| PathMatch::Exact(s.to_string())),
-            "path_prefix" => path_text(cx, n, p).map(|s| {
-                let trimmed = s.trim_end_matches('/');
-                PathMatch::Prefix(if trimmed.is_empty() { "/" } else { trimmed }.to_string())
-            }),
-            _ => path_regex(cx, n, p).map(PathMatch::Regex),
-        };
-        match parsed {
-            Some(m) => out.path = m,
-            None => ok = false,
-        }
-        for (_, extra) in given {
-            cx.at(
-                extra.pos,
-                path,
-                "give only one of path, path_prefix, path_regex",
-            );
-            ok = false;
-        }
-    }
-
-    if let Some(n) = f.get("methods") {
-        match methods(cx, n, path.key("methods")) {
-            Some(m) => out.methods = m,
-            None => ok = false,
-        }
-    }
-    if let Some(n) = f.get("headers") {
-        match match_headers(cx, n, path.key("headers")) {
-            Some(h) => out.headers = h,
-            None => ok = false,
-        }
-    }
-    ok.then_some(out)
-}
-
-/// `example.com` (exact) or `*.example.com` (any subdomain), lower-cased, no port.
-fn host_match(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<HostMatch> {
-    let text = reader::string(cx, node, path)?;
-    let host = text.trim().to_ascii_lowercase();
-    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        if inner.parse::<Ipv6Addr>().is_ok() {
-            return Some(HostMatch::Exact(host));
-        }
-    }
-    let why = if host.contains(':') {
-        Some("a port is not allowed (hosts are matched without their port)")
-    } else if host == "*" {
-        Some("omit host to match any host")
-    } else if host.strip_prefix("*.").unwrap_or(&host).contains('*') {
-        Some("a wildcard is only allowed as a leading \"*.\", e.g. *.example.com")
-    } else if !crate::reader::is_host_name(host.strip_prefix("*.").unwrap_or(&host)) {
-        Some("expected a host name like api.example.com or *.example.com")
-    } else {
-        None
-    };
-    if let Some(why) = why {
-        cx.at(
-            node.pos,
-            path,
-            format_args!("bad host {}: {why}", quote(text)),
-        );
-        return None;
-    }
-    Some(match host.strip_prefix('*') {
-        Some(suffix) => HostMatch::Suffix(suffix.to_string()),
-        None => HostMatch::Exact(host),
-    })
-}
-
-/// A path for `path` or `path_prefix`: starts with '/', no query, fragment,
-/// spaces or control characters.
-fn path_text<'n>(cx: &mut Cx, node: &'n Node, path: Path<'_>) -> Option<&'n str> {
-    let text = reader::string(cx, node, path)?;
-    let why = if !text.starts_with('/') {
-        Some("must start with \"/\"")
-    } else if text.contains(['?', '#']) {
-        Some("must not contain '?' or '#' (only the path is matched)")
-    } else if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        Some("must not contain spaces or control characters")
-    } else {
-        None
-    };
-    match why {
-        Some(why) => {
-            cx.at(node.pos, path, format_args!("{why}, found {}", quote(text)));
-            None
-        }
-        None => Some(text),
-    }
-}
-
-fn path_regex(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
-    let text = reader::string(cx, node, path)?;
-    match regex::Regex::new(text) {
-        Ok(_) => Some(text.to_string()),
-        Err(e) => {
-            cx.at(
-                node.pos,
-                path,
-                format_args!("invalid regex {}: {}", quote(text), regex_error(&e)),
-            );
-            None
-        }
-    }
-}
-
-/// The regex crate's message on one line: syntax errors come with a caret
-/// diagram over several lines, of which the `error: ...` line says what is wrong.
-fn regex_error(e: &regex::Error) -> String {
-    let text = e.to_string();
-    text.lines()
-        .rev()
-        .find_map(|line| line.trim().strip_prefix("error: "))
-        .map(str::to_string)
-        .unwrap_or_else(|| text.split_whitespace().collect::<Vec<_>>().join(" "))
-}
-
-/// One method or a list of them: letters only, upper-cased, no duplicates.
-fn methods(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<String>> {
-    const EXPECTED: &str = "an HTTP method like GET or POST";
-    if node.as_scalar().is_some() {
-        return method(cx, node, path, EXPECTED).map(|m| vec![m]);
-    }
-    let items = reader::list(cx, node, path, "a list of HTTP methods, e.g. [GET, POST]")?;
-    if items.is_empty() {
-        cx.at(
-            node.pos,
-            path,
-            "must not be empty (omit methods to match any method)",
-        );
-        return None;
-    }
-    let mut seen: HashMap<String, usize> = HashMap::with_capacity(items.len());
-    let mut out = Vec::with_capacity(items.len());
-    let mut ok = true;
-    for (i, item) in items.iter().enumerate() {
-        let p = path.index(i);
-        let Some(m) = method(cx, item, p, EXPECTED) else {
-            ok = false;
-            continue;
-        };
-        if let Some(first) = seen.get(&m) {
-            cx.at(
-                item.pos,
-                p,
-                format_args!("duplicate method {m} (also methods[{first}])"),
-            );
-            ok = false;
-            continue;
-        }
-        seen.insert(m.clone(), i);
-        out.push(m);
-    }
-    ok.then_some(out)
-}
-
-fn method(cx: &mut Cx, node: &Node, path: Path<'_>, expected: &str) -> Option<String> {
-    let text = reader::scalar(cx, node, path, expected)?;
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_alphabetic()) {
-        cx.expected(node, path, expected);
-        return None;
-    }
-    Some(text.to_ascii_uppercase())
-}
-
-/// `headers:` in a match: lower-cased token names, each with the exact value required.
-fn match_headers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<(String, String)>> {
-    let entries = reader::free_map(
-        cx,
-        node,
-        path,
-        "a mapping of header names to values, e.g. { x-env: canary }",
-    )?;
-    let mut seen: HashMap<String, Pos> = HashMap::with_capacity(entries.len());
-    let mut out = Vec::with_capacity(entries.len());
-    let mut ok = true;
-    for (key, name, value) in entries {
-        let lower = name.to_ascii_lowercase();
-        let Some((name, value)) = reader::header(cx, key, &lower, value, path, &mut seen) else {
-            ok = false;
-            continue;
-        };
-        out.push((name.to_string(), value.to_string()));
-    }
-    ok.then_some(out)
 }
 
 /// `upgrade: [websocket, ...]`: the protocols a client may switch to

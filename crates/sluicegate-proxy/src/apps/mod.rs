@@ -7,8 +7,12 @@
 //! cache line) under a keyed hash (the secret is random per process);
 //! every candidate's stored key is compared in constant time, so the time
 //! a lookup takes says nothing about how much of a guess was right.
+//!
+//! The key index is in `keys`, an app's rules and JWT key in `policy`.
 
+mod keys;
 pub(crate) mod limit;
+mod policy;
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -17,10 +21,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use hashbrown::HashTable;
-use sluicegate_config::{App, Config};
+use sluicegate_config::Config;
 use subtle::ConstantTimeEq;
 
 use crate::apps::limit::{LimitState, PlanRt};
+use keys::{KeyRec, KeyTable};
+use policy::{jwt_key, policy, JwtKeyRt, Policy, PolicyKey, NONE};
 
 /// One app's counters for one scope (the app's own plan, or one service's):
 /// its limit state, and (for the app's own slot) its metrics.
@@ -61,8 +67,6 @@ fn slot_in(chunks: &[Arc<[AppSlot]>], s: u32) -> &AppSlot {
     let (k, i) = chunk_of(s);
     &chunks[k][i]
 }
-
-const NONE: u32 = u32::MAX;
 
 /// The slots of every app, in chunks that never move, kept by the registry
 /// across reloads. A slot whose app is gone is reused only once no table
@@ -151,22 +155,6 @@ impl SlotPool {
     }
 }
 
-/// What one app may do and which plans it runs under; apps with the same
-/// rules share one.
-#[derive(Debug)]
-struct Policy {
-    /// Allowed service indices (sorted); `None` means every service.
-    services: Option<Box<[u32]>>,
-    /// Allowed methods and path prefixes; empty means any.
-    methods: Box<[Box<[u8]>]>,
-    paths: Box<[Box<[u8]>]>,
-    /// Index into the table's plans, for services without their own.
-    default_plan: u32,
-    /// (service index, service name, plan index), sorted by service; the
-    /// app's slot for entry `i` is `extra_slots[app.extra + i]`.
-    by_service: Box<[(u32, Arc<str>, u32)]>,
-}
-
 /// One app: 24 bytes, the rest shared or in the arena.
 #[derive(Debug, Clone, Copy)]
 struct AppRec {
@@ -176,80 +164,6 @@ struct AppRec {
     jwt: u32,
     slot: u32,
     extra: u32,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct KeyRec {
-    at: u32,
-    app: u32,
-    /// The app's own counter slot, copied here so that its load does not
-    /// wait for the app record's.
-    slot: u32,
-    len: u16,
-    /// High bits of the key's hash, never 0 (0 marks an empty place).
-    tag: u16,
-}
-
-/// Four key records, one cache line.
-#[derive(Debug, Clone, Copy, Default)]
-#[repr(C, align(64))]
-struct Bucket([KeyRec; 4]);
-
-/// Key records by keyed hash, four to a 64-byte bucket, in the first
-/// bucket with room from the hash's own (linear probing). A lookup reads
-/// the hash's bucket and stops at the first bucket with an empty place:
-/// usually one cache line, where a control-byte table such as hashbrown's
-/// reads its control group first and then the record, two misses in a row
-/// at a million keys. Records are never removed (a new config builds a
-/// new table), so a key is never past a bucket that had room.
-#[derive(Debug)]
-struct KeyTable {
-    buckets: Vec<Bucket>,
-    mask: usize,
-}
-
-impl KeyTable {
-    /// Room for `n` keys at most 3/4 full.
-    fn with_capacity(n: usize) -> KeyTable {
-        let buckets = n.div_ceil(3).max(1).next_power_of_two();
-        KeyTable {
-            buckets: vec![Bucket::default(); buckets],
-            mask: buckets - 1,
-        }
-    }
-
-    fn tag(hash: u64) -> u16 {
-        ((hash >> 48) as u16).max(1)
-    }
-
-    /// Adds a record; the table must have room (see `with_capacity`).
-    fn insert(&mut self, hash: u64, mut rec: KeyRec) {
-        rec.tag = Self::tag(hash);
-        let mut b = hash as usize & self.mask;
-        loop {
-            if let Some(place) = self.buckets[b].0.iter_mut().find(|r| r.tag == 0) {
-                *place = rec;
-                return;
-            }
-            b = (b + 1) & self.mask;
-        }
-    }
-
-    /// Every record whose tag is the hash's, in probe order.
-    fn candidates(&self, hash: u64) -> impl Iterator<Item = &KeyRec> {
-        let tag = Self::tag(hash);
-        let start = hash as usize & self.mask;
-        let mut done = false;
-        (0..=self.mask)
-            .map(move |i| &self.buckets[(start + i) & self.mask])
-            .take_while(move |b| {
-                let more = !done;
-                done = b.0.iter().any(|r| r.tag == 0);
-                more
-            })
-            .flat_map(|b| b.0.iter())
-            .filter(move |r| r.tag == tag)
-    }
 }
 
 #[derive(Debug)]
@@ -268,18 +182,6 @@ pub struct AppTable {
     chunks: Box<[Arc<[AppSlot]>]>,
     secret: RandomState,
     pub generation: u64,
-}
-
-/// An app's JWT algorithm and verification key.
-pub struct JwtKeyRt {
-    pub alg: jsonwebtoken::Algorithm,
-    pub key: jsonwebtoken::DecodingKey,
-}
-
-impl std::fmt::Debug for JwtKeyRt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "JwtKeyRt({:?})", self.alg) // never the key
-    }
 }
 
 /// An app of a table.
@@ -352,15 +254,6 @@ impl<'a> AppRef<'a> {
         })
     }
 }
-
-/// Borrowed view of the parts of an app that decide its [`Policy`].
-type PolicyKey<'c> = (
-    &'c Option<Vec<String>>,
-    &'c [String],
-    &'c [String],
-    &'c Option<String>,
-    &'c [(String, String)],
-);
 
 impl AppTable {
     /// Compiles the apps of `config`. `services` are the services' names in
@@ -578,64 +471,6 @@ impl AppTable {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &AppSlot)> {
         (0..self.apps.len() as u32).map(|a| (self.id(a), self.slot(self.apps[a as usize].slot)))
     }
-}
-
-fn policy(
-    app: &App,
-    service_index: &HashMap<&str, u32>,
-    plan_index: &HashMap<&str, u32>,
-) -> Policy {
-    let mut by_service: Vec<(u32, Arc<str>, u32)> = app
-        .plans_by_service
-        .iter()
-        .filter_map(|(svc, plan)| {
-            Some((
-                *service_index.get(svc.as_str())?,
-                Arc::from(svc.as_str()),
-                *plan_index.get(plan.as_str())?,
-            ))
-        })
-        .collect();
-    by_service.sort_by_key(|e| e.0);
-    let services = app.services.as_ref().map(|list| {
-        let mut ids: Vec<u32> = list
-            .iter()
-            .filter_map(|s| service_index.get(s.as_str()).copied())
-            .collect();
-        ids.sort_unstable();
-        ids.into_boxed_slice()
-    });
-    let bytes = |list: &[String]| -> Box<[Box<[u8]>]> {
-        list.iter().map(|s| s.as_bytes().into()).collect()
-    };
-    Policy {
-        services,
-        methods: bytes(&app.methods),
-        paths: bytes(&app.paths),
-        default_plan: app
-            .plan
-            .as_deref()
-            .and_then(|p| plan_index.get(p).copied())
-            .unwrap_or(NONE),
-        by_service: by_service.into_boxed_slice(),
-    }
-}
-
-fn jwt_key(j: &sluicegate_config::AppJwt) -> Result<JwtKeyRt, String> {
-    use jsonwebtoken::{Algorithm, DecodingKey};
-    use sluicegate_config::{JwtAlg, JwtKey};
-    let err = |e: jsonwebtoken::errors::Error| format!("bad public key: {e}");
-    let (alg, key) = match (j.alg, &j.key) {
-        (JwtAlg::HS256, JwtKey::Secret(s)) => (Algorithm::HS256, DecodingKey::from_secret(s)),
-        (JwtAlg::RS256, JwtKey::PublicKeyPem(p)) => {
-            (Algorithm::RS256, DecodingKey::from_rsa_pem(p).map_err(err)?)
-        }
-        (JwtAlg::ES256, JwtKey::PublicKeyPem(p)) => {
-            (Algorithm::ES256, DecodingKey::from_ec_pem(p).map_err(err)?)
-        }
-        _ => return Err("key does not match the algorithm".to_string()),
-    };
-    Ok(JwtKeyRt { alg, key })
 }
 
 /// A short, stable fingerprint of a key for logs (written as 8 hex

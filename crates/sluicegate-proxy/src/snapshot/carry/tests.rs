@@ -1,5 +1,6 @@
 //! The upgrade state document: round trips, a changed config, garbage refused.
 
+use super::format::unescape;
 use super::*;
 use crate::apps::limit::PlanRt;
 use crate::upstream::breaker::Admit;

@@ -1,0 +1,134 @@
+//! The API-management parts of the model: `plans` and their limits, `apps`
+//! (keys, allowed services, an app's JWT key), where app keys are looked
+//! for, and the top-level `jwt` settings.
+
+use std::time::Duration;
+
+use super::AppMtls;
+
+/// Token checks shared by all `auth: jwt` routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwtSettings {
+    /// Required `iss`, when set.
+    pub issuer: Option<String>,
+    /// Required `aud` (one of the token's), when set.
+    pub audience: Option<String>,
+    /// The claim naming the app (its `id`).
+    pub app_claim: String,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: Duration,
+}
+
+impl Default for JwtSettings {
+    fn default() -> Self {
+        JwtSettings {
+            issuer: None,
+            audience: None,
+            app_claim: "sub".to_string(),
+            leeway: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Signature algorithms an app's tokens may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JwtAlg {
+    HS256,
+    RS256,
+    ES256,
+}
+
+/// Where an app's verification key comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwtKey {
+    /// HS256 shared secret, inline or in a file (read at load).
+    Secret(Vec<u8>),
+    /// RS256/ES256 public key, PEM, inline or from a file (read at load).
+    PublicKeyPem(Vec<u8>),
+}
+
+/// An app's token verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppJwt {
+    pub alg: JwtAlg,
+    pub key: JwtKey,
+}
+
+/// A rate limit: `count` requests per `per`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u64,
+    pub per: Duration,
+}
+
+/// A calendar window (UTC) for quotas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaWindow {
+    Minute,
+    Hour,
+    Day,
+    Month,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub limit: u64,
+    pub window: QuotaWindow,
+}
+
+/// A named set of limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub name: String,
+    pub rate: Option<Rate>,
+    /// Requests allowed at once above the steady rate; defaults to the
+    /// rate's count. Only with `rate`.
+    pub burst: Option<u64>,
+    pub quota: Option<Quota>,
+    /// Requests in flight at once.
+    pub concurrency: Option<u64>,
+}
+
+/// An application allowed to call authenticated routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct App {
+    pub id: String,
+    pub keys: Vec<String>,
+    /// The plan for services without an entry in `plans_by_service`.
+    pub plan: Option<String>,
+    /// (service, plan) pairs.
+    pub plans_by_service: Vec<(String, String)>,
+    /// Services the app may call; `None` means all.
+    pub services: Option<Vec<String>>,
+    /// Methods the app may use (upper-case); empty means all.
+    pub methods: Vec<String>,
+    /// Path prefixes (segment-wise, on the normalised path) the app may
+    /// call; empty means all.
+    pub paths: Vec<String>,
+    /// How the app's JWTs are verified, for `auth: jwt` routes.
+    pub jwt: Option<AppJwt>,
+    /// Which client certificates are the app's, for `auth: mtls` routes;
+    /// `None`: a certificate whose subject CN equals `id`.
+    pub mtls: Option<AppMtls>,
+}
+
+/// Where app keys are looked for, in this order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppKeySources {
+    /// Lower-cased header name.
+    pub header: Option<String>,
+    pub query: Option<String>,
+    /// `/prefix/~KEY/rest`: a segment starting with `~` right after the
+    /// route's path prefix.
+    pub path_segment: bool,
+}
+
+impl Default for AppKeySources {
+    fn default() -> Self {
+        AppKeySources {
+            header: Some("x-app-key".to_string()),
+            query: Some("app_key".to_string()),
+            path_segment: true,
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! A route in the model: its `match` conditions, its action (proxy or
+//! respond), how it authenticates apps, its own limit and its rewrite.
+
+use super::{Cors, HeaderOps, IpRules, Rate};
+
+/// A route's own limit, for every caller (with or without an app).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteLimit {
+    pub rate: Option<Rate>,
+    /// Defaults to the rate's count; only with `rate`.
+    pub burst: Option<u64>,
+    pub concurrency: Option<u64>,
+    pub per: LimitKey,
+}
+
+/// Whose requests a route limit counts together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LimitKey {
+    /// Each client IP address has its own counters.
+    #[default]
+    ClientIp,
+    /// All requests on the route share one set of counters.
+    Route,
+}
+
+/// How a route authenticates the calling app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Auth {
+    #[default]
+    None,
+    AppKey,
+    Jwt,
+    /// A client certificate (verified against a listener's `client_ca`)
+    /// names the app; see [`AppMtls`](super::AppMtls).
+    Mtls,
+}
+
+/// A route: which requests it takes and what it does with them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub name: String,
+    pub matcher: Match,
+    pub action: Action,
+    pub auth: Auth,
+    pub limit: Option<RouteLimit>,
+    pub request_headers: HeaderOps,
+    pub response_headers: HeaderOps,
+    pub cors: Option<Cors>,
+    pub ip: IpRules,
+    /// Path rewrite applied after `strip_prefix`, before forwarding.
+    pub rewrite: Option<Rewrite>,
+    /// Protocols a client may upgrade to through this route (lower-cased
+    /// `Upgrade` tokens); `websocket` by default.
+    pub upgrade: Vec<String>,
+}
+
+/// `rewrite: { regex, replacement }`: the first match of `regex` in the
+/// path is replaced (`$1`, `${name}` refer to capture groups).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    pub regex: String,
+    pub replacement: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Match {
+    pub host: Option<HostMatch>,
+    pub path: PathMatch,
+    /// Upper-case method names; empty means any method.
+    pub methods: Vec<String>,
+    /// Header name (lower-cased) and the exact value it must have.
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    /// Lower-cased host without port.
+    Exact(String),
+    /// `*.example.com` stored as `.example.com` (lower-cased): any host
+    /// ending with it, with at least one more label in front.
+    Suffix(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathMatch {
+    /// No path condition: matches every path (least specific).
+    Any,
+    Exact(String),
+    /// Segment-aware prefix, without a trailing slash unless it is "/".
+    Prefix(String),
+    /// Anchored or not as the user wrote it; already known to compile.
+    Regex(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Proxy {
+        service: String,
+        /// Remove the matched `path_prefix` before forwarding.
+        strip_prefix: bool,
+    },
+    Respond {
+        status: u16,
+        body: String,
+        /// Header names as written; values as written.
+        headers: Vec<(String, String)>,
+    },
+}

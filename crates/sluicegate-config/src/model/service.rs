@@ -1,0 +1,168 @@
+//! A backend service in the model: its endpoints, balancing, upstream
+//! timeouts, health checks, retries, ejection and breaker (its `tls` is in
+//! the TLS part).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::UpstreamTls;
+
+/// A backend service: a named set of instances and how to reach them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Service {
+    pub name: String,
+    pub endpoints: Vec<Endpoint>,
+    pub balance: Balance,
+    /// Only for `Balance::Hash`; defaults to `HashKey::ClientIp`.
+    pub hash_key: HashKey,
+    /// In-flight requests to one endpoint at once, across all workers.
+    pub max_connections_per_endpoint: usize,
+    pub timeouts: UpstreamTimeouts,
+    /// Active health checks; `None`: every endpoint counts as healthy.
+    pub health: Option<HealthCheck>,
+    /// When a failed attempt is tried again on another endpoint.
+    pub retries: Retries,
+    /// Passive outlier detection per endpoint; `None`: off.
+    pub breaker: Option<Breaker>,
+    /// An endpoint whose connect fails leaves rotation for a while (on by
+    /// default); `None`: `ejection: false`.
+    pub ejection: Option<Ejection>,
+    /// The gateway writes X-Forwarded-For, -Proto and -Host on requests to
+    /// this service (default). Off: it writes none of them, and those the
+    /// client sent are still not passed on.
+    pub forwarded_headers: bool,
+    /// `Some`: connections to the endpoints use TLS; `None`: plain TCP.
+    pub tls: Option<UpstreamTls>,
+}
+
+/// A service's `retries`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retries {
+    /// Tries in all, the first included (1: never retry).
+    pub attempts: u32,
+    /// The connect to the endpoint failed (nothing was sent: always safe).
+    pub on_connect: bool,
+    /// The upstream closed or reset before any response byte
+    /// (idempotent methods with the whole request at hand only).
+    pub on_reset: bool,
+    /// No response head within `response_header` (idempotent only).
+    pub on_timeout: bool,
+    /// Statuses answered again elsewhere (idempotent only).
+    pub on_status: Vec<u16>,
+    /// Retries allowed, as a share of requests, in percent.
+    pub budget_percent: u32,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Retries {
+            attempts: 2,
+            on_connect: true,
+            on_reset: true,
+            on_timeout: false,
+            on_status: Vec::new(),
+            budget_percent: 20,
+        }
+    }
+}
+
+/// A service's `ejection`: an endpoint whose connect is refused or times
+/// out leaves rotation for `base`, doubled at each further failed connect
+/// in a row up to `max`; a connect that succeeds ends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ejection {
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Default for Ejection {
+    fn default() -> Self {
+        Ejection {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A service's `breaker`: each endpoint's circuit opens after `errors`
+/// failures within `window`, stays open `open_for`, then lets
+/// `half_open_requests` probes through; one success closes it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Breaker {
+    pub errors: u32,
+    pub window: Duration,
+    pub open_for: Duration,
+    pub half_open_requests: u32,
+    /// Count 5xx answers as failures (connect errors, resets, invalid
+    /// responses and timeouts always count).
+    pub on_5xx: bool,
+}
+
+/// Active health checks of a service's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// `Some(path)`: `GET path` over HTTP/1.1; `None`: a TCP connect.
+    pub path: Option<String>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive successes that bring an endpoint back.
+    pub healthy_after: u32,
+    /// Consecutive failures that take an endpoint out.
+    pub unhealthy_after: u32,
+    /// Statuses counted as healthy (inclusive ranges).
+    pub expect_status: Vec<(u16, u16)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// As written in the config (`host:port`); used in logs and metrics.
+    pub name: String,
+    /// Resolved address.
+    pub addr: SocketAddr,
+    /// Relative weight, >= 1.
+    pub weight: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Smooth weighted round robin.
+    RoundRobin,
+    LeastConn,
+    /// Power of two choices on an EWMA of latency times load.
+    P2cEwma,
+    /// Consistent hashing on `hash_key`.
+    Hash,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// A request header's value, name lower-cased.
+    Header(String),
+    ClientIp,
+    Path,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamTimeouts {
+    pub connect: Duration,
+    pub response_header: Duration,
+    /// Longest pause while receiving the response body.
+    pub response_body: Duration,
+    /// How long an idle pooled upstream connection is kept.
+    pub idle: Duration,
+    /// From the request's arrival to the upstream's response head, every
+    /// attempt and retry included.
+    pub request: Duration,
+}
+
+impl Default for UpstreamTimeouts {
+    fn default() -> Self {
+        UpstreamTimeouts {
+            connect: Duration::from_secs(1),
+            response_header: Duration::from_secs(15),
+            response_body: Duration::from_secs(15),
+            idle: Duration::from_secs(60),
+            request: Duration::from_secs(30),
+        }
+    }
+}

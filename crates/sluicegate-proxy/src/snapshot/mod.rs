@@ -1,0 +1,160 @@
+//! The runtime snapshot (router, routes, services) compiled from a validated
+//! config, the state that outlives snapshots, and the atomic swap between
+//! them.
+//!
+//! A snapshot is immutable; a reload compiles a new one off the hot path
+//! and publishes it with one `ArcSwap` store. Requests in flight keep the
+//! snapshot they started with. Endpoint state (pool slot, in-flight limit,
+//! latency average), balancer counters and metrics are looked up in the
+//! [`Registry`] by stable keys, so an unchanged service keeps them.
+//!
+//! This module holds the tables and the registry; `compile` builds a
+//! snapshot from a config, `shared` holds the process-wide [`Shared`]
+//! (publishing, metrics) and `carry` the state an upgrade hands over.
+
+pub mod carry;
+mod compile;
+mod shared;
+
+pub use shared::Shared;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use sluicegate_config::{ClientTimeouts, Limits, UpstreamTimeouts};
+
+use crate::apps::{AppTable, SlotPool};
+use crate::filters::{Filters, RouteCounters};
+use crate::observe::accesslog::Sink;
+use crate::observe::metrics::RouteMetrics;
+use crate::route::router::Router;
+use crate::transport::listener::{ListenerRt, ListenerState};
+use crate::transport::tls::client::UpstreamTlsRt;
+use crate::upstream::balancer::{Balancer, BalancerState};
+use crate::upstream::budget::RetryBudget;
+use crate::upstream::endpoint::EndpointState;
+
+#[derive(Debug)]
+pub struct ServiceRt {
+    pub name: Arc<str>,
+    /// Position in the config's service list (what app ACLs refer to).
+    pub index: u32,
+    pub endpoints: Vec<Arc<EndpointState>>,
+    pub balancer: Balancer,
+    pub timeouts: UpstreamTimeouts,
+    /// Active health checks of the endpoints, if configured.
+    pub health: Option<sluicegate_config::HealthCheck>,
+    pub retries: RetryBudget,
+    /// Write X-Forwarded-For, -Proto and -Host upstream.
+    pub forwarded_headers: bool,
+    /// TLS to the endpoints, when the service speaks it.
+    pub(crate) tls: Option<Arc<UpstreamTlsRt>>,
+}
+
+#[derive(Debug)]
+pub enum ActionRt {
+    Proxy {
+        service: Arc<ServiceRt>,
+        strip_prefix: bool,
+        /// Protocols a client may upgrade to (lower-cased `Upgrade` tokens).
+        upgrade: Box<[Box<str>]>,
+    },
+    /// A fixed response: the status line and headers (without framing or
+    /// connection headers), and the body.
+    Respond {
+        status: u16,
+        head: Vec<u8>,
+        body: Vec<u8>,
+    },
+}
+
+/// A route as requests use it: two cache lines, aligned, the filters and
+/// counters first, so a request for a cold route waits for two misses that
+/// overlap rather than for whichever lines its fields happen to straddle.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub struct RouteRt {
+    /// Policies run in order before the action.
+    pub filters: Filters,
+    pub metrics: Arc<RouteMetrics>,
+    pub action: ActionRt,
+    pub name: Arc<str>,
+}
+
+/// Everything a request needs, immutable once published.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub router: Router,
+    /// Every service, in config order (the health checker walks them).
+    pub services: Vec<Arc<ServiceRt>>,
+    pub routes: Vec<RouteRt>,
+    pub limits: Limits,
+    pub timeouts: ClientTimeouts,
+    /// `busy_poll`: how long workers poll after a request; zero: off.
+    pub busy_poll: std::time::Duration,
+    pub access_log: Option<Arc<Sink>>,
+    /// Client address rules for every request (`ip` at the top level).
+    pub ip: sluicegate_config::IpRules,
+    /// Increases with every published snapshot.
+    pub generation: u64,
+    /// The apps the auth filters know (the access log names them).
+    pub apps: Arc<AppTable>,
+    /// Each listener's settings, in config order.
+    pub(crate) listeners: Vec<Arc<ListenerRt>>,
+    /// Peers whose `X-Forwarded-For` names the client.
+    pub(crate) trusted_proxies: Vec<sluicegate_config::Cidr>,
+}
+
+impl Snapshot {
+    /// The settings of the listener configured at `addr`.
+    pub(crate) fn listener(&self, addr: SocketAddr) -> Option<&Arc<ListenerRt>> {
+        self.listeners.iter().find(|l| l.addr == addr)
+    }
+}
+
+/// State kept across snapshots, keyed by names from the config.
+#[derive(Debug, Default)]
+pub struct Registry {
+    /// (service, endpoint name, max in flight) -> state.
+    endpoints: HashMap<(String, String, usize), Arc<EndpointState>>,
+    next_endpoint_id: usize,
+    /// service -> (balance kind and endpoint list it was built for, state).
+    balancers: HashMap<String, (String, Arc<BalancerState>)>,
+    /// service -> its retry budget's tokens.
+    budgets: HashMap<String, Arc<std::sync::atomic::AtomicI64>>,
+    routes: HashMap<String, Arc<RouteMetrics>>,
+    /// Current route metrics in config order, for rendering.
+    route_order: Vec<Arc<RouteMetrics>>,
+    /// Current endpoints with their service, for rendering.
+    endpoint_order: Vec<(Arc<str>, Arc<EndpointState>)>,
+    generation: u64,
+    access_log: Option<(sluicegate_config::AccessLog, Arc<Sink>)>,
+    /// Every app's counters (plan state and metrics), kept while the app
+    /// exists, and the apps table in force.
+    slots: SlotPool,
+    apps: Option<Arc<AppTable>>,
+    /// Counters of route `limit`s by route name.
+    route_limits: HashMap<String, RouteCounters>,
+    /// The key-hashing secret of the apps table, random per process.
+    key_secret: std::collections::hash_map::RandomState,
+    /// Listeners' resumption state and counters.
+    listeners: ListenerState,
+}
+
+#[cfg(test)]
+impl Registry {
+    /// App slots in use or waiting to be reused.
+    pub(crate) fn live_slots(&self) -> usize {
+        self.slots.live()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_route_is_two_cache_lines() {
+        assert_eq!(std::mem::size_of::<super::RouteRt>(), 128);
+        assert_eq!(std::mem::align_of::<super::RouteRt>(), 64);
+    }
+}
