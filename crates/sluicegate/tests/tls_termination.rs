@@ -205,8 +205,8 @@ fn tls_versions_and_alpn() {
     let s = s_client(port, &["-alpn", "h2,http/1.1", "-servername", "a.test"]);
     assert_eq!(
         s.alpn().as_deref(),
-        Some("http/1.1"),
-        "h2 is not offered yet, so http/1.1 is chosen: {}",
+        Some("h2"),
+        "h2 is offered first (http2 is on by default): {}",
         s.all()
     );
     let s = s_client(port, &["-servername", "a.test"]);
