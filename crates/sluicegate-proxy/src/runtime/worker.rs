@@ -15,6 +15,7 @@ use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
 use crate::upstream::pool::Pool;
+use crate::upstream::tunnel::Upgraded;
 
 /// Initial size of each receive buffer.
 pub(crate) const BUF_SIZE: usize = 16 * 1024;
@@ -84,6 +85,9 @@ pub struct Bufs {
     pub is_head: bool,
     /// What the route's filters changed for the current request.
     pub edits: Edits,
+    /// A tunnel the current request opened (a `101`), for the session to
+    /// run in a task of its own; never set otherwise.
+    pub(crate) upgraded: Option<Box<Upgraded>>,
 }
 
 impl Worker {
@@ -117,6 +121,7 @@ impl Worker {
                 log_line: Vec::new(),
                 is_head: false,
                 edits: Edits::default(),
+                upgraded: None,
             })
         })
     }
@@ -140,6 +145,7 @@ impl Worker {
     }
 
     pub(crate) fn give_bufs(&self, mut b: Box<Bufs>) {
+        debug_assert!(b.upgraded.is_none(), "a tunnel left in a buffer set");
         let mut free = self.free.borrow_mut();
         if free.len() < FREE_LIST_MAX
             && b.out.capacity() <= KEEP_BUF_MAX

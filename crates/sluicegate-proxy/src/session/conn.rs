@@ -11,6 +11,7 @@
 //! (see [`super::start`]).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::transport::stream::Stream;
@@ -22,6 +23,8 @@ use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::{Bufs, Worker, BUF_SIZE};
 use crate::snapshot::Snapshot;
 use crate::transport::io::ReadError;
+
+use super::tunneled::Handoff;
 
 /// How long a new connection may still take to send its first request once
 /// the worker is draining: enough for a request already on its way, short
@@ -50,6 +53,8 @@ pub struct Conn<'w> {
     /// The deadline slot for this connection's waits for a request head
     /// and for a response head (one at a time).
     pub slot: OwnSlot<'w>,
+    /// A tunnel the last request opened, for its own task to run.
+    pub(super) tunnel: Option<Box<Handoff>>,
 }
 
 /// How long a keep-alive connection waits for its next request in its
@@ -88,12 +93,25 @@ enum Wake {
 pub(super) enum Next {
     KeepAlive,
     Close,
+    /// The request opened a tunnel (in [`Conn::tunnel`]): the serving
+    /// task ends and a task of the tunnel's own takes the connection.
+    Tunnel,
+}
+
+/// How a connection leaves its serving task.
+pub(super) enum End {
+    Close,
+    /// Idle: park, with the time the last answer was written.
+    Park(Instant),
+    /// Upgraded: its tunnel ([`Conn::tunnel`]) runs on in a task of its
+    /// own, under the request's snapshot.
+    Tunnel(Arc<Snapshot>),
 }
 
 impl Conn<'_> {
-    /// Serves requests until the connection closes (`None`) or parks
-    /// (`Some`: when its last answer was written).
-    pub(super) async fn run(&mut self, begin: Begin) -> Option<Instant> {
+    /// Serves requests until the connection closes, parks or becomes a
+    /// tunnel.
+    pub(super) async fn run(&mut self, begin: Begin) -> End {
         let mut cache = arc_swap::Cache::new(&self.worker.shared.snapshot);
         // No request has come on it yet; when its first head is due.
         let (mut first, mut header_by) = match begin {
@@ -108,8 +126,8 @@ impl Conn<'_> {
             let wait = if first { t.client_header } else { t.keepalive };
             let due = match self.await_next_request(wait, first, header_by).await {
                 Wake::Request(due) => due,
-                Wake::Close => return None,
-                Wake::Park(end) => return Some(end),
+                Wake::Close => return End::Close,
+                Wake::Park(end) => return End::Park(end),
             };
             first = false;
             header_by = None;
@@ -122,8 +140,11 @@ impl Conn<'_> {
             let next = self.request(snap, &mut bufs, due).await;
             self.worker.busy.touch();
             self.bufs = Some(bufs);
-            if next == Next::Close || self.worker.shutting_down() {
-                return None;
+            if next != Next::KeepAlive || self.worker.shutting_down() {
+                if next == Next::Tunnel {
+                    return End::Tunnel(snap.clone());
+                }
+                return End::Close;
             }
         }
     }

@@ -1,7 +1,8 @@
 //! Per-connection drivers: how a connection starts, parks and comes back
 //! (`start`), the HTTP/1.1 client connection's request loop (`conn`), one
-//! request's phases in order (`lifecycle`) and the answers the session
-//! makes itself (`answer`). Forwarding (`crate::upstream`)
+//! request's phases in order (`lifecycle`), the answers the session
+//! makes itself (`answer`) and the task an upgraded connection's tunnel
+//! runs in (`tunneled`). Forwarding (`crate::upstream`)
 //! sees the connection only as a [`crate::runtime::worker::Downstream`]
 //! and never imports from here.
 
@@ -9,6 +10,7 @@ mod answer;
 pub(crate) mod conn;
 mod lifecycle;
 pub(crate) mod start;
+mod tunneled;
 
 #[cfg(test)]
 mod tests;
