@@ -51,6 +51,9 @@ pub struct Worker {
     /// The fewest sets the free list held since the last trim: that many
     /// sat unused all along (the list is used from its end).
     free_low: Cell<usize>,
+    /// What tunnels read into and write on from at once, without an await
+    /// in between ([`BUF_SIZE`] once the first tunnel carries bytes).
+    pub(crate) relay_buf: RefCell<Vec<u8>>,
 }
 
 /// What the upstream side uses of the client's connection: its stream,
@@ -102,6 +105,7 @@ impl Worker {
             busy: BusyPoll::default(),
             free: RefCell::new(Vec::new()),
             free_low: Cell::new(0),
+            relay_buf: RefCell::new(Vec::new()),
         }
     }
 

@@ -12,9 +12,10 @@
 //! in-flight slot and a few counters, so that the serving task (its whole
 //! request state machine) ends and gives its buffers back.
 //!
-//! An idle tunnel holds no buffer: its own start empty, grow when bytes
-//! come (4 KiB, up to 16 KiB), and are given up again after a second
-//! without any.
+//! A tunnel holds no buffer of its own: bytes are read into the worker's
+//! relay buffer (16 KiB, shared by its tunnels) and written on at once;
+//! only what the other side does not take at once is copied out and held,
+//! until it is written.
 //!
 //! A tunnel holds the snapshot its request started with, so a reload does
 //! not cut it; on shutdown it runs on through the drain and ends itself a
@@ -23,16 +24,13 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// A tunnel that carried nothing for this long gives up its buffers.
-const RELEASE_AFTER: Duration = Duration::from_secs(1);
+use std::time::Instant;
 
 use crate::observe::metrics::GlobalMetrics;
 use crate::runtime::deadline::Stop;
 use crate::runtime::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 use crate::snapshot::{Shared, Snapshot};
-use crate::transport::io::{read_ready, write_all_by, RecvBuf};
+use crate::transport::io::{read_ready, write_all_by};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
 use crate::upstream::endpoint::{EndpointState, OwnedPermit};
@@ -169,6 +167,47 @@ pub(super) async fn start(
     Ok(t)
 }
 
+/// What became of what one side of a tunnel had for the other.
+enum Passed {
+    /// Nothing after all (a wake-up without bytes).
+    Nothing,
+    /// The side is done sending.
+    End,
+    /// `k` bytes were read; `rest` of them (maybe none but a TLS record
+    /// not out yet) the other side did not take at once.
+    Read {
+        k: usize,
+        rest: Option<Vec<u8>>,
+    },
+    Failed,
+}
+
+/// Reads what `from` has into the worker's relay buffer and writes it to
+/// `to` at once; what `to` does not take now is copied out, for the
+/// tunnel to hold until it is written. No await: the buffer is the
+/// worker's, shared by its tunnels.
+fn pass(worker: &Worker, from: &Stream, to: &Stream) -> Passed {
+    let mut buf = worker.relay_buf.borrow_mut();
+    if buf.is_empty() {
+        buf.resize(BUF_SIZE, 0);
+    }
+    let k = match from.try_recv(&mut buf) {
+        Ok(0) => return Passed::End,
+        Ok(k) => k,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Passed::Nothing,
+        Err(_) => return Passed::Failed,
+    };
+    let bytes = &buf[..k];
+    let rest = match to.try_send(bytes) {
+        Ok(n) if n == k && to.try_flush().is_ok() => None,
+        Ok(0) => return Passed::Failed,
+        Ok(n) => Some(bytes[n..].to_vec()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Some(bytes.to_vec()),
+        Err(_) => return Passed::Failed,
+    };
+    Passed::Read { k, rest }
+}
+
 /// Runs an open tunnel between `client` and its upstream until either
 /// side is done, it idles past `timeouts.tunnel_idle` or the drain is
 /// about to end; then closes its upstream side, counts it closed and its
@@ -188,21 +227,12 @@ pub(crate) async fn relay(
     // Once the worker drains: when this tunnel ends itself, a little before
     // the drain does (so that its end is logged).
     let mut drain_by: Option<Instant> = None;
-    // An idle tunnel holds no buffer: these grow when bytes come, and are
-    // given up after RELEASE_AFTER without any.
-    let (mut inb, mut upb) = (RecvBuf::new(0), RecvBuf::new(0));
-    let mut holding = false;
     let mut last = Instant::now();
     loop {
         let idle_end = last + idle;
-        let wake = if holding {
-            (last + RELEASE_AFTER).min(idle_end)
-        } else {
-            idle_end
-        };
         let wait = match drain_by {
-            None => dl.at(wake).or_shutdown(),
-            Some(by) => dl.at(by.min(wake)),
+            None => dl.at(idle_end).or_shutdown(),
+            Some(by) => dl.at(by.min(idle_end)),
         };
         let side = wait
             .bound(async {
@@ -212,42 +242,21 @@ pub(crate) async fn relay(
                 }
             })
             .await;
-        let (from, to, buf, open, n) = match side {
+        let (from, to, open, n) = match side {
             Err(Stop::Shutdown) => {
                 let drain = snap.timeouts.drain;
                 drain_by = Some(Instant::now() + drain.saturating_sub(drain / 10));
                 continue;
             }
-            Err(Stop::Timeout) => {
-                let now = Instant::now();
-                if holding && now < idle_end && drain_by.is_none_or(|by| now < by) {
-                    // Quiet for a while: give the buffers up.
-                    (inb, upb) = (RecvBuf::new(0), RecvBuf::new(0));
-                    holding = false;
-                    continue;
-                }
-                // Idle past tunnel_idle, or the drain is ending.
-                break;
-            }
-            Ok(Side::Client(r)) => (
-                r.map(|()| client),
-                up,
-                &mut inb,
-                &mut client_open,
-                &mut carried.up,
-            ),
-            Ok(Side::Upstream(r)) => (
-                r.map(|()| up),
-                client,
-                &mut upb,
-                &mut up_open,
-                &mut carried.down,
-            ),
+            // Idle past tunnel_idle, or the drain is ending.
+            Err(Stop::Timeout) => break,
+            Ok(Side::Client(r)) => (r.map(|()| client), up, &mut client_open, &mut carried.up),
+            Ok(Side::Upstream(r)) => (r.map(|()| up), client, &mut up_open, &mut carried.down),
         };
         let Ok(from) = from else { break };
-        match buf.try_fill(from, BUF_SIZE) {
-            Ok(None) => continue,
-            Ok(Some(0)) => {
+        match pass(worker, from, to) {
+            Passed::Nothing => continue,
+            Passed::End => {
                 // One side is done sending: pass its end on, and carry the
                 // other way until that side is done too.
                 *open = false;
@@ -256,19 +265,21 @@ pub(crate) async fn relay(
                     break;
                 }
             }
-            Ok(Some(k)) => {
-                if write_all_by(to, buf.filled(), dl.after(idle))
-                    .await
-                    .is_err()
-                {
-                    break;
+            Passed::Read { k, rest } => {
+                if let Some(rest) = rest {
+                    // The other side is slow: these bytes are the only
+                    // buffer a tunnel holds, until they are written. (The
+                    // write's future is boxed: kept inline, it would be
+                    // most of every idle tunnel's task.)
+                    let write = Box::pin(write_all_by(to, &rest, dl.after(idle)));
+                    if write.await.is_err() {
+                        break;
+                    }
                 }
                 *n += k as u64;
-                buf.clear();
-                holding = true;
                 last = Instant::now();
             }
-            Err(_) => break,
+            Passed::Failed => break,
         }
     }
     let global = &worker.shared.global;
