@@ -1,6 +1,6 @@
 //! A worker thread's state shared by its connection tasks: the upstream
 //! pool, the free list of per-request buffer sets, the access log buffer,
-//! deadlines and the busy poller.
+//! deadlines, the busy poller and the buffer tunnels relay through.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;

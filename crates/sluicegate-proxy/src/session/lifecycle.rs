@@ -18,6 +18,8 @@
 //!    applied as its head is written, upstream's or the gateway's own.
 //! 6. **End**: concurrency slots are given back, then one clock read for
 //!    the route's metrics, the access log and the next keep-alive wait.
+//!    A request that opened a tunnel ends here too, but is recorded by
+//!    the tunnel's own task when the tunnel closes ([`super::tunneled`]).
 //!
 //! Every answer the gateway makes itself is rendered by
 //! [`crate::proto::response`].
