@@ -25,6 +25,7 @@
 //! [`crate::proto::response`].
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::answer::{https_redirect, Local};
@@ -43,7 +44,6 @@ use crate::snapshot::{ActionRt, RouteRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
 use crate::upstream::tunnel::Upgraded;
-use std::sync::Arc;
 
 impl Conn<'_> {
     /// Runs one request whose head is in `bufs`, from routing to the log.
