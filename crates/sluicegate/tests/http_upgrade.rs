@@ -138,6 +138,8 @@ fn a_websocket_upgrade_becomes_a_two_way_tunnel() {
     c.write_all(&big).unwrap();
     assert_eq!(read_n(&mut c, big.len()).len(), big.len());
     assert_eq!(metric(admin, "sluicegate_tunnels_open"), 1);
+    // The tunnel's own task holds the connection: still counted open.
+    assert_eq!(metric(admin, "sluicegate_client_connections"), 1);
     // The client ends its side: passed on, the upstream ends too, and the
     // tunnel closes.
     c.shutdown(Shutdown::Write).unwrap();
@@ -149,6 +151,11 @@ fn a_websocket_upgrade_becomes_a_two_way_tunnel() {
     }
     assert_eq!(metric(admin, "sluicegate_tunnels_open"), 0);
     assert_eq!(metric(admin, "sluicegate_tunnels_total"), 1);
+    let end = Instant::now() + Duration::from_secs(3);
+    while metric(admin, "sluicegate_client_connections") != 0 && Instant::now() < end {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metric(admin, "sluicegate_client_connections"), 0);
     let up_bytes = metric(admin, "sluicegate_tunnel_bytes_upstream_total");
     assert_eq!(up_bytes, (3 + 14 + 1 + 300_000) as u64);
 }

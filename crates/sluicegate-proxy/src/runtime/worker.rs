@@ -1,6 +1,6 @@
 //! A worker thread's state shared by its connection tasks: the upstream
 //! pool, the free list of per-request buffer sets, the access log buffer,
-//! deadlines and the busy poller.
+//! deadlines, the busy poller and the buffer tunnels relay through.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
 use crate::upstream::pool::Pool;
+use crate::upstream::tunnel::Upgraded;
 
 /// Initial size of each receive buffer.
 pub(crate) const BUF_SIZE: usize = 16 * 1024;
@@ -50,6 +51,9 @@ pub struct Worker {
     /// The fewest sets the free list held since the last trim: that many
     /// sat unused all along (the list is used from its end).
     free_low: Cell<usize>,
+    /// What tunnels read into and write on from at once, without an await
+    /// in between ([`BUF_SIZE`] once the first tunnel carries bytes).
+    pub(crate) relay_buf: RefCell<Vec<u8>>,
 }
 
 /// What the upstream side uses of the client's connection: its stream,
@@ -84,6 +88,9 @@ pub struct Bufs {
     pub is_head: bool,
     /// What the route's filters changed for the current request.
     pub edits: Edits,
+    /// A tunnel the current request opened (a `101`), for the session to
+    /// run in a task of its own; never set otherwise.
+    pub(crate) upgraded: Option<Box<Upgraded>>,
 }
 
 impl Worker {
@@ -98,6 +105,7 @@ impl Worker {
             busy: BusyPoll::default(),
             free: RefCell::new(Vec::new()),
             free_low: Cell::new(0),
+            relay_buf: RefCell::new(Vec::new()),
         }
     }
 
@@ -117,6 +125,7 @@ impl Worker {
                 log_line: Vec::new(),
                 is_head: false,
                 edits: Edits::default(),
+                upgraded: None,
             })
         })
     }
@@ -140,6 +149,7 @@ impl Worker {
     }
 
     pub(crate) fn give_bufs(&self, mut b: Box<Bufs>) {
+        debug_assert!(b.upgraded.is_none(), "a tunnel left in a buffer set");
         let mut free = self.free.borrow_mut();
         if free.len() < FREE_LIST_MAX
             && b.out.capacity() <= KEEP_BUF_MAX

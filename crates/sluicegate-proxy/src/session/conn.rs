@@ -11,6 +11,7 @@
 //! (see [`super::start`]).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::transport::stream::Stream;
@@ -22,6 +23,8 @@ use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::{Bufs, Worker, BUF_SIZE};
 use crate::snapshot::Snapshot;
 use crate::transport::io::ReadError;
+
+use super::tunneled::Handoff;
 
 /// How long a new connection may still take to send its first request once
 /// the worker is draining: enough for a request already on its way, short
@@ -52,6 +55,8 @@ pub struct Conn<'w> {
     /// The deadline slot for this connection's waits for a request head
     /// and for a response head (one at a time).
     pub slot: OwnSlot<'w>,
+    /// A tunnel the last request opened, for its own task to run.
+    pub(super) tunnel: Option<Box<Handoff>>,
 }
 
 /// How long a keep-alive connection waits for its next request in its
@@ -85,17 +90,6 @@ enum Wake {
     Park(Instant),
 }
 
-/// How a connection's request loop ended.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Done {
-    Close,
-    /// Idle: park it; its last answer was written then.
-    Park(Instant),
-    /// It opened with the HTTP/2 preface (h2c with prior knowledge): its
-    /// bytes so far are in the buffers, for the HTTP/2 session.
-    Http2,
-}
-
 /// The HTTP/2 connection preface (RFC 9113 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -111,12 +105,28 @@ fn h2_preface(b: &[u8]) -> bool {
 pub(super) enum Next {
     KeepAlive,
     Close,
+    /// The request opened a tunnel (in [`Conn::tunnel`]): the serving
+    /// task ends and a task of the tunnel's own takes the connection.
+    Tunnel,
+}
+
+/// How a connection leaves its serving task.
+pub(super) enum End {
+    Close,
+    /// Idle: park, with the time the last answer was written.
+    Park(Instant),
+    /// Upgraded: its tunnel ([`Conn::tunnel`]) runs on in a task of its
+    /// own, under the request's snapshot.
+    Tunnel(Arc<Snapshot>),
+    /// It opened with the HTTP/2 preface (h2c with prior knowledge): its
+    /// bytes so far are in the buffers, for the HTTP/2 session.
+    Http2,
 }
 
 impl Conn<'_> {
-    /// Serves requests until the connection closes, parks, or turns out
-    /// to speak HTTP/2.
-    pub(super) async fn run(&mut self, begin: Begin) -> Done {
+    /// Serves requests until the connection closes, parks, becomes a
+    /// tunnel or turns out to speak HTTP/2.
+    pub(super) async fn run(&mut self, begin: Begin) -> End {
         let mut cache = arc_swap::Cache::new(&self.worker.shared.snapshot);
         // No request has come on it yet; when its first head is due.
         let (mut first, mut header_by) = match begin {
@@ -131,11 +141,11 @@ impl Conn<'_> {
             let wait = if first { t.client_header } else { t.keepalive };
             let due = match self.await_next_request(wait, first, header_by).await {
                 Wake::Request(due) => due,
-                Wake::Close => return Done::Close,
-                Wake::Park(end) => return Done::Park(end),
+                Wake::Close => return End::Close,
+                Wake::Park(end) => return End::Park(end),
             };
             if first && self.h2c && self.opens_http2() {
-                return Done::Http2;
+                return End::Http2;
             }
             first = false;
             header_by = None;
@@ -148,8 +158,11 @@ impl Conn<'_> {
             let next = self.request(snap, &mut bufs, due).await;
             self.worker.busy.touch();
             self.bufs = Some(bufs);
-            if next == Next::Close || self.worker.shutting_down() {
-                return Done::Close;
+            if next != Next::KeepAlive || self.worker.shutting_down() {
+                if next == Next::Tunnel {
+                    return End::Tunnel(snap.clone());
+                }
+                return End::Close;
             }
         }
     }

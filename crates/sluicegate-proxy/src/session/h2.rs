@@ -205,6 +205,9 @@ async fn stream(
         last_end: None,
         slot: OwnSlot::new(&worker.deadlines),
         h2c: false,
+        // HTTP/2 carries no HTTP/1.1 upgrade (the framing layer refuses
+        // `upgrade` and `connection` fields): no tunnel starts here.
+        tunnel: None,
     };
     worker.busy.touch();
     {

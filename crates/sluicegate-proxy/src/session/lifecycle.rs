@@ -18,26 +18,32 @@
 //!    applied as its head is written, upstream's or the gateway's own.
 //! 6. **End**: concurrency slots are given back, then one clock read for
 //!    the route's metrics, the access log and the next keep-alive wait.
+//!    A request that opened a tunnel ends here too, but is recorded by
+//!    the tunnel's own task when the tunnel closes ([`super::tunneled`]).
 //!
 //! Every answer the gateway makes itself is rendered by
 //! [`crate::proto::response`].
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::answer::{https_redirect, Local};
 use super::conn::{Conn, Next};
+use super::tunneled::{Handoff, LogFacts};
 use crate::filters::{Answer, Filters, Refuse, ReqCx};
 use crate::observe::accesslog;
+use crate::observe::accesslog::Sink;
 use crate::proto::codec::RequestHead;
 use crate::proto::fields;
 use crate::proto::response::ErrorKind;
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
-use crate::runtime::worker::{Bufs, Downstream};
+use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::snapshot::{ActionRt, RouteRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
+use crate::upstream::tunnel::Upgraded;
 
 impl Conn<'_> {
     /// Runs one request whose head is in `bufs`, from routing to the log.
@@ -199,7 +205,17 @@ impl Conn<'_> {
                         started,
                         upgrade,
                     };
-                    forward::forward(cx, bufs).await
+                    let outcome = forward::forward(cx, bufs).await;
+                    if outcome.status == 101 {
+                        if let Some(t) = bufs.upgraded.take() {
+                            // An open tunnel: its own task runs it, then
+                            // records this request (6).
+                            let log = logging.then_some(method_len);
+                            self.hand_off(t, bufs, found.index, log, &outcome, started);
+                            return Next::Tunnel;
+                        }
+                    }
+                    outcome
                 }
             },
         };
@@ -253,6 +269,41 @@ impl Conn<'_> {
         client
     }
 
+    /// Leaves an open tunnel, and what recording its request at the close
+    /// needs, for the tunnel's own task ([`super::tunneled`]); `log`: the
+    /// method's length in `bufs.log_line`, when the snapshot logs.
+    #[cold]
+    fn hand_off(
+        &mut self,
+        tunnel: Box<Upgraded>,
+        bufs: &mut Bufs,
+        route: usize,
+        log: Option<usize>,
+        outcome: &Outcome,
+        started: Instant,
+    ) {
+        let log = log.map(|method_len| {
+            Box::new(LogFacts {
+                line: bufs.log_line.as_slice().into(),
+                method_len,
+                client: self.req_client.as_deref().unwrap_or(&self.peer_ip).into(),
+                endpoint: tunnel.endpoint().clone(),
+                app: bufs.edits.app,
+                key_fp: bufs.edits.key_fp,
+                tls: self.tls,
+            })
+        });
+        let guards = std::mem::take(&mut bufs.edits.guards);
+        self.tunnel = Some(Box::new(Handoff {
+            tunnel,
+            route,
+            started,
+            upstream_us: outcome.upstream_us,
+            guards,
+            log,
+        }));
+    }
+
     /// What forwarding uses of this connection.
     fn downstream(&self) -> Downstream<'_> {
         Downstream {
@@ -286,9 +337,9 @@ impl Conn<'_> {
         let Some(sink) = &snap.access_log else { return };
         let line = &bufs.log_line;
         let (method, target) = (&line[..method_len], &line[method_len + 1..]);
-        let mut buf = self.worker.log_buf_for(sink);
-        accesslog::format(
-            &mut buf,
+        append_log(
+            self.worker,
+            sink,
             &accesslog::Entry {
                 client: self.req_client.as_deref().unwrap_or(&self.peer_ip),
                 method,
@@ -307,10 +358,18 @@ impl Conn<'_> {
                 http2: matches!(self.client, crate::transport::stream::Stream::H2(_)),
             },
         );
-        if buf.len() >= accesslog::FLUSH_AT {
-            sink.write(&buf);
-            buf.clear();
-        }
+    }
+}
+
+/// Appends an access log line to the worker's buffer for `sink`, and
+/// writes the buffer out once it is full enough.
+#[inline]
+pub(super) fn append_log(worker: &Worker, sink: &Arc<Sink>, entry: &accesslog::Entry<'_>) {
+    let mut buf = worker.log_buf_for(sink);
+    accesslog::format(&mut buf, entry);
+    if buf.len() >= accesslog::FLUSH_AT {
+        sink.write(&buf);
+        buf.clear();
     }
 }
 

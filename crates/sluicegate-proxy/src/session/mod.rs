@@ -1,8 +1,9 @@
 //! Per-connection drivers: how a connection starts, parks and comes back
 //! (`start`), the HTTP/1.1 client connection's request loop (`conn`), one
 //! request's phases in order (`lifecycle`), the answers the session
-//! makes itself (`answer`), and HTTP/2 connections, whose streams go
-//! through the same request code (`h2`). Forwarding (`crate::upstream`)
+//! makes itself (`answer`), the task an upgraded connection's tunnel runs
+//! in (`tunneled`), and HTTP/2 connections, whose streams go through the
+//! same request code (`h2`). Forwarding (`crate::upstream`)
 //! sees the connection only as a [`crate::runtime::worker::Downstream`]
 //! and never imports from here.
 
@@ -11,6 +12,7 @@ pub(crate) mod conn;
 mod h2;
 mod lifecycle;
 pub(crate) mod start;
+mod tunneled;
 
 #[cfg(test)]
 mod tests;

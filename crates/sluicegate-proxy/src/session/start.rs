@@ -1,7 +1,9 @@
 //! How a connection starts, parks and comes back: the serving task for a
 //! plain connection at once, a task for the PROXY header and TLS handshake
 //! first for the others; an idle keep-alive connection parked in a small
-//! task; and the count of connections that follows them from task to task.
+//! task; an upgraded one handed to its tunnel's task
+//! ([`super::tunneled`]); and the count of connections that follows them
+//! from task to task.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -10,7 +12,8 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
-use super::conn::{Begin, Conn, Done};
+use super::conn::{Begin, Conn, End};
+use super::tunneled;
 use crate::runtime::deadline::OwnSlot;
 use crate::runtime::worker::Worker;
 use crate::transport::listener::{prepare, ListenerRt, Prepared};
@@ -129,36 +132,45 @@ pub(crate) async fn serve_stream(
         bufs: None,
         last_end,
         slot: OwnSlot::new(&worker.deadlines),
+        tunnel: None,
     };
-    let done = conn.run(begin).await;
-    let early = match (&done, &conn.bufs) {
-        (Done::Http2, Some(b)) => b.inb.filled().to_vec(),
+    let end = conn.run(begin).await;
+    let early = match (&end, &conn.bufs) {
+        (End::Http2, Some(b)) => b.inb.filled().to_vec(),
         _ => Vec::new(),
     };
     if let Some(b) = conn.bufs.take() {
         worker.give_bufs(b);
     }
-    if done == Done::Http2 {
-        let ready = Prepared {
-            stream: conn.client,
-            client: conn.peer,
-            tls: p.tls,
-            identity: conn.identity,
-            h2: true,
-        };
-        tokio::task::spawn_local(super::h2::serve(ready, early, listener, active));
-        return;
-    }
-    if let Done::Park(end) = done {
-        let expires = end + worker.shared.snapshot.load().timeouts.keepalive;
-        let parked = Prepared {
-            stream: conn.client,
-            client: conn.peer,
-            tls: p.tls,
-            identity: conn.identity,
-            h2: false,
-        };
-        tokio::task::spawn_local(parked_wait(parked, listener, active, end, expires));
+    match end {
+        End::Close => {}
+        End::Park(end) => {
+            let expires = end + worker.shared.snapshot.load().timeouts.keepalive;
+            let parked = Prepared {
+                stream: conn.client,
+                client: conn.peer,
+                tls: p.tls,
+                identity: conn.identity,
+                h2: false,
+            };
+            tokio::task::spawn_local(parked_wait(parked, listener, active, end, expires));
+        }
+        End::Tunnel(snap) => {
+            // The tunnel's own task takes the connection; this one ends.
+            if let Some(h) = conn.tunnel.take() {
+                tokio::task::spawn_local(tunneled::run(conn.client, active, snap, h));
+            }
+        }
+        End::Http2 => {
+            let ready = Prepared {
+                stream: conn.client,
+                client: conn.peer,
+                tls: p.tls,
+                identity: conn.identity,
+                h2: true,
+            };
+            tokio::task::spawn_local(super::h2::serve(ready, early, listener, active));
+        }
     }
 }
 

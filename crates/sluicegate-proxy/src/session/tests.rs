@@ -221,3 +221,122 @@ fn a_parked_connection_is_a_small_task() {
         assert!(serving > 4 * parked, "serving {serving}, parked {parked}");
     });
 }
+
+/// The size of the future `f` returns (it takes four arguments).
+fn future_size<F, A, B, C, D, R>(_f: F) -> usize
+where
+    F: FnOnce(A, B, C, D) -> R,
+{
+    size_of::<R>()
+}
+
+#[test]
+fn a_tunnel_task_is_small() {
+    // What an idle tunnel holds besides its two sockets and a few small
+    // boxes: a fraction of the serving task it came from.
+    let tunnel = future_size(super::tunneled::run);
+    let serving = future_size(super::start::serve_stream);
+    assert!(tunnel <= 640, "tunnel task future: {tunnel} bytes");
+    assert!(serving > 4 * tunnel, "serving {serving}, tunnel {tunnel}");
+}
+
+/// An upstream on a local port that answers each connection's first
+/// request head with a `101`, then echoes what it gets.
+async fn upgrading_upstream() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::task::spawn_local(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::task::spawn_local(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = b"HTTP/1.1 101 Switching Protocols\r\n\
+                    Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+                if s.write_all(answer).await.is_err() {
+                    return;
+                }
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_tunnel_runs_in_its_own_task_and_the_counts_follow_it() {
+    runtime().block_on(async {
+        let up = upgrading_upstream().await;
+        let cfg = format!(
+            "listen: [\"127.0.0.1:9\"]\nservices:\n  - name: s\n    endpoints: [\"{up}\"]\n\
+             routes:\n  - name: ws\n    service: s\n"
+        );
+        let cfg = sluicegate_config::parse_offline(&cfg).unwrap();
+        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
+        tokio::task::spawn_local({
+            let w = worker.clone();
+            async move { w.deadlines.run().await }
+        });
+        let (client, serving) = open_session(&worker);
+        let req = b"GET /chat HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\n\
+            Upgrade: websocket\r\n\r\n";
+        let io = crate::transport::io::write_all;
+        io(&client, req).await.unwrap();
+        let head = read_some(&client, Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 101 "), "{head:?}");
+        // The serving task has ended and given its buffers back; the
+        // tunnel's task holds the connection, still counted.
+        tokio::time::timeout(Duration::from_secs(2), serving)
+            .await
+            .expect("the serving task ended")
+            .unwrap();
+        assert_eq!(worker.free_bufs(), 1);
+        let global = &worker.shared.global;
+        let open = |g: &crate::observe::metrics::GlobalMetrics| {
+            (
+                g.open_connections
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                g.tunnels_open.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        };
+        assert_eq!((worker.active.get(), open(global)), (1, (1, 1)));
+        // Bytes both ways, through the tunnel's task.
+        io(&client, b"ping").await.unwrap();
+        let echo = read_some(&client, Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert_eq!(echo, b"ping");
+        // The client ends: the tunnel closes, and every count with it.
+        client.shutdown_write();
+        assert_eq!(read_some(&client, Duration::from_secs(2)).await, None);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!((worker.active.get(), open(global)), (0, (0, 0)));
+        let bytes = (
+            global
+                .tunnel_bytes_up
+                .load(std::sync::atomic::Ordering::Relaxed),
+            global
+                .tunnel_bytes_down
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        assert_eq!(bytes.0, 4);
+        assert!(bytes.1 > 4, "the 101 and the echo: {bytes:?}");
+    });
+}

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -162,11 +163,44 @@ pub struct Permit<'a> {
 
 impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        let ep = self.ep;
-        ep.in_flight.fetch_sub(1, Ordering::SeqCst);
-        if ep.waiting.load(Ordering::SeqCst) > 0 {
+        self.ep.release();
+    }
+}
+
+impl Permit<'_> {
+    /// The same slot, held by something that outlives the borrow of its
+    /// endpoint (a tunnel's own task): `ep` must be the permit's endpoint.
+    pub fn into_owned(self, ep: &Arc<EndpointState>) -> OwnedPermit {
+        assert!(std::ptr::eq(self.ep, &**ep), "a permit of another endpoint");
+        std::mem::forget(self);
+        OwnedPermit(ep.clone())
+    }
+}
+
+/// An in-flight slot that keeps its endpoint alive, given back when
+/// dropped.
+#[derive(Debug)]
+pub struct OwnedPermit(Arc<EndpointState>);
+
+impl OwnedPermit {
+    pub fn endpoint(&self) -> &Arc<EndpointState> {
+        &self.0
+    }
+}
+
+impl Drop for OwnedPermit {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+impl EndpointState {
+    /// Gives an in-flight slot back.
+    fn release(&self) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
             // A waiter woken after its timeout passes the wake-up on.
-            ep.freed.notify_one();
+            self.freed.notify_one();
         }
     }
 }
@@ -242,6 +276,17 @@ mod tests {
         let _c = e.try_acquire().unwrap();
         drop(b);
         assert_eq!(e.in_flight(), 1);
+    }
+
+    #[test]
+    fn an_owned_permit_holds_the_slot_until_dropped() {
+        let e = Arc::new(ep(1));
+        let owned = e.try_acquire().unwrap().into_owned(&e);
+        assert_eq!(e.in_flight(), 1);
+        assert!(e.try_acquire().is_none());
+        assert_eq!(owned.endpoint().name, "e");
+        drop(owned);
+        assert_eq!(e.in_flight(), 0);
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]

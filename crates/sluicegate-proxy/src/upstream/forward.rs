@@ -514,8 +514,19 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     }
     let status = bufs.res.status;
     if status == 101 {
-        // The upstream switched: a tunnel until either side is done.
-        let carried = tunnel::run(down, &up, bufs, snap).await;
+        // The upstream switched: a tunnel until either side is done, run by
+        // a task of its own once started (the session takes it from
+        // `bufs.upgraded`; its endpoint slot goes with it).
+        let permit = _permit.into_owned(&service.endpoints[ep_index]);
+        debug_assert_eq!(bytes_in, 0, "an upgrade request has no body");
+        let carried = match tunnel::start(down, up, permit, bufs, snap).await {
+            Ok(t) => {
+                let carried = t.carried();
+                bufs.upgraded = Some(t);
+                carried
+            }
+            Err(carried) => carried,
+        };
         return Outcome {
             status,
             bytes_in: bytes_in + carried.up,

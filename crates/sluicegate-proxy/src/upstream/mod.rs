@@ -13,4 +13,4 @@ pub(crate) mod forward;
 pub(crate) mod head;
 pub(crate) mod health;
 pub(crate) mod pool;
-mod tunnel;
+pub(crate) mod tunnel;

@@ -5,9 +5,17 @@
 //! either way for `timeouts.tunnel_idle`. The upstream connection is never
 //! pooled afterwards, and the client's is closed.
 //!
-//! An idle tunnel holds no buffer: the request's buffers are given up once
-//! the tunnel starts, grow again when bytes come (4 KiB, up to 16 KiB), and
-//! are given up again after a second without any.
+//! Two steps: [`start`] runs in the connection's serving task, writes the
+//! `101` and whatever either side sent along with its head, and counts the
+//! tunnel open; [`relay`] then runs in a task of the tunnel's own (see
+//! `session::tunneled`), which holds only the two streams, the endpoint's
+//! in-flight slot and a few counters, so that the serving task (its whole
+//! request state machine) ends and gives its buffers back.
+//!
+//! A tunnel holds no buffer of its own: bytes are read into the worker's
+//! relay buffer (16 KiB, shared by its tunnels) and written on at once;
+//! only what the other side does not take at once is copied out and held,
+//! until it is written.
 //!
 //! A tunnel holds the snapshot its request started with, so a reload does
 //! not cut it; on shutdown it runs on through the drain and ends itself a
@@ -15,18 +23,17 @@
 //! counted and logged.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Duration, Instant};
-
-/// A tunnel that carried nothing for this long gives up its buffers.
-const RELEASE_AFTER: Duration = Duration::from_secs(1);
+use std::sync::Arc;
+use std::time::Instant;
 
 use crate::observe::metrics::GlobalMetrics;
 use crate::runtime::deadline::Stop;
-use crate::runtime::worker::{Bufs, Downstream, BUF_SIZE};
-use crate::snapshot::Snapshot;
-use crate::transport::io::{read_ready, write_all_by, RecvBuf};
+use crate::runtime::worker::{Bufs, Downstream, Worker, BUF_SIZE};
+use crate::snapshot::{Shared, Snapshot};
+use crate::transport::io::{read_ready, write_all_by};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
+use crate::upstream::endpoint::{EndpointState, OwnedPermit};
 
 /// Which side had bytes (or a close) first.
 enum Side {
@@ -36,17 +43,39 @@ enum Side {
 
 /// Bytes a tunnel carried: client to upstream, upstream to client
 /// (the 101's head included).
-pub(super) struct Carried {
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Carried {
     pub up: u64,
     pub down: u64,
 }
 
-/// Counts an open tunnel in the metrics until dropped.
-struct Open<'a>(&'a GlobalMetrics);
+/// An open tunnel, its `101` written: what its own task carries on with
+/// besides the client's stream. Counted in `tunnels_open` until dropped;
+/// dropping it closes the upstream connection and gives the endpoint's
+/// in-flight slot back.
+pub(crate) struct Upgraded {
+    up: Stream,
+    permit: OwnedPermit,
+    shared: Arc<Shared>,
+    /// What it carried so far.
+    carried: Carried,
+}
 
-impl Drop for Open<'_> {
+impl Upgraded {
+    /// The endpoint it is connected to.
+    pub fn endpoint(&self) -> &Arc<EndpointState> {
+        self.permit.endpoint()
+    }
+
+    /// What it carried so far.
+    pub fn carried(&self) -> Carried {
+        self.carried
+    }
+}
+
+impl Drop for Upgraded {
     fn drop(&mut self) {
-        self.0.tunnels_open.fetch_sub(1, Relaxed);
+        self.shared.global.tunnels_open.fetch_sub(1, Relaxed);
     }
 }
 
@@ -89,107 +118,145 @@ fn switching_head(bufs: &mut Bufs) {
     bufs.upb.consume(len);
 }
 
-/// Runs the tunnel after the upstream's `101` (its head in `bufs.upb`,
-/// and what it sent after it); what the client sent after its request
-/// head is in `bufs.inb`.
-pub(super) async fn run(
+/// Starts the tunnel after the upstream's `101` (its head in `bufs.upb`,
+/// and what it sent after it): counts it open, writes the `101` and those
+/// bytes to the client, and what the client sent after its request head
+/// (in `bufs.inb`) to the upstream. The open tunnel for its own task to
+/// [`relay`]; or, when a side failed already, what was carried (the
+/// tunnel is over and counted).
+pub(super) async fn start(
     down: &Downstream<'_>,
-    up: &Stream,
+    up: Stream,
+    permit: OwnedPermit,
     bufs: &mut Bufs,
     snap: &Snapshot,
-) -> Carried {
-    let global = &down.worker.shared.global;
+) -> Result<Box<Upgraded>, Carried> {
+    let shared = down.worker.shared.clone();
+    let global = &shared.global;
     global.tunnels_open.fetch_add(1, Relaxed);
     global.tunnels_total.fetch_add(1, Relaxed);
-    let _open = Open(global);
-    let idle = snap.timeouts.tunnel_idle;
+    let mut t = Box::new(Upgraded {
+        up,
+        permit,
+        shared,
+        carried: Carried::default(),
+    });
     let dl = &down.worker.deadlines;
-    let mut carried = Carried { up: 0, down: 0 };
     // The 101 and the upstream's first bytes, then the client's.
     switching_head(bufs);
     bufs.out.extend_from_slice(bufs.upb.filled());
     bufs.upb.clear();
     match write_all_by(down.client, &bufs.out, dl.after(snap.timeouts.client_write)).await {
-        Ok(()) => carried.down += bufs.out.len() as u64,
+        Ok(()) => t.carried.down += bufs.out.len() as u64,
         Err(e) => {
             client_write_failed(down.worker, &e);
-            return count(global, carried);
+            return Err(count(&t.shared.global, t.carried));
         }
     }
     if !bufs.inb.is_empty() {
-        if write_all_by(up, bufs.inb.filled(), dl.after(idle))
+        let idle = snap.timeouts.tunnel_idle;
+        if write_all_by(&t.up, bufs.inb.filled(), dl.after(idle))
             .await
             .is_err()
         {
-            return count(global, carried);
+            return Err(count(&t.shared.global, t.carried));
         }
-        carried.up += bufs.inb.len() as u64;
+        t.carried.up += bufs.inb.len() as u64;
         bufs.inb.clear();
     }
+    Ok(t)
+}
+
+/// What became of what one side of a tunnel had for the other.
+enum Passed {
+    /// Nothing after all (a wake-up without bytes).
+    Nothing,
+    /// The side is done sending.
+    End,
+    /// `k` bytes were read; `rest` of them (maybe none but a TLS record
+    /// not out yet) the other side did not take at once.
+    Read {
+        k: usize,
+        rest: Option<Vec<u8>>,
+    },
+    Failed,
+}
+
+/// Reads what `from` has into the worker's relay buffer and writes it to
+/// `to` at once; what `to` does not take now is copied out, for the
+/// tunnel to hold until it is written. No await: the buffer is the
+/// worker's, shared by its tunnels.
+fn pass(worker: &Worker, from: &Stream, to: &Stream) -> Passed {
+    let mut buf = worker.relay_buf.borrow_mut();
+    if buf.is_empty() {
+        buf.resize(BUF_SIZE, 0);
+    }
+    let k = match from.try_recv(&mut buf) {
+        Ok(0) => return Passed::End,
+        Ok(k) => k,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Passed::Nothing,
+        Err(_) => return Passed::Failed,
+    };
+    let bytes = &buf[..k];
+    let rest = match to.try_send(bytes) {
+        Ok(n) if n == k && to.try_flush().is_ok() => None,
+        Ok(0) => return Passed::Failed,
+        Ok(n) => Some(bytes[n..].to_vec()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Some(bytes.to_vec()),
+        Err(_) => return Passed::Failed,
+    };
+    Passed::Read { k, rest }
+}
+
+/// Runs an open tunnel between `client` and its upstream until either
+/// side is done, it idles past `timeouts.tunnel_idle` or the drain is
+/// about to end; then closes its upstream side, counts it closed and its
+/// bytes in the metrics, and returns what it carried in all (the `101`
+/// and the first bytes included).
+pub(crate) async fn relay(
+    t: Box<Upgraded>,
+    worker: &Worker,
+    client: &Stream,
+    snap: &Snapshot,
+) -> Carried {
+    let idle = snap.timeouts.tunnel_idle;
+    let dl = &worker.deadlines;
+    let up = &t.up;
+    let mut carried = t.carried;
     let (mut client_open, mut up_open) = (true, true);
     // Once the worker drains: when this tunnel ends itself, a little before
     // the drain does (so that its end is logged).
     let mut drain_by: Option<Instant> = None;
-    // An idle tunnel holds no buffer: they are given up now, grow again
-    // when bytes come, and are given up after RELEASE_AFTER without any.
-    release(bufs);
-    let mut holding = false;
     let mut last = Instant::now();
     loop {
         let idle_end = last + idle;
-        let wake = if holding {
-            (last + RELEASE_AFTER).min(idle_end)
-        } else {
-            idle_end
-        };
         let wait = match drain_by {
-            None => dl.at(wake).or_shutdown(),
-            Some(by) => dl.at(by.min(wake)),
+            None => dl.at(idle_end).or_shutdown(),
+            Some(by) => dl.at(by.min(idle_end)),
         };
         let side = wait
             .bound(async {
                 tokio::select! {
-                    r = read_ready(down.client), if client_open => Side::Client(r),
+                    r = read_ready(client), if client_open => Side::Client(r),
                     r = read_ready(up), if up_open => Side::Upstream(r),
                 }
             })
             .await;
-        let (from, to, buf, open, n) = match side {
+        let (from, to, open, n) = match side {
             Err(Stop::Shutdown) => {
                 let drain = snap.timeouts.drain;
                 drain_by = Some(Instant::now() + drain.saturating_sub(drain / 10));
                 continue;
             }
-            Err(Stop::Timeout) => {
-                let now = Instant::now();
-                if holding && now < idle_end && drain_by.is_none_or(|by| now < by) {
-                    // Quiet for a while: give the buffers up.
-                    release(bufs);
-                    holding = false;
-                    continue;
-                }
-                // Idle past tunnel_idle, or the drain is ending.
-                break;
-            }
-            Ok(Side::Client(r)) => (
-                r.map(|()| down.client),
-                up,
-                &mut bufs.inb,
-                &mut client_open,
-                &mut carried.up,
-            ),
-            Ok(Side::Upstream(r)) => (
-                r.map(|()| up),
-                down.client,
-                &mut bufs.upb,
-                &mut up_open,
-                &mut carried.down,
-            ),
+            // Idle past tunnel_idle, or the drain is ending.
+            Err(Stop::Timeout) => break,
+            Ok(Side::Client(r)) => (r.map(|()| client), up, &mut client_open, &mut carried.up),
+            Ok(Side::Upstream(r)) => (r.map(|()| up), client, &mut up_open, &mut carried.down),
         };
         let Ok(from) = from else { break };
-        match buf.try_fill(from, BUF_SIZE) {
-            Ok(None) => continue,
-            Ok(Some(0)) => {
+        match pass(worker, from, to) {
+            Passed::Nothing => continue,
+            Passed::End => {
                 // One side is done sending: pass its end on, and carry the
                 // other way until that side is done too.
                 *open = false;
@@ -198,43 +265,26 @@ pub(super) async fn run(
                     break;
                 }
             }
-            Ok(Some(k)) => {
-                if write_all_by(to, buf.filled(), dl.after(idle))
-                    .await
-                    .is_err()
-                {
-                    break;
+            Passed::Read { k, rest } => {
+                if let Some(rest) = rest {
+                    // The other side is slow: these bytes are the only
+                    // buffer a tunnel holds, until they are written. (The
+                    // write's future is boxed: kept inline, it would be
+                    // most of every idle tunnel's task.)
+                    let write = Box::pin(write_all_by(to, &rest, dl.after(idle)));
+                    if write.await.is_err() {
+                        break;
+                    }
                 }
                 *n += k as u64;
-                buf.clear();
-                holding = true;
                 last = Instant::now();
             }
-            Err(_) => break,
+            Passed::Failed => break,
         }
     }
-    restore(bufs);
+    let global = &worker.shared.global;
+    drop(t);
     count(global, carried)
-}
-
-/// Gives up the request buffers' memory while a tunnel is quiet.
-fn release(bufs: &mut Bufs) {
-    bufs.inb = RecvBuf::new(0);
-    bufs.upb = RecvBuf::new(0);
-    bufs.out = Vec::new();
-}
-
-/// Puts back buffers of the usual size for the next use of `bufs`.
-fn restore(bufs: &mut Bufs) {
-    if bufs.inb.capacity() < BUF_SIZE {
-        bufs.inb = RecvBuf::new(BUF_SIZE);
-    }
-    if bufs.upb.capacity() < BUF_SIZE {
-        bufs.upb = RecvBuf::new(BUF_SIZE);
-    }
-    if bufs.out.capacity() < BUF_SIZE {
-        bufs.out = Vec::with_capacity(BUF_SIZE);
-    }
 }
 
 /// Adds a finished tunnel's bytes to the metrics.

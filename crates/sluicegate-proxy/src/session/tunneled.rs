@@ -1,0 +1,94 @@
+//! A connection after its upgrade: the task that runs its tunnel
+//! ([`crate::upstream::tunnel::relay`]), then gives the route's
+//! concurrency slots back and records the request (route metrics, the
+//! access log line) as the serving task would have. It takes the client's
+//! stream and the connection's [`Active`] count from the serving task,
+//! which then ends and gives its buffers back: an idle tunnel holds this
+//! small task, not the whole request state machine.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::start::Active;
+use crate::filters::InFlight;
+use crate::observe::accesslog;
+use crate::snapshot::{ActionRt, Snapshot};
+use crate::transport::stream::Stream;
+use crate::upstream::endpoint::EndpointState;
+use crate::upstream::tunnel::{self, Upgraded};
+
+/// What the serving task hands its tunnel's task, besides the client's
+/// stream, the connection's count and the request's snapshot.
+pub(super) struct Handoff {
+    pub tunnel: Box<Upgraded>,
+    /// The request's route, in its snapshot.
+    pub route: usize,
+    pub started: Instant,
+    pub upstream_us: Option<u64>,
+    /// Concurrency slots the route's filters took: held until the tunnel
+    /// ends, as the request would hold them.
+    pub guards: Vec<InFlight>,
+    /// What the access log line needs, when the snapshot logs.
+    pub log: Option<Box<LogFacts>>,
+}
+
+/// The request's facts for its access log line.
+pub(super) struct LogFacts {
+    /// The method, a space, and the target (as logged).
+    pub line: Box<[u8]>,
+    pub method_len: usize,
+    pub client: Box<str>,
+    pub endpoint: Arc<EndpointState>,
+    pub app: Option<u32>,
+    pub key_fp: Option<u32>,
+    pub tls: Option<(&'static str, &'static str)>,
+}
+
+/// Runs a tunnel to its end, then records its request: route metrics and
+/// the access log line, with the bytes carried and the time from the
+/// request's first byte to the tunnel's close. The client's connection
+/// closes last, then it is uncounted.
+pub(super) async fn run(client: Stream, active: Active, snap: Arc<Snapshot>, h: Box<Handoff>) {
+    let worker = active.worker();
+    let Handoff {
+        tunnel,
+        route,
+        started,
+        upstream_us,
+        guards,
+        log,
+    } = *h;
+    let carried = tunnel::relay(tunnel, worker, &client, &snap).await;
+    drop(guards);
+    let total_us = Instant::now()
+        .saturating_duration_since(started)
+        .as_micros() as u64;
+    let route = &snap.routes[route];
+    route.metrics.record(101, total_us);
+    let (Some(sink), Some(log)) = (&snap.access_log, log) else {
+        return;
+    };
+    let service = match &route.action {
+        ActionRt::Proxy { service, .. } => &*service.name,
+        ActionRt::Respond { .. } => "",
+    };
+    let (method, target) = (&log.line[..log.method_len], &log.line[log.method_len + 1..]);
+    let entry = accesslog::Entry {
+        client: &log.client,
+        method,
+        target,
+        status: 101,
+        route: &route.name,
+        service,
+        endpoint: &log.endpoint.name,
+        bytes_in: carried.up,
+        bytes_out: carried.down,
+        total_us,
+        upstream_us,
+        app: log.app.map(|a| snap.apps.app_id(a)),
+        key_fp: log.key_fp,
+        tls: log.tls,
+        http2: false,
+    };
+    super::lifecycle::append_log(worker, sink, &entry);
+}
