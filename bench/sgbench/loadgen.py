@@ -31,6 +31,9 @@ SCENARIOS = {
     # A full handshake per request: tlsload offers no session.
     "tls-full": {"tool": "tlsload", "conns": 64, "tls": True, "keepalive": False},
     "idle15k-tls": {"tool": "idle", "tls": True},
+    # HTTP/2 over TLS (ALPN h2): 64 connections with 10 streams in flight
+    # each (h2load from nghttp2-client), the same request as c64.
+    "h2": {"tool": "h2load", "conns": 64, "streams": 10, "tls": True},
 }
 TLS_SCENARIOS = tuple(s for s, spec in SCENARIOS.items() if spec.get("tls"))
 TLSLOAD = Path(__file__).resolve().parent / "tlsload.py"
@@ -44,6 +47,9 @@ def command(scenario, url, duration, ab_duration, cafile=None):
             headers += ["-H", h]
         return ["wrk", "-t1", f"-c{spec['conns']}", f"-d{duration}s", "--latency",
                 *headers, url]
+    if spec["tool"] == "h2load":
+        return ["h2load", "-t1", f"-c{spec['conns']}", f"-m{spec['streams']}",
+                "-D", str(duration), url]
     if spec["tool"] == "tlsload":
         return [sys.executable, "-B", str(TLSLOAD), f"-c{spec['conns']}", f"-d{duration}",
                 "--cafile", cafile, url]
@@ -84,6 +90,26 @@ def parse_wrk(text):
         out["socket_errors"] = sum(int(x) for x in m.groups())
         out["socket_errors_detail"] = dict(zip(("connect", "read", "write", "timeout"),
                                                (int(x) for x in m.groups())))
+    return out
+
+
+def parse_h2load(text):
+    out = {"req_s": None, "p50_us": None, "p99_us": None, "requests": None,
+           "non2xx": 0, "socket_errors": 0}
+    m = re.search(r"^finished in [\d.]+\w+, ([\d.]+) req/s", text, re.M)
+    if m:
+        out["req_s"] = float(m.group(1))
+    m = re.search(r"^requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, "
+                  r"(\d+) failed, (\d+) errored, (\d+) timeout", text, re.M)
+    if m:
+        out["requests"] = int(m.group(1))
+        out["socket_errors"] = int(m.group(2)) + int(m.group(3)) + int(m.group(4))
+    m = re.search(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text, re.M)
+    if m:
+        out["non2xx"] = int(m.group(3)) + int(m.group(4))
+    m = re.search(r"^time for request:\s+\S+\s+\S+\s+([\d.]+)(us|ms|s)", text, re.M)
+    if m:  # h2load reports the mean, not percentiles: shown as p50
+        out["p50_us"] = float(m.group(1)) * _UNITS[m.group(2)]
     return out
 
 
@@ -196,7 +222,8 @@ def measured_runs(reg, scenario, loads, upstream_proc, load_cpu, workdir, timeou
     for i, ((target, argv), (out_path, err_path)) in enumerate(zip(loads, paths)):
         text = _read(out_path)
         err = _read(err_path).strip()
-        parsed = parse_ab(text) if argv[0] == "ab" else parse_wrk(text)
+        parsed = (parse_ab(text) if argv[0] == "ab" else
+                  parse_h2load(text) if argv[0] == "h2load" else parse_wrk(text))
         rc = None if timed_out and not done[i] else lgs[i].popen.returncode
         rec = {
             "scenario": scenario,

@@ -11,19 +11,25 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::transport::stream::Stream;
 
+/// Bytes read from the stream at a time.
+const READ_SIZE: usize = 16 * 1024;
+
 /// A connection for the HTTP/2 framing layer.
 pub(crate) struct H2Io {
     stream: Stream,
-    /// Bytes read before the handover, served first.
-    early: Vec<u8>,
+    /// Bytes read before the handover, served first; then the buffer
+    /// reads go through: `buf[at..end]` is unread.
+    buf: Vec<u8>,
     at: usize,
+    end: usize,
 }
 
 impl H2Io {
     pub(crate) fn new(stream: Stream, early: Vec<u8>) -> H2Io {
         H2Io {
             stream,
-            early,
+            end: early.len(),
+            buf: early,
             at: 0,
         }
     }
@@ -35,22 +41,27 @@ impl AsyncRead for H2Io {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        // The framing layer hands over fresh, uninitialised room on every
+        // read, which would have to be zeroed before a `&mut [u8]` could
+        // be made of it (16 KiB and more per read); reads go through a
+        // buffer of the connection's own instead, zeroed once, and only
+        // what was read is copied.
         let this = self.get_mut();
-        if this.at < this.early.len() {
-            let n = buf.remaining().min(this.early.len() - this.at);
-            buf.put_slice(&this.early[this.at..this.at + n]);
-            this.at += n;
-            if this.at == this.early.len() {
-                this.early = Vec::new();
-                this.at = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
         loop {
-            match this.stream.try_recv(buf.initialize_unfilled()) {
+            if this.at < this.end {
+                let n = buf.remaining().min(this.end - this.at);
+                buf.put_slice(&this.buf[this.at..this.at + n]);
+                this.at += n;
+                return Poll::Ready(Ok(()));
+            }
+            if this.buf.len() < READ_SIZE {
+                this.buf.resize(READ_SIZE, 0);
+            }
+            match this.stream.try_recv(&mut this.buf) {
+                Ok(0) => return Poll::Ready(Ok(())),
                 Ok(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
+                    this.at = 0;
+                    this.end = n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     ready!(this.stream.poll_read_ready(cx))?;
