@@ -17,6 +17,7 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -29,7 +30,7 @@ use crate::proto::http2::exchange::Exchange;
 use crate::proto::http2::request::write_head;
 use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::Worker;
-use crate::transport::h2io::H2Io;
+use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::listener::{ListenerRt, Prepared};
 use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
@@ -41,6 +42,8 @@ const PENDING_RESETS: usize = 64;
 /// Streams the gateway may reset for the client's errors before the
 /// connection ends (MadeYouReset, CVE-2025-8671).
 const ERROR_RESETS: usize = 256;
+
+type H2Connection = h2::server::Connection<H2Io, Bytes>;
 
 /// What every stream of a connection shares.
 struct Shared {
@@ -108,7 +111,8 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
         .max_send_buffer_size(SEND_BUFFER)
         .max_pending_accept_reset_streams(PENDING_RESETS)
         .max_local_error_reset_streams(Some(ERROR_RESETS));
-    let io = H2Io::new(p.stream, early);
+    let flood = Flood::default();
+    let io = H2Io::new(p.stream, early, flood.clone());
     let handshake = worker
         .deadlines
         .after(header_time)
@@ -138,27 +142,32 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
             Some(until) => worker.deadlines.at(until),
             None => worker.deadlines.after(keepalive).or_shutdown(),
         };
-        match wait.bound(conn.accept()).await {
-            Ok(Some(Ok((req, respond)))) => {
+        let next = std::future::poll_fn(|cx| {
+            if flood.detected() {
+                return Poll::Ready(None);
+            }
+            conn.poll_accept(cx).map(Some)
+        });
+        match wait.bound(next).await {
+            Ok(None) => {
+                tracing::debug!(peer = %shared.peer, "HTTP/2 client floods PING or SETTINGS frames");
+                calm_down(&worker, &mut conn).await;
+                return;
+            }
+            Ok(Some(Some(Ok((req, respond))))) => {
                 if !rate.admit(Instant::now()) {
                     tracing::debug!(peer = %shared.peer, "HTTP/2 client opens streams too fast");
-                    conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-                    // Sends the GOAWAY; the connection then ends.
-                    let _ = worker
-                        .deadlines
-                        .after(Duration::from_secs(1))
-                        .bound(std::future::poll_fn(|cx| conn.poll_closed(cx)))
-                        .await;
+                    calm_down(&worker, &mut conn).await;
                     return;
                 }
                 let (worker, shared) = (worker.clone(), shared.clone());
                 tokio::task::spawn_local(stream(worker, shared, req, respond));
             }
-            Ok(Some(Err(e))) => {
+            Ok(Some(Some(Err(e)))) => {
                 tracing::debug!(peer = %shared.peer, error = %e, "HTTP/2 connection failed");
                 return;
             }
-            Ok(None) => return,
+            Ok(Some(None)) => return,
             Err(Stop::Timeout) if draining.is_some() => return,
             Err(Stop::Timeout) if shared.open.get() > 0 => {}
             Err(Stop::Timeout | Stop::Shutdown) => {
@@ -169,6 +178,17 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
             }
         }
     }
+}
+
+/// Ends a connection whose client floods it: GOAWAY `ENHANCE_YOUR_CALM`,
+/// written within a second, then the close.
+async fn calm_down(worker: &Worker, conn: &mut H2Connection) {
+    conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+    let _ = worker
+        .deadlines
+        .after(Duration::from_secs(1))
+        .bound(std::future::poll_fn(|cx| conn.poll_closed(cx)))
+        .await;
 }
 
 /// Serves one stream: its head handed to the request code as HTTP/1.1

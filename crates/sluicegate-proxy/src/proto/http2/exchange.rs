@@ -239,7 +239,8 @@ impl Exchange {
     }
 
     /// The writer is done: an answer whose body runs to its end gets its
-    /// END_STREAM; one cut short (or never whole) is reset.
+    /// END_STREAM; one cut short, or never begun (the request failed: its
+    /// body stalled, its client stopped reading), is reset with `CANCEL`.
     pub(crate) fn finish(&self) {
         let mut i = self.inner.borrow_mut();
         match std::mem::replace(&mut i.out, Out::Done) {
@@ -250,7 +251,7 @@ impl Exchange {
                 let _ = send.send_data(Bytes::new(), true);
             }
             Out::Body { mut send, .. } => send.send_reset(Reason::CANCEL),
-            Out::Head { mut respond, .. } => respond.send_reset(Reason::INTERNAL_ERROR),
+            Out::Head { mut respond, .. } => respond.send_reset(Reason::CANCEL),
             Out::Done => {}
             Out::Failed => i.out = Out::Failed,
         }

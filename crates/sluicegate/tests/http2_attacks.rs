@@ -1,0 +1,198 @@
+//! Known attacks on HTTP/2 servers, made frame by frame (PyPI `h2`'s
+//! hyperframe and hpack, in the test venv): each ends with the offending
+//! connection closed by a GOAWAY with the right code, or with the one
+//! stream ended, while a client on another connection is served all along.
+//!
+//! - Rapid Reset (CVE-2023-44487): streams opened and cancelled at once.
+//! - PING and SETTINGS floods: frames the server must acknowledge.
+//! - CONTINUATION flood: a header block that never ends.
+//! - MadeYouReset (CVE-2025-8671): requests the server has to reset.
+//! - A zero window increment on a stream: a protocol error.
+//! - A body announced and never sent; a window held at zero.
+
+mod http_common;
+mod ops_common;
+mod tls_common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::Duration;
+
+use http_common::{service, Gw};
+use sluicegate_testkit::TestUpstream;
+use tls_common::run_cmd;
+
+/// GOAWAY and RST_STREAM codes (RFC 9113 7).
+const PROTOCOL_ERROR: u32 = 1;
+const CANCEL: u32 = 8;
+const ENHANCE_YOUR_CALM: u32 = 11;
+
+fn python() -> &'static PathBuf {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = Command::new(root.join("scripts/test-venv"))
+            .output()
+            .expect("run scripts/test-venv");
+        assert!(
+            out.status.success(),
+            "scripts/test-venv failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/python")
+    })
+}
+
+/// Runs the attack `mode` (with `n` repetitions) against the gateway;
+/// returns its outcome line (`goaway CODE`, `reset CODE`, ...).
+fn attack(port: u16, mode: &str, n: usize) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h2/attack.py");
+    let run = run_cmd(
+        Command::new(python())
+            .arg(script)
+            .arg(port.to_string())
+            .arg(mode)
+            .arg(n.to_string())
+            .arg("8"),
+        b"",
+        Duration::from_secs(40),
+    );
+    assert!(run.success, "attack {mode} failed to run: {}", run.all());
+    run.stdout.lines().next().unwrap_or("").to_string()
+}
+
+/// A gateway with a fixed answer at `/fixed` and the test upstream under
+/// `/up`, short client body and write timeouts.
+fn gateway(up: &TestUpstream) -> Gw {
+    Gw::start(&format!(
+        "timeouts: {{ client_body: 1s, client_write: 1s }}\nservices:\n{}routes:\n\
+         \x20 - name: fixed\n    match: {{ path: /fixed }}\n    respond: {{ status: 200, body: \"fixed\\n\" }}\n\
+         \x20 - name: up\n    match: {{ path_prefix: /up }}\n    service: up\n    strip_prefix: true\n",
+        service("up", &[up.addr()], "")
+    ))
+}
+
+/// Another client, on connections of its own, asking all along (curl,
+/// HTTP/2 with prior knowledge, one connection per request): every answer
+/// must be a 200.
+struct Bystander {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Bystander {
+    fn start(port: u16) -> Bystander {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicUsize::new(0));
+        let (s, o, f) = (stop.clone(), ok.clone(), failed.clone());
+        let thread = thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let out = Command::new("curl")
+                    .args([
+                        "-s",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{http_code}",
+                        "--max-time",
+                        "5",
+                    ])
+                    .arg("--http2-prior-knowledge")
+                    .arg(format!("http://127.0.0.1:{port}/fixed"))
+                    .output();
+                match out {
+                    Ok(o2) if o2.stdout == b"200" => o.fetch_add(1, Ordering::Relaxed),
+                    _ => f.fetch_add(1, Ordering::Relaxed),
+                };
+                thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Bystander {
+            stop,
+            ok,
+            failed,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops; (answered, failed).
+    fn finish(mut self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[test]
+fn floods_end_with_goaway_and_others_are_served() {
+    let up = TestUpstream::start();
+    let gw = gateway(&up);
+    assert_eq!(attack(gw.port, "normal", 1), "response 200");
+    let cases: [(&str, usize, u32); 6] = [
+        ("rapid_reset", 20_000, ENHANCE_YOUR_CALM),
+        ("ping_flood", 20_000, ENHANCE_YOUR_CALM),
+        ("settings_flood", 20_000, ENHANCE_YOUR_CALM),
+        ("continuation_flood", 200_000, ENHANCE_YOUR_CALM),
+        ("made_you_reset", 5_000, ENHANCE_YOUR_CALM),
+        ("zero_increment", 1, PROTOCOL_ERROR),
+    ];
+    for (mode, n, code) in cases {
+        let by = Bystander::start(gw.port);
+        let outcome = attack(gw.port, mode, n);
+        thread::sleep(Duration::from_millis(200));
+        let (ok, failed) = by.finish();
+        assert_eq!(outcome, format!("goaway {code}"), "{mode}");
+        assert!(
+            ok > 0 && failed == 0,
+            "{mode}: bystander {ok} ok, {failed} failed"
+        );
+    }
+    // A fast but fair client is not a flood: 150 streams one after another.
+    let run = run_cmd(
+        Command::new("h2load").args([
+            "-n",
+            "150",
+            "-c",
+            "1",
+            "-m",
+            "1",
+            &format!("http://127.0.0.1:{}/fixed", gw.port),
+        ]),
+        b"",
+        Duration::from_secs(30),
+    );
+    assert!(
+        run.stdout.contains("150 succeeded, 0 failed"),
+        "{}",
+        run.all()
+    );
+}
+
+#[test]
+fn streams_that_stall_end_alone() {
+    let up = TestUpstream::start();
+    let gw = gateway(&up);
+    let by = Bystander::start(gw.port);
+    // A body announced and never sent: the client body timeout (1 s)
+    // ends the stream, before the request went anywhere useful.
+    let outcome = attack(gw.port, "slow_body", 1);
+    assert_eq!(outcome, format!("reset {CANCEL}"), "slow body");
+    // A 1 MB answer to a client whose window stays at zero: the write
+    // timeout (1 s) ends the stream; the gateway holds no more than a
+    // buffer's worth for it meanwhile.
+    let outcome = attack(gw.port, "zero_window", 1);
+    assert_eq!(outcome, format!("reset {CANCEL}"), "zero window");
+    let (ok, failed) = by.finish();
+    assert!(ok > 0 && failed == 0, "bystander {ok} ok, {failed} failed");
+}
