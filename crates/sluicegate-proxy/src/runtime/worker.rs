@@ -1,6 +1,6 @@
 //! A worker thread's state shared by its connection tasks: the upstream
 //! pool, the free list of per-request buffer sets, the access log buffer,
-//! deadlines and the busy poller.
+//! deadlines, the park set of idle connections and the busy poller.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use crate::observe::accesslog::Sink;
 use crate::proto::codec::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
 use crate::runtime::deadline::{Deadlines, OwnSlot, Wait};
+use crate::session::park::ParkSet;
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
@@ -39,8 +40,10 @@ pub struct Worker {
     /// Deadlines of the waits on this worker's sockets, and its shutdown
     /// signal.
     pub deadlines: Deadlines,
-    /// Connections this worker is serving now.
+    /// Connections this worker is serving now, parked ones included.
     pub active: Cell<usize>,
+    /// Idle plain keep-alive connections, held without a task each.
+    pub(crate) parked: ParkSet,
     /// Keeps the worker polling between requests when `busy_poll` is set.
     pub busy: BusyPoll,
     // Boxed on purpose: the sets move between the list and connections,
@@ -95,6 +98,7 @@ impl Worker {
             log_sink: RefCell::new(None),
             deadlines: Deadlines::new(),
             active: Cell::new(0),
+            parked: ParkSet::new(),
             busy: BusyPoll::default(),
             free: RefCell::new(Vec::new()),
             free_low: Cell::new(0),

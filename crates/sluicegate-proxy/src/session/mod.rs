@@ -8,6 +8,7 @@
 mod answer;
 pub(crate) mod conn;
 mod lifecycle;
+pub(crate) mod park;
 pub(crate) mod start;
 
 #[cfg(test)]
