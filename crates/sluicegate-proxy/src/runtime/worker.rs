@@ -17,13 +17,22 @@ use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
 use crate::upstream::pool::Pool;
 
-/// Initial size of each receive buffer.
+/// Size a receive buffer grows to for an ordinary read (the request head
+/// read first, a tunnel's reads).
 pub(crate) const BUF_SIZE: usize = 16 * 1024;
+/// Initial size of each buffer of a new set. Most requests and many
+/// responses fit: a set that only ever sees those stays this small, and
+/// one that sees more grows once (up to each read's limit) and keeps the
+/// size while it is reused. So a burst of requests in flight at once
+/// (each holds a set) leaves three pages per request behind in the
+/// allocator, not twelve.
+pub(crate) const FIRST_BUF_SIZE: usize = 4 * 1024;
 /// Buffers larger than this are not kept on the free list.
 const KEEP_BUF_MAX: usize = 128 * 1024;
-/// Most free buffer sets a worker keeps (about 48 KiB each): as many as its
-/// requests in flight need, so a busy worker does not free a set at the end
-/// of one request and allocate and zero another for the next.
+/// Most free buffer sets a worker keeps (12 KiB each when new, 48 KiB once
+/// grown by ordinary reads): as many as its requests in flight need, so a
+/// busy worker does not free a set at the end of one request and allocate
+/// and zero another for the next.
 const FREE_LIST_MAX: usize = 2048;
 /// Free sets kept however long they sit unused; above this, sets unused
 /// for a whole tick are freed ([`Worker::trim_bufs`]).
@@ -113,9 +122,9 @@ impl Worker {
         self.free_low.set(self.free_low.get().min(free.len()));
         set.unwrap_or_else(|| {
             Box::new(Bufs {
-                inb: RecvBuf::new(BUF_SIZE),
-                upb: RecvBuf::new(BUF_SIZE),
-                out: Vec::with_capacity(BUF_SIZE),
+                inb: RecvBuf::new(FIRST_BUF_SIZE),
+                upb: RecvBuf::new(FIRST_BUF_SIZE),
+                out: Vec::with_capacity(FIRST_BUF_SIZE),
                 req: RequestHead::default(),
                 res: ResponseHead::default(),
                 log_line: Vec::new(),

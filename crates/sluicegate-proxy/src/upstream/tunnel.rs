@@ -22,7 +22,7 @@ const RELEASE_AFTER: Duration = Duration::from_secs(1);
 
 use crate::observe::metrics::GlobalMetrics;
 use crate::runtime::deadline::Stop;
-use crate::runtime::worker::{Bufs, Downstream, BUF_SIZE};
+use crate::runtime::worker::{Bufs, Downstream, BUF_SIZE, FIRST_BUF_SIZE};
 use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by, RecvBuf};
 use crate::transport::stream::Stream;
@@ -224,16 +224,16 @@ fn release(bufs: &mut Bufs) {
     bufs.out = Vec::new();
 }
 
-/// Puts back buffers of the usual size for the next use of `bufs`.
+/// Puts back buffers of a new set's size for the next use of `bufs`.
 fn restore(bufs: &mut Bufs) {
-    if bufs.inb.capacity() < BUF_SIZE {
-        bufs.inb = RecvBuf::new(BUF_SIZE);
+    if bufs.inb.capacity() < FIRST_BUF_SIZE {
+        bufs.inb = RecvBuf::new(FIRST_BUF_SIZE);
     }
-    if bufs.upb.capacity() < BUF_SIZE {
-        bufs.upb = RecvBuf::new(BUF_SIZE);
+    if bufs.upb.capacity() < FIRST_BUF_SIZE {
+        bufs.upb = RecvBuf::new(FIRST_BUF_SIZE);
     }
-    if bufs.out.capacity() < BUF_SIZE {
-        bufs.out = Vec::with_capacity(BUF_SIZE);
+    if bufs.out.capacity() < FIRST_BUF_SIZE {
+        bufs.out = Vec::with_capacity(FIRST_BUF_SIZE);
     }
 }
 
