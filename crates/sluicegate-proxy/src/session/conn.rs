@@ -8,7 +8,7 @@
 //! lifecycle -> next request, or close (client asked, error, shutdown)`.
 //! An idle connection holds no buffers: they go back to the worker's free
 //! list while it waits for the next request; past a short while it parks
-//! (see [`super::start`]).
+//! (see [`super::start`] and [`super::park`]).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -55,8 +55,9 @@ pub struct Conn<'w> {
 /// How long a keep-alive connection waits for its next request in its
 /// serving task before it parks. The serving task is large (its future
 /// holds the whole request's state machine, about 2 KiB); a parked
-/// connection is a small task that only waits for bytes, the keep-alive
-/// timeout or shutdown, and starts a serving task again when bytes come.
+/// connection is an entry in the worker's park set ([`super::park`]; a
+/// TLS one a small task) that only waits for bytes, the keep-alive timeout
+/// or shutdown, and starts a serving task again when bytes come.
 /// A client that keeps sending (every benchmark, any busy client) never
 /// parks; one that pauses longer than this pays one task start per pause.
 pub(crate) const PARK_AFTER: Duration = Duration::from_millis(50);
