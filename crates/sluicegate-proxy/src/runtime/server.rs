@@ -235,6 +235,7 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
             let worker = worker.clone();
             async move { worker.deadlines.run().await }
         });
+        tokio::task::spawn_local(crate::session::park::run(worker.clone()));
         tokio::task::spawn_local({
             let worker = worker.clone();
             async move {

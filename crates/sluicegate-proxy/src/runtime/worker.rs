@@ -1,6 +1,7 @@
 //! A worker thread's state shared by its connection tasks: the upstream
 //! pool, the free list of per-request buffer sets, the access log buffer,
-//! deadlines, the busy poller and the buffer tunnels relay through.
+//! deadlines, the park set of idle connections, the busy poller and the
+//! buffer tunnels relay through.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -11,19 +12,29 @@ use crate::observe::accesslog::Sink;
 use crate::proto::codec::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
 use crate::runtime::deadline::{Deadlines, OwnSlot, Wait};
+use crate::session::park::ParkSet;
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
 use crate::upstream::pool::Pool;
 use crate::upstream::tunnel::Upgraded;
 
-/// Initial size of each receive buffer.
+/// Size a receive buffer grows to for an ordinary read (the request head
+/// read first, a tunnel's reads).
 pub(crate) const BUF_SIZE: usize = 16 * 1024;
+/// Initial size of each buffer of a new set. Most requests and many
+/// responses fit: a set that only ever sees those stays this small, and
+/// one that sees more grows once (up to each read's limit) and keeps the
+/// size while it is reused. So a burst of requests in flight at once
+/// (each holds a set) leaves three pages per request behind in the
+/// allocator, not twelve.
+pub(crate) const FIRST_BUF_SIZE: usize = 4 * 1024;
 /// Buffers larger than this are not kept on the free list.
 const KEEP_BUF_MAX: usize = 128 * 1024;
-/// Most free buffer sets a worker keeps (about 48 KiB each): as many as its
-/// requests in flight need, so a busy worker does not free a set at the end
-/// of one request and allocate and zero another for the next.
+/// Most free buffer sets a worker keeps (12 KiB each when new, 48 KiB once
+/// grown by ordinary reads): as many as its requests in flight need, so a
+/// busy worker does not free a set at the end of one request and allocate
+/// and zero another for the next.
 const FREE_LIST_MAX: usize = 2048;
 /// Free sets kept however long they sit unused; above this, sets unused
 /// for a whole tick are freed ([`Worker::trim_bufs`]).
@@ -40,8 +51,10 @@ pub struct Worker {
     /// Deadlines of the waits on this worker's sockets, and its shutdown
     /// signal.
     pub deadlines: Deadlines,
-    /// Connections this worker is serving now.
+    /// Connections this worker is serving now, parked ones included.
     pub active: Cell<usize>,
+    /// Idle plain keep-alive connections, held without a task each.
+    pub(crate) parked: ParkSet,
     /// Keeps the worker polling between requests when `busy_poll` is set.
     pub busy: BusyPoll,
     // Boxed on purpose: the sets move between the list and connections,
@@ -102,6 +115,7 @@ impl Worker {
             log_sink: RefCell::new(None),
             deadlines: Deadlines::new(),
             active: Cell::new(0),
+            parked: ParkSet::new(),
             busy: BusyPoll::default(),
             free: RefCell::new(Vec::new()),
             free_low: Cell::new(0),
@@ -117,9 +131,9 @@ impl Worker {
         self.free_low.set(self.free_low.get().min(free.len()));
         set.unwrap_or_else(|| {
             Box::new(Bufs {
-                inb: RecvBuf::new(BUF_SIZE),
-                upb: RecvBuf::new(BUF_SIZE),
-                out: Vec::with_capacity(BUF_SIZE),
+                inb: RecvBuf::new(FIRST_BUF_SIZE),
+                upb: RecvBuf::new(FIRST_BUF_SIZE),
+                out: Vec::with_capacity(FIRST_BUF_SIZE),
                 req: RequestHead::default(),
                 res: ResponseHead::default(),
                 log_line: Vec::new(),

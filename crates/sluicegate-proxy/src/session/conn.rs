@@ -8,7 +8,7 @@
 //! lifecycle -> next request, or close (client asked, error, shutdown)`.
 //! An idle connection holds no buffers: they go back to the worker's free
 //! list while it waits for the next request; past a short while it parks
-//! (see [`super::start`]).
+//! (see [`super::start`] and [`super::park`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,8 +62,9 @@ pub struct Conn<'w> {
 /// How long a keep-alive connection waits for its next request in its
 /// serving task before it parks. The serving task is large (its future
 /// holds the whole request's state machine, about 2 KiB); a parked
-/// connection is a small task that only waits for bytes, the keep-alive
-/// timeout or shutdown, and starts a serving task again when bytes come.
+/// connection is an entry in the worker's park set ([`super::park`]; a
+/// TLS one a small task) that only waits for bytes, the keep-alive timeout
+/// or shutdown, and starts a serving task again when bytes come.
 /// A client that keeps sending (every benchmark, any busy client) never
 /// parks; one that pauses longer than this pays one task start per pause.
 pub(crate) const PARK_AFTER: Duration = Duration::from_millis(50);
@@ -133,13 +134,20 @@ impl Conn<'_> {
             Begin::New(by) => (true, by),
             Begin::Resumed(_) => (false, None),
         };
+        // Back from the park set, woken by its bytes: tokio has not seen
+        // the socket's readiness yet, so the first wait may not end early
+        // to park again (its park time passed long ago).
+        let mut may_park = !matches!(begin, Begin::Resumed(_));
         loop {
             // A new connection gets the header timeout, from the accept, to
             // send its whole first head; between requests the keep-alive
             // timeout applies, then the header timeout from the first byte.
             let t = &cache.load().timeouts;
             let wait = if first { t.client_header } else { t.keepalive };
-            let due = match self.await_next_request(wait, first, header_by).await {
+            let due = match self
+                .await_next_request(wait, first, header_by, may_park)
+                .await
+            {
                 Wake::Request(due) => due,
                 Wake::Close => return End::Close,
                 Wake::Park(end) => return End::Park(end),
@@ -149,6 +157,7 @@ impl Conn<'_> {
             }
             first = false;
             header_by = None;
+            may_park = true;
             let snap = cache.load();
             let mut bufs = match self.bufs.take() {
                 Some(b) => b,
@@ -186,12 +195,14 @@ impl Conn<'_> {
     /// that has not sent its first request yet (accepted just before the
     /// drain, its request likely on the way) gets [`FIRST_REQUEST_GRACE`].
     /// A first request's head is due by `header_by` when given, otherwise
-    /// `wait` from now (the accept).
+    /// `wait` from now (the accept). Past [`PARK_AFTER`] an idle connection
+    /// parks, when `may_park`.
     async fn await_next_request(
         &mut self,
         wait: Duration,
         first: bool,
         header_by: Option<Instant>,
+        may_park: bool,
     ) -> Wake {
         let worker = self.worker;
         let bufs = self.bufs.get_or_insert_with(|| worker.take_bufs());
@@ -211,14 +222,15 @@ impl Conn<'_> {
         }
         // Between requests, the wait ends early to park the connection.
         let end = self.last_end.take();
-        let park = end.filter(|_| !first && wait > PARK_AFTER);
+        let park = end.filter(|_| may_park && !first && wait > PARK_AFTER);
         // A first request's head is due `wait` after the accept, however
         // long its first byte takes: the same deadline bounds both waits.
         // (The clock read here is the one a wait that sleeps makes anyway.)
         let due = first.then(|| header_by.unwrap_or_else(|| Instant::now() + wait));
         let idle = match (end, due) {
             (_, Some(due)) => worker.deadlines.at(due),
-            (Some(end), None) => worker.deadlines.at(end + wait.min(PARK_AFTER)),
+            (Some(end), None) if park.is_some() => worker.deadlines.at(end + PARK_AFTER),
+            (Some(end), None) => worker.deadlines.at(end + wait),
             (None, None) => worker.deadlines.after(wait),
         }
         .or_shutdown()

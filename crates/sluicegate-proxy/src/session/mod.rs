@@ -11,6 +11,7 @@ mod answer;
 pub(crate) mod conn;
 mod h2;
 mod lifecycle;
+pub(crate) mod park;
 pub(crate) mod start;
 mod tunneled;
 

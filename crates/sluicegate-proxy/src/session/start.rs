@@ -1,9 +1,10 @@
 //! How a connection starts, parks and comes back: the serving task for a
 //! plain connection at once, a task for the PROXY header and TLS handshake
-//! first for the others; an idle keep-alive connection parked in a small
-//! task; an upgraded one handed to its tunnel's task
-//! ([`super::tunneled`]); and the count of connections that follows them
-//! from task to task.
+//! first for the others; an idle keep-alive connection parked (a plain one
+//! in the worker's park set, [`super::park`], a TLS one in a small task);
+//! an upgraded one handed to its tunnel's task ([`super::tunneled`]); an
+//! HTTP/2 one to its session ([`super::h2`]); and the count of connections
+//! that follows them from task to task.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -22,29 +23,48 @@ use crate::transport::stream::Stream;
 /// A connection counted in its worker's `active` and the process's
 /// `open_connections` for as long as this lives: it moves with the
 /// connection from task to task (parked and back), so the counts are right
-/// however and wherever the connection ends.
-pub(crate) struct Active(Rc<Worker>);
+/// however and wherever the connection ends. In the park set a connection
+/// has no `Active`: the set holds its count ([`Active::into_parked`],
+/// [`Active::resumed`], [`Active::end_parked`]).
+pub(crate) struct Active(Option<Rc<Worker>>);
 
 impl Active {
     pub(crate) fn new(worker: Rc<Worker>) -> Active {
         worker.active.set(worker.active.get() + 1);
-        Active(worker)
+        Active(Some(worker))
     }
 
-    /// The worker serving the connection.
-    pub(super) fn worker(&self) -> &Rc<Worker> {
-        &self.0
+    pub(crate) fn worker(&self) -> &Rc<Worker> {
+        // Only `into_parked` takes it out, and that consumes the `Active`.
+        self.0.as_ref().expect("an Active has its worker")
+    }
+
+    /// The connection goes on counted, in the park set: the counts stay.
+    pub(super) fn into_parked(mut self) {
+        self.0 = None;
+    }
+
+    /// A connection back from the park set, still counted.
+    pub(super) fn resumed(worker: Rc<Worker>) -> Active {
+        Active(Some(worker))
+    }
+
+    /// A connection in the park set closes: the counts go down.
+    pub(super) fn end_parked(worker: &Worker) {
+        worker.active.set(worker.active.get() - 1);
+        worker
+            .shared
+            .global
+            .open_connections
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 impl Drop for Active {
     fn drop(&mut self) {
-        self.0.active.set(self.0.active.get() - 1);
-        self.0
-            .shared
-            .global
-            .open_connections
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(w) = self.0.take() {
+            Active::end_parked(&w);
+        }
     }
 }
 
@@ -83,7 +103,7 @@ async fn prepare_then_serve(
     listener: Arc<ListenerRt>,
     active: Active,
 ) {
-    let worker = &active.0;
+    let worker = active.worker();
     let limit = {
         let t = &worker.shared.snapshot.load().timeouts;
         if listener.tls.is_some() {
@@ -117,7 +137,7 @@ pub(crate) async fn serve_stream(
         Begin::New(_) => None,
         Begin::Resumed(end) => Some(end),
     };
-    let worker = active.0.clone();
+    let worker = active.worker().clone();
     let tls = listener.tls.is_some().then_some(p.tls);
     let mut conn = Conn {
         worker: &worker,
@@ -153,7 +173,7 @@ pub(crate) async fn serve_stream(
                 identity: conn.identity,
                 h2: false,
             };
-            tokio::task::spawn_local(parked_wait(parked, listener, active, end, expires));
+            super::park::park(parked, listener, active, end, expires);
         }
         End::Tunnel(snap) => {
             // The tunnel's own task takes the connection; this one ends.
@@ -174,8 +194,9 @@ pub(crate) async fn serve_stream(
     }
 }
 
-/// A parked keep-alive connection: waits for its next request's bytes
-/// (then serves it in a new serving task), the keep-alive timeout or the
+/// A parked keep-alive connection that the park set does not take (TLS,
+/// or no park set running): waits for its next request's bytes (then
+/// serves it in a new serving task), the keep-alive timeout or the
 /// worker's shutdown (then closes). Its future holds the connection and
 /// one wait, a small fraction of a serving task's.
 pub(super) async fn parked_wait(
@@ -186,7 +207,7 @@ pub(super) async fn parked_wait(
     expires: Instant,
 ) {
     let ready = {
-        let wait = active.0.deadlines.at(expires).or_shutdown();
+        let wait = active.worker().deadlines.at(expires).or_shutdown();
         wait.bound(crate::transport::io::read_ready(&p.stream))
             .await
     };

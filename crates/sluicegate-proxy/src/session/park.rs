@@ -1,0 +1,612 @@
+//! The worker's park set: idle plain keep-alive connections held without a
+//! task or a tokio registration each, until their next request's bytes,
+//! the keep-alive timeout or the worker's shutdown.
+//!
+//! A parked connection is one small slab entry (its socket, the client's
+//! address, its listener, when its last answer was written) and one
+//! deadline in a dense array beside the slab. Its socket leaves tokio's
+//! reactor (no `ScheduledIo`) for an epoll instance of the set's own,
+//! which is registered once with tokio; one task per worker waits on that,
+//! on the earliest keep-alive expiry and on the shutdown signal. When
+//! bytes arrive the socket goes back to tokio and a serving task starts,
+//! as after a task park ([`Begin::Resumed`]).
+//!
+//! Parking costs two `epoll_ctl` calls and unparking two more (one out of
+//! each epoll instance, one into the other): paid only by a connection
+//! idle for [`PARK_AFTER`](super::conn::PARK_AFTER), never on a busy one.
+//! TLS connections (their state lives in user space) and the in-memory
+//! test streams park in a small task instead ([`super::start::parked_wait`]),
+//! as do all connections when the set could not be set up.
+
+use std::cell::{Cell, OnceCell, RefCell};
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use rustix::event::epoll;
+use slab::Slab;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use super::conn::Begin;
+use super::start::{parked_wait, serve_stream, Active};
+use crate::runtime::deadline::{OwnSlot, Stop};
+use crate::runtime::worker::Worker;
+use crate::transport::listener::{ListenerRt, Prepared};
+use crate::transport::stream::Stream;
+
+/// Events taken from the set's epoll instance per call.
+const EVENTS: usize = 256;
+/// An `expiries` value for a vacant slab key.
+const VACANT: u64 = u64::MAX;
+/// How far ahead the park task sets its timer while nothing is parked.
+const IDLE_TIMER: Duration = Duration::from_secs(3600);
+
+/// One parked connection.
+struct Parked {
+    fd: OwnedFd,
+    peer: SocketAddr,
+    listener: Arc<ListenerRt>,
+    /// When its last answer was written.
+    end: Instant,
+}
+
+/// One worker's parked plain connections; see the module documentation.
+/// Lives in the [`Worker`]; its task is [`run`].
+pub(crate) struct ParkSet {
+    /// The set's own epoll instance, watched by tokio; set up by [`run`].
+    epoll: OnceCell<AsyncFd<OwnedFd>>,
+    entries: RefCell<Slab<Parked>>,
+    /// Each slab key's keep-alive expiry in milliseconds from `base`
+    /// (rounded up), [`VACANT`] for a free key: a dense array, so the
+    /// scan for expired entries reads 8 bytes per key.
+    expiries: RefCell<Vec<u64>>,
+    base: Instant,
+    /// The earliest expiry in the set (or earlier), in `expiries` units.
+    earliest: Cell<u64>,
+    /// What the park task's timer is set to, in `expiries` units.
+    armed: Cell<u64>,
+    /// The park task's waker, to re-arm its timer for an earlier expiry.
+    task: RefCell<Option<Waker>>,
+    kicked: Cell<bool>,
+    /// The park task is running: the set takes connections.
+    running: Cell<bool>,
+}
+
+impl Default for ParkSet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ParkSet {
+    pub(crate) fn new() -> ParkSet {
+        ParkSet {
+            epoll: OnceCell::new(),
+            entries: RefCell::new(Slab::new()),
+            expiries: RefCell::new(Vec::new()),
+            base: Instant::now(),
+            earliest: Cell::new(VACANT),
+            armed: Cell::new(VACANT),
+            task: RefCell::new(None),
+            kicked: Cell::new(false),
+            running: Cell::new(false),
+        }
+    }
+
+    #[cfg(test)]
+    /// Connections parked now.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.borrow().len()
+    }
+
+    /// `t` in `expiries` units, rounded up (an expiry never fires early).
+    fn ms_up(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.base);
+        let ms = d.as_millis() as u64;
+        if Duration::from_millis(ms) < d {
+            ms + 1
+        } else {
+            ms
+        }
+    }
+
+    /// `t` in `expiries` units, rounded down.
+    fn ms_down(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.base).as_millis() as u64
+    }
+
+    /// Puts `tcp` in the set. Gives it back if the set cannot take it.
+    fn insert(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        listener: Arc<ListenerRt>,
+        end: Instant,
+        expires: Instant,
+    ) -> Result<(), ParkRefused> {
+        let Some(ep) = self.epoll.get() else {
+            return Err(ParkRefused::Tcp(tcp, listener));
+        };
+        let ep = ep.get_ref();
+        // Out of tokio's reactor: its registration is freed.
+        let fd: OwnedFd = match tcp.into_std() {
+            Ok(s) => s.into(),
+            Err(_) => return Err(ParkRefused::Closed),
+        };
+        let mut entries = self.entries.borrow_mut();
+        let slot = entries.vacant_entry();
+        let key = slot.key();
+        let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::ONESHOT;
+        if epoll::add(ep, &fd, epoll::EventData::new_u64(key as u64), flags).is_err() {
+            return match TcpStream::from_std(fd.into()) {
+                Ok(tcp) => Err(ParkRefused::Tcp(tcp, listener)),
+                Err(_) => Err(ParkRefused::Closed),
+            };
+        }
+        slot.insert(Parked {
+            fd,
+            peer,
+            listener,
+            end,
+        });
+        let exp = self.ms_up(expires);
+        let mut expiries = self.expiries.borrow_mut();
+        if expiries.len() <= key {
+            expiries.resize(key + 1, VACANT);
+        }
+        expiries[key] = exp;
+        if exp < self.earliest.get() {
+            self.earliest.set(exp);
+        }
+        if exp < self.armed.get() {
+            self.kicked.set(true);
+            if let Some(w) = &*self.task.borrow() {
+                w.wake_by_ref();
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes entry `key` out of the set, if it is there.
+    fn take(&self, key: usize) -> Option<Parked> {
+        let p = self.entries.borrow_mut().try_remove(key)?;
+        self.expiries.borrow_mut()[key] = VACANT;
+        Some(p)
+    }
+
+    /// Takes out every entry that expired by `now` (they close as they
+    /// drop) and returns how many; the earliest expiry left is noted.
+    fn expire(&self, now: Instant) -> usize {
+        let now = self.ms_down(now);
+        let mut next = VACANT;
+        let mut gone = 0;
+        let mut entries = self.entries.borrow_mut();
+        for (k, exp) in self.expiries.borrow_mut().iter_mut().enumerate() {
+            if *exp <= now {
+                *exp = VACANT;
+                entries.remove(k);
+                gone += 1;
+            } else if *exp < next {
+                next = *exp;
+            }
+        }
+        self.earliest.set(next);
+        gone
+    }
+
+    /// Takes out every entry (they close as they drop); how many.
+    fn clear(&self) -> usize {
+        let mut entries = self.entries.borrow_mut();
+        let n = entries.len();
+        entries.clear();
+        self.expiries.borrow_mut().clear();
+        self.earliest.set(VACANT);
+        n
+    }
+}
+
+/// Why the set did not take a connection.
+enum ParkRefused {
+    /// It can park in a task instead.
+    Tcp(TcpStream, Arc<ListenerRt>),
+    /// The socket was lost on the way (tokio failed to release it).
+    Closed,
+}
+
+/// Parks an idle keep-alive connection whose last answer was written at
+/// `end`, until `expires`: in the worker's park set when it is a plain TCP
+/// connection and the set's task runs, otherwise in a task of its own. At
+/// shutdown it closes instead.
+pub(super) fn park(
+    p: Prepared,
+    listener: Arc<ListenerRt>,
+    active: Active,
+    end: Instant,
+    expires: Instant,
+) {
+    let worker = active.worker().clone();
+    if worker.shutting_down() {
+        return;
+    }
+    let set = &worker.parked;
+    let Prepared {
+        stream,
+        client,
+        tls,
+        identity,
+        h2: _,
+    } = p;
+    let (stream, listener) = match stream {
+        Stream::Tcp(tcp) if listener.tls.is_none() && set.running.get() => {
+            match set.insert(tcp, client, listener, end, expires) {
+                Ok(()) => {
+                    active.into_parked();
+                    return;
+                }
+                Err(ParkRefused::Tcp(tcp, listener)) => (Stream::Tcp(tcp), listener),
+                Err(ParkRefused::Closed) => return,
+            }
+        }
+        other => (other, listener),
+    };
+    let p = Prepared {
+        stream,
+        client,
+        tls,
+        identity,
+        h2: false,
+    };
+    tokio::task::spawn_local(parked_wait(p, listener, active, end, expires));
+}
+
+/// The park set's task for `worker`: resumes parked connections whose
+/// bytes arrived, closes those past their keep-alive timeout, and at
+/// shutdown closes them all and stops taking more. Spawn it once per
+/// worker, on its thread.
+pub(crate) async fn run(worker: Rc<Worker>) {
+    let set = &worker.parked;
+    let made = epoll::create(epoll::CreateFlags::CLOEXEC)
+        .map_err(std::io::Error::from)
+        .and_then(watch);
+    let watched = match made {
+        Ok(w) => set.epoll.get_or_init(|| w),
+        Err(e) => {
+            tracing::warn!(error = %e, "no park set: idle connections park in tasks");
+            return;
+        }
+    };
+    let ep = watched.get_ref();
+    set.running.set(true);
+    let slot = OwnSlot::new(&worker.deadlines);
+    let mut events: Vec<epoll::Event> = Vec::with_capacity(EVENTS);
+    loop {
+        let next = set.earliest.get();
+        set.armed.set(next);
+        let at = if next == VACANT {
+            Instant::now() + IDLE_TIMER
+        } else {
+            set.base + Duration::from_millis(next)
+        };
+        let woke = worker
+            .deadlines
+            .at(at)
+            .or_shutdown()
+            .in_slot(&slot)
+            .bound(poll_fn(|cx| {
+                {
+                    let mut t = set.task.borrow_mut();
+                    if !t.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                        *t = Some(cx.waker().clone());
+                    }
+                }
+                if set.kicked.replace(false) {
+                    return Poll::Ready(None);
+                }
+                watched.poll_read_ready(cx).map(Some)
+            }))
+            .await;
+        match woke {
+            // An earlier expiry came in: set the timer again.
+            Ok(None) => {}
+            Ok(Some(Ok(mut ready))) => {
+                // Until the instance has no more to say; the readiness is
+                // cleared only if no event came since it was reported.
+                while resume_ready(&worker, ep, &mut events) == EVENTS {}
+                ready.clear_ready();
+            }
+            Ok(Some(Err(e))) => {
+                tracing::warn!(error = %e, "park set: waiting failed; closing its connections");
+                break;
+            }
+            Err(Stop::Timeout) => {
+                for _ in 0..set.expire(Instant::now()) {
+                    Active::end_parked(&worker);
+                }
+            }
+            Err(Stop::Shutdown) => break,
+        }
+    }
+    set.running.set(false);
+    for _ in 0..set.clear() {
+        Active::end_parked(&worker);
+    }
+}
+
+/// `ep` watched for readability by this thread's tokio reactor.
+#[allow(unsafe_code)]
+fn watch(ep: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: the fd an `OwnedFd` returns is open and names the same file
+    // for as long as it lives, and the `AsyncFd` owns it: so for the whole
+    // life of the `AsyncFd`, as `register_with_interest` requires.
+    unsafe { AsyncFd::register_with_interest(ep, Interest::READABLE) }.map_err(|e| e.into())
+}
+
+/// Takes the events the set's epoll instance has now (up to [`EVENTS`]) and
+/// resumes or closes their connections; returns the count taken.
+fn resume_ready(worker: &Rc<Worker>, ep: &OwnedFd, events: &mut Vec<epoll::Event>) -> usize {
+    events.clear();
+    let zero = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    if epoll::wait(ep, rustix::buffer::spare_capacity(events), Some(&zero)).is_err() {
+        return 0;
+    }
+    let set = &worker.parked;
+    for ev in events.iter() {
+        let flags = ev.flags;
+        let Some(p) = set.take(ev.data.u64() as usize) else {
+            continue;
+        };
+        if (flags
+            .intersects(epoll::EventFlags::RDHUP | epoll::EventFlags::HUP | epoll::EventFlags::ERR))
+            && peer_gone(&p.fd)
+        {
+            // Closed by the peer while parked: no need to serve it.
+            drop(p);
+            Active::end_parked(worker);
+            continue;
+        }
+        // Out of the set's instance and back into tokio's.
+        let _ = epoll::delete(ep, &p.fd);
+        let tcp = match TcpStream::from_std(p.fd.into()) {
+            Ok(tcp) => tcp,
+            Err(_) => {
+                Active::end_parked(worker);
+                continue;
+            }
+        };
+        let ready = Prepared {
+            stream: Stream::Tcp(tcp),
+            client: p.peer,
+            tls: ("", ""),
+            identity: None,
+            h2: false,
+        };
+        tokio::task::spawn_local(serve_stream(
+            ready,
+            p.listener,
+            Active::resumed(worker.clone()),
+            Begin::Resumed(p.end),
+        ));
+    }
+    events.len()
+}
+
+/// Whether a socket the peer hung up on has nothing left to read (a
+/// request sent before the hang-up is still served).
+fn peer_gone(fd: &OwnedFd) -> bool {
+    use rustix::io::Errno;
+    use rustix::net::RecvFlags;
+    let mut b = [0u8; 1];
+    match rustix::net::recv(fd, &mut b, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+        Ok((n, _)) => n == 0,
+        Err(e) => e != Errno::WOULDBLOCK && e != Errno::INTR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+    use crate::snapshot::Shared;
+    use crate::transport::listener;
+
+    const CONFIG: &str = r#"
+listen: ["127.0.0.1:9"]
+timeouts: { keepalive: 400ms }
+routes:
+  - name: hello
+    match: { path: /hello }
+    respond: { status: 200, body: "hi\n", headers: { content-type: text/plain } }
+"#;
+    const REQUEST: &[u8] = b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n";
+
+    fn runtime() -> tokio::runtime::LocalRuntime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build_local(tokio::runtime::LocalOptions::default())
+            .unwrap()
+    }
+
+    /// A worker with its deadline sweeper and park set running, as
+    /// `runtime::server` starts them (call inside [`runtime`]).
+    async fn worker() -> Rc<Worker> {
+        let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
+        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
+        tokio::task::spawn_local({
+            let w = worker.clone();
+            async move { w.deadlines.run().await }
+        });
+        tokio::task::spawn_local(run(worker.clone()));
+        tokio::task::yield_now().await;
+        assert!(worker.parked.running.get());
+        worker
+    }
+
+    /// A plain TCP connection served on `worker`: the client's end.
+    async fn connect(worker: &Rc<Worker>) -> TcpStream {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, peer) = l.accept().await.unwrap();
+        let ready = Prepared {
+            stream: Stream::Tcp(server),
+            client: peer,
+            tls: ("", ""),
+            identity: None,
+            h2: false,
+        };
+        // Counted as an accepted connection is, before it is served.
+        worker
+            .shared
+            .global
+            .open_connections
+            .fetch_add(1, Ordering::Relaxed);
+        tokio::task::spawn_local(serve_stream(
+            ready,
+            listener::plain(peer),
+            Active::new(worker.clone()),
+            Begin::New(None),
+        ));
+        client
+    }
+
+    /// Sends one request and reads its whole answer.
+    async fn get(c: &mut TcpStream) -> String {
+        c.write_all(REQUEST).await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.ends_with(b"\r\n\r\nhi\n") {
+            let n = tokio::time::timeout(Duration::from_secs(2), c.read(&mut buf))
+                .await
+                .expect("no answer")
+                .unwrap();
+            assert!(n > 0, "closed before the answer: {got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8(got).unwrap()
+    }
+
+    /// Waits until the server closes `c`; how long that took.
+    async fn closed_within(c: &mut TcpStream, limit: Duration) -> Duration {
+        let start = Instant::now();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(limit, c.read(&mut buf))
+            .await
+            .expect("not closed in time");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+        start.elapsed()
+    }
+
+    fn counts(w: &Worker) -> (usize, usize, usize) {
+        let open = w.shared.global.open_connections.load(Ordering::Relaxed);
+        (w.parked.len(), w.active.get(), open)
+    }
+
+    #[test]
+    fn an_idle_connection_parks_in_the_set_and_wakes_on_bytes() {
+        runtime().block_on(async {
+            let w = worker().await;
+            let mut c = connect(&w).await;
+            assert!(get(&mut c).await.starts_with("HTTP/1.1 200"));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            // Parked: in the set, no task, still counted.
+            assert_eq!(counts(&w), (1, 1, 1));
+            // Its next request's bytes take it out and serve it.
+            assert!(get(&mut c).await.starts_with("HTTP/1.1 200"));
+            assert_eq!(counts(&w), (0, 1, 1));
+            // And it parks again.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            assert_eq!(counts(&w), (1, 1, 1));
+            assert!(get(&mut c).await.starts_with("HTTP/1.1 200"));
+        });
+    }
+
+    #[test]
+    fn the_keepalive_timeout_closes_a_parked_connection() {
+        runtime().block_on(async {
+            let w = worker().await;
+            let mut c = connect(&w).await;
+            let mut other = connect(&w).await;
+            get(&mut c).await;
+            let answered = Instant::now();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            get(&mut other).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(counts(&w), (2, 2, 2));
+            // 400 ms from the last answer, not from parking.
+            closed_within(&mut c, Duration::from_secs(2)).await;
+            let after = answered.elapsed();
+            assert!(after >= Duration::from_millis(400), "{after:?}");
+            assert!(after < Duration::from_millis(700), "{after:?}");
+            // The other one, answered later, expires later.
+            assert_eq!(counts(&w), (1, 1, 1));
+            closed_within(&mut other, Duration::from_secs(2)).await;
+            assert_eq!(counts(&w), (0, 0, 0));
+        });
+    }
+
+    #[test]
+    fn shutdown_closes_parked_connections_at_once() {
+        runtime().block_on(async {
+            let w = worker().await;
+            let mut a = connect(&w).await;
+            let mut b = connect(&w).await;
+            get(&mut a).await;
+            get(&mut b).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(counts(&w), (2, 2, 2));
+            w.deadlines.shutdown();
+            let t = closed_within(&mut a, Duration::from_millis(200)).await;
+            assert!(t < Duration::from_millis(100), "{t:?}");
+            closed_within(&mut b, Duration::from_millis(200)).await;
+            assert_eq!(counts(&w), (0, 0, 0));
+            assert!(!w.parked.running.get(), "the set takes no more");
+        });
+    }
+
+    #[test]
+    fn a_peer_that_closes_while_parked_is_closed_and_uncounted() {
+        runtime().block_on(async {
+            let w = worker().await;
+            let mut c = connect(&w).await;
+            let mut stays = connect(&w).await;
+            get(&mut c).await;
+            get(&mut stays).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(counts(&w), (2, 2, 2));
+            drop(c);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(counts(&w), (1, 1, 1));
+            // A request sent just before the hang-up is still answered.
+            stays.write_all(REQUEST).await.unwrap();
+            stays.shutdown().await.unwrap();
+            let mut got = Vec::new();
+            tokio::time::timeout(Duration::from_secs(2), stays.read_to_end(&mut got))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(got.starts_with(b"HTTP/1.1 200"), "{got:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(counts(&w), (0, 0, 0));
+        });
+    }
+
+    #[test]
+    fn a_parked_connection_is_a_small_entry() {
+        // What an idle plain keep-alive connection costs in user space,
+        // beside its 8-byte expiry.
+        assert!(size_of::<Parked>() <= 64, "{}", size_of::<Parked>());
+    }
+}
