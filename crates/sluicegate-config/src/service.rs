@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use crate::model::{Balance, Endpoint, HashKey, Service, UpstreamTimeouts};
+use crate::model::{Balance, Endpoint, HashKey, Service, UpstreamProtocol, UpstreamTimeouts};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
@@ -20,6 +20,7 @@ const SERVICE_KEYS: &[&str] = &[
     "ejection",
     "forwarded_headers",
     "tls",
+    "protocol",
 ];
 
 /// Default for `max_connections_per_endpoint`.
@@ -136,6 +137,15 @@ fn service<'n>(
         None => Some(Some(crate::model::Ejection::default())),
         Some(n) => crate::resilience::ejection(cx, n, path.key("ejection")),
     };
+    let protocol = match f.get("protocol") {
+        None => Some(UpstreamProtocol::Http1),
+        Some(n) => protocol(
+            cx,
+            n,
+            path.key("protocol"),
+            tls.as_ref().map(Option::is_some),
+        ),
+    };
     Some(Service {
         name: name?,
         endpoints,
@@ -149,7 +159,41 @@ fn service<'n>(
         ejection: ejection?,
         forwarded_headers: forwarded_headers?,
         tls: tls?,
+        protocol: protocol?,
     })
+}
+
+/// `protocol`: `http1`, `h2` (needs `tls`), `h2c` (needs no `tls`) or
+/// `auto` (needs `tls`). `has_tls` is unknown when `tls` has errors.
+fn protocol(
+    cx: &mut Cx,
+    node: &Node,
+    path: Path<'_>,
+    has_tls: Option<bool>,
+) -> Option<UpstreamProtocol> {
+    const EXPECTED: &str = "one of http1, h2, h2c, auto";
+    let text = reader::scalar(cx, node, path, EXPECTED)?;
+    let p = match text {
+        "http1" => UpstreamProtocol::Http1,
+        "h2" => UpstreamProtocol::H2,
+        "h2c" => UpstreamProtocol::H2c,
+        "auto" => UpstreamProtocol::Auto,
+        _ => {
+            cx.expected(node, path, EXPECTED);
+            return None;
+        }
+    };
+    let why = match (p, has_tls) {
+        (UpstreamProtocol::H2 | UpstreamProtocol::Auto, Some(false)) => {
+            "needs tls (HTTP/2 over TLS is chosen by ALPN); for HTTP/2 in the clear use h2c"
+        }
+        (UpstreamProtocol::H2c, Some(true)) => {
+            "is HTTP/2 in the clear and cannot go with tls; over TLS use h2"
+        }
+        _ => return Some(p),
+    };
+    cx.at(node.pos, path, format_args!("{text} {why}"));
+    None
 }
 
 /// A valid, unique service name; registers it in `names`.

@@ -39,7 +39,7 @@ pub fn check_tls_files(config: &sluicegate_config::Config) -> Result<(), String>
     transport::listener::compile(config, &mut state)?;
     for (i, s) in config.services.iter().enumerate() {
         if let Some(t) = &s.tls {
-            transport::tls::client::UpstreamTlsRt::new(t)
+            transport::tls::client::UpstreamTlsRt::new(t, s.protocol)
                 .map_err(|e| format!("services[{i}].{e}"))?;
         }
     }

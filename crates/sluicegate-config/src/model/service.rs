@@ -33,6 +33,30 @@ pub struct Service {
     pub forwarded_headers: bool,
     /// `Some`: connections to the endpoints use TLS; `None`: plain TCP.
     pub tls: Option<UpstreamTls>,
+    /// The HTTP version spoken to the endpoints.
+    pub protocol: UpstreamProtocol,
+}
+
+/// A service's `protocol`: how requests go to its endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, a connection per request in flight (pooled).
+    #[default]
+    Http1,
+    /// HTTP/2 over TLS (ALPN `h2`), requests multiplexed as streams.
+    H2,
+    /// HTTP/2 over plain TCP with prior knowledge.
+    H2c,
+    /// Over TLS: HTTP/2 when the endpoint chooses `h2` by ALPN, else
+    /// HTTP/1.1.
+    Auto,
+}
+
+impl UpstreamProtocol {
+    /// Requests go as HTTP/2 streams (or may, for `auto`).
+    pub fn http2(self) -> bool {
+        self != UpstreamProtocol::Http1
+    }
 }
 
 /// A service's `retries`.

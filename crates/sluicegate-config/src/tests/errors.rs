@@ -18,7 +18,7 @@ fn unknown_key_lists_the_expected_ones() {
         all,
         [
             "3:5: services[0]: missing required key \"endpoints\"",
-            "4:5: unknown key \"endpoint\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, ejection, forwarded_headers, tls)",
+            "4:5: unknown key \"endpoint\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, ejection, forwarded_headers, tls, protocol)",
         ]
     );
     assert_eq!(
@@ -404,7 +404,7 @@ services:
             "6:50: limits.max_body_bytes: size must be greater than zero, found \"0\"",
             "7:20: timeouts.drain: expected a duration like 250ms, 1s, 2m, 1h or 1m30s, found 10 (add a unit, e.g. 10s)",
             "10:17: services[0].endpoints[0]: bad address \"127.0.0.1:0\": port 0 is not allowed",
-            "11:5: unknown key \"colour\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, ejection, forwarded_headers, tls)",
+            "11:5: unknown key \"colour\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, ejection, forwarded_headers, tls, protocol)",
         ]
     );
 }

@@ -137,6 +137,7 @@ fn full_example_parses_to_the_expected_model() {
                 ejection: Some(crate::model::Ejection::default()),
                 forwarded_headers: true,
                 tls: None,
+                protocol: UpstreamProtocol::Http1,
             },
             Service {
                 name: "api.v2".into(),
@@ -155,6 +156,7 @@ fn full_example_parses_to_the_expected_model() {
                 ejection: Some(crate::model::Ejection::default()),
                 forwarded_headers: false,
                 tls: None,
+                protocol: UpstreamProtocol::Http1,
             },
         ],
         routes: vec![

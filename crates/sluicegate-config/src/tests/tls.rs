@@ -348,6 +348,33 @@ fn upstream_tls_decodes() {
 }
 
 #[test]
+fn upstream_protocol_goes_with_tls_or_without() {
+    let with = |tls: &str, p: &str| format!("listen: 127.0.0.1:1\n{SVC}{tls}    protocol: {p}\n");
+    let tls = "    tls: true\n";
+    let protocol = |text: &str| ok(text).services[0].protocol;
+    assert_eq!(
+        ok(&format!("listen: 127.0.0.1:1\n{SVC}")).services[0].protocol,
+        UpstreamProtocol::Http1
+    );
+    assert_eq!(protocol(&with("", "h2c")), UpstreamProtocol::H2c);
+    assert_eq!(protocol(&with(tls, "h2")), UpstreamProtocol::H2);
+    assert_eq!(protocol(&with(tls, "auto")), UpstreamProtocol::Auto);
+    assert_eq!(protocol(&with(tls, "http1")), UpstreamProtocol::Http1);
+    assert_eq!(
+        error(&with("", "h2")),
+        "5:15: services[0].protocol: h2 needs tls (HTTP/2 over TLS is chosen by ALPN); for HTTP/2 in the clear use h2c"
+    );
+    assert_eq!(
+        error(&with(tls, "h2c")),
+        "6:15: services[0].protocol: h2c is HTTP/2 in the clear and cannot go with tls; over TLS use h2"
+    );
+    assert_eq!(
+        error(&with("", "http2")),
+        "5:15: services[0].protocol: expected one of http1, h2, h2c, auto, found \"http2\""
+    );
+}
+
+#[test]
 fn upstream_tls_errors() {
     let e = |t: &str| error(&svc_tls(t));
     assert_eq!(

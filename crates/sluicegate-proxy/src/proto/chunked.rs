@@ -10,7 +10,7 @@ use std::ops::Range;
 
 /// Longest chunk-extension accepted on one chunk-size line.
 const MAX_EXT: usize = 4096;
-/// Largest trailer section accepted (trailers are read and dropped).
+/// Largest trailer section accepted.
 const MAX_TRAILERS: usize = 16384;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,10 @@ pub struct Step {
     pub consumed: usize,
     /// Body data within the consumed input, if any.
     pub data: Option<Range<usize>>,
+    /// Trailer field bytes within the consumed input (whole lines with
+    /// their CRLF, or the start of one the input cut), if any: a caller
+    /// relaying the body passes them on after its last chunk.
+    pub trailer: Option<Range<usize>>,
 }
 
 impl ChunkedDecoder {
@@ -81,6 +85,8 @@ impl ChunkedDecoder {
     /// body is complete.
     pub fn step(&mut self, input: &[u8]) -> Result<Step, ChunkError> {
         let mut i = 0;
+        // Where the trailer line under way began in this input.
+        let mut line = matches!(self.state, State::TrailerLine | State::TrailerLf).then_some(0);
         while i < input.len() {
             let b = input[i];
             match self.state {
@@ -135,6 +141,7 @@ impl ChunkedDecoder {
                     return Ok(Step {
                         consumed: i + take,
                         data: Some(i..i + take),
+                        trailer: None,
                     });
                 }
                 State::DataCr => {
@@ -155,6 +162,7 @@ impl ChunkedDecoder {
                         self.state = State::FinalLf;
                     } else {
                         self.state = State::TrailerLine;
+                        line = Some(i);
                         self.count_trailer()?;
                     }
                 }
@@ -172,6 +180,11 @@ impl ChunkedDecoder {
                         return Err(ChunkError("trailer line not ended by CRLF"));
                     }
                     self.state = State::TrailerStart;
+                    return Ok(Step {
+                        consumed: i + 1,
+                        data: None,
+                        trailer: line.map(|from| from..i + 1),
+                    });
                 }
                 State::FinalLf => {
                     if b != b'\n' {
@@ -181,12 +194,14 @@ impl ChunkedDecoder {
                     return Ok(Step {
                         consumed: i + 1,
                         data: None,
+                        trailer: None,
                     });
                 }
                 State::Done => {
                     return Ok(Step {
                         consumed: i,
                         data: None,
+                        trailer: None,
                     })
                 }
             }
@@ -195,6 +210,7 @@ impl ChunkedDecoder {
         Ok(Step {
             consumed: i,
             data: None,
+            trailer: line.map(|from| from..i),
         })
     }
 
@@ -275,6 +291,28 @@ mod tests {
             let (body, used) = decode(input, piece).unwrap();
             assert_eq!(body, b"hello 0123456789");
             assert_eq!(&input[used..], b"NEXT");
+        }
+    }
+
+    #[test]
+    fn hands_back_the_trailer_lines_in_any_split() {
+        let input = b"3\r\nabc\r\n0\r\ngrpc-status: 0\r\ngrpc-message: ok\r\n\r\nNEXT";
+        for piece in 1..input.len() {
+            let mut d = ChunkedDecoder::new();
+            let (mut trailers, mut pos) = (Vec::new(), 0);
+            while !d.is_done() {
+                let end = (pos + piece).min(input.len());
+                let s = d.step(&input[pos..end]).unwrap();
+                if let Some(r) = s.trailer {
+                    trailers.extend_from_slice(&input[pos + r.start..pos + r.end]);
+                }
+                pos += s.consumed;
+            }
+            assert_eq!(
+                trailers, b"grpc-status: 0\r\ngrpc-message: ok\r\n",
+                "piece {piece}"
+            );
+            assert_eq!(&input[pos..], b"NEXT");
         }
     }
 

@@ -16,6 +16,7 @@ use crate::session::park::ParkSet;
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
+use crate::upstream::h2pool::H2Pool;
 use crate::upstream::pool::Pool;
 use crate::upstream::tunnel::Upgraded;
 
@@ -44,6 +45,8 @@ const FREE_LIST_KEEP: usize = 32;
 pub struct Worker {
     pub shared: Arc<Shared>,
     pub pool: RefCell<Pool>,
+    /// HTTP/2 connections to the endpoints of services that speak it.
+    pub(crate) h2: RefCell<H2Pool>,
     pub log_buf: RefCell<Vec<u8>>,
     /// The sink the buffered lines belong to (the log in force when their
     /// requests ran, even if a reload changed it since).
@@ -111,6 +114,7 @@ impl Worker {
         Worker {
             shared,
             pool: RefCell::new(Pool::default()),
+            h2: RefCell::new(H2Pool::default()),
             log_buf: RefCell::new(Vec::new()),
             log_sink: RefCell::new(None),
             deadlines: Deadlines::new(),

@@ -87,7 +87,8 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
         let tls = match &svc.tls {
             None => None,
             Some(t) => Some(Arc::new(
-                UpstreamTlsRt::new(t).map_err(|e| format!("services[{index}].{e}"))?,
+                UpstreamTlsRt::new(t, svc.protocol)
+                    .map_err(|e| format!("services[{index}].{e}"))?,
             )),
         };
         services.insert(
@@ -102,6 +103,7 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 retries: RetryBudget::with_tokens(svc.retries.clone(), tokens),
                 forwarded_headers: svc.forwarded_headers,
                 tls,
+                protocol: svc.protocol,
             }),
         );
     }

@@ -50,6 +50,8 @@ pub struct ServiceRt {
     pub forwarded_headers: bool,
     /// TLS to the endpoints, when the service speaks it.
     pub(crate) tls: Option<Arc<UpstreamTlsRt>>,
+    /// HTTP/1.1 or HTTP/2 to the endpoints.
+    pub(crate) protocol: sluicegate_config::UpstreamProtocol,
 }
 
 #[derive(Debug)]

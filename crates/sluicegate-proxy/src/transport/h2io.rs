@@ -114,11 +114,20 @@ pub(crate) struct H2Io {
 }
 
 impl H2Io {
-    /// `early` holds what was read of the connection already, from its
-    /// first byte (the preface) on.
+    /// A connection to an upstream: the server sends no preface.
+    pub(crate) fn client(stream: Stream, flood: Flood) -> H2Io {
+        H2Io::with(stream, Vec::new(), flood, 0)
+    }
+
+    /// A client's connection. `early` holds what was read of it already,
+    /// from its first byte (the preface) on.
     pub(crate) fn new(stream: Stream, early: Vec<u8>, flood: Flood) -> H2Io {
+        H2Io::with(stream, early, flood, PREFACE_LEN)
+    }
+
+    fn with(stream: Stream, early: Vec<u8>, flood: Flood, preface: usize) -> H2Io {
         let mut frames = Frames {
-            skip: PREFACE_LEN,
+            skip: preface,
             head: [0; 9],
             have: 0,
             count: 0,

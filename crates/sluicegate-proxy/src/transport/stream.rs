@@ -18,6 +18,7 @@ use tokio::net::TcpStream;
 use super::duplex::Duplex;
 use super::tls::TlsStream;
 use crate::proto::http2::exchange::Exchange;
+use crate::proto::http2::upstream::UpExchange;
 
 /// A connection to a client or an upstream.
 #[derive(Debug)]
@@ -28,6 +29,8 @@ pub(crate) enum Stream {
     Tls(Box<TlsStream>),
     /// One stream of a client's HTTP/2 connection.
     H2(Box<Exchange>),
+    /// One stream on an HTTP/2 connection to an upstream.
+    H2Up(Box<UpExchange>),
     #[cfg(test)]
     Duplex(Duplex),
 }
@@ -52,6 +55,7 @@ impl Stream {
             }
             Stream::Tls(t) => t.try_recv(buf),
             Stream::H2(x) => x.try_recv(buf),
+            Stream::H2Up(x) => x.try_recv(buf),
             #[cfg(test)]
             Stream::Duplex(d) => d.try_recv(buf),
         }
@@ -67,6 +71,7 @@ impl Stream {
             Stream::Tcp(s) => send(s, bytes),
             Stream::Tls(t) => t.try_send(bytes),
             Stream::H2(x) => x.try_send(bytes),
+            Stream::H2Up(x) => x.try_send(bytes),
             #[cfg(test)]
             Stream::Duplex(d) => d.try_send(bytes),
         }
@@ -77,7 +82,7 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn try_flush(&self) -> io::Result<()> {
         match self {
-            Stream::Tcp(_) | Stream::H2(_) => Ok(()),
+            Stream::Tcp(_) | Stream::H2(_) | Stream::H2Up(_) => Ok(()),
             Stream::Tls(t) => t.try_flush(),
             #[cfg(test)]
             Stream::Duplex(_) => Ok(()),
@@ -95,6 +100,7 @@ impl Stream {
             Stream::Tcp(s) => s.poll_read_ready(cx),
             Stream::Tls(t) => t.poll_read_ready(cx),
             Stream::H2(x) => x.poll_read_ready(cx),
+            Stream::H2Up(x) => x.poll_read_ready(cx),
             #[cfg(test)]
             Stream::Duplex(d) => d.poll_read_ready(cx),
         }
@@ -106,6 +112,7 @@ impl Stream {
             Stream::Tcp(s) => s.poll_write_ready(cx),
             Stream::Tls(t) => t.tcp().poll_write_ready(cx),
             Stream::H2(x) => x.poll_write_ready(cx),
+            Stream::H2Up(x) => x.poll_write_ready(cx),
             #[cfg(test)]
             Stream::Duplex(_) => Poll::Ready(Ok(())),
         }
@@ -116,7 +123,9 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.writable().await,
             Stream::Tls(t) => t.tcp().writable().await,
-            Stream::H2(_) => std::future::poll_fn(|cx| self.poll_write_ready(cx)).await,
+            Stream::H2(_) | Stream::H2Up(_) => {
+                std::future::poll_fn(|cx| self.poll_write_ready(cx)).await
+            }
             #[cfg(test)]
             Stream::Duplex(_) => Ok(()),
         }
@@ -132,9 +141,26 @@ impl Stream {
             }
             Stream::Tls(t) => t.shutdown_write(),
             Stream::H2(x) => x.finish(),
+            Stream::H2Up(x) => x.finish(),
             #[cfg(test)]
             Stream::Duplex(d) => d.shutdown_write(),
         }
+    }
+
+    /// An HTTP/2 stream the upstream refused before processing it (its
+    /// connection was going away): the request can be sent again.
+    #[cold]
+    pub(crate) fn refused(&self) -> bool {
+        match self {
+            Stream::H2Up(x) => x.refused(),
+            _ => false,
+        }
+    }
+
+    /// Whether the stream can wait in the keep-alive pool for another
+    /// request: not an HTTP/2 stream, which ends with its exchange.
+    pub(crate) fn poolable(&self) -> bool {
+        !matches!(self, Stream::H2(_) | Stream::H2Up(_))
     }
 
     /// Whether an idle pooled connection is still quiet: nothing arrived on
@@ -176,7 +202,7 @@ impl Stream {
                 }
                 t.tcp()
             }
-            Stream::H2(_) => return false,
+            Stream::H2(_) | Stream::H2Up(_) => return false,
             #[cfg(test)]
             Stream::Duplex(_) => return self.quiet(),
         };

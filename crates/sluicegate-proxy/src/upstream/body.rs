@@ -222,6 +222,9 @@ pub(crate) async fn relay_body(
         }
         BodyKind::Chunked => {
             let mut dec = ChunkedDecoder::new();
+            // Trailer fields (gRPC's status), passed on after the last
+            // chunk when the body is re-chunked.
+            let mut trailers = Vec::new();
             loop {
                 let step = match dec.step(bufs.upb.filled()) {
                     Ok(step) => step,
@@ -242,9 +245,18 @@ pub(crate) async fn relay_body(
                     }
                     written += r.len() as u64;
                 }
+                if let Some(r) = step.trailer.filter(|_| rechunk) {
+                    trailers.extend_from_slice(&bufs.upb.filled()[r]);
+                }
                 bufs.upb.consume(step.consumed);
                 if dec.is_done() && rechunk {
-                    bufs.out.extend_from_slice(LAST_CHUNK);
+                    if trailers.is_empty() {
+                        bufs.out.extend_from_slice(LAST_CHUNK);
+                    } else {
+                        bufs.out.extend_from_slice(b"0\r\n");
+                        bufs.out.extend_from_slice(&trailers);
+                        bufs.out.extend_from_slice(b"\r\n");
+                    }
                 }
                 if dec.is_done() || bufs.out.len() >= FLUSH_AT || bufs.upb.is_empty() {
                     write_all_by(client, &bufs.out, wdl())

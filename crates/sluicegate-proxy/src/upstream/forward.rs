@@ -20,7 +20,7 @@ use crate::proto::codec::BodyKind;
 use crate::proto::response::{self, ErrorKind};
 use crate::route::target::Target;
 use crate::runtime::deadline::Deadlines;
-use crate::runtime::worker::{Bufs, Downstream};
+use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
@@ -31,11 +31,16 @@ use crate::upstream::attempt::{
 use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::upstream::endpoint::EndpointState;
+use crate::upstream::h2pool;
 use crate::upstream::head::{
     early_response, read_response_head, write_request_head, write_response_head, Forwarded,
     HeadError,
 };
 use crate::upstream::tunnel;
+
+/// Times a request whose HTTP/2 stream an upstream refused unprocessed
+/// (its connection going away) is sent again, on another stream.
+const REFUSED_RETRIES: u32 = 3;
 
 /// How a request ended, for metrics, the access log and the connection.
 #[derive(Debug)]
@@ -84,9 +89,28 @@ fn epoch_us(now: Instant) -> u64 {
     now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
         .as_micros() as u64
 }
+/// A connection for one request to `ep`, within `timeout`: a new one to
+/// a service speaking HTTP/1.1, a stream on one of the worker's HTTP/2
+/// connections to it (opened if needed) otherwise. `true` when the
+/// stream goes on a connection that served before.
+async fn connect(
+    worker: &Worker,
+    ep: &EndpointState,
+    service: &ServiceRt,
+    timeout: Duration,
+) -> std::io::Result<(Stream, bool)> {
+    if service.protocol.http2() {
+        return h2pool::stream(worker, ep, service, timeout).await;
+    }
+    Ok((
+        connect_stream(&worker.deadlines, ep, service, timeout).await?,
+        false,
+    ))
+}
+
 /// A new connection to `ep`, with the TLS handshake when the service
 /// speaks TLS to its endpoints; both within `timeout`.
-async fn connect(
+pub(crate) async fn connect_stream(
     dl: &Deadlines,
     ep: &EndpointState,
     service: &ServiceRt,
@@ -335,11 +359,10 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         } else {
             None
         };
-        let reused = pooled.is_some();
-        let up = match pooled {
-            Some(s) => s,
+        let (up, reused) = match pooled {
+            Some(s) => (s, true),
             None => match connect(
-                &worker.deadlines,
+                worker,
                 ep,
                 service,
                 service.timeouts.connect.min(time_left(total)),
@@ -399,7 +422,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
                 .is_err()
         {
             // Nothing beyond `out` was consumed: a retry is safe.
-            if reused && attempt == 0 {
+            if (reused && attempt == 0) || (up.refused() && attempt < REFUSED_RETRIES) {
                 attempt += 1;
                 continue;
             }
@@ -476,7 +499,11 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
                 }
                 break (up, sent_at);
             }
-            Err(HeadError::ClosedEarly) if reused && replayable && attempt == 0 => {
+            Err(HeadError::ClosedEarly)
+                if replayable
+                    && ((reused && attempt == 0)
+                        || (up.refused() && attempt < REFUSED_RETRIES)) =>
+            {
                 attempt += 1;
                 continue;
             }
@@ -564,7 +591,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     match relay {
         Ok(n) => {
             outcome.bytes_out = n;
-            if !bufs.res.close && !body_cut && bufs.upb.is_empty() {
+            if !bufs.res.close && !body_cut && bufs.upb.is_empty() && up.poolable() {
                 let expires = head_at + service.timeouts.idle;
                 let ep_arc = &service.endpoints[ep_index];
                 // No body (204, 304, HEAD, a zero length): recheck at reuse.

@@ -1,5 +1,5 @@
 //! The upstream side: forwarding a request and streaming its answer back,
-//! the upstream heads, endpoint choice, per-endpoint state, ejection after
+//! HTTP/2 connections to endpoints (`h2pool`), the upstream heads, endpoint choice, per-endpoint state, ejection after
 //! failed connects, circuit breakers and active health checks.
 
 mod attempt;
@@ -10,6 +10,7 @@ pub(crate) mod budget;
 pub(crate) mod eject;
 pub(crate) mod endpoint;
 pub(crate) mod forward;
+pub(crate) mod h2pool;
 pub(crate) mod head;
 pub(crate) mod health;
 pub(crate) mod pool;

@@ -47,6 +47,13 @@ pub struct LogLine {
 
 impl NginxTls {
     pub fn start(cert: &Path, key: &Path, extra: &str) -> NginxTls {
+        NginxTls::start_listen("ssl", cert, key, extra)
+    }
+
+    /// [`NginxTls::start`] with other `listen` options: `ssl http2` for
+    /// HTTP/2 over TLS (ALPN), `http2` for HTTP/2 in the clear (h2c, prior
+    /// knowledge; the certificate is then unused).
+    pub fn start_listen(listen: &str, cert: &Path, key: &Path, extra: &str) -> NginxTls {
         let bin = nginx_binary().expect("nginx not installed: apt-get install nginx-light");
         let mut last_error = String::new();
         // The port can be taken between probing and nginx's bind: retry.
@@ -65,8 +72,11 @@ impl NginxTls {
             // cannot enter a 0700 temp dir: keep the worker as root then.
             let as_root = fs::metadata(&probe).is_ok_and(|m| m.uid() == 0);
             let conf = dir.path().join("conf/nginx.conf");
-            fs::write(&conf, render(dir.path(), port, as_root, cert, key, extra))
-                .expect("write nginx.conf");
+            fs::write(
+                &conf,
+                render(dir.path(), port, listen, as_root, cert, key, extra),
+            )
+            .expect("write nginx.conf");
             let child = Command::new(&bin)
                 .arg("-p")
                 .arg(dir.path())
@@ -167,7 +177,15 @@ impl Drop for NginxTls {
     }
 }
 
-fn render(dir: &Path, port: u16, as_root: bool, cert: &Path, key: &Path, extra: &str) -> String {
+fn render(
+    dir: &Path,
+    port: u16,
+    listen: &str,
+    as_root: bool,
+    cert: &Path,
+    key: &Path,
+    extra: &str,
+) -> String {
     let d = dir.display();
     let user = if as_root { "user root;\n" } else { "" };
     format!(
@@ -187,14 +205,14 @@ http {{
     keepalive_requests 100000;
     keepalive_timeout 60s;
     server {{
-        listen 127.0.0.1:{port} ssl;
+        listen 127.0.0.1:{port} {listen};
         server_name up.test;
         ssl_certificate {cert};
         ssl_certificate_key {key};
         ssl_protocols TLSv1.2 TLSv1.3;
 {extra}
         location = /health-ok {{ return 200 "healthy\n"; }}
-        location / {{ return 200 "nginx-tls sni=$ssl_server_name proto=$ssl_protocol\n"; }}
+        location / {{ return 200 "nginx-tls sni=$ssl_server_name proto=$ssl_protocol http=$server_protocol\n"; }}
     }}
 }}
 "#,

@@ -75,17 +75,19 @@ enum Out {
     Failed,
 }
 
-enum Framing {
+pub(super) enum Framing {
     /// Body bytes still due.
     Length(u64),
-    Chunked(ChunkedDecoder),
+    /// The decoder, and the trailer fields seen so far (sent as a
+    /// trailing HEADERS frame at the end).
+    Chunked(ChunkedDecoder, Vec<u8>),
     /// Until the writer is done ([`Exchange::finish`]).
     UntilEnd,
 }
 
 /// The connection's own header fields, which HTTP/2 does not carry
 /// (RFC 9113 8.2.2).
-fn connection_specific(name: &[u8]) -> bool {
+pub(super) fn connection_specific(name: &[u8]) -> bool {
     [
         &b"connection"[..],
         b"keep-alive",
@@ -320,7 +322,7 @@ impl Inner {
                         .and_then(|v| v.trim().parse().ok())
                         .map_or(Framing::UntilEnd, Framing::Length);
                 } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                    framing = Framing::Chunked(ChunkedDecoder::new());
+                    framing = Framing::Chunked(ChunkedDecoder::new(), Vec::new());
                 }
                 if connection_specific(name) {
                     continue;
@@ -376,7 +378,7 @@ impl Inner {
 
 /// Sends what of `bytes` belongs to the body as DATA: how many bytes were
 /// taken, and whether the body ended with them.
-fn body_bytes(
+pub(super) fn body_bytes(
     send: &mut SendStream<Bytes>,
     framing: &mut Framing,
     bytes: &[u8],
@@ -395,7 +397,7 @@ fn body_bytes(
             // Bytes past the length are not the body's: dropped.
             Ok((bytes.len(), end))
         }
-        Framing::Chunked(dec) => {
+        Framing::Chunked(dec, trailers) => {
             let mut data = Vec::with_capacity(bytes.len());
             let mut at = 0;
             while at < bytes.len() && !dec.is_done() {
@@ -405,13 +407,21 @@ fn body_bytes(
                 if let Some(r) = step.data {
                     data.extend_from_slice(&bytes[at + r.start..at + r.end]);
                 }
+                if let Some(r) = step.trailer {
+                    trailers.extend_from_slice(&bytes[at + r.start..at + r.end]);
+                }
                 at += step.consumed;
                 if step.consumed == 0 {
                     break;
                 }
             }
             let end = dec.is_done();
-            if !data.is_empty() || end {
+            if end && !trailers.is_empty() {
+                if !data.is_empty() {
+                    send.send_data(Bytes::from(data), false).map_err(failed)?;
+                }
+                send.send_trailers(trailer_map(trailers)).map_err(failed)?;
+            } else if !data.is_empty() || end {
                 send.send_data(Bytes::from(data), end).map_err(failed)?;
             }
             Ok((bytes.len(), end))
@@ -422,4 +432,27 @@ fn body_bytes(
             Ok((bytes.len(), false))
         }
     }
+}
+
+/// Trailer field lines (`name: value` CRLF, as the chunked decoder hands
+/// them back) as a header map; a line that is not a valid field is left
+/// out.
+fn trailer_map(lines: &[u8]) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let value = line[colon + 1..].trim_ascii();
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(line[..colon].trim_ascii()),
+            HeaderValue::from_bytes(value),
+        ) {
+            if !connection_specific(n.as_str().as_bytes()) {
+                map.append(n, v);
+            }
+        }
+    }
+    map
 }

@@ -10,7 +10,7 @@ use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvi
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use sluicegate_config::UpstreamTls;
+use sluicegate_config::{UpstreamProtocol, UpstreamTls};
 
 use super::certs::read_certs;
 use super::config::default_provider;
@@ -31,9 +31,13 @@ impl std::fmt::Debug for UpstreamTlsRt {
 }
 
 impl UpstreamTlsRt {
-    /// Builds the client side of `service`'s TLS, reading its files. The
-    /// error names the file or setting at fault.
-    pub(crate) fn new(t: &UpstreamTls) -> Result<UpstreamTlsRt, String> {
+    /// Builds the client side of `service`'s TLS, reading its files; ALPN
+    /// offers what `protocol` speaks. The error names the file or setting
+    /// at fault.
+    pub(crate) fn new(
+        t: &UpstreamTls,
+        protocol: UpstreamProtocol,
+    ) -> Result<UpstreamTlsRt, String> {
         let provider = default_provider();
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -77,7 +81,11 @@ impl UpstreamTlsRt {
             }
             _ => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = match protocol {
+            UpstreamProtocol::Http1 | UpstreamProtocol::H2c => vec![b"http/1.1".to_vec()],
+            UpstreamProtocol::H2 => vec![b"h2".to_vec()],
+            UpstreamProtocol::Auto => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        };
         let sni = match &t.sni {
             Some(name) => Some(
                 ServerName::try_from(name.clone())

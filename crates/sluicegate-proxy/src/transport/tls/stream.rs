@@ -274,7 +274,8 @@ impl TlsStream {
         ClientIdentity::of(der.as_ref())
     }
 
-    /// The client chose HTTP/2 by ALPN.
+    /// HTTP/2 was chosen by ALPN (by the client, on a listener; by the
+    /// server, on an upstream connection).
     pub(crate) fn alpn_h2(&self) -> bool {
         self.conn.borrow().alpn_protocol() == Some(b"h2")
     }
