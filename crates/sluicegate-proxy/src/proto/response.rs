@@ -79,6 +79,26 @@ impl ErrorKind {
         }
     }
 
+    /// The gRPC status code a gRPC client gets for this error.
+    pub fn grpc_status(self) -> u8 {
+        match self {
+            ErrorKind::Unauthorized => 16, // UNAUTHENTICATED
+            ErrorKind::Forbidden => 7,     // PERMISSION_DENIED
+            ErrorKind::TooManyRequests | ErrorKind::BodyTooLarge => 8, // RESOURCE_EXHAUSTED
+            ErrorKind::NoRoute => 12,      // UNIMPLEMENTED
+            ErrorKind::UpstreamFailed
+            | ErrorKind::UpstreamBusy
+            | ErrorKind::NoHealthyEndpoint
+            | ErrorKind::TooManyTunnels => 14, // UNAVAILABLE
+            ErrorKind::UpstreamTimeout | ErrorKind::RequestTimeout => 4, // DEADLINE_EXCEEDED
+            ErrorKind::BadRequest
+            | ErrorKind::HeadersTooLarge
+            | ErrorKind::NotImplemented
+            | ErrorKind::MethodNotAllowed
+            | ErrorKind::ExpectationFailed => 13, // INTERNAL
+        }
+    }
+
     /// The client connection cannot be reused after this error.
     pub fn closes(self) -> bool {
         matches!(
@@ -148,19 +168,25 @@ pub fn content_length(out: &mut Vec<u8>, n: u64) {
 
 /// Appends a complete error response. `head_only` leaves the body out
 /// (for HEAD requests) while keeping its length.
-pub fn error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool) {
-    error_with(out, kind, close, head_only, &[]);
+pub fn error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool, grpc: bool) {
+    error_with(out, kind, close, head_only, grpc, &[]);
 }
 
 /// [`error`] with extra header fields (a filter's, say). A 503 for a
-/// service with no endpoint in rotation says `retry-after: 1`.
+/// service with no endpoint in rotation says `retry-after: 1`. To a gRPC
+/// request (`grpc`) the answer is gRPC's trailers-only form instead: a
+/// `200` whose head carries `grpc-status` and `grpc-message`.
 pub fn error_with(
     out: &mut Vec<u8>,
     kind: ErrorKind,
     close: bool,
     head_only: bool,
+    grpc: bool,
     extra: &[&Fields],
 ) {
+    if grpc {
+        return grpc_error(out, kind, close, extra);
+    }
     let status = kind.status();
     let mut body = Vec::with_capacity(64);
     body.extend_from_slice(b"{\"error\":\"");
@@ -201,4 +227,25 @@ mod tests {
         let body_len = "{\"error\":\"bad gateway\",\"status\":502}\n".len();
         assert!(s.contains(&format!("content-length: {body_len}\r\n")));
     }
+}
+
+/// An error as gRPC's trailers-only answer: `200`, `content-type:
+/// application/grpc`, `grpc-status` and `grpc-message` in the head, no
+/// body (over HTTP/2, one HEADERS frame that ends the stream).
+fn grpc_error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, extra: &[&Fields]) {
+    status_line(out, 200);
+    out.extend_from_slice(b"content-type: application/grpc\r\ngrpc-status: ");
+    out.extend_from_slice(itoa::Buffer::new().format(kind.grpc_status()).as_bytes());
+    // The messages are plain ASCII words: nothing to percent-encode.
+    out.extend_from_slice(b"\r\ngrpc-message: ");
+    out.extend_from_slice(kind.message().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    content_length(out, 0);
+    for fields in extra {
+        fields.write_h1(out);
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
 }

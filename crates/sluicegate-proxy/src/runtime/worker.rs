@@ -102,6 +102,11 @@ pub struct Bufs {
     pub log_line: Vec<u8>,
     /// The current request is HEAD: answers carry no body.
     pub is_head: bool,
+    /// The current request is gRPC (`content-type: application/grpc...`):
+    /// the gateway's own answers are gRPC statuses.
+    pub grpc: bool,
+    /// The client's `grpc-timeout`, when it sent one.
+    pub grpc_timeout: Option<std::time::Duration>,
     /// What the route's filters changed for the current request.
     pub edits: Edits,
     /// A tunnel the current request opened (a `101`), for the session to
@@ -142,6 +147,8 @@ impl Worker {
                 res: ResponseHead::default(),
                 log_line: Vec::new(),
                 is_head: false,
+                grpc: false,
+                grpc_timeout: None,
                 edits: Edits::default(),
                 upgraded: None,
             })

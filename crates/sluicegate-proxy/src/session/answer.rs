@@ -42,7 +42,7 @@ impl Conn<'_> {
         kind: ErrorKind,
     ) -> bool {
         bufs.out.clear();
-        response::error(&mut bufs.out, kind, true, false);
+        response::error(&mut bufs.out, kind, true, false, false);
         self.worker.shared.global.unrouted.record(kind.status());
         let limit = snap.timeouts.client_write;
         match write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await {
@@ -122,7 +122,7 @@ impl Conn<'_> {
                 let before = bufs.out.len();
                 // Filters' response fields (CORS) go on refusals too.
                 let extra = [extra, &bufs.edits.response_headers];
-                response::error_with(&mut bufs.out, kind, close, is_head, &extra);
+                response::error_with(&mut bufs.out, kind, close, is_head, bufs.grpc, &extra);
                 (kind.status(), bufs.out.len() - before)
             }
         };

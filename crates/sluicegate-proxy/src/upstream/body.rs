@@ -11,7 +11,7 @@ use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
 use crate::runtime::deadline::{Deadlines, Wait};
 use crate::runtime::worker::{Bufs, Downstream, Worker};
-use crate::snapshot::{ServiceRt, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::transport::io::{write_all_by, RecvBuf};
 
 /// Reads while streaming bodies use buffers up to this size.
@@ -86,7 +86,8 @@ pub(crate) async fn linger(dl: &Deadlines, client: &Stream, inb: &mut RecvBuf, m
     }
 }
 
-/// Streams the rest of a request body upstream; returns the bytes sent.
+/// Streams the rest of a request body upstream, each read waiting at most
+/// `idle` for the client; returns the bytes sent.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn send_body(
     dl: &Deadlines,
@@ -97,8 +98,8 @@ pub(crate) async fn send_body(
     body: BodyKind,
     mut remaining: u64,
     snap: &Snapshot,
+    idle: Duration,
 ) -> Result<u64, BodyError> {
-    let idle = snap.timeouts.client_body;
     let mut sent = 0;
     match body {
         BodyKind::Length(_) => {
@@ -171,8 +172,8 @@ pub(crate) enum Fault {
 }
 
 /// Streams the response body to the client after the head in `bufs.out`;
-/// each write may wait `client_write` (`timeouts.client_write`) for the
-/// client to read. Returns body bytes written; on error, the bytes written
+/// each read may wait `idle` for the upstream, each write `client_write`
+/// (`timeouts.client_write`) for the client. Returns body bytes written; on error, the bytes written
 /// so far and what failed.
 pub(crate) async fn relay_body(
     down: &Downstream<'_>,
@@ -180,10 +181,9 @@ pub(crate) async fn relay_body(
     bufs: &mut Bufs,
     body: BodyKind,
     rechunk: bool,
-    service: &ServiceRt,
+    idle: Duration,
     client_write: Duration,
 ) -> Result<u64, (u64, Fault)> {
-    let idle = service.timeouts.response_body;
     let client = down.client;
     let dl = &down.worker.deadlines;
     let wdl = || dl.after(client_write);

@@ -12,59 +12,33 @@
 
 use std::net::IpAddr;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
-use tokio::net::TcpStream;
+use std::time::Instant;
 
 use crate::proto::codec::BodyKind;
-use crate::proto::response::{self, ErrorKind};
+use crate::proto::response::ErrorKind;
 use crate::route::target::Target;
-use crate::runtime::deadline::Deadlines;
-use crate::runtime::worker::{Bufs, Downstream, Worker};
+use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
-use crate::transport::stream::Stream;
-use crate::transport::tls::TlsStream;
 use crate::upstream::attempt::{
     connect_failed, cost_nothing, retry_endpoint, switch_to, take_pooled, time_left, Verdict,
 };
 use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::upstream::endpoint::EndpointState;
-use crate::upstream::h2pool;
 use crate::upstream::head::{
     early_response, read_response_head, write_request_head, write_response_head, Forwarded,
     HeadError,
 };
 use crate::upstream::tunnel;
 
+use super::connect::connect;
+pub use super::outcome::Outcome;
+use super::outcome::{fail, fail_unsent};
+
 /// Times a request whose HTTP/2 stream an upstream refused unprocessed
 /// (its connection going away) is sent again, on another stream.
 const REFUSED_RETRIES: u32 = 3;
-
-/// How a request ended, for metrics, the access log and the connection.
-#[derive(Debug)]
-pub struct Outcome<'s> {
-    pub status: u16,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-    pub close: bool,
-    pub upstream_us: Option<u64>,
-    pub endpoint: Option<&'s EndpointState>,
-}
-
-impl Outcome<'_> {
-    pub fn local(status: u16, bytes_out: u64, close: bool) -> Self {
-        Outcome {
-            status,
-            bytes_in: 0,
-            bytes_out,
-            close,
-            upstream_us: None,
-            endpoint: None,
-        }
-    }
-}
 
 /// What `forward` needs besides the buffers.
 pub struct Request<'a, 's> {
@@ -89,77 +63,6 @@ fn epoch_us(now: Instant) -> u64 {
     now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
         .as_micros() as u64
 }
-/// A connection for one request to `ep`, within `timeout`: a new one to
-/// a service speaking HTTP/1.1, a stream on one of the worker's HTTP/2
-/// connections to it (opened if needed) otherwise. `true` when the
-/// stream goes on a connection that served before.
-async fn connect(
-    worker: &Worker,
-    ep: &EndpointState,
-    service: &ServiceRt,
-    timeout: Duration,
-) -> std::io::Result<(Stream, bool)> {
-    if service.protocol.http2() {
-        return h2pool::stream(worker, ep, service, timeout).await;
-    }
-    Ok((
-        connect_stream(&worker.deadlines, ep, service, timeout).await?,
-        false,
-    ))
-}
-
-/// A new connection to `ep`, with the TLS handshake when the service
-/// speaks TLS to its endpoints; both within `timeout`.
-pub(crate) async fn connect_stream(
-    dl: &Deadlines,
-    ep: &EndpointState,
-    service: &ServiceRt,
-    timeout: Duration,
-) -> std::io::Result<Stream> {
-    let deadline = Instant::now() + timeout;
-    let s = tokio::time::timeout(timeout, TcpStream::connect(ep.addr))
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    s.set_nodelay(true)?;
-    let Some(tls) = &service.tls else {
-        return Ok(Stream::Tcp(s));
-    };
-    let name = tls.server_name(&ep.name).map_err(std::io::Error::other)?;
-    let s = TlsStream::connect(s, tls.config.clone(), name, dl.at(deadline)).await?;
-    Ok(Stream::Tls(Box::new(s)))
-}
-/// [`fail`] for a request refused before it was prepared: its head is
-/// taken out of the buffer first, so that a connection kept alive reads
-/// the next request, not this one again.
-async fn fail_unsent<'s>(
-    cx: (&Downstream<'_>, &Snapshot),
-    bufs: &mut Bufs,
-    kind: ErrorKind,
-    close: bool,
-) -> Outcome<'s> {
-    bufs.inb.consume(bufs.req.len);
-    fail(cx, bufs, kind, close).await
-}
-
-/// Answers an error to the client from inside `forward`.
-async fn fail<'s>(
-    (down, snap): (&Downstream<'_>, &Snapshot),
-    bufs: &mut Bufs,
-    kind: ErrorKind,
-    close: bool,
-) -> Outcome<'s> {
-    let close = close || kind.closes();
-    bufs.out.clear();
-    response::error(&mut bufs.out, kind, close, bufs.is_head);
-    let len = bufs.out.len() as u64;
-    let limit = snap.timeouts.client_write;
-    let write = write_all_by(down.client, &bufs.out, down.worker.deadlines.after(limit)).await;
-    if let Err(e) = &write {
-        client_write_failed(down.worker, e);
-    }
-    Outcome::local(kind.status(), len, close || write.is_err())
-}
-
 /// The endpoint for a request: the balancer's pick among the endpoints in
 /// rotation; when none is, one only ejected after failed connects (a lone
 /// endpoint that restarted is back with its first good connect); `None`
@@ -316,8 +219,13 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         return fail_unsent((down, snap), bufs, ErrorKind::NoHealthyEndpoint, close).await;
     };
     let mut ep: &'s EndpointState = &service.endpoints[ep_index];
-    // Every attempt must have the response head by then.
-    let total = started + service.timeouts.request;
+    // Every attempt must have the response head by then (sooner when a
+    // gRPC client's own deadline says so).
+    let limit = match bufs.grpc_timeout {
+        Some(t) => t.min(service.timeouts.request),
+        None => service.timeouts.request,
+    };
+    let total = started + limit;
     let wait = service.timeouts.connect.min(service.timeouts.request);
     let Some(mut _permit) = ep.acquire(wait).await else {
         let mut o = fail_unsent(
@@ -443,7 +351,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             // of the body is not sent.
             let Bufs { inb, out, upb, .. } = &mut *bufs;
             let sent = tokio::select! {
-                r = send_body(&worker.deadlines, down.client, &up, inb, out, body, remaining, snap) => r,
+                r = send_body(&worker.deadlines, down.client, &up, inb, out, body, remaining, snap, snap.timeouts.client_body) => r,
                 early = early_response(&up, upb) => {
                     if early {
                         body_cut = true;
@@ -576,7 +484,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         bufs,
         res_body,
         client_minor == 1,
-        service,
+        service.timeouts.response_body,
         snap.timeouts.client_write,
     )
     .await;

@@ -168,7 +168,7 @@ async fn open(
     deadline: Instant,
 ) -> io::Result<Opened> {
     let timeout = deadline.saturating_duration_since(Instant::now());
-    let conn = super::forward::connect_stream(&worker.deadlines, ep, service, timeout).await?;
+    let conn = super::connect::connect_stream(&worker.deadlines, ep, service, timeout).await?;
     if let Stream::Tls(t) = &conn {
         if service.protocol == UpstreamProtocol::Auto && !t.alpn_h2() {
             // The endpoint chose HTTP/1.1: this request goes as one, and
