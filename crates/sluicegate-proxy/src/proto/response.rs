@@ -212,23 +212,6 @@ pub fn error_with(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_body_is_small_json() {
-        let mut out = Vec::new();
-        error(&mut out, ErrorKind::UpstreamFailed, true, false);
-        let s = String::from_utf8(out).unwrap();
-        assert!(s.starts_with("HTTP/1.1 502 Bad Gateway\r\n"));
-        assert!(s.contains("connection: close\r\n"));
-        assert!(s.ends_with("\r\n\r\n{\"error\":\"bad gateway\",\"status\":502}\n"));
-        let body_len = "{\"error\":\"bad gateway\",\"status\":502}\n".len();
-        assert!(s.contains(&format!("content-length: {body_len}\r\n")));
-    }
-}
-
 /// An error as gRPC's trailers-only answer: `200`, `content-type:
 /// application/grpc`, `grpc-status` and `grpc-message` in the head, no
 /// body (over HTTP/2, one HEADERS frame that ends the stream).
@@ -248,4 +231,32 @@ fn grpc_error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, extra: &[&Fields]
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_body_is_small_json() {
+        let mut out = Vec::new();
+        error(&mut out, ErrorKind::UpstreamFailed, true, false, false);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 502 Bad Gateway\r\n"));
+        assert!(s.contains("connection: close\r\n"));
+        assert!(s.ends_with("\r\n\r\n{\"error\":\"bad gateway\",\"status\":502}\n"));
+        let body_len = "{\"error\":\"bad gateway\",\"status\":502}\n".len();
+        assert!(s.contains(&format!("content-length: {body_len}\r\n")));
+    }
+
+    #[test]
+    fn a_grpc_request_gets_a_trailers_only_status() {
+        let mut out = Vec::new();
+        error(&mut out, ErrorKind::TooManyRequests, false, false, true);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ngrpc-status: 8\r\n\
+             grpc-message: too many requests\r\ncontent-length: 0\r\n\r\n"
+        );
+    }
 }

@@ -11,7 +11,6 @@ use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
 use crate::runtime::deadline::{Deadlines, Wait};
 use crate::runtime::worker::{Bufs, Downstream, Worker};
-use crate::snapshot::Snapshot;
 use crate::transport::io::{write_all_by, RecvBuf};
 
 /// Reads while streaming bodies use buffers up to this size.
@@ -87,7 +86,8 @@ pub(crate) async fn linger(dl: &Deadlines, client: &Stream, inb: &mut RecvBuf, m
 }
 
 /// Streams the rest of a request body upstream, each read waiting at most
-/// `idle` for the client; returns the bytes sent.
+/// `idle` for the client, a chunked one refused past `max_body` bytes;
+/// returns the bytes sent.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn send_body(
     dl: &Deadlines,
@@ -97,7 +97,7 @@ pub(crate) async fn send_body(
     out: &mut Vec<u8>,
     body: BodyKind,
     mut remaining: u64,
-    snap: &Snapshot,
+    max_body: u64,
     idle: Duration,
 ) -> Result<u64, BodyError> {
     let mut sent = 0;
@@ -129,7 +129,7 @@ pub(crate) async fn send_body(
                     out.extend_from_slice(b"\r\n");
                 }
                 inb.consume(step.consumed);
-                if dec.total > snap.limits.max_body_bytes {
+                if dec.total > max_body {
                     return Err(BodyError::TooLarge);
                 }
                 if dec.is_done() {

@@ -33,6 +33,7 @@ use crate::upstream::head::{
 use crate::upstream::tunnel;
 
 use super::connect::connect;
+use super::duplex;
 pub use super::outcome::Outcome;
 use super::outcome::{fail, fail_unsent};
 
@@ -345,13 +346,32 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             o.endpoint = Some(ep);
             return o;
         }
+        if !replayable && bufs.grpc {
+            // A gRPC call whose request streams: both ways at once.
+            let call = duplex::Call {
+                down,
+                snap,
+                ep,
+                body,
+                remaining,
+                bytes_in,
+                client_minor,
+                is_head,
+                deadline: (Instant::now() + service.timeouts.response_header).min(total),
+                close: close_req,
+            };
+            return duplex::run(call, up, &mut admit, bufs).await;
+        }
         if !replayable {
             // Stream the body while watching the upstream: one that answers
             // early (say 413) gets its answer relayed at once, and the rest
             // of the body is not sent.
             let Bufs { inb, out, upb, .. } = &mut *bufs;
             let sent = tokio::select! {
-                r = send_body(&worker.deadlines, down.client, &up, inb, out, body, remaining, snap, snap.timeouts.client_body) => r,
+                r = send_body(
+                    &worker.deadlines, down.client, &up, inb, out, body, remaining,
+                    snap.limits.max_body_bytes, snap.timeouts.client_body,
+                ) => r,
                 early = early_response(&up, upb) => {
                     if early {
                         body_cut = true;

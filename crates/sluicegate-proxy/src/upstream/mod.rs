@@ -8,6 +8,7 @@ pub(crate) mod body;
 pub(crate) mod breaker;
 pub(crate) mod budget;
 mod connect;
+mod duplex;
 pub(crate) mod eject;
 pub(crate) mod endpoint;
 pub(crate) mod forward;

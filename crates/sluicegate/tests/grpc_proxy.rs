@@ -1,0 +1,250 @@
+//! gRPC through the gateway with grpcio (PyPI, in the test venv) on both
+//! ends: a raw-bytes test service (`fixtures/grpc/server.py`) behind a
+//! service with `protocol: h2c`, clients in the clear (h2c with prior
+//! knowledge). Unary, server-, client- and bidirectional streaming (also
+//! as a conversation, each message sent only after the last answer: full
+//! duplex) pass as they do directly, with the upstream's statuses (from
+//! trailers and trailers-only answers); the gateway's own answers are gRPC
+//! statuses (UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED,
+//! UNIMPLEMENTED, UNAVAILABLE, DEADLINE_EXCEEDED), and `grpc-timeout`
+//! bounds the call.
+
+mod http_common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use http_common::{service, Gw};
+use sluicegate_testkit::free_port;
+
+fn python() -> &'static PathBuf {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = Command::new(root.join("scripts/test-venv"))
+            .output()
+            .expect("run scripts/test-venv");
+        assert!(
+            out.status.success(),
+            "scripts/test-venv failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/python")
+    })
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/grpc")
+        .join(name)
+}
+
+/// The gRPC test server on a free port; killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = free_port();
+        let mut child = Command::new(python())
+            .arg(fixture("server.py"))
+            .arg(port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the gRPC server");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        let _ = BufReader::new(out).read_line(&mut line);
+        assert_eq!(line.trim(), "ready", "the gRPC server did not start");
+        Server { child, port }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One call's result as the client printed it.
+#[derive(Debug)]
+struct Call {
+    name: String,
+    code: String,
+    details: String,
+    result: String,
+}
+
+/// Runs `client.py PORT args...` (bounded), one [`Call`] per line.
+fn client(port: u16, args: &[&str]) -> Vec<Call> {
+    let mut child = Command::new(python())
+        .arg(fixture("client.py"))
+        .arg(port.to_string())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the gRPC client");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the gRPC client did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("client output");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!(
+                    "bad client line {l:?}: {e}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+            Call {
+                name: v["call"].as_str().unwrap_or("").to_string(),
+                code: v["code"].as_str().unwrap_or("").to_string(),
+                details: v["details"].as_str().unwrap_or("").to_string(),
+                result: v["result"].to_string(),
+            }
+        })
+        .collect()
+}
+
+fn code(port: u16, args: &[&str]) -> String {
+    let calls = client(port, args);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    calls[0].code.clone()
+}
+
+#[test]
+fn every_kind_of_call_passes_as_it_does_directly() {
+    let server = Server::start();
+    let gw = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: echo\n    match: {{ path_prefix: /test.Echo/ }}\n    service: g\n",
+        service("g", &[server.addr()], "    protocol: h2c\n")
+    ));
+    let direct = client(server.port, &["all"]);
+    let through = client(gw.port, &["all"]);
+    assert_eq!(direct.len(), 8, "{direct:?}");
+    assert_eq!(through.len(), direct.len(), "{through:?}");
+    for (d, t) in direct.iter().zip(&through) {
+        assert_eq!(
+            (&d.name, &d.code, &d.details, &d.result),
+            (&t.name, &t.code, &t.details, &t.result),
+            "{} directly and through the gateway",
+            d.name
+        );
+    }
+    let by = |n: &str| through.iter().find(|c| c.name == n).unwrap();
+    assert_eq!(
+        by("bidi_turns").result,
+        r#"["re:0","re:1","re:2","re:3","re:4"]"#
+    );
+    assert_eq!(by("status").code, "NOT_FOUND");
+    assert_eq!(by("server_stream").result.matches("\"m").count(), 50);
+}
+
+#[test]
+fn the_gateways_own_answers_are_grpc_statuses() {
+    let server = Server::start();
+    let down = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let gw = Gw::start(&format!(
+        "services:\n{}{}routes:\n\
+         \x20 - name: keyed\n    match: {{ path_prefix: /test.Echo/ }}\n    service: g\n    auth: app_key\n\
+         \x20 - name: gone\n    match: {{ path_prefix: /gone.Svc/ }}\n    service: down\n\
+         plans:\n  tiny: {{ rate: 1/s, burst: 1 }}\n\
+         apps:\n\
+         \x20 - {{ id: ok, keys: [\"ok-key-0123456789\"] }}\n\
+         \x20 - {{ id: limited, keys: [\"limited-key-0123456789\"], plan: tiny }}\n\
+         \x20 - {{ id: elsewhere, keys: [\"elsewhere-key-0123456789\"], services: [down] }}\n",
+        service("g", &[server.addr()], "    protocol: h2c\n"),
+        service("down", &[down], "    protocol: h2c\n")
+    ));
+    let p = gw.port;
+    // No key: UNAUTHENTICATED; a key for an app not allowed the service:
+    // PERMISSION_DENIED; over the plan: RESOURCE_EXHAUSTED.
+    assert_eq!(code(p, &["unary"]), "UNAUTHENTICATED");
+    assert_eq!(
+        code(p, &["unary", "x-app-key=elsewhere-key-0123456789"]),
+        "PERMISSION_DENIED"
+    );
+    assert_eq!(code(p, &["unary", "x-app-key=ok-key-0123456789"]), "OK");
+    assert_eq!(
+        code(p, &["unary", "x-app-key=limited-key-0123456789"]),
+        "OK"
+    );
+    assert_eq!(
+        code(p, &["unary", "x-app-key=limited-key-0123456789"]),
+        "RESOURCE_EXHAUSTED"
+    );
+    // The upstream's own statuses pass.
+    assert_eq!(
+        code(p, &["unary", "x-app-key=ok-key-0123456789", "x-status=9"]),
+        "FAILED_PRECONDITION"
+    );
+    // `grpc-timeout` bounds the call at the gateway: curl (no deadline of
+    // its own) asks with 300 ms while the server sleeps 3 s; the gateway
+    // answers DEADLINE_EXCEEDED as a trailers-only response.
+    let t0 = std::time::Instant::now();
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-D",
+            "-",
+            "--max-time",
+            "10",
+            "--http2-prior-knowledge",
+        ])
+        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
+        .args(["-H", "grpc-timeout: 300m", "-H", "x-sleep-ms: 3000"])
+        .args(["-H", "x-app-key: ok-key-0123456789"])
+        .args(["--data-binary", "@-"])
+        .arg(format!("http://127.0.0.1:{p}/test.Echo/Unary"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            // One gRPC message: uncompressed, 2 bytes, "hi".
+            c.stdin.take().unwrap().write_all(b"\0\0\0\0\x02hi")?;
+            c.wait_with_output()
+        })
+        .expect("curl");
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(head.contains("grpc-status: 4"), "{head}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t0.elapsed()
+    );
+    // A service whose endpoint is down: UNAVAILABLE; no route:
+    // UNIMPLEMENTED.
+    let gw2 = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: gone\n    match: {{ path_prefix: /test.Echo/Unary }}\n    service: down\n",
+        service("down", &[down], "    protocol: h2c\n")
+    ));
+    assert_eq!(code(gw2.port, &["unary"]), "UNAVAILABLE");
+    let calls = client(gw2.port, &["all"]);
+    let by = |n: &str| calls.iter().find(|c| c.name == n).unwrap().code.clone();
+    assert_eq!(by("server_stream"), "UNIMPLEMENTED", "{calls:?}");
+}
