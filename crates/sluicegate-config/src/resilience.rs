@@ -16,7 +16,8 @@ const BREAKER_KEYS: &[&str] = &[
     "on_5xx",
 ];
 const EJECTION_KEYS: &[&str] = &["base", "max"];
-const RETRY_ON: &str = "connect, reset, timeout, or a status from 500 to 599";
+const RETRY_ON: &str =
+    "connect, reset, timeout, a status from 500 to 599, or grpc:STATUS (e.g. grpc:unavailable)";
 
 /// Decodes `retries: { attempts, on, budget }`.
 pub(crate) fn retries(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Retries> {
@@ -45,6 +46,31 @@ pub(crate) fn retries(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Retrie
                         "connect" => out.on_connect = true,
                         "reset" => out.on_reset = true,
                         "timeout" => out.on_timeout = true,
+                        t if t.starts_with("grpc:") => {
+                            let name = t[5..].to_ascii_lowercase();
+                            match crate::model::GRPC_STATUS_NAMES
+                                .iter()
+                                .position(|n| *n == name)
+                            {
+                                Some(code) if code > 0 => {
+                                    if !out.on_grpc.contains(&(code as u8)) {
+                                        out.on_grpc.push(code as u8);
+                                    }
+                                }
+                                _ => {
+                                    cx.at(
+                                        item.pos,
+                                        p.index(i),
+                                        format_args!(
+                                            "unknown gRPC status {} (expected grpc: and one of {})",
+                                            quote(t),
+                                            crate::model::GRPC_STATUS_NAMES[1..].join(", ")
+                                        ),
+                                    );
+                                    ok = false;
+                                }
+                            }
+                        }
                         t => match t.parse::<u16>() {
                             Ok(s) if (500..=599).contains(&s) => {
                                 if !out.on_status.contains(&s) {

@@ -51,10 +51,16 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// With `["unavailable"]`: every call ends UNAVAILABLE.
+    fn start_with(args: &[&str]) -> Server {
         let port = free_port();
         let mut child = Command::new(python())
             .arg(fixture("server.py"))
             .arg(port.to_string())
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -247,4 +253,65 @@ fn the_gateways_own_answers_are_grpc_statuses() {
     let calls = client(gw2.port, &["all"]);
     let by = |n: &str| calls.iter().find(|c| c.name == n).unwrap().code.clone();
     assert_eq!(by("server_stream"), "UNIMPLEMENTED", "{calls:?}");
+}
+
+fn metric(admin: u16, line_start: &str) -> u64 {
+    let text = sluicegate_testkit::http_get(("127.0.0.1", admin), "/metrics", &[]).body_str();
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn unavailable_answers_are_retried_elsewhere_and_counted_by_status() {
+    let good = Server::start();
+    let bad = Server::start_with(&["unavailable"]);
+    let eps = [bad.addr(), good.addr()];
+    let start = |retries: &str| {
+        let admin = free_port();
+        let gw = Gw::start(&format!(
+            "admin: {{ listen: \"127.0.0.1:{admin}\" }}\nservices:\n{}routes:\n  - name: echo\n    service: g\n",
+            service("g", &eps, &format!("    protocol: h2c\n{retries}"))
+        ));
+        (gw, admin)
+    };
+    // Without retries on gRPC statuses, the calls that go to the bad
+    // endpoint fail; with `grpc:unavailable` they go again to the good one.
+    let (gw, admin) = start("");
+    let codes: Vec<String> = (0..8).map(|_| code(gw.port, &["unary"])).collect();
+    let failed = codes.iter().filter(|c| *c == "UNAVAILABLE").count();
+    assert!(
+        failed >= 2 && codes.iter().all(|c| c == "OK" || c == "UNAVAILABLE"),
+        "{codes:?}"
+    );
+    let ok = metric(
+        admin,
+        "sluicegate_grpc_requests_total{route=\"echo\",grpc_status=\"ok\"}",
+    );
+    let unavailable = metric(
+        admin,
+        "sluicegate_grpc_requests_total{route=\"echo\",grpc_status=\"unavailable\"}",
+    );
+    assert_eq!((ok, unavailable), ((8 - failed) as u64, failed as u64));
+    drop(gw);
+    let (gw, admin) = start("    retries: { attempts: 2, on: [connect, grpc:unavailable] }\n");
+    for _ in 0..8 {
+        assert_eq!(code(gw.port, &["unary"]), "OK");
+    }
+    let ok = metric(
+        admin,
+        "sluicegate_grpc_requests_total{route=\"echo\",grpc_status=\"ok\"}",
+    );
+    assert_eq!(ok, 8);
+    // A server stream's status comes in its trailers: counted too.
+    let calls = client(gw.port, &["all"]);
+    assert!(calls.iter().any(|c| c.name == "server_stream"), "{calls:?}");
+    assert!(
+        metric(
+            admin,
+            "sluicegate_grpc_requests_total{route=\"echo\",grpc_status=\"ok\"}"
+        ) > 8
+    );
 }

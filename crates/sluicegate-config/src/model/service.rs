@@ -73,6 +73,9 @@ pub struct Retries {
     pub on_timeout: bool,
     /// Statuses answered again elsewhere (idempotent only).
     pub on_status: Vec<u16>,
+    /// gRPC statuses (codes 1 to 16) of a trailers-only answer that send a
+    /// gRPC call again elsewhere (`grpc:unavailable`), whatever its method.
+    pub on_grpc: Vec<u8>,
     /// Retries allowed, as a share of requests, in percent.
     pub budget_percent: u32,
 }
@@ -85,6 +88,7 @@ impl Default for Retries {
             on_reset: true,
             on_timeout: false,
             on_status: Vec::new(),
+            on_grpc: Vec::new(),
             budget_percent: 20,
         }
     }
@@ -190,3 +194,24 @@ impl Default for UpstreamTimeouts {
         }
     }
 }
+
+/// gRPC status names as `retries.on` spells them (`grpc:NAME`), by code.
+pub const GRPC_STATUS_NAMES: [&str; 17] = [
+    "ok",
+    "cancelled",
+    "unknown",
+    "invalid_argument",
+    "deadline_exceeded",
+    "not_found",
+    "already_exists",
+    "permission_denied",
+    "resource_exhausted",
+    "failed_precondition",
+    "aborted",
+    "out_of_range",
+    "unimplemented",
+    "internal",
+    "unavailable",
+    "data_loss",
+    "unauthenticated",
+];

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{errors, ok};
+use super::{error, errors, ok};
 use crate::*;
 
 fn service(extra: &str) -> String {
@@ -34,9 +34,17 @@ fn defaults_retry_connects_and_resets_once_with_no_breaker() {
 }
 
 #[test]
+fn an_unknown_grpc_status_is_named() {
+    let e = error(&service("    retries: { on: [grpc:unavail] }\n"));
+    assert!(e.starts_with("5:21: services[0].retries.on[0]: unknown gRPC status \"grpc:unavail\" (expected grpc: and one of cancelled, unknown,"), "{e}");
+    let e = error(&service("    retries: { on: [grpc:ok] }\n"));
+    assert!(e.contains("unknown gRPC status \"grpc:ok\""), "{e}");
+}
+
+#[test]
 fn retries_and_breaker_decode() {
     let c = ok(&service(
-        "    retries: { attempts: 3, on: [connect, timeout, 502, 503, 503], budget: 10% }
+        "    retries: { attempts: 3, on: [connect, timeout, 502, 503, 503, grpc:unavailable, grpc:DEADLINE_EXCEEDED, grpc:unavailable], budget: 10% }
     breaker: { errors: 4, window: 5s, open_for: 30s, half_open_requests: 2, on_5xx: true }
 ",
     ));
@@ -49,6 +57,7 @@ fn retries_and_breaker_decode() {
             on_reset: false,
             on_timeout: true,
             on_status: vec![502, 503],
+            on_grpc: vec![14, 4],
             budget_percent: 10,
         }
     );
@@ -76,8 +85,8 @@ fn each_mistake_is_named_where_it_is() {
     ));
     let expect = [
         "5:26: services[0].retries.attempts: expected an integer from 1 to 10, found \"0\"",
-        "5:43: services[0].retries.on[1]: expected connect, reset, timeout, or a status from 500 to 599, found \"404\"",
-        "5:48: services[0].retries.on[2]: expected connect, reset, timeout, or a status from 500 to 599, found \"sometimes\"",
+        "5:43: services[0].retries.on[1]: expected connect, reset, timeout, a status from 500 to 599, or grpc:STATUS (e.g. grpc:unavailable), found \"404\"",
+        "5:48: services[0].retries.on[2]: expected connect, reset, timeout, a status from 500 to 599, or grpc:STATUS (e.g. grpc:unavailable), found \"sometimes\"",
         "5:68: services[0].retries.budget: expected a share of requests like 20%, found \"150%\"",
         "6:24: services[0].breaker.errors: expected an integer from 1 to 1000000, found \"-1\"",
         "6:36: services[0].breaker.window: must be at least 10ms",

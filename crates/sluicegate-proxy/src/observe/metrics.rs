@@ -5,6 +5,7 @@
 //! registry by name, so a reload keeps counting where it was.
 
 use crate::apps::AppSlot;
+use sluicegate_config::GRPC_STATUS_NAMES;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -52,6 +53,9 @@ pub struct RouteMetrics {
     pub latency: Histogram,
     /// Requests refused 401 by the route's auth (no or unknown credentials).
     pub unauthorized: AtomicU64,
+    /// gRPC calls by the status they ended with (codes 0 to 16); index 17:
+    /// calls that ended without one (cut, or a non-gRPC answer).
+    pub grpc: [AtomicU64; 18],
 }
 
 /// Writes the per-app families, skipping apps with no requests.
@@ -95,6 +99,7 @@ impl RouteMetrics {
             status: Default::default(),
             latency: Histogram::default(),
             unauthorized: AtomicU64::new(0),
+            grpc: Default::default(),
         }
     }
 
@@ -102,6 +107,13 @@ impl RouteMetrics {
         let class = (usize::from(status / 100)).clamp(1, 5) - 1;
         self.status[class].fetch_add(1, Ordering::Relaxed);
         self.latency.observe(us);
+    }
+
+    /// Counts a gRPC call's ending status.
+    #[cold]
+    pub fn record_grpc(&self, status: Option<u8>) {
+        let i = status.map_or(17, |s| usize::from(s).min(17));
+        self.grpc[i].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -185,6 +197,25 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
             label(&r.name),
             r.unauthorized.load(Ordering::Relaxed)
         );
+    }
+    out.push_str(
+        "# HELP sluicegate_grpc_requests_total gRPC calls by route and the gRPC status they ended with (none: cut, or no gRPC answer).\n",
+    );
+    out.push_str("# TYPE sluicegate_grpc_requests_total counter\n");
+    for r in routes.clone() {
+        for (i, c) in r.grpc.iter().enumerate() {
+            let n = c.load(Ordering::Relaxed);
+            if n == 0 {
+                continue;
+            }
+            let status = GRPC_STATUS_NAMES.get(i).copied().unwrap_or("none");
+            let _ = writeln!(
+                out,
+                "sluicegate_grpc_requests_total{{route=\"{}\",grpc_status=\"{}\"}} {n}",
+                label(&r.name),
+                status
+            );
+        }
     }
     out.push_str("# HELP sluicegate_request_duration_seconds Time from request head to response end, by route.\n");
     out.push_str("# TYPE sluicegate_request_duration_seconds histogram\n");

@@ -107,6 +107,9 @@ pub struct Bufs {
     pub grpc: bool,
     /// The client's `grpc-timeout`, when it sent one.
     pub grpc_timeout: Option<std::time::Duration>,
+    /// The gRPC status the current gRPC call ended with, once known (from
+    /// the answer's head, its trailers, or the gateway's own answer).
+    pub grpc_status: Option<u8>,
     /// What the route's filters changed for the current request.
     pub edits: Edits,
     /// A tunnel the current request opened (a `101`), for the session to
@@ -149,6 +152,7 @@ impl Worker {
                 is_head: false,
                 grpc: false,
                 grpc_timeout: None,
+                grpc_status: None,
                 edits: Edits::default(),
                 upgraded: None,
             })

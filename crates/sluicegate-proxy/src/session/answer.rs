@@ -123,6 +123,9 @@ impl Conn<'_> {
                 // Filters' response fields (CORS) go on refusals too.
                 let extra = [extra, &bufs.edits.response_headers];
                 response::error_with(&mut bufs.out, kind, close, is_head, bufs.grpc, &extra);
+                if bufs.grpc {
+                    bufs.grpc_status = Some(kind.grpc_status());
+                }
                 (kind.status(), bufs.out.len() - before)
             }
         };

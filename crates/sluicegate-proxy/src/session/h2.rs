@@ -26,8 +26,8 @@ use h2::{Reason, RecvStream};
 
 use super::conn::Conn;
 use super::start::Active;
-use crate::proto::http2::exchange::Exchange;
-use crate::proto::http2::request::write_head;
+use crate::proto::http2::exchange::{take_ready, Exchange};
+use crate::proto::http2::request::{write_head, BodyAt};
 use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::Worker;
 use crate::transport::h2io::{Flood, H2Io};
@@ -35,6 +35,9 @@ use crate::transport::listener::{ListenerRt, Prepared};
 use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
 
+/// A request body up to this size that came whole with its head is given
+/// with its length (see [`stream`]).
+const WHOLE_MAX: usize = 64 * 1024;
 /// Send buffer the framing layer keeps per stream beyond the window.
 const SEND_BUFFER: usize = 256 * 1024;
 /// Streams the client may reset before the gateway took them up, at once.
@@ -200,18 +203,40 @@ async fn stream(
     respond: SendResponse<Bytes>,
 ) {
     shared.open.set(shared.open.get() + 1);
-    let (parts, recv) = req.into_parts();
+    let (parts, mut recv) = req.into_parts();
     let mut bufs = worker.take_bufs();
     let mut head = std::mem::take(&mut bufs.out);
     head.clear();
-    let chunked = write_head(&parts, recv.is_end_stream(), &mut head);
+    // A body that came whole with its head (most small requests, every
+    // unary gRPC call) goes after the head with its length: the request
+    // can then be sent again (retries). Otherwise what came of it leads
+    // the stream's body.
+    let mut early = Vec::new();
+    let body = if recv.is_end_stream() {
+        BodyAt::None
+    } else if take_ready(&mut recv, &mut early, WHOLE_MAX) {
+        BodyAt::Whole(early.len() as u64)
+    } else {
+        BodyAt::Streams
+    };
+    let chunked = write_head(&parts, body, &mut head);
     bufs.inb.clear();
     bufs.inb.put(&head);
     head.clear();
     bufs.out = head;
+    if let BodyAt::Whole(_) = body {
+        bufs.inb.put(&early);
+        early.clear();
+    } else if chunked && !early.is_empty() {
+        let mut framed = Vec::with_capacity(early.len() + 16);
+        crate::proto::chunked::write_chunk_header(&mut framed, early.len());
+        framed.extend_from_slice(&early);
+        framed.extend_from_slice(b"\r\n");
+        early = framed;
+    }
     let is_head = parts.method == http::Method::HEAD;
     drop(parts);
-    let exchange = Exchange::new(recv, respond, chunked, is_head);
+    let exchange = Exchange::new(recv, respond, chunked, is_head, early);
     let mut conn = Conn {
         worker: &worker,
         client: Stream::H2(Box::new(exchange)),

@@ -106,6 +106,7 @@ impl Conn<'_> {
         bufs.grpc = false;
         if method == b"POST" {
             (bufs.grpc, bufs.grpc_timeout) = grpc_facts(raw, req);
+            bufs.grpc_status = None;
         }
         bufs.edits.clear();
         // The client: the connection's, or the one a trusted proxy names.
@@ -229,6 +230,9 @@ impl Conn<'_> {
         bufs.edits.guards.clear();
         let total_us = self.finish(started);
         route.metrics.record(outcome.status, total_us);
+        if bufs.grpc {
+            route.metrics.record_grpc(bufs.grpc_status);
+        }
         self.log(snap, bufs, method_len, &route.name, svc, &outcome, total_us);
         outcome.next()
     }

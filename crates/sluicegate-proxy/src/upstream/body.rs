@@ -256,6 +256,9 @@ pub(crate) async fn relay_body(
                         bufs.out.extend_from_slice(b"0\r\n");
                         bufs.out.extend_from_slice(&trailers);
                         bufs.out.extend_from_slice(b"\r\n");
+                        if bufs.grpc {
+                            bufs.grpc_status = grpc_status_in(&trailers).or(bufs.grpc_status);
+                        }
                     }
                 }
                 if dec.is_done() || bufs.out.len() >= FLUSH_AT || bufs.upb.is_empty() {
@@ -297,4 +300,21 @@ pub(crate) async fn relay_body(
         }
     }
     Ok(written)
+}
+
+/// The `grpc-status` among header field lines (`name: value` CRLF).
+pub(crate) fn grpc_status_in(lines: &[u8]) -> Option<u8> {
+    lines.split(|&b| b == b'\n').find_map(|line| {
+        let (name, value) = line.split_at(line.iter().position(|&b| b == b':')?);
+        name.trim_ascii()
+            .eq_ignore_ascii_case(b"grpc-status")
+            .then(|| grpc_code(value[1..].trim_ascii()))
+            .flatten()
+    })
+}
+
+/// A gRPC status code, 0 to 16.
+pub(crate) fn grpc_code(v: &[u8]) -> Option<u8> {
+    let s = std::str::from_utf8(v).ok()?;
+    s.parse::<u8>().ok().filter(|c| *c <= 16)
 }

@@ -21,7 +21,7 @@ use crate::transport::stream::Stream;
 use crate::upstream::attempt::Verdict;
 use crate::upstream::body::{relay_body, send_body, BodyError, Fault};
 use crate::upstream::endpoint::EndpointState;
-use crate::upstream::head::{read_response_head, write_response_head, HeadError};
+use crate::upstream::head::{head_grpc_status, read_response_head, write_response_head, HeadError};
 use crate::upstream::outcome::{fail, Outcome};
 
 /// One call's state when its head went upstream.
@@ -180,6 +180,7 @@ async fn answer(
         return Answered::NoHead(e);
     }
     let status = bufs.res.status;
+    bufs.grpc_status = head_grpc_status(bufs);
     if c.ep.breaker.counts_status(status) {
         admit.failed(c.ep);
     } else {

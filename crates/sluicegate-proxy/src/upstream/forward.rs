@@ -27,8 +27,8 @@ use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::upstream::endpoint::EndpointState;
 use crate::upstream::head::{
-    early_response, read_response_head, write_request_head, write_response_head, Forwarded,
-    HeadError,
+    early_response, head_grpc_status, read_response_head, write_request_head, write_response_head,
+    Forwarded, HeadError,
 };
 use crate::upstream::tunnel;
 
@@ -415,7 +415,16 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
                 } else {
                     admit.succeeded(ep);
                 }
-                if elsewhere && r.on_status.contains(&status) {
+                // A gRPC call's trailers-only status may send it again
+                // (`grpc:` in retries.on), whatever its method.
+                let grpc_again = bufs.grpc && {
+                    bufs.grpc_status = head_grpc_status(bufs);
+                    replayable
+                        && portable
+                        && !body_cut
+                        && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c))
+                };
+                if (elsewhere && r.on_status.contains(&status)) || grpc_again {
                     if let Some((i, permit)) =
                         retry_endpoint(service, ep_index, &mut tried, &mut tries, total, false)
                     {

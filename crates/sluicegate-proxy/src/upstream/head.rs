@@ -244,3 +244,14 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     let len = res.len;
     bufs.upb.consume(len);
 }
+
+/// The `grpc-status` in the response head in `bufs` (a trailers-only gRPC
+/// answer carries it there).
+pub(crate) fn head_grpc_status(bufs: &Bufs) -> Option<u8> {
+    let raw = bufs.upb.filled();
+    bufs.res
+        .headers
+        .iter()
+        .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(b"grpc-status"))
+        .and_then(|h| crate::upstream::body::grpc_code(&raw[h.value.clone()]))
+}

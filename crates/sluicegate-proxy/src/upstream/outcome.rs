@@ -55,6 +55,9 @@ pub(super) async fn fail<'s>(
     let close = close || kind.closes();
     bufs.out.clear();
     response::error(&mut bufs.out, kind, close, bufs.is_head, bufs.grpc);
+    if bufs.grpc {
+        bufs.grpc_status = Some(kind.grpc_status());
+    }
     let len = bufs.out.len() as u64;
     let limit = snap.timeouts.client_write;
     let write = write_all_by(down.client, &bufs.out, down.worker.deadlines.after(limit)).await;

@@ -106,18 +106,20 @@ fn broken() -> io::Error {
 
 impl Exchange {
     /// A stream whose request head was given to the lifecycle; its body
-    /// is read from `recv`, chunked when `chunked_in`.
+    /// is read from `recv`, chunked when `chunked_in`, after `early` (what
+    /// of it was taken in already, framed).
     pub(crate) fn new(
         recv: RecvStream,
         respond: SendResponse<Bytes>,
         chunked_in: bool,
         is_head: bool,
+        early: Vec<u8>,
     ) -> Exchange {
         let in_done = recv.is_end_stream();
         Exchange {
             inner: RefCell::new(Inner {
                 recv,
-                staged: Vec::new(),
+                staged: early,
                 pos: 0,
                 chunked_in,
                 in_done,
@@ -258,6 +260,35 @@ impl Exchange {
             Out::Failed => i.out = Out::Failed,
         }
     }
+}
+
+/// Takes in the request body bytes `recv` holds now, without waiting, up
+/// to about `max`; true when that was all of it (the stream ended).
+pub(crate) fn take_ready(recv: &mut RecvStream, out: &mut Vec<u8>, max: usize) -> bool {
+    if recv.is_end_stream() {
+        return true;
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(NoWake));
+    let mut cx = Context::from_waker(&waker);
+    while out.len() <= max {
+        match recv.poll_data(&mut cx) {
+            Poll::Ready(Some(Ok(data))) => {
+                let _ = recv.flow_control().release_capacity(data.len());
+                out.extend_from_slice(&data);
+            }
+            Poll::Ready(None) => return true,
+            // An error or nothing yet: the exchange's own reads see it.
+            Poll::Ready(Some(Err(_))) | Poll::Pending => return false,
+        }
+    }
+    false
+}
+
+/// A waker for a look at what is there: nothing waits on it.
+struct NoWake;
+
+impl std::task::Wake for NoWake {
+    fn wake(self: std::sync::Arc<Self>) {}
 }
 
 impl Drop for Exchange {

@@ -8,13 +8,25 @@
 use http::request::Parts;
 use http::Method;
 
-/// Writes the head of `req` into `out`; `end` when the client's HEADERS
-/// ended the stream (no body). Returns whether the body is given chunked.
+/// Where a stream's request body is when its head is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyAt {
+    /// The client's HEADERS ended the stream: no body.
+    None,
+    /// All of it arrived with the head: this many bytes, given with their
+    /// length right after the head (so the request can be sent again).
+    Whole(u64),
+    /// It is still coming.
+    Streams,
+}
+
+/// Writes the head of `req` into `out`, its body framed as `body` says.
+/// Returns whether the body is given chunked (still coming, no length).
 ///
 /// The fields' bytes were checked by the HTTP/2 decoder (no CR, LF or NUL
 /// in a value, lowercase token names, no connection-specific field, `te`
 /// only `trailers`), so the text written is a well-formed head.
-pub(crate) fn write_head(req: &Parts, end: bool, out: &mut Vec<u8>) -> bool {
+pub(crate) fn write_head(req: &Parts, body: BodyAt, out: &mut Vec<u8>) -> bool {
     let authority = req.uri.authority().map(|a| a.as_str());
     out.extend_from_slice(req.method.as_str().as_bytes());
     out.push(b' ');
@@ -46,6 +58,11 @@ pub(crate) fn write_head(req: &Parts, end: bool, out: &mut Vec<u8>) -> bool {
             }
         }
         if name == http::header::CONTENT_LENGTH {
+            if matches!(body, BodyAt::Whole(_)) {
+                // Written below, from what arrived (which the framing
+                // layer checked against it).
+                continue;
+            }
             length = true;
         }
         out.extend_from_slice(name.as_str().as_bytes());
@@ -63,7 +80,12 @@ pub(crate) fn write_head(req: &Parts, end: bool, out: &mut Vec<u8>) -> bool {
         }
         out.extend_from_slice(b"\r\n");
     }
-    let chunked = !end && !length;
+    if let BodyAt::Whole(n) = body {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let chunked = body == BodyAt::Streams && !length;
     if chunked {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
@@ -78,7 +100,8 @@ mod tests {
     fn head(req: http::Request<()>, end: bool) -> (String, bool) {
         let (parts, ()) = req.into_parts();
         let mut out = Vec::new();
-        let chunked = write_head(&parts, end, &mut out);
+        let body = if end { BodyAt::None } else { BodyAt::Streams };
+        let chunked = write_head(&parts, body, &mut out);
         (String::from_utf8(out).unwrap(), chunked)
     }
 
@@ -116,6 +139,20 @@ mod tests {
         let (text, chunked) = head(req, false);
         assert!(!chunked);
         assert!(text.contains("content-length: 5\r\n"), "{text}");
+    }
+
+    #[test]
+    fn a_body_that_came_whole_gets_its_length() {
+        let req = http::Request::post("http://h/up")
+            .header("content-length", "5")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let mut out = Vec::new();
+        assert!(!write_head(&parts, BodyAt::Whole(5), &mut out));
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("content-length: 5\r\n").count(), 1, "{text}");
+        assert!(!text.contains("transfer-encoding"), "{text}");
     }
 
     #[test]
