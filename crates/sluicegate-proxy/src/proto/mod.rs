@@ -3,6 +3,7 @@
 //! the header fields filters add, and HTTP/2 streams seen as HTTP/1.1
 //! messages (`http2`).
 
+pub(crate) mod bytes;
 pub(crate) mod chunked;
 pub(crate) mod codec;
 pub(crate) mod fields;

@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::transport::stream::Stream;
 
 use crate::filters::Edits;
+use crate::proto::bytes;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestHead};
 use crate::proto::response;
 use crate::route::target::Target;
@@ -204,7 +205,7 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     let out = &mut bufs.out;
     out.clear();
     // Status line: our version, the upstream's code and reason.
-    let line_end = codec::find_byte(b'\n', raw).unwrap_or(0);
+    let line_end = bytes::find_byte(b'\n', raw).unwrap_or(0);
     let mut line = &raw[9.min(line_end)..line_end];
     if line.last() == Some(&b'\r') {
         line = &line[..line.len() - 1];
@@ -220,7 +221,7 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     let cors = bufs.edits.cors;
     codec::append_header_lines(out, raw, &res.headers, res.len, res.crlf, |h| {
         let name = &raw[h.name.clone()];
-        (!h.skip || (keep_length && codec::eq_lower(name, b"content-length")))
+        (!h.skip || (keep_length && bytes::eq_lower(name, b"content-length")))
             && !ops.is_some_and(|o| o.drops(name))
             && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
     });

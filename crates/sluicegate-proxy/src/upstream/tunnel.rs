@@ -85,7 +85,7 @@ impl Drop for Upgraded {
 pub(super) fn allowed(value: &[u8], allowed: &[Box<str>]) -> bool {
     !allowed.is_empty()
         && value.split(|&b| b == b',').all(|token| {
-            let token = crate::proto::codec::trim(token);
+            let token = crate::proto::bytes::trim(token);
             let name = token.split(|&b| b == b'/').next().unwrap_or(token);
             !name.is_empty()
                 && !name.eq_ignore_ascii_case(b"h2c")
