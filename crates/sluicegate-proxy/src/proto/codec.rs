@@ -9,6 +9,7 @@
 use std::ops::Range;
 
 use crate::proto::bytes::{eq_lower, trim};
+use crate::proto::head::HeaderRef;
 
 mod client;
 mod server;
@@ -33,8 +34,9 @@ pub enum HeadError {
 }
 
 /// How the body of a message is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum BodyKind {
+    #[default]
     None,
     Length(u64),
     Chunked,
@@ -42,66 +44,33 @@ pub enum BodyKind {
     UntilClose,
 }
 
-/// A header's name and value as ranges into the buffer the head was parsed from.
-#[derive(Debug, Clone)]
-pub struct HeaderRef {
-    pub name: Range<usize>,
-    pub value: Range<usize>,
-    /// True for headers that must not be forwarded (hop-by-hop or ones the
-    /// gateway rewrites itself).
-    pub skip: bool,
-}
-
-/// A request head, with its framing already decided.
-#[derive(Debug, Clone, Default)]
-pub struct RequestHead {
+/// How a request is framed in HTTP/1.1, decided by the codec beside its
+/// [`RequestHead`](crate::proto::head::RequestHead): read where the request is framed (its body forwarded
+/// or dropped, the connection kept or closed), not by routing, filters or
+/// logging.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestFraming {
     /// Length of the head in the buffer, including the final CRLF.
     pub len: usize,
-    pub method: Range<usize>,
-    pub target: Range<usize>,
-    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
-    pub minor: u8,
-    pub headers: Vec<HeaderRef>,
-    pub body: Option<BodyKind>,
-    pub host: Option<Range<usize>>,
-    /// Values of every `X-Forwarded-For` header, in order; the gateway
-    /// forwards them joined, with the client's address appended.
-    pub xff: Vec<Range<usize>>,
+    pub body: BodyKind,
     /// The client asked to close after this request (or is HTTP/1.0 without keep-alive).
     pub close: bool,
+    /// An HTTP/1.1 client waits for `100 Continue` before its body.
     pub expect_continue: bool,
-    /// The `Upgrade` value of an HTTP/1.1 request whose `Connection` names
-    /// `upgrade` (and that has no body): what it asks to switch to.
-    pub upgrade: Option<Range<usize>>,
 }
 
-/// A response head from an upstream.
-#[derive(Debug, Clone, Default)]
-pub struct ResponseHead {
+/// How a response is framed in HTTP/1.1, decided by the codec beside its
+/// [`ResponseHead`](crate::proto::head::ResponseHead).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponseFraming {
+    /// Length of the head in the buffer, including the final CRLF.
     pub len: usize,
-    pub status: u16,
-    pub minor: u8,
-    pub headers: Vec<HeaderRef>,
-    pub body: Option<BodyKind>,
+    pub body: BodyKind,
     /// The upstream will close (or did not promise keep-alive).
     pub close: bool,
     /// Every line of the head ends in CRLF, so its lines can be copied as
     /// received (see [`append_header_lines`]).
     pub crlf: bool,
-    /// The `Upgrade` value (the protocol a `101` switches to).
-    pub upgrade: Option<Range<usize>>,
-}
-
-impl RequestHead {
-    pub fn body(&self) -> BodyKind {
-        self.body.unwrap_or(BodyKind::None)
-    }
-}
-
-impl ResponseHead {
-    pub fn body(&self) -> BodyKind {
-        self.body.unwrap_or(BodyKind::None)
-    }
 }
 
 fn offset(buf: &[u8], part: &[u8]) -> Range<usize> {

@@ -7,5 +7,6 @@ pub(crate) mod bytes;
 pub(crate) mod chunked;
 pub(crate) mod codec;
 pub(crate) mod fields;
+pub(crate) mod head;
 pub(crate) mod http2;
 pub(crate) mod response;

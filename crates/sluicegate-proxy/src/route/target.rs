@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use crate::proto::codec::RequestHead;
+use crate::proto::head::RequestHead;
 use crate::proto::response::ErrorKind;
 
 /// The request target split into parts, as ranges into the head buffer.
@@ -116,7 +116,7 @@ mod tests {
     fn parse(raw: &[u8]) -> Result<(Target, RequestHead), ErrorKind> {
         let mut head = RequestHead::default();
         match codec::parse_request(raw, 8192, &mut head) {
-            Ok(Parsed::Complete(())) => {}
+            Ok(Parsed::Complete(_)) => {}
             _ => panic!("bad head"),
         }
         Target::parse(raw, &head).map(|t| (t, head))

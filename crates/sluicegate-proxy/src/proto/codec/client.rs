@@ -6,19 +6,21 @@
 use std::mem::MaybeUninit;
 
 use super::{
-    head_ends_have_bare_lf, header_loop, offset, BodyKind, HeadError, Known, Parsed, ResponseHead,
-    MAX_HEADERS,
+    head_ends_have_bare_lf, header_loop, offset, BodyKind, HeadError, Known, Parsed,
+    ResponseFraming, MAX_HEADERS,
 };
 use crate::proto::bytes::{eq_lower, trim};
+use crate::proto::head::ResponseHead;
 
-/// Parses a response head from an upstream. `head_request` says whether
-/// the request was HEAD (then no body follows whatever the headers say).
+/// Parses a response head from an upstream into `head`, and returns its
+/// framing. `head_request` says whether the request was HEAD (then no body
+/// follows whatever the headers say).
 pub fn parse_response(
     buf: &[u8],
     max: usize,
     head_request: bool,
     head: &mut ResponseHead,
-) -> Result<Parsed<()>, HeadError> {
+) -> Result<Parsed<ResponseFraming>, HeadError> {
     let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut res = httparse::Response::new(&mut []);
     let len = match httparse::ParserConfig::default()
@@ -43,7 +45,6 @@ pub fn parse_response(
     if !(100..=999).contains(&status) {
         return Err(HeadError::Bad("invalid status code"));
     }
-    head.len = len;
     // Header lines are checked in the header loop.
     let lines_crlf = !head_ends_have_bare_lf(buf, len, 0);
     head.status = status;
@@ -68,11 +69,10 @@ pub fn parse_response(
             Ok(())
         },
     )?;
-    head.crlf = f.crlf;
     head.upgrade = upgrade;
     let (mut close, length) = (f.close, f.length);
     let no_body = head_request || (100..200).contains(&status) || status == 204 || status == 304;
-    head.body = Some(if no_body {
+    let body = if no_body {
         BodyKind::None
     } else {
         match (te, length) {
@@ -87,12 +87,16 @@ pub fn parse_response(
                 BodyKind::UntilClose
             }
         }
-    });
+    };
     if te.is_some() && length.is_some() {
         // Both framings: the length is ignored (RFC 9112 6.3) and the
         // connection cannot be trusted afterwards.
         close = true;
     }
-    head.close = close;
-    Ok(Parsed::Complete(()))
+    Ok(Parsed::Complete(ResponseFraming {
+        len,
+        body,
+        close,
+        crlf: f.crlf,
+    }))
 }

@@ -7,18 +7,19 @@ use std::mem::MaybeUninit;
 
 use super::{
     has_bare_lf, head_ends_have_bare_lf, header_loop, offset, BodyKind, HeadError, Known, Parsed,
-    RequestHead, MAX_HEADERS,
+    RequestFraming, MAX_HEADERS,
 };
 use crate::proto::bytes::{eq_lower, trim, valid_host};
+use crate::proto::head::RequestHead;
 
-/// Parses a request head from `buf` (which starts at the head). `max` is the
-/// largest head allowed; a partial head already longer than that is
-/// `TooLarge`.
+/// Parses a request head from `buf` (which starts at the head) into `head`,
+/// and returns its framing. `max` is the largest head allowed; a partial
+/// head already longer than that is `TooLarge`.
 pub fn parse_request(
     buf: &[u8],
     max: usize,
     head: &mut RequestHead,
-) -> Result<Parsed<()>, HeadError> {
+) -> Result<Parsed<RequestFraming>, HeadError> {
     // Left uninitialised: httparse writes the headers it finds, and filling
     // 128 empty ones first cost more than parsing a small head.
     let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
@@ -47,19 +48,18 @@ pub fn parse_request(
     let line0 = offset(buf, method.as_bytes()).start;
     // Header lines are checked in the header loop.
     let lines_crlf = !head_ends_have_bare_lf(buf, len, line0);
-    head.len = len;
     head.method = offset(buf, method.as_bytes());
     head.target = offset(buf, path.as_bytes());
     head.minor = minor;
     head.headers.clear();
     head.host = None;
     head.xff.clear();
-    head.expect_continue = false;
+    let mut expect_continue = false;
     let mut chunked = false;
     let mut te_seen = false;
     head.upgrade = None;
     let mut upgrade = None;
-    let (host, xff, expect_continue) = (&mut head.host, &mut head.xff, &mut head.expect_continue);
+    let (host, xff) = (&mut head.host, &mut head.xff);
     let f = header_loop(
         buf,
         req.headers,
@@ -100,7 +100,7 @@ pub fn parse_request(
                     if !trim(value).eq_ignore_ascii_case(b"100-continue") {
                         return Err(HeadError::ExpectationFailed);
                     }
-                    *expect_continue = minor == 1;
+                    expect_continue = minor == 1;
                     *skip = true;
                 }
                 Known::XForwardedFor => {
@@ -130,14 +130,18 @@ pub fn parse_request(
     if minor == 1 && head.host.is_none() {
         return Err(HeadError::Bad("missing Host header"));
     }
-    head.close = close;
-    head.body = Some(if chunked {
+    let body = if chunked {
         BodyKind::Chunked
     } else {
         match length {
             Some(0) | None => BodyKind::None,
             Some(n) => BodyKind::Length(n),
         }
-    });
-    Ok(Parsed::Complete(()))
+    };
+    Ok(Parsed::Complete(RequestFraming {
+        len,
+        body,
+        close,
+        expect_continue,
+    }))
 }

@@ -1,11 +1,12 @@
 //! The HTTP/1.1 codec's unit tests: framing rules, header loops.
 
 use super::*;
+use crate::proto::head::{RequestHead, ResponseHead};
 
-fn req(raw: &[u8]) -> Result<RequestHead, HeadError> {
+fn req(raw: &[u8]) -> Result<(RequestHead, RequestFraming), HeadError> {
     let mut head = RequestHead::default();
     match parse_request(raw, 16384, &mut head)? {
-        Parsed::Complete(()) => Ok(head),
+        Parsed::Complete(f) => Ok((head, f)),
         Parsed::Partial => Err(HeadError::Bad("partial")),
     }
 }
@@ -51,7 +52,7 @@ fn bare_lf_check_without_scan_agrees_with_the_scan() {
                     }
                     // Without Host an HTTP/1.1 head is refused anyway.
                     Err(HeadError::Bad(_)) if n == 0 && !scan => {}
-                    Ok(Parsed::Complete(())) => {
+                    Ok(Parsed::Complete(_)) => {
                         assert!(!scan, "{:?}", String::from_utf8_lossy(&raw))
                     }
                     other => panic!(
@@ -68,10 +69,10 @@ fn bare_lf_check_without_scan_agrees_with_the_scan() {
 #[test]
 fn header_lines_copied_in_runs_or_rebuilt() {
     let raw = b"GET / HTTP/1.1\r\nHost: x\r\nA:1  \r\nConnection: close\r\nB: 2\r\nC: 3\r\n\r\n";
-    let h = req(raw).unwrap();
+    let (h, f) = req(raw).unwrap();
     let names = |keep: &[&str], crlf: bool| {
         let mut out = Vec::new();
-        append_header_lines(&mut out, raw, &h.headers, h.len, crlf, |r| {
+        append_header_lines(&mut out, raw, &h.headers, f.len, crlf, |r| {
             keep.iter()
                 .any(|k| raw[r.name.clone()].eq_ignore_ascii_case(k.as_bytes()))
         });
@@ -95,26 +96,25 @@ fn response_head_line_ends() {
     let ok = b"HTTP/1.1 200 OK\r\nA: 1\r\nContent-Length: 0\r\n\r\n";
     assert!(matches!(
         parse_response(ok, 4096, false, &mut head),
-        Ok(Parsed::Complete(()))
+        Ok(Parsed::Complete(ResponseFraming { crlf: true, .. }))
     ));
-    assert!(head.crlf);
     let lf = b"HTTP/1.1 200 OK\nA: 1\r\nContent-Length: 0\n\n";
     assert!(matches!(
         parse_response(lf, 4096, false, &mut head),
-        Ok(Parsed::Complete(()))
+        Ok(Parsed::Complete(ResponseFraming { crlf: false, .. }))
     ));
-    assert!(!head.crlf);
 }
 
 #[test]
 fn simple_get() {
     let raw = b"GET /a?b HTTP/1.1\r\nHost: x\r\nX-Other: 1\r\n\r\nrest";
-    let h = req(raw).unwrap();
+    let (h, f) = req(raw).unwrap();
     assert_eq!(&raw[h.method.clone()], b"GET");
     assert_eq!(&raw[h.target.clone()], b"/a?b");
-    assert_eq!(h.len, raw.len() - 4);
-    assert_eq!(h.body(), BodyKind::None);
-    assert!(!h.close);
+    assert_eq!(f.len, raw.len() - 4);
+    assert_eq!(f.body, BodyKind::None);
+    assert!(!f.close);
+    assert!(!f.expect_continue);
     assert_eq!(&raw[h.host.clone().unwrap()], b"x");
 }
 
@@ -143,7 +143,7 @@ fn framing_is_strict() {
             matches!(r, Err(HeadError::Bad(_))),
             "{:?} -> {:?}",
             String::from_utf8_lossy(raw),
-            r.map(|h| h.body)
+            r.map(|(_, f)| f)
         );
     }
     let r = req(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
@@ -152,19 +152,26 @@ fn framing_is_strict() {
 
 #[test]
 fn body_kinds() {
-    let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n").unwrap();
-    assert_eq!(h.body(), BodyKind::Length(12));
-    let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\n").unwrap();
-    assert_eq!(h.body(), BodyKind::Length(3));
-    let h = req(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap();
-    assert_eq!(h.body(), BodyKind::Chunked);
+    let body = |raw: &[u8]| req(raw).unwrap().1.body;
+    assert_eq!(
+        body(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n"),
+        BodyKind::Length(12)
+    );
+    assert_eq!(
+        body(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3, 3\r\n\r\n"),
+        BodyKind::Length(3)
+    );
+    assert_eq!(
+        body(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n"),
+        BodyKind::Chunked
+    );
 }
 
 #[test]
 fn connection_and_hop_by_hop() {
     let raw = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nX-Keep: 2\r\n\r\n";
-    let h = req(raw).unwrap();
-    assert!(h.close);
+    let (h, f) = req(raw).unwrap();
+    assert!(f.close);
     let kept: Vec<&[u8]> = h
         .headers
         .iter()
@@ -172,10 +179,13 @@ fn connection_and_hop_by_hop() {
         .map(|x| &raw[x.name.clone()])
         .collect();
     assert_eq!(kept, vec![&b"Host"[..], &b"X-Keep"[..]]);
-    let h = req(b"GET / HTTP/1.0\r\n\r\n").unwrap();
-    assert!(h.close);
-    let h = req(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
-    assert!(!h.close);
+    assert!(req(b"GET / HTTP/1.0\r\n\r\n").unwrap().1.close);
+    assert!(
+        !req(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .unwrap()
+            .1
+            .close
+    );
 }
 
 #[test]
@@ -206,27 +216,23 @@ fn too_large_and_partial() {
 
 #[test]
 fn responses() {
-    let mut head = ResponseHead::default();
+    let res = |raw: &[u8], head_request: bool| {
+        let mut head = ResponseHead::default();
+        match parse_response(raw, 16384, head_request, &mut head) {
+            Ok(Parsed::Complete(f)) => (f.body, f.close),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    };
     let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok";
-    assert!(matches!(
-        parse_response(raw, 16384, false, &mut head),
-        Ok(Parsed::Complete(()))
-    ));
-    assert_eq!(head.body(), BodyKind::Length(2));
-    assert!(!head.close);
-    parse_response(raw, 16384, true, &mut head).ok();
-    assert_eq!(head.body(), BodyKind::None);
+    assert_eq!(res(raw, false), (BodyKind::Length(2), false));
+    assert_eq!(res(raw, true).0, BodyKind::None);
     let raw = b"HTTP/1.1 200 OK\r\n\r\n";
-    parse_response(raw, 16384, false, &mut head).ok();
-    assert_eq!(head.body(), BodyKind::UntilClose);
-    assert!(head.close);
+    assert_eq!(res(raw, false), (BodyKind::UntilClose, true));
     let raw = b"HTTP/1.1 204 No Content\r\n\r\n";
-    parse_response(raw, 16384, false, &mut head).ok();
-    assert_eq!(head.body(), BodyKind::None);
+    assert_eq!(res(raw, false).0, BodyKind::None);
     let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n";
-    parse_response(raw, 16384, false, &mut head).ok();
-    assert_eq!(head.body(), BodyKind::Chunked);
-    assert!(head.close);
+    assert_eq!(res(raw, false), (BodyKind::Chunked, true));
+    let mut head = ResponseHead::default();
     assert!(parse_response(b"HTTP/1.1 abc\r\n\r\n", 16384, false, &mut head).is_err());
     assert!(parse_response(b"garbage\r\n\r\n", 16384, false, &mut head).is_err());
 }
