@@ -1,7 +1,9 @@
-//! HTTP/1.1 message heads: parsing on `httparse` into offsets (no copies),
-//! strict RFC 9112 framing checks, and the hop-by-hop header rules. The
-//! server side (requests, `server.rs`) and the client side (responses,
-//! `client.rs`) share the header loop here.
+//! The HTTP/1.1 codec: message heads parsed on `httparse` into offsets (no
+//! copies), strict RFC 9112 framing checks, and the hop-by-hop header
+//! rules. The server side (requests, `server.rs`) and the client side
+//! (responses, `client.rs`) share the header loop here; each fills a
+//! protocol-neutral head (`proto::head`) and returns the message's framing
+//! beside it ([`RequestFraming`], [`ResponseFraming`]).
 //!
 //! A parsed head keeps byte ranges into the connection's read buffer, so a
 //! header is forwarded by copying its original bytes, never re-allocated.
@@ -45,9 +47,9 @@ pub enum BodyKind {
 }
 
 /// How a request is framed in HTTP/1.1, decided by the codec beside its
-/// [`RequestHead`](crate::proto::head::RequestHead): read where the request is framed (its body forwarded
-/// or dropped, the connection kept or closed), not by routing, filters or
-/// logging.
+/// [`RequestHead`](crate::proto::head::RequestHead): read where the
+/// request is framed (its body forwarded or dropped, the connection kept
+/// or closed), not by routing, filters or logging.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestFraming {
     /// Length of the head in the buffer, including the final CRLF.
