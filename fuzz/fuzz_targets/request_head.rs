@@ -9,10 +9,10 @@ use sluicegate_proxy::fuzzing::{strip_port, Target};
 
 fuzz_target!(|data: &[u8]| {
     let mut head = RequestHead::default();
-    if let Ok(Parsed::Complete(())) = parse_request(data, 16384, &mut head) {
-        assert!(head.len <= data.len());
+    if let Ok(Parsed::Complete(framing)) = parse_request(data, 16384, &mut head) {
+        assert!(framing.len <= data.len());
         for h in &head.headers {
-            assert!(h.name.end <= head.len && h.value.end <= head.len);
+            assert!(h.name.end <= framing.len && h.value.end <= framing.len);
         }
         if let Ok(t) = Target::parse(data, &head) {
             let _ = t.path(data);

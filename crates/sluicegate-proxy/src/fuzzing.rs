@@ -2,7 +2,10 @@
 //! for them alone: not an API to build on.
 
 pub use crate::proto::chunked::ChunkedDecoder;
-pub use crate::proto::codec::{parse_request, parse_response, Parsed, RequestHead, ResponseHead};
+pub use crate::proto::codec::{
+    parse_request, parse_response, Parsed, RequestFraming, ResponseFraming,
+};
+pub use crate::proto::head::{RequestHead, ResponseHead};
 pub use crate::route::path::normalize;
 pub use crate::route::target::{strip_port, Target};
 

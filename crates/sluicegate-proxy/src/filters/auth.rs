@@ -50,7 +50,7 @@ impl Filter for AppKeyAuth {
                 if name.eq_ignore_ascii_case(hn.as_bytes()) {
                     h.skip = true;
                     if key.is_none() {
-                        key = Some(crate::proto::codec::trim(&raw[h.value.clone()]));
+                        key = Some(crate::proto::bytes::trim(&raw[h.value.clone()]));
                     }
                     continue;
                 }
@@ -75,7 +75,7 @@ impl Filter for AppKeyAuth {
             let path = cx.path;
             let after = &path[cx.prefix_len.min(path.len())..];
             if let Some(seg) = after.strip_prefix(b"/~") {
-                let end = crate::proto::codec::find_byte(b'/', seg).unwrap_or(seg.len());
+                let end = crate::proto::bytes::find_byte(b'/', seg).unwrap_or(seg.len());
                 key = key.or(Some(&seg[..end]));
                 let mut p = Vec::with_capacity(path.len());
                 p.extend_from_slice(&path[..cx.prefix_len]);
@@ -284,10 +284,10 @@ impl Filter for JwtAuth {
             .headers
             .iter()
             .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(b"authorization"))
-            .map(|h| crate::proto::codec::trim(&raw[h.value.clone()]));
+            .map(|h| crate::proto::bytes::trim(&raw[h.value.clone()]));
         let token = match auth {
             Some(v) if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") => {
-                crate::proto::codec::trim(&v[7..])
+                crate::proto::bytes::trim(&v[7..])
             }
             _ => return Err(Self::refuse(false)),
         };

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::apps::AppRef;
-use crate::proto::codec::RequestHead;
 use crate::proto::fields::Fields;
+use crate::proto::head::RequestHead;
 use crate::proto::response::ErrorKind;
 use crate::transport::tls::identity::ClientIdentity;
 

@@ -144,7 +144,7 @@ impl CorsPolicy {
 
 /// `host[:port]` ends with `suffix` (".example.com"), port aside.
 fn host_ends_with(host_port: &[u8], suffix: &[u8]) -> bool {
-    let host = match crate::proto::codec::rfind_byte(b':', host_port) {
+    let host = match crate::proto::bytes::rfind_byte(b':', host_port) {
         Some(i) if !host_port.ends_with(b"]") => &host_port[..i],
         _ => host_port,
     };
@@ -159,7 +159,7 @@ impl Filter for CorsPolicy {
                 .headers
                 .iter()
                 .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
-                .map(|h| crate::proto::codec::trim(&raw[h.value.clone()]))
+                .map(|h| crate::proto::bytes::trim(&raw[h.value.clone()]))
         };
         let Some(origin) = header(b"origin") else {
             return Ok(()); // not a cross-origin request
@@ -178,7 +178,7 @@ impl Filter for CorsPolicy {
                 if let Some(asked) = header(b"access-control-request-headers") {
                     let all_allowed = asked
                         .split(|&b| b == b',')
-                        .map(crate::proto::codec::trim)
+                        .map(crate::proto::bytes::trim)
                         .filter(|h| !h.is_empty())
                         .all(|h| {
                             self.headers

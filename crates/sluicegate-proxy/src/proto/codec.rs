@@ -1,11 +1,23 @@
-//! HTTP/1.1 message heads: parsing on `httparse` into offsets (no copies),
-//! strict RFC 9112 framing checks, and the hop-by-hop header rules.
+//! The HTTP/1.1 codec: message heads parsed on `httparse` into offsets (no
+//! copies), strict RFC 9112 framing checks, and the hop-by-hop header
+//! rules. The server side (requests, `server.rs`) and the client side
+//! (responses, `client.rs`) share the header loop here; each fills a
+//! protocol-neutral head (`proto::head`) and returns the message's framing
+//! beside it ([`RequestFraming`], [`ResponseFraming`]).
 //!
 //! A parsed head keeps byte ranges into the connection's read buffer, so a
 //! header is forwarded by copying its original bytes, never re-allocated.
 
-use std::mem::MaybeUninit;
 use std::ops::Range;
+
+use crate::proto::bytes::{eq_lower, trim};
+use crate::proto::head::HeaderRef;
+
+mod client;
+mod server;
+
+pub use client::parse_response;
+pub use server::parse_request;
 
 /// Most headers accepted in one message head; more is answered with 431.
 pub const MAX_HEADERS: usize = 128;
@@ -24,8 +36,9 @@ pub enum HeadError {
 }
 
 /// How the body of a message is delimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum BodyKind {
+    #[default]
     None,
     Length(u64),
     Chunked,
@@ -33,66 +46,33 @@ pub enum BodyKind {
     UntilClose,
 }
 
-/// A header's name and value as ranges into the buffer the head was parsed from.
-#[derive(Debug, Clone)]
-pub struct HeaderRef {
-    pub name: Range<usize>,
-    pub value: Range<usize>,
-    /// True for headers that must not be forwarded (hop-by-hop or ones the
-    /// gateway rewrites itself).
-    pub skip: bool,
-}
-
-/// A request head, with its framing already decided.
-#[derive(Debug, Clone, Default)]
-pub struct RequestHead {
+/// How a request is framed in HTTP/1.1, decided by the codec beside its
+/// [`RequestHead`](crate::proto::head::RequestHead): read where the
+/// request is framed (its body forwarded or dropped, the connection kept
+/// or closed), not by routing, filters or logging.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestFraming {
     /// Length of the head in the buffer, including the final CRLF.
     pub len: usize,
-    pub method: Range<usize>,
-    pub target: Range<usize>,
-    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
-    pub minor: u8,
-    pub headers: Vec<HeaderRef>,
-    pub body: Option<BodyKind>,
-    pub host: Option<Range<usize>>,
-    /// Values of every `X-Forwarded-For` header, in order; the gateway
-    /// forwards them joined, with the client's address appended.
-    pub xff: Vec<Range<usize>>,
+    pub body: BodyKind,
     /// The client asked to close after this request (or is HTTP/1.0 without keep-alive).
     pub close: bool,
+    /// An HTTP/1.1 client waits for `100 Continue` before its body.
     pub expect_continue: bool,
-    /// The `Upgrade` value of an HTTP/1.1 request whose `Connection` names
-    /// `upgrade` (and that has no body): what it asks to switch to.
-    pub upgrade: Option<Range<usize>>,
 }
 
-/// A response head from an upstream.
-#[derive(Debug, Clone, Default)]
-pub struct ResponseHead {
+/// How a response is framed in HTTP/1.1, decided by the codec beside its
+/// [`ResponseHead`](crate::proto::head::ResponseHead).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponseFraming {
+    /// Length of the head in the buffer, including the final CRLF.
     pub len: usize,
-    pub status: u16,
-    pub minor: u8,
-    pub headers: Vec<HeaderRef>,
-    pub body: Option<BodyKind>,
+    pub body: BodyKind,
     /// The upstream will close (or did not promise keep-alive).
     pub close: bool,
     /// Every line of the head ends in CRLF, so its lines can be copied as
     /// received (see [`append_header_lines`]).
     pub crlf: bool,
-    /// The `Upgrade` value (the protocol a `101` switches to).
-    pub upgrade: Option<Range<usize>>,
-}
-
-impl RequestHead {
-    pub fn body(&self) -> BodyKind {
-        self.body.unwrap_or(BodyKind::None)
-    }
-}
-
-impl ResponseHead {
-    pub fn body(&self) -> BodyKind {
-        self.body.unwrap_or(BodyKind::None)
-    }
 }
 
 fn offset(buf: &[u8], part: &[u8]) -> Range<usize> {
@@ -122,31 +102,6 @@ enum Known {
     /// a client sent them, on any route.
     Asserted,
     Other,
-}
-
-/// `b` equals `lower` ignoring ASCII case, where `lower` is a literal with
-/// no uppercase letters (a header name or token as the RFCs spell it).
-///
-/// Exact, and without a branch per byte: where `lower` has a letter, the
-/// byte of `b` must equal it once its case bit (0x20) is set, which only
-/// that letter's two cases do; elsewhere the bytes must be equal. Header
-/// names and tokens are short, so this is a few instructions per byte where
-/// `eq_ignore_ascii_case` takes a compare and branch for each.
-#[inline]
-pub(crate) fn eq_lower(b: &[u8], lower: &[u8]) -> bool {
-    debug_assert!(!lower.iter().any(u8::is_ascii_uppercase));
-    let fold = |x: u8, l: u8| {
-        let case = if l.is_ascii_lowercase() { 0x20 } else { 0 };
-        (x | case) ^ l
-    };
-    // Most names of the right length differ in their first byte: check it
-    // before the rest.
-    b.len() == lower.len()
-        && (b.is_empty() || fold(b[0], lower[0]) == 0)
-        && b.iter()
-            .zip(lower)
-            .fold(0u8, |diff, (&x, &l)| diff | fold(x, l))
-            == 0
 }
 
 fn classify(name: &[u8]) -> Known {
@@ -183,88 +138,6 @@ fn is_hop_by_hop(k: Known) -> bool {
             | Known::TransferEncoding
             | Known::Asserted
     )
-}
-
-/// Bytes of a reg-name (unreserved, pct-encoded, sub-delims).
-static HOST_BYTE: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        let b = i as u8;
-        t[i] = b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'%'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-            );
-        i += 1;
-    }
-    t
-};
-
-/// A Host value is a reg-name or an IP literal, with an optional port
-/// (RFC 9110 7.2, RFC 3986 3.2.2); anything else (spaces, a path, a
-/// userinfo) is refused rather than routed on and copied upstream. Empty
-/// is allowed, as RFC 9112 3.2 asks of a target without an authority.
-/// The port is found from the end (digits after the last colon), then
-/// the rest takes one table lookup per byte, without a branch.
-#[inline]
-pub(crate) fn valid_host(v: &[u8]) -> bool {
-    let mut end = v.len();
-    while end > 0 && v[end - 1].is_ascii_digit() {
-        end -= 1;
-    }
-    let host = if end > 0 && v[end - 1] == b':' && v.len() - end <= 5 {
-        &v[..end - 1]
-    } else {
-        v
-    };
-    if host.first() == Some(&b'[') {
-        return host.len() > 2
-            && host[host.len() - 1] == b']'
-            && host[1..host.len() - 1]
-                .iter()
-                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
-    }
-    host.iter()
-        .fold(true, |ok, &b| ok & HOST_BYTE[usize::from(b)])
-}
-
-/// Where `b` first occurs in `hay`. Most slices searched per request (a
-/// path, a Host value) are shorter than one vector, and there a plain loop
-/// costs less than memchr's dispatch and set-up (callgrind: about 120
-/// instructions fewer per request over the router's, target's and Host
-/// searches).
-#[inline]
-pub(crate) fn find_byte(b: u8, hay: &[u8]) -> Option<usize> {
-    if hay.len() < 32 {
-        hay.iter().position(|&x| x == b)
-    } else {
-        memchr::memchr(b, hay)
-    }
-}
-
-/// Where `b` last occurs in `hay`; see [`find_byte`].
-#[inline]
-pub(crate) fn rfind_byte(b: u8, hay: &[u8]) -> Option<usize> {
-    if hay.len() < 32 {
-        hay.iter().rposition(|&x| x == b)
-    } else {
-        memchr::memrchr(b, hay)
-    }
 }
 
 /// A bare LF (one not preceded by CR) anywhere in the head is refused:
@@ -312,16 +185,6 @@ fn parse_content_length(v: &[u8]) -> Option<u64> {
         }
     }
     result
-}
-
-pub fn trim(v: &[u8]) -> &[u8] {
-    let start = v.iter().position(|b| !matches!(b, b' ' | b'\t'));
-    let Some(start) = start else { return &[] };
-    let end = v
-        .iter()
-        .rposition(|b| !matches!(b, b' ' | b'\t'))
-        .unwrap_or(start);
-    &v[start..=end]
 }
 
 /// What a `Connection` header value says, read in one pass.
@@ -403,139 +266,8 @@ pub enum Parsed<T> {
     Partial,
 }
 
-/// Parses a request head from `buf` (which starts at the head). `max` is the
-/// largest head allowed; a partial head already longer than that is
-/// `TooLarge`.
-pub fn parse_request(
-    buf: &[u8],
-    max: usize,
-    head: &mut RequestHead,
-) -> Result<Parsed<()>, HeadError> {
-    // Left uninitialised: httparse writes the headers it finds, and filling
-    // 128 empty ones first cost more than parsing a small head.
-    let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut []);
-    let len = match req.parse_with_uninit_headers(buf, &mut raw) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            if buf.len() >= max {
-                return Err(HeadError::TooLarge);
-            }
-            if has_bare_lf(buf) {
-                return Err(HeadError::Bad("bare LF in request head"));
-            }
-            return Ok(Parsed::Partial);
-        }
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(httparse::Error::Version) => return Err(HeadError::Bad("unsupported HTTP version")),
-        Err(_) => return Err(HeadError::Bad("malformed request head")),
-    };
-    if len > max {
-        return Err(HeadError::TooLarge);
-    }
-    let (Some(method), Some(path), Some(minor)) = (req.method, req.path, req.version) else {
-        return Err(HeadError::Bad("malformed request line"));
-    };
-    let line0 = offset(buf, method.as_bytes()).start;
-    // Header lines are checked in the header loop.
-    let lines_crlf = !head_ends_have_bare_lf(buf, len, line0);
-    head.len = len;
-    head.method = offset(buf, method.as_bytes());
-    head.target = offset(buf, path.as_bytes());
-    head.minor = minor;
-    head.headers.clear();
-    head.host = None;
-    head.xff.clear();
-    head.expect_continue = false;
-    let mut chunked = false;
-    let mut te_seen = false;
-    head.upgrade = None;
-    let mut upgrade = None;
-    let (host, xff, expect_continue) = (&mut head.host, &mut head.xff, &mut head.expect_continue);
-    let f = header_loop(
-        buf,
-        req.headers,
-        minor,
-        lines_crlf,
-        &mut head.headers,
-        true,
-        |kind, value, skip| {
-            match kind {
-                Known::TransferEncoding => {
-                    if te_seen {
-                        return Err(HeadError::Bad("repeated Transfer-Encoding"));
-                    }
-                    te_seen = true;
-                    let v = trim(value);
-                    if !eq_lower(v, b"chunked") {
-                        if v.split(|&b| b == b',').any(|t| trim(t).is_empty()) {
-                            return Err(HeadError::Bad("malformed Transfer-Encoding"));
-                        }
-                        let last = v.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
-                        if !last.eq_ignore_ascii_case(b"chunked") {
-                            return Err(HeadError::Bad("chunked is not the final transfer coding"));
-                        }
-                        return Err(HeadError::NotImplemented("transfer coding not supported"));
-                    }
-                    chunked = true;
-                }
-                Known::Host => {
-                    if host.is_some() {
-                        return Err(HeadError::Bad("repeated Host header"));
-                    }
-                    if !valid_host(trim(value)) {
-                        return Err(HeadError::Bad("invalid Host header"));
-                    }
-                    *host = Some(offset(buf, value));
-                }
-                Known::Expect => {
-                    if !trim(value).eq_ignore_ascii_case(b"100-continue") {
-                        return Err(HeadError::ExpectationFailed);
-                    }
-                    *expect_continue = minor == 1;
-                    *skip = true;
-                }
-                Known::XForwardedFor => {
-                    xff.push(offset(buf, value));
-                    *skip = true;
-                }
-                Known::XForwardedOther => *skip = true,
-                Known::Upgrade => upgrade = Some(offset(buf, value)),
-                _ => {}
-            }
-            Ok(())
-        },
-    )?;
-    if !f.crlf {
-        return Err(HeadError::Bad("bare LF in request head"));
-    }
-    if f.upgrade && minor == 1 {
-        head.upgrade = upgrade;
-    }
-    let (close, length) = (f.close, f.length);
-    if chunked && length.is_some() {
-        return Err(HeadError::Bad("both Content-Length and Transfer-Encoding"));
-    }
-    if chunked && minor == 0 {
-        return Err(HeadError::Bad("Transfer-Encoding in an HTTP/1.0 request"));
-    }
-    if minor == 1 && head.host.is_none() {
-        return Err(HeadError::Bad("missing Host header"));
-    }
-    head.close = close;
-    head.body = Some(if chunked {
-        BodyKind::Chunked
-    } else {
-        match length {
-            Some(0) | None => BodyKind::None,
-            Some(n) => BodyKind::Length(n),
-        }
-    });
-    Ok(Parsed::Complete(()))
-}
-
 /// What the header loop found that frames a message.
-struct Framing {
+struct Found {
     /// The peer will close (HTTP/1.0 without keep-alive, or `close`).
     close: bool,
     length: Option<u64>,
@@ -563,8 +295,8 @@ fn header_loop<'b>(
     out: &mut Vec<HeaderRef>,
     strict_connection: bool,
     mut side: impl FnMut(Known, &'b [u8], &mut bool) -> Result<(), HeadError>,
-) -> Result<Framing, HeadError> {
-    let mut f = Framing {
+) -> Result<Found, HeadError> {
+    let mut f = Found {
         close: minor == 0,
         length: None,
         crlf,
@@ -645,92 +377,6 @@ fn mark_connection_tokens(
             }
         }
     }
-}
-
-/// Parses a response head from an upstream. `head_request` says whether
-/// the request was HEAD (then no body follows whatever the headers say).
-pub fn parse_response(
-    buf: &[u8],
-    max: usize,
-    head_request: bool,
-    head: &mut ResponseHead,
-) -> Result<Parsed<()>, HeadError> {
-    let mut raw = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut res = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut res, buf, &mut raw)
-    {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            if buf.len() >= max {
-                return Err(HeadError::TooLarge);
-            }
-            return Ok(Parsed::Partial);
-        }
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(_) => return Err(HeadError::Bad("malformed response head")),
-    };
-    if len > max {
-        return Err(HeadError::TooLarge);
-    }
-    let (Some(status), Some(minor)) = (res.code, res.version) else {
-        return Err(HeadError::Bad("malformed status line"));
-    };
-    if !(100..=999).contains(&status) {
-        return Err(HeadError::Bad("invalid status code"));
-    }
-    head.len = len;
-    // Header lines are checked in the header loop.
-    let lines_crlf = !head_ends_have_bare_lf(buf, len, 0);
-    head.status = status;
-    head.minor = minor;
-    head.headers.clear();
-    let mut te: Option<bool> = None;
-    let mut upgrade = None;
-    let f = header_loop(
-        buf,
-        res.headers,
-        minor,
-        lines_crlf,
-        &mut head.headers,
-        false,
-        |kind, value, _| {
-            if kind == Known::TransferEncoding {
-                let last = value.rsplit(|&b| b == b',').next().map(trim).unwrap_or(&[]);
-                te = Some(te.unwrap_or(true) && eq_lower(last, b"chunked"));
-            } else if kind == Known::Upgrade {
-                upgrade = Some(offset(buf, value));
-            }
-            Ok(())
-        },
-    )?;
-    head.crlf = f.crlf;
-    head.upgrade = upgrade;
-    let (mut close, length) = (f.close, f.length);
-    let no_body = head_request || (100..200).contains(&status) || status == 204 || status == 304;
-    head.body = Some(if no_body {
-        BodyKind::None
-    } else {
-        match (te, length) {
-            (Some(true), _) => BodyKind::Chunked,
-            (Some(false), _) => {
-                close = true;
-                BodyKind::UntilClose
-            }
-            (None, Some(n)) => BodyKind::Length(n),
-            (None, None) => {
-                close = true;
-                BodyKind::UntilClose
-            }
-        }
-    });
-    if te.is_some() && length.is_some() {
-        // Both framings: the length is ignored (RFC 9112 6.3) and the
-        // connection cannot be trusted afterwards.
-        close = true;
-    }
-    head.close = close;
-    Ok(Parsed::Complete(()))
 }
 
 #[cfg(test)]

@@ -246,7 +246,7 @@ impl Router {
                 if end == 0 {
                     break;
                 }
-                end = crate::proto::codec::rfind_byte(b'/', &path[..end]).unwrap_or(0);
+                end = crate::proto::bytes::rfind_byte(b'/', &path[..end]).unwrap_or(0);
             }
         }
         if !self.regex.is_empty() {

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use crate::proto::codec::RequestHead;
+use crate::proto::head::RequestHead;
 use crate::proto::response::ErrorKind;
 
 /// The request target split into parts, as ranges into the head buffer.
@@ -25,12 +25,12 @@ impl Target {
         let t = &raw[req.target.clone()];
         // A fragment is the client's own (RFC 9110 4.2.5): one sent in a
         // request target is refused, never forwarded inside the path.
-        if crate::proto::codec::find_byte(b'#', t).is_some() {
+        if crate::proto::bytes::find_byte(b'#', t).is_some() {
             return Err(ErrorKind::BadRequest);
         }
         let split = |start: usize, end: usize| {
             let q =
-                crate::proto::codec::find_byte(b'?', &raw[start..end]).map_or(end, |i| start + i);
+                crate::proto::bytes::find_byte(b'?', &raw[start..end]).map_or(end, |i| start + i);
             (start..q, q..end)
         };
         if t.first() == Some(&b'/') {
@@ -66,7 +66,7 @@ impl Target {
             .position(|&b| b == b'/' || b == b'?' || b == b'#')
             .unwrap_or(rest.len());
         let authority = &rest[..auth_len];
-        if authority.is_empty() || !crate::proto::codec::valid_host(authority) {
+        if authority.is_empty() || !crate::proto::bytes::valid_host(authority) {
             return Err(ErrorKind::BadRequest);
         }
         let a_start = base + scheme;
@@ -102,7 +102,7 @@ pub fn strip_port(h: &[u8]) -> &[u8] {
             None => h,
         };
     }
-    match crate::proto::codec::rfind_byte(b':', h) {
+    match crate::proto::bytes::rfind_byte(b':', h) {
         Some(i) => &h[..i],
         None => h,
     }
@@ -116,7 +116,7 @@ mod tests {
     fn parse(raw: &[u8]) -> Result<(Target, RequestHead), ErrorKind> {
         let mut head = RequestHead::default();
         match codec::parse_request(raw, 8192, &mut head) {
-            Ok(Parsed::Complete(())) => {}
+            Ok(Parsed::Complete(_)) => {}
             _ => panic!("bad head"),
         }
         Target::parse(raw, &head).map(|t| (t, head))

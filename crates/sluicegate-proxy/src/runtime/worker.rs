@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use crate::filters::Edits;
 use crate::observe::accesslog::Sink;
-use crate::proto::codec::{RequestHead, ResponseHead};
+use crate::proto::codec::{RequestFraming, ResponseFraming};
+use crate::proto::head::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
 use crate::runtime::deadline::{Deadlines, OwnSlot, Wait};
 use crate::session::park::ParkSet;
@@ -96,8 +97,14 @@ pub struct Bufs {
     pub upb: RecvBuf,
     /// Bytes being assembled for a write.
     pub out: Vec<u8>,
+    /// The current request's head, as routing, filters, balancing and
+    /// logging see it; how it is framed in HTTP/1.1 (`req_framing`) is
+    /// for the request loop and forwarding.
     pub req: RequestHead,
+    pub req_framing: RequestFraming,
+    /// The upstream's response head, and its framing.
     pub res: ResponseHead,
+    pub res_framing: ResponseFraming,
     /// Method and target of the current request, for the access log.
     pub log_line: Vec<u8>,
     /// The current request is HEAD: answers carry no body.
@@ -147,7 +154,9 @@ impl Worker {
                 upb: RecvBuf::new(FIRST_BUF_SIZE),
                 out: Vec::with_capacity(FIRST_BUF_SIZE),
                 req: RequestHead::default(),
+                req_framing: RequestFraming::default(),
                 res: ResponseHead::default(),
+                res_framing: ResponseFraming::default(),
                 log_line: Vec::new(),
                 is_head: false,
                 grpc: false,

@@ -83,12 +83,13 @@ impl Conn<'_> {
         fixed: Local<'_>,
         is_head: bool,
     ) -> Outcome<'static> {
-        let head_len = bufs.req.len;
-        let body = bufs.req.body();
-        let mut close = bufs.req.close || self.worker.shutting_down();
+        let framing = bufs.req_framing;
+        let head_len = framing.len;
+        let body = framing.body;
+        let mut close = framing.close || self.worker.shutting_down();
         let discardable = match body {
             BodyKind::None => true,
-            BodyKind::Length(n) => n <= DISCARD_MAX && !bufs.req.expect_continue,
+            BodyKind::Length(n) => n <= DISCARD_MAX && !framing.expect_continue,
             BodyKind::Chunked | BodyKind::UntilClose => false,
         };
         if !discardable {

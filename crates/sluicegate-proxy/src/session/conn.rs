@@ -283,7 +283,10 @@ impl Conn<'_> {
                 codec::parse_request(bufs.inb.filled(), max_head, &mut bufs.req)
             };
             match parsed {
-                Ok(Parsed::Complete(())) => break,
+                Ok(Parsed::Complete(framing)) => {
+                    bufs.req_framing = framing;
+                    break;
+                }
                 Ok(Parsed::Partial) => {
                     let wait = match (due, started) {
                         (Some(due), Some(_)) => self.worker.until(due),

@@ -187,7 +187,7 @@ async fn answer(
         admit.succeeded(c.ep);
     }
     let upstream_us = sent_at.elapsed().as_micros() as u64;
-    let res_body = bufs.res.body();
+    let res_body = bufs.res_framing.body;
     let close = c.close
         || c.down.worker.shutting_down()
         || res_body == BodyKind::UntilClose

@@ -122,7 +122,8 @@ fn prepare(
     upgrading: bool,
     bufs: &mut Bufs,
 ) -> Plan {
-    let body = bufs.req.body();
+    let framing = bufs.req_framing;
+    let body = framing.body;
     let raw = bufs.inb.filled();
     let method = &raw[bufs.req.method.clone()];
     let portable = bufs.req.host.is_some() || target.authority.is_some();
@@ -135,6 +136,7 @@ fn prepare(
         &mut bufs.out,
         raw,
         &bufs.req,
+        &framing,
         target,
         strip,
         service.forwarded_headers.then_some(Forwarded {
@@ -149,8 +151,8 @@ fn prepare(
             .map(|v| &raw[v]),
     );
     let client_minor = bufs.req.minor;
-    let expect_continue = bufs.req.expect_continue;
-    bufs.inb.consume(bufs.req.len);
+    let expect_continue = framing.expect_continue;
+    bufs.inb.consume(framing.len);
     let mut remaining = 0;
     let mut bytes_in = 0;
     if let BodyKind::Length(n) = body {
@@ -186,8 +188,8 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         upgrade,
     } = cx;
     let worker = down.worker;
-    let body = bufs.req.body();
-    let close_req = bufs.req.close || worker.shutting_down();
+    let body = bufs.req_framing.body;
+    let close_req = bufs.req_framing.close || worker.shutting_down();
     // An upgrade the route allows is forwarded (a request without a body);
     // any other `Upgrade` is dropped, and the request goes as a plain one.
     let upgrading = match &bufs.req.upgrade {
@@ -500,7 +502,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             endpoint: Some(ep),
         };
     }
-    let res_body = bufs.res.body();
+    let res_body = bufs.res_framing.body;
     let close = close_req
         || body_cut
         || worker.shutting_down()
@@ -528,7 +530,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     match relay {
         Ok(n) => {
             outcome.bytes_out = n;
-            if !bufs.res.close && !body_cut && bufs.upb.is_empty() && up.poolable() {
+            if !bufs.res_framing.close && !body_cut && bufs.upb.is_empty() && up.poolable() {
                 let expires = head_at + service.timeouts.idle;
                 let ep_arc = &service.endpoints[ep_index];
                 // No body (204, 304, HEAD, a zero length): recheck at reuse.

@@ -7,7 +7,9 @@ use std::time::Instant;
 use crate::transport::stream::Stream;
 
 use crate::filters::Edits;
-use crate::proto::codec::{self, BodyKind, Parsed, RequestHead};
+use crate::proto::bytes;
+use crate::proto::codec::{self, BodyKind, Parsed, RequestFraming};
+use crate::proto::head::RequestHead;
 use crate::proto::response;
 use crate::route::target::Target;
 use crate::runtime::worker::{Bufs, Downstream};
@@ -32,7 +34,8 @@ pub(crate) struct Forwarded<'a> {
     pub(crate) https: bool,
 }
 
-/// Writes the request head as it goes upstream into `out`. `forwarded` is
+/// Writes the request head as it goes upstream into `out`, framed as
+/// `framing` says (the client's head in `raw`). `forwarded` is
 /// set when the service takes X-Forwarded-* headers; the ones the client
 /// sent are never passed on as received. `upgrade`: the client's
 /// `Upgrade` value, for an upgrade the route allows (then `Connection:
@@ -42,6 +45,7 @@ pub(crate) fn write_request_head(
     out: &mut Vec<u8>,
     raw: &[u8],
     req: &RequestHead,
+    framing: &RequestFraming,
     t: &Target,
     strip: usize,
     forwarded: Option<Forwarded<'_>>,
@@ -70,7 +74,7 @@ pub(crate) fn write_request_head(
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let replace_host = t.authority.is_some();
-    codec::append_header_lines(out, raw, &req.headers, req.len, true, |h| {
+    codec::append_header_lines(out, raw, &req.headers, framing.len, true, |h| {
         !(h.skip || (replace_host && raw[h.name.clone()].eq_ignore_ascii_case(b"host")))
     });
     if replace_host || req.host.is_none() {
@@ -100,7 +104,7 @@ pub(crate) fn write_request_head(
         out.extend_from_slice(h);
         out.extend_from_slice(b"\r\n");
     }
-    match req.body() {
+    match framing.body {
         BodyKind::Length(n) => response::content_length(out, n),
         BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         BodyKind::None | BodyKind::UntilClose => {}
@@ -130,7 +134,8 @@ pub(crate) async fn early_response(up: &Stream, upb: &mut RecvBuf) -> bool {
     }
 }
 
-/// Reads the final response head into `bufs.res`, relaying 1xx
+/// Reads the final response head into `bufs.res` (its framing into
+/// `bufs.res_framing`), relaying 1xx
 /// informational responses (other than 100) to HTTP/1.1 clients. A `101`
 /// is final when the request asked for an upgrade (`upgrading`), and
 /// invalid otherwise.
@@ -153,7 +158,8 @@ pub(crate) async fn read_response_head(
             codec::parse_response(bufs.upb.filled(), MAX_RESPONSE_HEAD, is_head, &mut bufs.res)
         };
         match parsed {
-            Ok(Parsed::Complete(())) => {
+            Ok(Parsed::Complete(framing)) => {
+                bufs.res_framing = framing;
                 let status = bufs.res.status;
                 if status >= 200 {
                     return Ok(());
@@ -166,10 +172,10 @@ pub(crate) async fn read_response_head(
                     };
                 }
                 if status != 100 && client_minor == 1 {
-                    let info = &bufs.upb.filled()[..bufs.res.len];
+                    let info = &bufs.upb.filled()[..framing.len];
                     let _ = write_all_by(down.client, info, down.worker.until(deadline)).await;
                 }
-                bufs.upb.consume(bufs.res.len);
+                bufs.upb.consume(framing.len);
                 got = true;
             }
             Ok(Parsed::Partial) => match bufs
@@ -201,10 +207,11 @@ pub(crate) async fn read_response_head(
 pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8) {
     let raw = bufs.upb.filled();
     let res = &bufs.res;
+    let framing = bufs.res_framing;
     let out = &mut bufs.out;
     out.clear();
     // Status line: our version, the upstream's code and reason.
-    let line_end = codec::find_byte(b'\n', raw).unwrap_or(0);
+    let line_end = bytes::find_byte(b'\n', raw).unwrap_or(0);
     let mut line = &raw[9.min(line_end)..line_end];
     if line.last() == Some(&b'\r') {
         line = &line[..line.len() - 1];
@@ -212,15 +219,16 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(line);
     out.extend_from_slice(b"\r\n");
-    let body = res.body();
+    let body = framing.body;
     // With no body (HEAD, 304), the upstream's Content-Length still
     // describes the resource and is passed on.
     let keep_length = body == BodyKind::None && res.status != 204 && res.status >= 200;
     let ops = bufs.edits.response_ops.as_deref();
     let cors = bufs.edits.cors;
-    codec::append_header_lines(out, raw, &res.headers, res.len, res.crlf, |h| {
+    let (len, crlf) = (framing.len, framing.crlf);
+    codec::append_header_lines(out, raw, &res.headers, len, crlf, |h| {
         let name = &raw[h.name.clone()];
-        (!h.skip || (keep_length && codec::eq_lower(name, b"content-length")))
+        (!h.skip || (keep_length && bytes::eq_lower(name, b"content-length")))
             && !ops.is_some_and(|o| o.drops(name))
             && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
     });
@@ -241,7 +249,6 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    let len = res.len;
     bufs.upb.consume(len);
 }
 

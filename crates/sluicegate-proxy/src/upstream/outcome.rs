@@ -41,7 +41,7 @@ pub(super) async fn fail_unsent<'s>(
     kind: ErrorKind,
     close: bool,
 ) -> Outcome<'s> {
-    bufs.inb.consume(bufs.req.len);
+    bufs.inb.consume(bufs.req_framing.len);
     fail(cx, bufs, kind, close).await
 }
 

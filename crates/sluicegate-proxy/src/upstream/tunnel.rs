@@ -85,7 +85,7 @@ impl Drop for Upgraded {
 pub(super) fn allowed(value: &[u8], allowed: &[Box<str>]) -> bool {
     !allowed.is_empty()
         && value.split(|&b| b == b',').all(|token| {
-            let token = crate::proto::codec::trim(token);
+            let token = crate::proto::bytes::trim(token);
             let name = token.split(|&b| b == b'/').next().unwrap_or(token);
             !name.is_empty()
                 && !name.eq_ignore_ascii_case(b"h2c")
@@ -101,20 +101,18 @@ pub(super) fn allowed(value: &[u8], allowed: &[Box<str>]) -> bool {
 /// the upstream's head out of `bufs.upb`.
 fn switching_head(bufs: &mut Bufs) {
     let raw = bufs.upb.filled();
-    let res = &bufs.res;
+    let (res, framing) = (&bufs.res, bufs.res_framing);
     let out = &mut bufs.out;
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
-    crate::proto::codec::append_header_lines(out, raw, &res.headers, res.len, res.crlf, |h| {
-        !h.skip
-    });
+    let (len, crlf) = (framing.len, framing.crlf);
+    crate::proto::codec::append_header_lines(out, raw, &res.headers, len, crlf, |h| !h.skip);
     bufs.edits.response_headers.write_h1(out);
     out.extend_from_slice(b"connection: upgrade\r\nupgrade: ");
     if let Some(u) = &res.upgrade {
         out.extend_from_slice(&raw[u.clone()]);
     }
     out.extend_from_slice(b"\r\n\r\n");
-    let len = res.len;
     bufs.upb.consume(len);
 }
 

@@ -167,7 +167,7 @@ mod tests {
             .body(())
             .unwrap();
         let (text, _) = head(req, true);
-        let mut parsed = crate::proto::codec::RequestHead::default();
+        let mut parsed = crate::proto::head::RequestHead::default();
         assert!(crate::proto::codec::parse_request(text.as_bytes(), 16384, &mut parsed).is_err());
     }
 }
