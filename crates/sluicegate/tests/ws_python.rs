@@ -154,3 +154,37 @@ fn a_websocket_over_tls_passes_through() {
     let (ok, line) = client(&url, &["--ca", ca.to_str().unwrap(), "--sni", "a.test"]);
     assert!(ok, "wss through the gateway: {line}");
 }
+
+#[test]
+fn a_websocket_over_http2_reaches_an_http11_websocket_upstream() {
+    // RFC 8441: an HTTP/2 client opens the WebSocket with an extended
+    // CONNECT; the upstream sees an HTTP/1.1 upgrade and answers 101; the
+    // client gets 200 and the messages as DATA.
+    let echo = Echo::start();
+    let up = std::net::SocketAddr::from(([127, 0, 0, 1], echo.port));
+    let gw = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: ws\n    service: s\n",
+        service("s", &[up], "")
+    ));
+    let big = "x".repeat(60_000);
+    let child = Command::new(python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h2/ws8441.py"))
+        .arg(gw.port.to_string())
+        .args(["hello", "second one", &big])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ws8441.py");
+    let out = wait_bounded(child, Duration::from_secs(20));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.first(), Some(&"settings 1"), "{text}");
+    assert_eq!(lines.get(1), Some(&"status 200"), "{text}");
+    assert_eq!(lines.get(2), Some(&"message hello"), "{text}");
+    assert_eq!(lines.get(3), Some(&"message second one"), "{text}");
+    assert_eq!(
+        lines.get(4).map(|l| l.len()),
+        Some("message ".len() + big.len())
+    );
+    assert_eq!(&lines[5..], ["close 1000", "end"], "{text}");
+}

@@ -2,7 +2,9 @@
 //! the connection's task, and each stream served in a task of its own by
 //! the same request code as an HTTP/1.1 request ([`Conn::request`]), its
 //! head given as HTTP/1.1 text and the stream as its byte stream
-//! ([`crate::proto::http2`]).
+//! ([`crate::proto::http2`]). A WebSocket over HTTP/2 (RFC 8441, an
+//! extended CONNECT, enabled in the connection's SETTINGS) is given as the
+//! HTTP/1.1 upgrade it stands for, and its tunnel runs on the stream.
 //!
 //! Limits: the listener's `http2` settings (concurrent streams, windows,
 //! the rate of new streams, which ends a flooding connection with GOAWAY
@@ -24,12 +26,12 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 
-use super::conn::Conn;
+use super::conn::{Conn, Next};
 use super::start::Active;
 use crate::proto::http2::exchange::{take_ready, Exchange};
-use crate::proto::http2::request::{write_head, BodyAt};
+use crate::proto::http2::request::{write_connect_head, write_head, BodyAt};
 use crate::runtime::deadline::{OwnSlot, Stop};
-use crate::runtime::worker::Worker;
+use crate::runtime::worker::{Bufs, Worker};
 use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::listener::{ListenerRt, Prepared};
 use crate::transport::stream::Stream;
@@ -113,7 +115,9 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
         .max_header_list_size(max_head as u32)
         .max_send_buffer_size(SEND_BUFFER)
         .max_pending_accept_reset_streams(PENDING_RESETS)
-        .max_local_error_reset_streams(Some(ERROR_RESETS));
+        .max_local_error_reset_streams(Some(ERROR_RESETS))
+        // WebSocket over HTTP/2 (RFC 8441).
+        .enable_connect_protocol();
     let flood = Flood::default();
     let io = H2Io::new(p.stream, early, flood.clone());
     let handshake = worker
@@ -207,6 +211,20 @@ async fn stream(
     let mut bufs = worker.take_bufs();
     let mut head = std::mem::take(&mut bufs.out);
     head.clear();
+    let protocol = parts.extensions.get::<h2::ext::Protocol>();
+    if let (Some(p), true) = (protocol, parts.method == http::Method::CONNECT) {
+        // An extended CONNECT: the upgrade it stands for.
+        write_connect_head(&parts, p.as_str(), &websocket_key(), &mut head);
+        bufs.inb.clear();
+        bufs.inb.put(&head);
+        head.clear();
+        bufs.out = head;
+        let exchange = Exchange::new(recv, respond, false, false, Vec::new());
+        exchange.set_connect();
+        serve_one(&worker, &shared, exchange, bufs).await;
+        shared.open.set(shared.open.get() - 1);
+        return;
+    }
     // A body that came whole with its head (most small requests, every
     // unary gRPC call) goes after the head with its length: the request
     // can then be sent again (retries). Otherwise what came of it leads
@@ -237,8 +255,23 @@ async fn stream(
     let is_head = parts.method == http::Method::HEAD;
     drop(parts);
     let exchange = Exchange::new(recv, respond, chunked, is_head, early);
+    serve_one(&worker, &shared, exchange, bufs).await;
+    shared.open.set(shared.open.get() - 1);
+}
+
+/// A fresh `Sec-WebSocket-Key` (16 random bytes, base64).
+fn websocket_key() -> String {
+    use base64::Engine;
+    let bytes: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Serves the request whose head is in `bufs` on the stream `exchange`;
+/// a `101` (an extended CONNECT's upgrade) runs its tunnel here, on the
+/// stream, to its end.
+async fn serve_one(worker: &Rc<Worker>, shared: &Shared, exchange: Exchange, mut bufs: Box<Bufs>) {
     let mut conn = Conn {
-        worker: &worker,
+        worker,
         client: Stream::H2(Box::new(exchange)),
         peer: shared.peer,
         peer_ip: shared.peer_ip.clone(),
@@ -250,19 +283,19 @@ async fn stream(
         last_end: None,
         slot: OwnSlot::new(&worker.deadlines),
         h2c: false,
-        // HTTP/2 carries no HTTP/1.1 upgrade (the framing layer refuses
-        // `upgrade` and `connection` fields): no tunnel starts here.
+        // Set when an extended CONNECT's upgrade opens a tunnel.
         tunnel: None,
     };
     worker.busy.touch();
-    {
-        let snap = worker.shared.snapshot.load();
-        conn.request(&snap, &mut bufs, None).await;
-    }
+    let snap = worker.shared.snapshot.load_full();
+    let next = conn.request(&snap, &mut bufs, None).await;
     worker.busy.touch();
-    drop(conn);
     worker.give_bufs(bufs);
-    shared.open.set(shared.open.get() - 1);
+    if next == Next::Tunnel {
+        if let Some(h) = conn.tunnel.take() {
+            super::tunneled::relay_and_record(worker, &conn.client, &snap, h).await;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::time::Instant;
 use super::start::Active;
 use crate::filters::InFlight;
 use crate::observe::accesslog;
+use crate::runtime::worker::Worker;
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::endpoint::EndpointState;
@@ -49,7 +50,17 @@ pub(super) struct LogFacts {
 /// request's first byte to the tunnel's close. The client's connection
 /// closes last, then it is uncounted.
 pub(super) async fn run(client: Stream, active: Active, snap: Arc<Snapshot>, h: Box<Handoff>) {
-    let worker = active.worker();
+    relay_and_record(active.worker(), &client, &snap, h).await;
+}
+
+/// [`run`]'s tunnel and record, for a tunnel on `client` (a connection, or
+/// an HTTP/2 stream whose own task runs it: extended CONNECT).
+pub(super) async fn relay_and_record(
+    worker: &Worker,
+    client: &Stream,
+    snap: &Snapshot,
+    h: Box<Handoff>,
+) {
     let Handoff {
         tunnel,
         route,
@@ -58,7 +69,7 @@ pub(super) async fn run(client: Stream, active: Active, snap: Arc<Snapshot>, h: 
         guards,
         log,
     } = *h;
-    let carried = tunnel::relay(tunnel, worker, &client, &snap).await;
+    let carried = tunnel::relay(tunnel, worker, client, snap).await;
     drop(guards);
     let total_us = Instant::now()
         .saturating_duration_since(started)
@@ -88,7 +99,7 @@ pub(super) async fn run(client: Stream, active: Active, snap: Arc<Snapshot>, h: 
         app: log.app.map(|a| snap.apps.app_id(a)),
         key_fp: log.key_fp,
         tls: log.tls,
-        http2: false,
+        http2: matches!(client, Stream::H2(_)),
     };
     super::lifecycle::append_log(worker, sink, &entry);
 }

@@ -53,6 +53,9 @@ struct Inner {
     in_failed: bool,
     /// A HEAD request: its answer has no body whatever its head says.
     is_head: bool,
+    /// An extended CONNECT (RFC 8441): the upstream's `101` is the
+    /// stream's `200`, and the tunnel's bytes its DATA both ways.
+    connect: bool,
     out: Out,
 }
 
@@ -125,12 +128,18 @@ impl Exchange {
                 in_done,
                 in_failed: false,
                 is_head,
+                connect: false,
                 out: Out::Head {
                     respond,
                     buf: Vec::new(),
                 },
             }),
         }
+    }
+
+    /// Marks the stream an extended CONNECT (see [`Inner::connect`]).
+    pub(crate) fn set_connect(&self) {
+        self.inner.borrow_mut().connect = true;
     }
 
     /// Reads request body bytes received so far; `Ok(0)` at its end.
@@ -342,7 +351,13 @@ impl Inner {
                     return Err(io::ErrorKind::InvalidData.into());
                 }
             };
-            let status = r.code.unwrap_or(502);
+            let mut status = r.code.unwrap_or(502);
+            let switched = self.connect && status == 101;
+            if switched {
+                // The tunnel is open: over HTTP/2 that is a 200 whose
+                // DATA carries it.
+                status = 200;
+            }
             let mut head = http::Response::builder().status(status);
             let mut framing = Framing::UntilEnd;
             for f in r.headers.iter() {
@@ -355,7 +370,9 @@ impl Inner {
                 } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
                     framing = Framing::Chunked(ChunkedDecoder::new(), Vec::new());
                 }
-                if connection_specific(name) {
+                if connection_specific(name)
+                    || (switched && name.eq_ignore_ascii_case(b"sec-websocket-accept"))
+                {
                     continue;
                 }
                 let (Ok(n), Ok(v)) = (
@@ -377,6 +394,9 @@ impl Inner {
                 let _ = respond.send_informational(head);
                 buf.drain(..len);
                 continue;
+            }
+            if switched {
+                framing = Framing::UntilEnd;
             }
             let empty = self.is_head
                 || status == 204

@@ -93,6 +93,41 @@ pub(crate) fn write_head(req: &Parts, body: BodyAt, out: &mut Vec<u8>) -> bool {
     chunked
 }
 
+/// Writes an extended CONNECT (RFC 8441) for `protocol` (`websocket`)
+/// as the HTTP/1.1 upgrade request it stands for: `GET` of its `:path`,
+/// `Connection: upgrade`, `Upgrade: websocket`, and a `Sec-WebSocket-Key`
+/// of its own (`key`: an HTTP/2 client sends none); the other fields as
+/// received. No body framing: the stream's DATA is the tunnel's.
+pub(crate) fn write_connect_head(req: &Parts, protocol: &str, key: &str, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"GET ");
+    let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(if target.is_empty() { "/" } else { target }.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(a) = req.uri.authority() {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(a.as_str().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"connection: upgrade\r\nupgrade: ");
+    out.extend_from_slice(protocol.as_bytes());
+    out.extend_from_slice(b"\r\nsec-websocket-key: ");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in req.headers.iter() {
+        if name == http::header::HOST
+            || name == http::header::CONTENT_LENGTH
+            || name == http::header::SEC_WEBSOCKET_KEY
+        {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +174,29 @@ mod tests {
         let (text, chunked) = head(req, false);
         assert!(!chunked);
         assert!(text.contains("content-length: 5\r\n"), "{text}");
+    }
+
+    #[test]
+    fn an_extended_connect_becomes_an_upgrade() {
+        let req = http::Request::connect("https://chat.example/socket?room=1")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-protocol", "chat")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let mut out = Vec::new();
+        write_connect_head(&parts, "websocket", "dGhlIHNhbXBsZSBub25jZQ==", &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "GET /socket?room=1 HTTP/1.1\r\nhost: chat.example\r\nconnection: upgrade\r\n\
+             upgrade: websocket\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             sec-websocket-version: 13\r\nsec-websocket-protocol: chat\r\n\r\n"
+        );
+        let mut head = crate::proto::head::RequestHead::default();
+        let parsed = crate::proto::codec::parse_request(text.as_bytes(), 16384, &mut head);
+        assert!(parsed.is_ok());
+        assert!(head.upgrade.is_some());
     }
 
     #[test]
