@@ -29,6 +29,9 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT: usize = 512;
 /// Largest endpoint weight.
 pub const MAX_WEIGHT: u64 = 1000;
 
+/// Longest gRPC service name a health check asks about, in bytes.
+const MAX_GRPC_SERVICE: usize = 1024;
+
 /// Addresses already resolved in this load, so that an endpoint used by many
 /// services is looked up once.
 type ResolveCache = HashMap<String, Result<SocketAddr, String>>;
@@ -117,10 +120,6 @@ fn service<'n>(
     if let Some(node) = f.get("timeouts") {
         upstream_timeouts(cx, node, path.key("timeouts"), &mut timeouts);
     }
-    let health = match f.get("health") {
-        None => Some(None),
-        Some(n) => health(cx, n, path.key("health")).map(Some),
-    };
     let retries = match f.get("retries") {
         None => Some(crate::model::Retries::default()),
         Some(n) => crate::resilience::retries(cx, n, path.key("retries")),
@@ -145,6 +144,17 @@ fn service<'n>(
             path.key("protocol"),
             tls.as_ref().map(Option::is_some),
         ),
+    };
+    let health = match f.get("health") {
+        None => Some(None),
+        Some(n) => health(
+            cx,
+            n,
+            path.key("health"),
+            protocol,
+            f.get("protocol").is_some(),
+        )
+        .map(Some),
     };
     Some(Service {
         name: name?,
@@ -427,6 +437,7 @@ fn upstream_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Upstrea
 const HEALTH_KEYS: &[&str] = &[
     "type",
     "path",
+    "service",
     "interval",
     "timeout",
     "healthy_after",
@@ -434,27 +445,44 @@ const HEALTH_KEYS: &[&str] = &[
     "expect_status",
 ];
 
-/// Decodes a service's `health`.
-fn health(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<crate::model::HealthCheck> {
+/// A health check's `type`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HealthType {
+    Http,
+    Tcp,
+    Grpc,
+}
+
+/// Decodes a service's `health`. `protocol` is the service's (`None`
+/// when it has errors of its own); `explicit`: it was written, not the
+/// default.
+fn health(
+    cx: &mut Cx,
+    node: &Node,
+    path: Path<'_>,
+    protocol: Option<UpstreamProtocol>,
+    explicit: bool,
+) -> Option<crate::model::HealthCheck> {
     let f = fields(cx, node, path, "health", HEALTH_KEYS)?;
     let mut ok = true;
-    let tcp = match f.get("type") {
-        None => false,
-        Some(n) => match reader::scalar(cx, n, path.key("type"), "http or tcp") {
-            Some("http") => false,
-            Some("tcp") => true,
+    let kind = match f.get("type") {
+        None => HealthType::Http,
+        Some(n) => match reader::scalar(cx, n, path.key("type"), "http, tcp or grpc") {
+            Some("http") => HealthType::Http,
+            Some("tcp") => HealthType::Tcp,
+            Some("grpc") => HealthType::Grpc,
             Some(other) => {
                 cx.at(
                     n.pos,
                     path.key("type"),
-                    format_args!("expected http or tcp, found {}", quote(other)),
+                    format_args!("expected http, tcp or grpc, found {}", quote(other)),
                 );
                 ok = false;
-                false
+                HealthType::Http
             }
             None => {
                 ok = false;
-                false
+                HealthType::Http
             }
         },
     };
@@ -477,10 +505,60 @@ fn health(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<crate::model::Heal
             }
         },
     };
-    if tcp && f.get("path").is_some() {
-        cx.at(f.pos, path.key("path"), "does not apply to type: tcp");
-        ok = false;
+    match kind {
+        HealthType::Tcp if f.get("path").is_some() => {
+            cx.at(f.pos, path.key("path"), "does not apply to type: tcp");
+            ok = false;
+        }
+        HealthType::Grpc => {
+            for key in ["path", "expect_status"] {
+                if f.get(key).is_some() {
+                    cx.at(f.pos, path.key(key), "does not apply to type: grpc");
+                    ok = false;
+                }
+            }
+            if let (Some(p), Some(n)) = (protocol, f.get("type")) {
+                if !p.http2() {
+                    let how = if explicit { "" } else { " by default" };
+                    cx.at(
+                        n.pos,
+                        path.key("type"),
+                        format_args!(
+                            "grpc needs the service's protocol to be h2c, h2 or auto \
+                             (the gRPC health protocol runs over HTTP/2); it is http1{how}"
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        _ => {}
     }
+    let grpc_service = match f.get("service") {
+        None => String::new(),
+        Some(_) if kind != HealthType::Grpc => {
+            cx.at(f.pos, path.key("service"), "only applies to type: grpc");
+            ok = false;
+            String::new()
+        }
+        Some(n) => match reader::string(cx, n, path.key("service")) {
+            Some(name) if name.len() <= MAX_GRPC_SERVICE && !name.contains(char::is_control) => {
+                name.to_string()
+            }
+            Some(_) => {
+                let what = format!(
+                    "a gRPC service name (at most {MAX_GRPC_SERVICE} bytes, no control characters)"
+                );
+                cx.expected(n, path.key("service"), &what);
+                ok = false;
+                String::new()
+            }
+            None => {
+                ok = false;
+                String::new()
+            }
+        },
+    };
     let mut interval = std::time::Duration::from_secs(2);
     let mut timeout = std::time::Duration::from_secs(1);
     reader::duration_field(cx, &f, path, "interval", &mut interval);
@@ -531,7 +609,8 @@ fn health(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<crate::model::Heal
         return None;
     }
     Some(crate::model::HealthCheck {
-        path: (!tcp).then_some(check_path),
+        path: (kind == HealthType::Http).then_some(check_path),
+        grpc_service: (kind == HealthType::Grpc).then_some(grpc_service),
         interval,
         timeout,
         healthy_after: healthy_after?,
