@@ -7,6 +7,7 @@
 
 mod apps;
 mod decode;
+mod health;
 mod http2;
 mod jwt;
 mod listen;

@@ -1,4 +1,4 @@
-//! The `services` list: names, endpoints (with address resolution), balancing, upstream timeouts, health checks and forwarded headers (upstream `tls` is in `tls`).
+//! The `services` list: names, endpoints (with address resolution), balancing, upstream timeouts and forwarded headers (upstream `tls` is in `tls`, `health` in `health`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -117,10 +117,6 @@ fn service<'n>(
     if let Some(node) = f.get("timeouts") {
         upstream_timeouts(cx, node, path.key("timeouts"), &mut timeouts);
     }
-    let health = match f.get("health") {
-        None => Some(None),
-        Some(n) => health(cx, n, path.key("health")).map(Some),
-    };
     let retries = match f.get("retries") {
         None => Some(crate::model::Retries::default()),
         Some(n) => crate::resilience::retries(cx, n, path.key("retries")),
@@ -145,6 +141,17 @@ fn service<'n>(
             path.key("protocol"),
             tls.as_ref().map(Option::is_some),
         ),
+    };
+    let health = match f.get("health") {
+        None => Some(None),
+        Some(n) => crate::health::health(
+            cx,
+            n,
+            path.key("health"),
+            protocol,
+            f.get("protocol").is_some(),
+        )
+        .map(Some),
     };
     Some(Service {
         name: name?,
@@ -422,122 +429,6 @@ fn upstream_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Upstrea
     reader::duration_field(cx, &f, path, "response_body", &mut out.response_body);
     reader::duration_field(cx, &f, path, "idle", &mut out.idle);
     reader::duration_field(cx, &f, path, "request", &mut out.request);
-}
-
-const HEALTH_KEYS: &[&str] = &[
-    "type",
-    "path",
-    "interval",
-    "timeout",
-    "healthy_after",
-    "unhealthy_after",
-    "expect_status",
-];
-
-/// Decodes a service's `health`.
-fn health(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<crate::model::HealthCheck> {
-    let f = fields(cx, node, path, "health", HEALTH_KEYS)?;
-    let mut ok = true;
-    let tcp = match f.get("type") {
-        None => false,
-        Some(n) => match reader::scalar(cx, n, path.key("type"), "http or tcp") {
-            Some("http") => false,
-            Some("tcp") => true,
-            Some(other) => {
-                cx.at(
-                    n.pos,
-                    path.key("type"),
-                    format_args!("expected http or tcp, found {}", quote(other)),
-                );
-                ok = false;
-                false
-            }
-            None => {
-                ok = false;
-                false
-            }
-        },
-    };
-    let check_path = match f.get("path") {
-        None => "/".to_string(),
-        Some(n) => match reader::string(cx, n, path.key("path")) {
-            Some(p) if p.starts_with('/') && !p.contains([' ', '\r', '\n']) => p.to_string(),
-            Some(p) => {
-                cx.at(
-                    n.pos,
-                    path.key("path"),
-                    format_args!("expected a path like /healthz, found {}", quote(p)),
-                );
-                ok = false;
-                String::new()
-            }
-            None => {
-                ok = false;
-                String::new()
-            }
-        },
-    };
-    if tcp && f.get("path").is_some() {
-        cx.at(f.pos, path.key("path"), "does not apply to type: tcp");
-        ok = false;
-    }
-    let mut interval = std::time::Duration::from_secs(2);
-    let mut timeout = std::time::Duration::from_secs(1);
-    reader::duration_field(cx, &f, path, "interval", &mut interval);
-    reader::duration_field(cx, &f, path, "timeout", &mut timeout);
-    if interval < std::time::Duration::from_millis(10) {
-        cx.at(f.pos, path.key("interval"), "must be at least 10ms");
-        ok = false;
-    }
-    let count = |cx: &mut Cx, key: &str, default: u32| -> Option<u32> {
-        match f.get(key) {
-            None => Some(default),
-            Some(n) => reader::int_in(cx, n, path.key(key), 1, 100).map(|v| v as u32),
-        }
-    };
-    let healthy_after = count(cx, "healthy_after", 2);
-    let unhealthy_after = count(cx, "unhealthy_after", 3);
-    let mut expect_status = vec![(200, 399)];
-    if let Some(n) = f.get("expect_status") {
-        let p = path.key("expect_status");
-        expect_status.clear();
-        let items: Vec<&Node> = match reader::list(cx, n, p, "a list of statuses") {
-            Some(items) => items.iter().collect(),
-            None => {
-                ok = false;
-                Vec::new()
-            }
-        };
-        for (i, item) in items.into_iter().enumerate() {
-            let text = reader::scalar(cx, item, p.index(i), "a status or a range like 200-299");
-            let parsed = text.and_then(|t| {
-                let (a, b) = t.split_once('-').unwrap_or((t, t));
-                let a: u16 = a.trim().parse().ok()?;
-                let b: u16 = b.trim().parse().ok()?;
-                (100 <= a && a <= b && b <= 599).then_some((a, b))
-            });
-            match parsed {
-                Some(r) => expect_status.push(r),
-                None => {
-                    if text.is_some() {
-                        cx.expected(item, p.index(i), "a status or a range like 200-299");
-                    }
-                    ok = false;
-                }
-            }
-        }
-    }
-    if !ok {
-        return None;
-    }
-    Some(crate::model::HealthCheck {
-        path: (!tcp).then_some(check_path),
-        interval,
-        timeout,
-        healthy_after: healthy_after?,
-        unhealthy_after: unhealthy_after?,
-        expect_status,
-    })
 }
 
 #[cfg(test)]

@@ -129,15 +129,19 @@ pub struct Breaker {
 /// Active health checks of a service's endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthCheck {
-    /// `Some(path)`: `GET path` over HTTP/1.1; `None`: a TCP connect.
+    /// `Some(path)`: `GET path` over HTTP/1.1; `None`: a TCP connect, or
+    /// the gRPC check when `grpc_service` is set.
     pub path: Option<String>,
+    /// `Some(name)`: the gRPC health protocol's `Check` for the service
+    /// `name` ("": the server as a whole), over HTTP/2 (`type: grpc`).
+    pub grpc_service: Option<String>,
     pub interval: Duration,
     pub timeout: Duration,
     /// Consecutive successes that bring an endpoint back.
     pub healthy_after: u32,
     /// Consecutive failures that take an endpoint out.
     pub unhealthy_after: u32,
-    /// Statuses counted as healthy (inclusive ranges).
+    /// Statuses counted as healthy (inclusive ranges); HTTP checks only.
     pub expect_status: Vec<(u16, u16)>,
 }
 

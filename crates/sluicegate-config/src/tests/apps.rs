@@ -415,6 +415,7 @@ fn health_checks() {
         h,
         HealthCheck {
             path: Some("/healthz".into()),
+            grpc_service: None,
             interval: Duration::from_millis(500),
             timeout: Duration::from_secs(1),
             healthy_after: 2,
@@ -429,7 +430,7 @@ fn health_checks() {
     let all = errors(&text);
     assert_eq!(all.len(), 4, "{all:?}");
     assert!(
-        all[0].contains("services[0].health.type: expected http or tcp, found \"udp\""),
+        all[0].contains("services[0].health.type: expected http, tcp or grpc, found \"udp\""),
         "{all:?}"
     );
     assert!(
@@ -444,4 +445,98 @@ fn health_checks() {
         all[3].contains("services[0].health.expect_status[0]: expected a status or a range"),
         "{all:?}"
     );
+}
+
+#[test]
+fn grpc_health_checks() {
+    let with_health = |protocol: &str, health: &str| {
+        BASE.replace(
+            "    endpoints: [\"127.0.0.1:9001\"]\n",
+            &format!("    endpoints: [\"127.0.0.1:9001\"]\n{protocol}    health: {health}\n"),
+        )
+    };
+    let h2c = "    protocol: h2c\n";
+    let text = with_health(h2c, "{ type: grpc, service: test.Echo, interval: 100ms }");
+    let h = ok(&text).services[0].health.clone().unwrap();
+    assert_eq!(h.path, None);
+    assert_eq!(h.grpc_service.as_deref(), Some("test.Echo"));
+    assert_eq!(h.interval, Duration::from_millis(100));
+    assert_eq!((h.healthy_after, h.unhealthy_after), (2, 3));
+    // Without a service: the server's overall health.
+    let h = ok(&with_health(h2c, "{ type: grpc }")).services[0]
+        .health
+        .clone()
+        .unwrap();
+    assert_eq!(h.grpc_service.as_deref(), Some(""));
+    // The other types have no gRPC service; tcp no path; http's default.
+    for (health, path) in [
+        ("{ type: tcp }", None),
+        ("{ type: http }", Some("/")),
+        ("{ interval: 1s }", Some("/")),
+    ] {
+        let h = ok(&with_health("", health)).services[0]
+            .health
+            .clone()
+            .unwrap();
+        assert_eq!(
+            (h.path.as_deref(), h.grpc_service),
+            (path, None),
+            "{health}"
+        );
+    }
+
+    // What does not go with grpc, and service without it.
+    let all = errors(&with_health(
+        h2c,
+        "{ type: grpc, path: /h, expect_status: [200] }",
+    ));
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(
+        all[0].contains("services[0].health.path: does not apply to type: grpc"),
+        "{all:?}"
+    );
+    assert!(
+        all[1].contains("services[0].health.expect_status: does not apply to type: grpc"),
+        "{all:?}"
+    );
+    for health in [
+        "{ service: a }",
+        "{ type: tcp, service: a }",
+        "{ type: http, service: a }",
+    ] {
+        let all = errors(&with_health(h2c, health));
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert!(
+            all[0].contains("services[0].health.service: only applies to type: grpc"),
+            "{all:?}"
+        );
+    }
+    let all = errors(&with_health(h2c, "{ type: grpc, service: [a] }"));
+    assert!(
+        all[0].contains("services[0].health.service: expected a string"),
+        "{all:?}"
+    );
+    let long = format!("{{ type: grpc, service: {} }}", "a".repeat(1025));
+    let all = errors(&with_health(h2c, &long));
+    assert!(
+        all[0].contains("services[0].health.service: expected a gRPC service name"),
+        "{all:?}"
+    );
+
+    // gRPC needs HTTP/2 to the endpoints.
+    let all = errors(&with_health("", "{ type: grpc }"));
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(
+        all[0].contains(
+            "services[0].health.type: grpc needs the service's protocol to be h2c, h2 or auto \
+             (the gRPC health protocol runs over HTTP/2); it is http1 by default"
+        ),
+        "{all:?}"
+    );
+    let all = errors(&with_health("    protocol: http1\n", "{ type: grpc }"));
+    assert!(all[0].ends_with("it is http1"), "{all:?}");
+    // A protocol with errors of its own is reported once.
+    let all = errors(&with_health("    protocol: h3\n", "{ type: grpc }"));
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(all[0].contains("services[0].protocol: expected"), "{all:?}");
 }

@@ -1,10 +1,12 @@
 //! Active health checks, once per process (on the control runtime, not in
 //! the workers): each endpoint of a service with `health` is probed every
-//! `interval` (an HTTP `GET path` or a TCP connect, bounded by `timeout`);
-//! `unhealthy_after` failures in a row take it out of its balancer and
-//! `healthy_after` successes bring it back. The flag lives on the
-//! endpoint's state, which a reload keeps, so a reload does not forget
-//! that an endpoint is down.
+//! `interval` (an HTTP `GET path`, a TCP connect or a gRPC health `Check`
+//! ([`grpc`]), bounded by `timeout`); `unhealthy_after` failures in a row
+//! take it out of its balancer and `healthy_after` successes bring it
+//! back. The flag lives on the endpoint's state, which a reload keeps, so
+//! a reload does not forget that an endpoint is down.
+
+mod grpc;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -148,11 +150,15 @@ pub async fn run(shared: Arc<Shared>) {
                         st.running = true;
                         st.next_due = Some(now + check.interval);
                         let (ep, check) = (ep.clone(), check.clone());
-                        let tls = svc.tls.clone();
+                        let (tls, protocol) = (svc.tls.clone(), svc.protocol);
                         running.spawn(async move {
-                            let ok = match &tls {
-                                None => probe(ep.addr, &ep.name, &check).await,
-                                Some(t) => probe_tls(ep.clone(), t.clone(), check.clone()).await,
+                            let ok = if check.grpc_service.is_some() {
+                                grpc::probe(ep.clone(), tls, protocol, check.clone()).await
+                            } else {
+                                match &tls {
+                                    None => probe(ep.addr, &ep.name, &check).await,
+                                    Some(t) => probe_tls(ep.clone(), t.clone(), check.clone()).await,
+                                }
                             };
                             record(&ep, ok, &check);
                             ep.id
