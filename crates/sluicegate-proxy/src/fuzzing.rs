@@ -1,10 +1,13 @@
 //! The parsers the fuzz targets and the seed-replay test drive, exported
 //! for them alone: not an API to build on.
 
+mod h2_session;
+
 pub use crate::proto::chunked::ChunkedDecoder;
 pub use crate::proto::codec::{parse_request, parse_response, Parsed, RequestHead, ResponseHead};
 pub use crate::route::path::normalize;
 pub use crate::route::target::{strip_port, Target};
+pub use h2_session::{h2_session, H2Session, MAX_ROUNDS as H2_MAX_ROUNDS};
 
 use std::net::SocketAddr;
 
