@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use sluicegate_proxy::fuzzing::{h2_session, H2_MAX_ROUNDS};
+use sluicegate_proxy::fuzzing::{h2_session, upgrade, Upgrade, H2_MAX_ROUNDS};
 
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -72,5 +72,33 @@ fn h2_session_seeds() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn upgrade_seeds() {
+    let outcome = |parsed, asked, upgrading, switching, tunnel| Upgrade {
+        parsed,
+        asked,
+        upgrading,
+        switching,
+        tunnel,
+    };
+    for (name, data) in seeds("upgrade") {
+        let got = upgrade(&data).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = match name.as_str() {
+            "websocket_101" | "two_upgrade_fields" => outcome(true, true, true, true, true),
+            // A 101 that does not say what it switches to opens nothing.
+            "websocket_101_without_upgrade" => outcome(true, true, true, true, false),
+            "with_body" | "chunked_body" | "websocket_and_h2c" | "empty_token" => {
+                outcome(true, true, false, false, false)
+            }
+            "h2c" | "empty_list" => outcome(true, true, false, true, false),
+            "not_listed" => outcome(true, true, false, false, false),
+            "no_connection_upgrade" => outcome(true, false, false, true, false),
+            "http10" => outcome(true, false, false, false, false),
+            _ => panic!("{name}: a seed without an expected outcome"),
+        };
+        assert_eq!(got, want, "{name}");
     }
 }
