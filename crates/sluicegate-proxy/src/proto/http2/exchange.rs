@@ -441,3 +441,43 @@ fn body_bytes(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A frame: its header (length, type, flags, stream) and payload.
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len().to_be_bytes();
+        let mut f = vec![len[5], len[6], len[7], kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn no_informational_head_goes_out_on_a_stream_reset() {
+        // A GET on stream 5 (which the fuzz driver answers with a `100
+        // Continue` and then a 204), reset by the client at once.
+        let block = [
+            0x82, 0x87, 0x84, 0x41, 0x88, 0x1d, 0x66, 0x5c, 0xbe, 0x47, 0x4d, 0x74, 0x17,
+        ];
+        let mut input = vec![0u8]; // read at once; the client stays.
+        input.extend(frame(4, 0, 0, &[]));
+        input.extend(frame(1, 5, 5, &block));
+        input.extend(frame(3, 0, 5, &8u32.to_be_bytes()));
+        let s = crate::fuzzing::h2_session(&input);
+        s.check().unwrap();
+        assert_eq!(s.accepted, [5]);
+        let (mut at, out) = (0, &s.output);
+        while at + 9 <= out.len() {
+            let len = usize::from(out[at]) << 16
+                | usize::from(out[at + 1]) << 8
+                | usize::from(out[at + 2]);
+            let stream = u32::from_be_bytes([out[at + 5], out[at + 6], out[at + 7], out[at + 8]]);
+            assert!(
+                !(out[at + 3] == 1 && stream == 5),
+                "HEADERS on the reset stream"
+            );
+            at += 9 + len;
+        }
+    }
+}
