@@ -1,5 +1,10 @@
-//! The parsers the fuzz targets and the seed-replay test drive, exported
-//! for them alone: not an API to build on.
+//! The parsers the fuzz targets and the seed-replay test drive, and the
+//! drivers of the HTTP/2 session ([`h2_session`]) and the upgrade path
+//! ([`upgrade`]) with their checks, exported for them alone: not an API
+//! to build on.
+
+mod h2_session;
+mod upgrade;
 
 pub use crate::proto::chunked::ChunkedDecoder;
 pub use crate::proto::codec::{
@@ -8,6 +13,8 @@ pub use crate::proto::codec::{
 pub use crate::proto::head::{RequestHead, ResponseHead};
 pub use crate::route::path::normalize;
 pub use crate::route::target::{strip_port, Target};
+pub use h2_session::{h2_session, H2Session, MAX_ROUNDS as H2_MAX_ROUNDS};
+pub use upgrade::{upgrade, Upgrade};
 
 use std::net::SocketAddr;
 

@@ -9,70 +9,14 @@
 mod http_common;
 mod ops_common;
 mod tls_common;
+mod ws_common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use http_common::{service, Gw};
-use sluicegate_testkit::free_port;
-
-/// The virtual environment's Python, made once per test run.
-fn python() -> &'static PathBuf {
-    static PY: OnceLock<PathBuf> = OnceLock::new();
-    PY.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = Command::new(root.join("scripts/test-venv"))
-            .output()
-            .expect("run scripts/test-venv");
-        assert!(
-            out.status.success(),
-            "scripts/test-venv failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/python")
-    })
-}
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/ws")
-        .join(name)
-}
-
-/// The echo server on a free port; killed on drop.
-struct Echo {
-    child: Child,
-    port: u16,
-}
-
-impl Echo {
-    fn start() -> Echo {
-        let port = free_port();
-        let mut child = Command::new(python())
-            .arg(fixture("echo_server.py"))
-            .arg(port.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the echo server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "echo server did not start");
-        Echo { child, port }
-    }
-}
-
-impl Drop for Echo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use ws_common::{fixture, python, wait_bounded, Echo};
 
 /// Runs the checking client against `url`; its one line of results.
 fn client(url: &str, headers: &[&str]) -> (bool, String) {
@@ -84,18 +28,6 @@ fn client(url: &str, headers: &[&str]) -> (bool, String) {
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).trim().to_string(),
     )
-}
-
-fn wait_bounded(mut child: Child, limit: Duration) -> std::process::Output {
-    let end = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < end {
-        if let Ok(Some(_)) = child.try_wait() {
-            return child.wait_with_output().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    panic!("the WebSocket client did not finish within {limit:?}");
 }
 
 #[test]

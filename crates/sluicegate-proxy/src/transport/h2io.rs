@@ -45,7 +45,7 @@ impl Flood {
 }
 
 /// Follows the frame headers in the bytes read.
-struct Frames {
+pub(crate) struct Frames {
     /// Bytes of the preface or of a frame's payload still to pass.
     skip: usize,
     head: [u8; 9],
@@ -56,9 +56,20 @@ struct Frames {
 }
 
 impl Frames {
+    /// Following a connection from its first byte (the preface) on.
+    pub(crate) fn new() -> Frames {
+        Frames {
+            skip: PREFACE_LEN,
+            head: [0; 9],
+            have: 0,
+            count: 0,
+            since: None,
+        }
+    }
+
     /// Follows `bytes`; true when they take the client past its control
     /// frames per second.
-    fn feed(&mut self, mut bytes: &[u8]) -> bool {
+    pub(crate) fn feed(&mut self, mut bytes: &[u8]) -> bool {
         while !bytes.is_empty() {
             if self.skip > 0 {
                 let n = self.skip.min(bytes.len());
@@ -126,13 +137,8 @@ impl H2Io {
     }
 
     fn with(stream: Stream, early: Vec<u8>, flood: Flood, preface: usize) -> H2Io {
-        let mut frames = Frames {
-            skip: preface,
-            head: [0; 9],
-            have: 0,
-            count: 0,
-            since: None,
-        };
+        let mut frames = Frames::new();
+        frames.skip = preface;
         if frames.feed(&early) {
             flood.0.set(true);
         }
@@ -250,13 +256,7 @@ mod tests {
     }
 
     fn frames() -> Frames {
-        Frames {
-            skip: PREFACE_LEN,
-            head: [0; 9],
-            have: 0,
-            count: 0,
-            since: None,
-        }
+        Frames::new()
     }
 
     #[test]

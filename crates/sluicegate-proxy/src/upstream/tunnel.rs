@@ -82,7 +82,7 @@ impl Drop for Upgraded {
 /// Whether a request may upgrade to `value` (its `Upgrade` header) on a
 /// route that allows `allowed`: every protocol it names is listed there
 /// (a `/version` suffix aside), and none is `h2c`.
-pub(super) fn allowed(value: &[u8], allowed: &[Box<str>]) -> bool {
+pub(crate) fn allowed(value: &[u8], allowed: &[Box<str>]) -> bool {
     !allowed.is_empty()
         && value.split(|&b| b == b',').all(|token| {
             let token = crate::proto::bytes::trim(token);

@@ -391,7 +391,11 @@ impl Inner {
             if (100..200).contains(&status) {
                 // 100 Continue (and 103): relayed as informational; the
                 // final head follows in the same buffer or a later write.
-                let _ = respond.send_informational(head);
+                // Not on a stream already reset: the framing layer sends
+                // an informational head whatever the stream's state.
+                if !reset(respond) {
+                    let _ = respond.send_informational(head);
+                }
                 buf.drain(..len);
                 continue;
             }
@@ -425,6 +429,20 @@ impl Inner {
             };
         }
     }
+}
+
+/// Whether the stream was reset (by either side) or the connection went
+/// away: a look, without waiting. (Found by the `h2_session` fuzz target:
+/// a `100 Continue` went out as HEADERS after the stream's RST_STREAM.)
+fn reset(respond: &mut SendResponse<Bytes>) -> bool {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+    respond
+        .poll_reset(&mut Context::from_waker(&waker))
+        .is_ready()
 }
 
 /// Sends what of `bytes` belongs to the body as DATA: how many bytes were
@@ -506,4 +524,44 @@ fn trailer_map(lines: &[u8]) -> http::HeaderMap {
         }
     }
     map
+}
+
+#[cfg(test)]
+mod tests {
+    /// A frame: its header (length, type, flags, stream) and payload.
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len().to_be_bytes();
+        let mut f = vec![len[5], len[6], len[7], kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    #[test]
+    fn no_informational_head_goes_out_on_a_stream_reset() {
+        // A GET on stream 5 (which the fuzz driver answers with a `100
+        // Continue` and then a 204), reset by the client at once.
+        let block = [
+            0x82, 0x87, 0x84, 0x41, 0x88, 0x1d, 0x66, 0x5c, 0xbe, 0x47, 0x4d, 0x74, 0x17,
+        ];
+        let mut input = vec![0u8]; // read at once; the client stays.
+        input.extend(frame(4, 0, 0, &[]));
+        input.extend(frame(1, 5, 5, &block));
+        input.extend(frame(3, 0, 5, &8u32.to_be_bytes()));
+        let s = crate::fuzzing::h2_session(&input);
+        s.check().unwrap();
+        assert_eq!(s.accepted, [5]);
+        let (mut at, out) = (0, &s.output);
+        while at + 9 <= out.len() {
+            let len = usize::from(out[at]) << 16
+                | usize::from(out[at + 1]) << 8
+                | usize::from(out[at + 2]);
+            let stream = u32::from_be_bytes([out[at + 5], out[at + 6], out[at + 7], out[at + 8]]);
+            assert!(
+                !(out[at + 3] == 1 && stream == 5),
+                "HEADERS on the reset stream"
+            );
+            at += 9 + len;
+        }
+    }
 }
