@@ -17,9 +17,9 @@ use crate::session::park::ParkSet;
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
-use crate::upstream::h2pool::H2Pool;
+use crate::upstream::h2conns::H2Pool;
 use crate::upstream::pool::Pool;
-use crate::upstream::tunnel::Upgraded;
+use crate::upstream::upgraded::Upgraded;
 
 /// Size a receive buffer grows to for an ordinary read (the request head
 /// read first, a tunnel's reads).

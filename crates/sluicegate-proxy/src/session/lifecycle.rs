@@ -43,7 +43,7 @@ use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::snapshot::{ActionRt, RouteRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
-use crate::upstream::tunnel::Upgraded;
+use crate::upstream::upgraded::Upgraded;
 
 impl Conn<'_> {
     /// Runs one request whose head is in `bufs`, from routing to the log.

@@ -15,7 +15,8 @@ use crate::observe::accesslog;
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::endpoint::EndpointState;
-use crate::upstream::tunnel::{self, Upgraded};
+use crate::upstream::tunnel;
+use crate::upstream::upgraded::Upgraded;
 
 /// What the serving task hands its tunnel's task, besides the client's
 /// stream, the connection's count and the request's snapshot.
