@@ -13,7 +13,7 @@ use crate::proto::codec::{RequestFraming, ResponseFraming};
 use crate::proto::head::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
 use crate::runtime::deadline::{Deadlines, OwnSlot, Wait};
-use crate::session::park::ParkSet;
+use crate::session::parkset::ParkSet;
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;

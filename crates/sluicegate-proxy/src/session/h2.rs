@@ -24,8 +24,8 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 
+use super::active::Active;
 use super::conn::Conn;
-use super::start::Active;
 use crate::proto::http2::exchange::{take_ready, Exchange};
 use crate::proto::http2::request::{write_head, BodyAt};
 use crate::runtime::deadline::{OwnSlot, Stop};

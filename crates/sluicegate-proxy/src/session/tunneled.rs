@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::start::Active;
+use super::active::Active;
 use crate::filters::InFlight;
 use crate::observe::accesslog;
 use crate::snapshot::{ActionRt, Snapshot};
