@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::filters::Edits;
-use crate::observe::accesslog::Sink;
+use crate::observe::accesslog::{self, Sink};
 use crate::proto::codec::{RequestFraming, ResponseFraming};
 use crate::proto::head::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
@@ -224,6 +224,18 @@ impl Worker {
             *self.log_sink.borrow_mut() = Some(sink.clone());
         }
         self.log_buf.borrow_mut()
+    }
+
+    /// Appends an access log line to the buffer for `sink`, and writes
+    /// the buffer out once it is full enough.
+    #[inline]
+    pub(crate) fn append_log(&self, sink: &Arc<Sink>, entry: &accesslog::Entry<'_>) {
+        let mut buf = self.log_buf_for(sink);
+        accesslog::format(&mut buf, entry);
+        if buf.len() >= accesslog::FLUSH_AT {
+            sink.write(&buf);
+            buf.clear();
+        }
     }
 
     /// True once the worker started draining.

@@ -91,5 +91,5 @@ pub(super) async fn run(client: Stream, active: Active, snap: Arc<Snapshot>, h: 
         tls: log.tls,
         http2: false,
     };
-    super::lifecycle::append_log(worker, sink, &entry);
+    worker.append_log(sink, &entry);
 }
