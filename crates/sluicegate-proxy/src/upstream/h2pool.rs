@@ -4,10 +4,11 @@
 //! balanced per request, not per connection). A connection takes new
 //! streams up to the peer's `max_concurrent_streams` (and
 //! [`MAX_STREAMS`]); past that a new connection opens, up to
-//! [`MAX_CONNS`](super::h2conns::MAX_CONNS) per endpoint and worker, after which streams queue on the
-//! least busy one. A connection the peer sent GOAWAY on (or that failed)
-//! takes no new stream; its streams under way finish. An idle connection
-//! closes after the service's `timeouts.idle`.
+//! [`MAX_CONNS`](super::h2conns::MAX_CONNS) per endpoint and worker,
+//! after which streams queue on the least busy one. A connection the peer
+//! sent GOAWAY on (or that failed) takes no new stream; its streams under
+//! way finish. An idle connection closes after the service's
+//! `timeouts.idle`.
 //!
 //! The connections themselves, and the choice a request makes among
 //! them, are data in the worker ([`super::h2conns`]); this module opens
