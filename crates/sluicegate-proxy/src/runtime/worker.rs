@@ -8,18 +8,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::filters::Edits;
-use crate::observe::accesslog::Sink;
+use crate::observe::accesslog::{self, Sink};
 use crate::proto::codec::{RequestFraming, ResponseFraming};
 use crate::proto::head::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
 use crate::runtime::deadline::{Deadlines, OwnSlot, Wait};
-use crate::session::park::ParkSet;
+use crate::session::parkset::ParkSet;
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
-use crate::upstream::h2pool::H2Pool;
+use crate::upstream::h2conns::H2Pool;
 use crate::upstream::pool::Pool;
-use crate::upstream::tunnel::Upgraded;
+use crate::upstream::upgraded::Upgraded;
 
 /// Size a receive buffer grows to for an ordinary read (the request head
 /// read first, a tunnel's reads).
@@ -224,6 +224,18 @@ impl Worker {
             *self.log_sink.borrow_mut() = Some(sink.clone());
         }
         self.log_buf.borrow_mut()
+    }
+
+    /// Appends an access log line to the buffer for `sink`, and writes
+    /// the buffer out once it is full enough.
+    #[inline]
+    pub(crate) fn append_log(&self, sink: &Arc<Sink>, entry: &accesslog::Entry<'_>) {
+        let mut buf = self.log_buf_for(sink);
+        accesslog::format(&mut buf, entry);
+        if buf.len() >= accesslog::FLUSH_AT {
+            sink.write(&buf);
+            buf.clear();
+        }
     }
 
     /// True once the worker started draining.

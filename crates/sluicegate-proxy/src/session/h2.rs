@@ -26,8 +26,8 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 
+use super::active::Active;
 use super::conn::{Conn, Next};
-use super::start::Active;
 use crate::proto::http2::exchange::{take_ready, Exchange};
 use crate::proto::http2::request::{write_connect_head, write_head, BodyAt};
 use crate::runtime::deadline::{OwnSlot, Stop};

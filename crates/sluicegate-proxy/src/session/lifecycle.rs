@@ -9,7 +9,8 @@
 //! 3. **Request filters**: the route's filters in order (auth, plans,
 //!    ACLs, CORS, header ops, rewrite); the first refusal answers. A filter
 //!    may wait before it decides ([`crate::filters::Filter::wait`]); a route
-//!    with no such filter runs them in one plain call, no future.
+//!    with no such filter runs them in one plain call, no future
+//!    ([`super::filtering`]).
 //! 4. **Action**: the route's fixed answer, or forwarding upstream
 //!    ([`crate::upstream::forward`]), which picks the endpoint, retries,
 //!    and streams both bodies.
@@ -25,25 +26,25 @@
 //! [`crate::proto::response`].
 
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::answer::{https_redirect, Local};
 use super::conn::{Conn, Next};
+use super::filtering::{request_filters, request_filters_waiting, Facts};
+use super::grpc::grpc_facts;
 use super::tunneled::{Handoff, LogFacts};
-use crate::filters::{Answer, Filters, Refuse, ReqCx};
+use crate::filters::Answer;
 use crate::observe::accesslog;
-use crate::observe::accesslog::Sink;
 use crate::proto::fields;
 use crate::proto::head::RequestHead;
 use crate::proto::response::ErrorKind;
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
-use crate::runtime::worker::{Bufs, Downstream, Worker};
-use crate::snapshot::{ActionRt, RouteRt, Snapshot};
+use crate::runtime::worker::{Bufs, Downstream};
+use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
-use crate::upstream::tunnel::Upgraded;
+use crate::upstream::upgraded::Upgraded;
 
 impl Conn<'_> {
     /// Runs one request whose head is in `bufs`, from routing to the log.
@@ -345,8 +346,7 @@ impl Conn<'_> {
         let Some(sink) = &snap.access_log else { return };
         let line = &bufs.log_line;
         let (method, target) = (&line[..method_len], &line[method_len + 1..]);
-        append_log(
-            self.worker,
+        self.worker.append_log(
             sink,
             &accesslog::Entry {
                 client: self.req_client.as_deref().unwrap_or(&self.peer_ip),
@@ -369,18 +369,6 @@ impl Conn<'_> {
     }
 }
 
-/// Appends an access log line to the worker's buffer for `sink`, and
-/// writes the buffer out once it is full enough.
-#[inline]
-pub(super) fn append_log(worker: &Worker, sink: &Arc<Sink>, entry: &accesslog::Entry<'_>) {
-    let mut buf = worker.log_buf_for(sink);
-    accesslog::format(&mut buf, entry);
-    if buf.len() >= accesslog::FLUSH_AT {
-        sink.write(&buf);
-        buf.clear();
-    }
-}
-
 impl Outcome<'_> {
     fn next(&self) -> Next {
         if self.close {
@@ -388,259 +376,5 @@ impl Outcome<'_> {
         } else {
             Next::KeepAlive
         }
-    }
-}
-
-/// Whether the POST in `bufs` is gRPC (`content-type: application/grpc`,
-/// `+proto` or other suffixes, not gRPC-Web), and its `grpc-timeout`.
-fn grpc_facts(raw: &[u8], req: &RequestHead) -> (bool, Option<std::time::Duration>) {
-    let mut grpc = false;
-    let mut timeout = None;
-    for h in &req.headers {
-        let name = &raw[h.name.clone()];
-        let value = &raw[h.value.clone()];
-        if name.eq_ignore_ascii_case(b"content-type") {
-            grpc = value.len() >= 16
-                && value[..16].eq_ignore_ascii_case(b"application/grpc")
-                && !matches!(value.get(16), Some(b'-'));
-        } else if name.eq_ignore_ascii_case(b"grpc-timeout") {
-            timeout = grpc_timeout(value);
-        }
-    }
-    (grpc, if grpc { timeout } else { None })
-}
-
-/// A `grpc-timeout` value: up to 8 digits and a unit (`H`, `M`, `S`, `m`,
-/// `u`, `n`).
-fn grpc_timeout(v: &[u8]) -> Option<std::time::Duration> {
-    use std::time::Duration;
-    let (&unit, digits) = v.split_last()?;
-    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    Some(match unit {
-        b'H' => Duration::from_secs(n * 3600),
-        b'M' => Duration::from_secs(n * 60),
-        b'S' => Duration::from_secs(n),
-        b'm' => Duration::from_millis(n),
-        b'u' => Duration::from_micros(n),
-        b'n' => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
-/// What the request filters are told besides the request in the buffers.
-struct Facts<'a> {
-    /// The normal form of the path, when it differs from the received one.
-    norm: Option<&'a [u8]>,
-    target: &'a Target,
-    prefix_len: usize,
-    now: Instant,
-    client: IpAddr,
-    identity: Option<&'a crate::transport::tls::identity::ClientIdentity>,
-}
-
-/// The filters' view of the request in `bufs`.
-fn filter_cx<'a>(route: &RouteRt, bufs: &'a mut Bufs, f: &Facts<'a>) -> ReqCx<'a> {
-    let service = match &route.action {
-        ActionRt::Proxy { service, .. } => Some(service.index),
-        ActionRt::Respond { .. } => None,
-    };
-    let Bufs {
-        inb, req, edits, ..
-    } = bufs;
-    let raw = inb.filled();
-    ReqCx {
-        raw,
-        head: req,
-        path: f.norm.unwrap_or(&raw[f.target.path.clone()]),
-        query: f.target.query.clone(),
-        prefix_len: f.prefix_len,
-        service,
-        edits,
-        app: None,
-        now: f.now,
-        client: f.client,
-        identity: f.identity,
-    }
-}
-
-/// Runs the route's filters, none of which waits, on the request in
-/// `bufs`; the first refusal is returned. Their edits are left in
-/// `bufs.edits`.
-fn request_filters<'a>(route: &'a RouteRt, bufs: &'a mut Bufs, f: &Facts<'a>) -> Option<Refuse> {
-    if route.filters.is_empty() {
-        return None;
-    }
-    let mut cx = filter_cx(route, bufs, f);
-    route
-        .filters
-        .iter()
-        .find_map(|f| f.on_request(&mut cx).err())
-}
-
-/// [`request_filters`] for a route with a filter that may wait.
-#[cold]
-async fn request_filters_waiting<'a>(
-    route: &'a RouteRt,
-    bufs: &'a mut Bufs,
-    f: &Facts<'a>,
-) -> Option<Refuse> {
-    let mut cx = filter_cx(route, bufs, f);
-    run_filters(&route.filters, &mut cx).await
-}
-
-/// The filters in order, each waiting filter's wait (if it has one now)
-/// awaited before it decides; the first refusal is returned.
-async fn run_filters<'a>(filters: &'a Filters, cx: &mut ReqCx<'a>) -> Option<Refuse> {
-    for f in filters.iter() {
-        if let Some(wait) = f.wait(cx) {
-            wait.await;
-        }
-        if let Err(refuse) = f.on_request(cx) {
-            return Some(refuse);
-        }
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use super::*;
-    use crate::filters::{Edits, Filter, Wait};
-    use crate::proto::fields::Fields;
-
-    /// Records the order things happen in.
-    #[derive(Debug, Default)]
-    struct Trace(Mutex<Vec<&'static str>>);
-
-    impl Trace {
-        fn push(&self, what: &'static str) {
-            self.0.lock().unwrap().push(what);
-        }
-    }
-
-    /// Waits (one yield to the runtime, then a timer) before it decides,
-    /// then admits and adds a field.
-    #[derive(Debug)]
-    struct Waiting(std::sync::Arc<Trace>);
-
-    impl Filter for Waiting {
-        fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
-            self.0.push("waiting decides");
-            cx.edits.request_headers.push(b"x-waited", b"yes");
-            Ok(())
-        }
-        fn waits(&self) -> bool {
-            true
-        }
-        fn wait<'a>(&'a self, _cx: &ReqCx<'a>) -> Option<Wait<'a>> {
-            Some(Box::pin(async move {
-                self.0.push("wait starts");
-                tokio::task::yield_now().await;
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-                self.0.push("wait ends");
-            }))
-        }
-    }
-
-    /// Refuses every request.
-    #[derive(Debug)]
-    struct Refusing(std::sync::Arc<Trace>);
-
-    impl Filter for Refusing {
-        fn on_request<'a>(&'a self, _cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
-            self.0.push("refusing decides");
-            Err(Refuse {
-                answer: Answer::Error(ErrorKind::Forbidden),
-                headers: Fields::new(),
-            })
-        }
-    }
-
-    fn run(filters: &Filters) -> (Option<Refuse>, Edits) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut head = RequestHead::default();
-        let mut edits = Edits::default();
-        let refused = rt.block_on(async {
-            let mut cx = ReqCx {
-                raw: b"GET / HTTP/1.1\r\n\r\n",
-                head: &mut head,
-                path: b"/",
-                query: 0..0,
-                prefix_len: 0,
-                service: None,
-                edits: &mut edits,
-                app: None,
-                now: Instant::now(),
-                client: IpAddr::from([127, 0, 0, 1]),
-                identity: None,
-            };
-            run_filters(filters, &mut cx).await
-        });
-        (refused, edits)
-    }
-
-    #[test]
-    fn a_filter_that_waits_decides_after_its_wait_and_before_the_next() {
-        let trace = std::sync::Arc::new(Trace::default());
-        let filters = Filters::new(vec![
-            Box::new(Waiting(trace.clone())),
-            Box::new(Refusing(trace.clone())),
-        ]);
-        assert!(filters.waits());
-        let (refused, edits) = run(&filters);
-        assert_eq!(
-            refused.map(|r| r.answer),
-            Some(Answer::Error(ErrorKind::Forbidden))
-        );
-        assert_eq!(edits.request_headers.get(b"x-waited"), Some(&b"yes"[..]));
-        assert_eq!(
-            *trace.0.lock().unwrap(),
-            [
-                "wait starts",
-                "wait ends",
-                "waiting decides",
-                "refusing decides"
-            ]
-        );
-    }
-
-    #[test]
-    fn grpc_timeouts_parse_in_every_unit_and_bad_ones_are_ignored() {
-        use std::time::Duration;
-        assert_eq!(grpc_timeout(b"2H"), Some(Duration::from_secs(7200)));
-        assert_eq!(grpc_timeout(b"3M"), Some(Duration::from_secs(180)));
-        assert_eq!(grpc_timeout(b"10S"), Some(Duration::from_secs(10)));
-        assert_eq!(grpc_timeout(b"250m"), Some(Duration::from_millis(250)));
-        assert_eq!(
-            grpc_timeout(b"99999999u"),
-            Some(Duration::from_micros(99_999_999))
-        );
-        assert_eq!(grpc_timeout(b"5n"), Some(Duration::from_nanos(5)));
-        for bad in [&b""[..], b"S", b"123456789S", b"10s", b"-1S", b"1.5S"] {
-            assert_eq!(
-                grpc_timeout(bad),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
-    }
-
-    #[test]
-    fn filters_that_never_wait_run_in_one_pass() {
-        let trace = std::sync::Arc::new(Trace::default());
-        let filters = Filters::new(vec![Box::new(Refusing(trace.clone()))]);
-        assert!(!filters.waits());
-        let (refused, _) = run(&filters);
-        assert!(refused.is_some());
-        assert_eq!(*trace.0.lock().unwrap(), ["refusing decides"]);
     }
 }

@@ -17,253 +17,35 @@
 //! TLS connections (their state lives in user space) and the in-memory
 //! test streams park in a small task instead ([`super::start::parked_wait`]),
 //! as do all connections when the set could not be set up.
+//!
+//! The set itself, what the worker holds, is [`super::parkset`]; a
+//! connection goes in by [`super::start`]'s `park`, and this module is
+//! the set's task.
 
-use std::cell::{Cell, OnceCell, RefCell};
 use std::future::poll_fn;
-use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
-use std::sync::Arc;
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
-use slab::Slab;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
+use super::active::Active;
 use super::conn::Begin;
-use super::start::{parked_wait, serve_stream, Active};
+use super::parkset::VACANT;
+use super::start::serve_stream;
 use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::Worker;
-use crate::transport::listener::{ListenerRt, Prepared};
+use crate::transport::listener::Prepared;
 use crate::transport::stream::Stream;
 
 /// Events taken from the set's epoll instance per call.
 const EVENTS: usize = 256;
-/// An `expiries` value for a vacant slab key.
-const VACANT: u64 = u64::MAX;
 /// How far ahead the park task sets its timer while nothing is parked.
 const IDLE_TIMER: Duration = Duration::from_secs(3600);
-
-/// One parked connection.
-struct Parked {
-    fd: OwnedFd,
-    peer: SocketAddr,
-    listener: Arc<ListenerRt>,
-    /// When its last answer was written.
-    end: Instant,
-}
-
-/// One worker's parked plain connections; see the module documentation.
-/// Lives in the [`Worker`]; its task is [`run`].
-pub(crate) struct ParkSet {
-    /// The set's own epoll instance, watched by tokio; set up by [`run`].
-    epoll: OnceCell<AsyncFd<OwnedFd>>,
-    entries: RefCell<Slab<Parked>>,
-    /// Each slab key's keep-alive expiry in milliseconds from `base`
-    /// (rounded up), [`VACANT`] for a free key: a dense array, so the
-    /// scan for expired entries reads 8 bytes per key.
-    expiries: RefCell<Vec<u64>>,
-    base: Instant,
-    /// The earliest expiry in the set (or earlier), in `expiries` units.
-    earliest: Cell<u64>,
-    /// What the park task's timer is set to, in `expiries` units.
-    armed: Cell<u64>,
-    /// The park task's waker, to re-arm its timer for an earlier expiry.
-    task: RefCell<Option<Waker>>,
-    kicked: Cell<bool>,
-    /// The park task is running: the set takes connections.
-    running: Cell<bool>,
-}
-
-impl Default for ParkSet {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ParkSet {
-    pub(crate) fn new() -> ParkSet {
-        ParkSet {
-            epoll: OnceCell::new(),
-            entries: RefCell::new(Slab::new()),
-            expiries: RefCell::new(Vec::new()),
-            base: Instant::now(),
-            earliest: Cell::new(VACANT),
-            armed: Cell::new(VACANT),
-            task: RefCell::new(None),
-            kicked: Cell::new(false),
-            running: Cell::new(false),
-        }
-    }
-
-    #[cfg(test)]
-    /// Connections parked now.
-    pub(crate) fn len(&self) -> usize {
-        self.entries.borrow().len()
-    }
-
-    /// `t` in `expiries` units, rounded up (an expiry never fires early).
-    fn ms_up(&self, t: Instant) -> u64 {
-        let d = t.saturating_duration_since(self.base);
-        let ms = d.as_millis() as u64;
-        if Duration::from_millis(ms) < d {
-            ms + 1
-        } else {
-            ms
-        }
-    }
-
-    /// `t` in `expiries` units, rounded down.
-    fn ms_down(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.base).as_millis() as u64
-    }
-
-    /// Puts `tcp` in the set. Gives it back if the set cannot take it.
-    fn insert(
-        &self,
-        tcp: TcpStream,
-        peer: SocketAddr,
-        listener: Arc<ListenerRt>,
-        end: Instant,
-        expires: Instant,
-    ) -> Result<(), ParkRefused> {
-        let Some(ep) = self.epoll.get() else {
-            return Err(ParkRefused::Tcp(tcp, listener));
-        };
-        let ep = ep.get_ref();
-        // Out of tokio's reactor: its registration is freed.
-        let fd: OwnedFd = match tcp.into_std() {
-            Ok(s) => s.into(),
-            Err(_) => return Err(ParkRefused::Closed),
-        };
-        let mut entries = self.entries.borrow_mut();
-        let slot = entries.vacant_entry();
-        let key = slot.key();
-        let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::ONESHOT;
-        if epoll::add(ep, &fd, epoll::EventData::new_u64(key as u64), flags).is_err() {
-            return match TcpStream::from_std(fd.into()) {
-                Ok(tcp) => Err(ParkRefused::Tcp(tcp, listener)),
-                Err(_) => Err(ParkRefused::Closed),
-            };
-        }
-        slot.insert(Parked {
-            fd,
-            peer,
-            listener,
-            end,
-        });
-        let exp = self.ms_up(expires);
-        let mut expiries = self.expiries.borrow_mut();
-        if expiries.len() <= key {
-            expiries.resize(key + 1, VACANT);
-        }
-        expiries[key] = exp;
-        if exp < self.earliest.get() {
-            self.earliest.set(exp);
-        }
-        if exp < self.armed.get() {
-            self.kicked.set(true);
-            if let Some(w) = &*self.task.borrow() {
-                w.wake_by_ref();
-            }
-        }
-        Ok(())
-    }
-
-    /// Takes entry `key` out of the set, if it is there.
-    fn take(&self, key: usize) -> Option<Parked> {
-        let p = self.entries.borrow_mut().try_remove(key)?;
-        self.expiries.borrow_mut()[key] = VACANT;
-        Some(p)
-    }
-
-    /// Takes out every entry that expired by `now` (they close as they
-    /// drop) and returns how many; the earliest expiry left is noted.
-    fn expire(&self, now: Instant) -> usize {
-        let now = self.ms_down(now);
-        let mut next = VACANT;
-        let mut gone = 0;
-        let mut entries = self.entries.borrow_mut();
-        for (k, exp) in self.expiries.borrow_mut().iter_mut().enumerate() {
-            if *exp <= now {
-                *exp = VACANT;
-                entries.remove(k);
-                gone += 1;
-            } else if *exp < next {
-                next = *exp;
-            }
-        }
-        self.earliest.set(next);
-        gone
-    }
-
-    /// Takes out every entry (they close as they drop); how many.
-    fn clear(&self) -> usize {
-        let mut entries = self.entries.borrow_mut();
-        let n = entries.len();
-        entries.clear();
-        self.expiries.borrow_mut().clear();
-        self.earliest.set(VACANT);
-        n
-    }
-}
-
-/// Why the set did not take a connection.
-enum ParkRefused {
-    /// It can park in a task instead.
-    Tcp(TcpStream, Arc<ListenerRt>),
-    /// The socket was lost on the way (tokio failed to release it).
-    Closed,
-}
-
-/// Parks an idle keep-alive connection whose last answer was written at
-/// `end`, until `expires`: in the worker's park set when it is a plain TCP
-/// connection and the set's task runs, otherwise in a task of its own. At
-/// shutdown it closes instead.
-pub(super) fn park(
-    p: Prepared,
-    listener: Arc<ListenerRt>,
-    active: Active,
-    end: Instant,
-    expires: Instant,
-) {
-    let worker = active.worker().clone();
-    if worker.shutting_down() {
-        return;
-    }
-    let set = &worker.parked;
-    let Prepared {
-        stream,
-        client,
-        tls,
-        identity,
-        h2: _,
-    } = p;
-    let (stream, listener) = match stream {
-        Stream::Tcp(tcp) if listener.tls.is_none() && set.running.get() => {
-            match set.insert(tcp, client, listener, end, expires) {
-                Ok(()) => {
-                    active.into_parked();
-                    return;
-                }
-                Err(ParkRefused::Tcp(tcp, listener)) => (Stream::Tcp(tcp), listener),
-                Err(ParkRefused::Closed) => return,
-            }
-        }
-        other => (other, listener),
-    };
-    let p = Prepared {
-        stream,
-        client,
-        tls,
-        identity,
-        h2: false,
-    };
-    tokio::task::spawn_local(parked_wait(p, listener, active, end, expires));
-}
 
 /// The park set's task for `worker`: resumes parked connections whose
 /// bytes arrived, closes those past their keep-alive timeout, and at
@@ -601,12 +383,5 @@ routes:
             tokio::time::sleep(Duration::from_millis(20)).await;
             assert_eq!(counts(&w), (0, 0, 0));
         });
-    }
-
-    #[test]
-    fn a_parked_connection_is_a_small_entry() {
-        // What an idle plain keep-alive connection costs in user space,
-        // beside its 8-byte expiry.
-        assert!(size_of::<Parked>() <= 64, "{}", size_of::<Parked>());
     }
 }

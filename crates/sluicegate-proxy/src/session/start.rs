@@ -3,8 +3,8 @@
 //! first for the others; an idle keep-alive connection parked (a plain one
 //! in the worker's park set, [`super::park`], a TLS one in a small task);
 //! an upgraded one handed to its tunnel's task ([`super::tunneled`]); an
-//! HTTP/2 one to its session ([`super::h2`]); and the count of connections
-//! that follows them from task to task.
+//! HTTP/2 one to its session ([`super::h2`]). The count of connections
+//! that follows them from task to task is [`super::active`].
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -13,60 +13,14 @@ use std::time::Instant;
 
 use tokio::net::TcpStream;
 
+use super::active::Active;
 use super::conn::{Begin, Conn, End};
+use super::parkset::ParkRefused;
 use super::tunneled;
 use crate::runtime::deadline::OwnSlot;
 use crate::runtime::worker::Worker;
 use crate::transport::listener::{prepare, ListenerRt, Prepared};
 use crate::transport::stream::Stream;
-
-/// A connection counted in its worker's `active` and the process's
-/// `open_connections` for as long as this lives: it moves with the
-/// connection from task to task (parked and back), so the counts are right
-/// however and wherever the connection ends. In the park set a connection
-/// has no `Active`: the set holds its count ([`Active::into_parked`],
-/// [`Active::resumed`], [`Active::end_parked`]).
-pub(crate) struct Active(Option<Rc<Worker>>);
-
-impl Active {
-    pub(crate) fn new(worker: Rc<Worker>) -> Active {
-        worker.active.set(worker.active.get() + 1);
-        Active(Some(worker))
-    }
-
-    pub(crate) fn worker(&self) -> &Rc<Worker> {
-        // Only `into_parked` takes it out, and that consumes the `Active`.
-        self.0.as_ref().expect("an Active has its worker")
-    }
-
-    /// The connection goes on counted, in the park set: the counts stay.
-    pub(super) fn into_parked(mut self) {
-        self.0 = None;
-    }
-
-    /// A connection back from the park set, still counted.
-    pub(super) fn resumed(worker: Rc<Worker>) -> Active {
-        Active(Some(worker))
-    }
-
-    /// A connection in the park set closes: the counts go down.
-    pub(super) fn end_parked(worker: &Worker) {
-        worker.active.set(worker.active.get() - 1);
-        worker
-            .shared
-            .global
-            .open_connections
-            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        if let Some(w) = self.0.take() {
-            Active::end_parked(&w);
-        }
-    }
-}
 
 /// Starts serving one accepted client connection, which the caller has
 /// already counted in `open_connections`. A plain listener's connection is
@@ -173,7 +127,7 @@ pub(crate) async fn serve_stream(
                 identity: conn.identity,
                 h2: false,
             };
-            super::park::park(parked, listener, active, end, expires);
+            park(parked, listener, active, end, expires);
         }
         End::Tunnel(snap) => {
             // The tunnel's own task takes the connection; this one ends.
@@ -214,4 +168,50 @@ pub(super) async fn parked_wait(
     if let Ok(Ok(())) = ready {
         tokio::task::spawn_local(serve_stream(p, listener, active, Begin::Resumed(end)));
     }
+}
+
+/// Parks an idle keep-alive connection whose last answer was written at
+/// `end`, until `expires`: in the worker's park set when it is a plain TCP
+/// connection and the set's task runs, otherwise in a task of its own. At
+/// shutdown it closes instead.
+pub(super) fn park(
+    p: Prepared,
+    listener: Arc<ListenerRt>,
+    active: Active,
+    end: Instant,
+    expires: Instant,
+) {
+    let worker = active.worker().clone();
+    if worker.shutting_down() {
+        return;
+    }
+    let set = &worker.parked;
+    let Prepared {
+        stream,
+        client,
+        tls,
+        identity,
+        h2: _,
+    } = p;
+    let (stream, listener) = match stream {
+        Stream::Tcp(tcp) if listener.tls.is_none() && set.running.get() => {
+            match set.insert(tcp, client, listener, end, expires) {
+                Ok(()) => {
+                    active.into_parked();
+                    return;
+                }
+                Err(ParkRefused::Tcp(tcp, listener)) => (Stream::Tcp(tcp), listener),
+                Err(ParkRefused::Closed) => return,
+            }
+        }
+        other => (other, listener),
+    };
+    let p = Prepared {
+        stream,
+        client,
+        tls,
+        identity,
+        h2: false,
+    };
+    tokio::task::spawn_local(parked_wait(p, listener, active, end, expires));
 }

@@ -60,7 +60,7 @@ fn open_session(worker: &Rc<Worker>) -> (Stream, tokio::task::JoinHandle<()>) {
     let session = tokio::task::spawn_local(super::start::serve_stream(
         prepared,
         listener::plain(peer),
-        super::start::Active::new(worker.clone()),
+        super::active::Active::new(worker.clone()),
         super::conn::Begin::New(None),
     ));
     (Stream::Duplex(client), session)
@@ -204,14 +204,14 @@ fn a_parked_connection_is_a_small_task() {
         let parked = super::start::parked_wait(
             p(),
             listener::plain(peer),
-            super::start::Active::new(worker.clone()),
+            super::active::Active::new(worker.clone()),
             now,
             now,
         );
         let serving = super::start::serve_stream(
             p(),
             listener::plain(peer),
-            super::start::Active::new(worker.clone()),
+            super::active::Active::new(worker.clone()),
             super::conn::Begin::New(None),
         );
         let (parked, serving) = (size_of_val(&parked), size_of_val(&serving));

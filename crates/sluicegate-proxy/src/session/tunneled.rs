@@ -9,14 +9,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::start::Active;
+use super::active::Active;
 use crate::filters::InFlight;
 use crate::observe::accesslog;
 use crate::runtime::worker::Worker;
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::endpoint::EndpointState;
-use crate::upstream::tunnel::{self, Upgraded};
+use crate::upstream::tunnel;
+use crate::upstream::upgraded::Upgraded;
 
 /// What the serving task hands its tunnel's task, besides the client's
 /// stream, the connection's count and the request's snapshot.
@@ -101,5 +102,5 @@ pub(super) async fn relay_and_record(
         tls: log.tls,
         http2: matches!(client, Stream::H2(_)),
     };
-    super::lifecycle::append_log(worker, sink, &entry);
+    worker.append_log(sink, &entry);
 }

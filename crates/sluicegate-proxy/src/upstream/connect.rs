@@ -1,16 +1,13 @@
 //! Connections for one request: a new one (TCP, then TLS when the service
-//! speaks it) for HTTP/1.1, a stream on one of the worker's HTTP/2
+//! speaks it; [`super::dial`]) for HTTP/1.1, a stream on one of the worker's HTTP/2
 //! connections ([`super::h2pool`]) otherwise.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::net::TcpStream;
-
-use crate::runtime::deadline::Deadlines;
+use super::dial::connect_stream;
 use crate::runtime::worker::Worker;
 use crate::snapshot::ServiceRt;
 use crate::transport::stream::Stream;
-use crate::transport::tls::TlsStream;
 use crate::upstream::endpoint::EndpointState;
 
 /// A connection for one request to `ep`, within `timeout`: a new one to
@@ -30,25 +27,4 @@ pub(super) async fn connect(
         connect_stream(&worker.deadlines, ep, service, timeout).await?,
         false,
     ))
-}
-
-/// A new connection to `ep`, with the TLS handshake when the service
-/// speaks TLS to its endpoints; both within `timeout`.
-pub(crate) async fn connect_stream(
-    dl: &Deadlines,
-    ep: &EndpointState,
-    service: &ServiceRt,
-    timeout: Duration,
-) -> std::io::Result<Stream> {
-    let deadline = Instant::now() + timeout;
-    let s = tokio::time::timeout(timeout, TcpStream::connect(ep.addr))
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    s.set_nodelay(true)?;
-    let Some(tls) = &service.tls else {
-        return Ok(Stream::Tcp(s));
-    };
-    let name = tls.server_name(&ep.name).map_err(std::io::Error::other)?;
-    let s = TlsStream::connect(s, tls.config.clone(), name, dl.at(deadline)).await?;
-    Ok(Stream::Tls(Box::new(s)))
 }

@@ -4,21 +4,24 @@
 //! balanced per request, not per connection). A connection takes new
 //! streams up to the peer's `max_concurrent_streams` (and
 //! [`MAX_STREAMS`]); past that a new connection opens, up to
-//! [`MAX_CONNS`] per endpoint and worker, after which streams queue on the
-//! least busy one. A connection the peer sent GOAWAY on (or that failed)
-//! takes no new stream; its streams under way finish. An idle connection
-//! closes after the service's `timeouts.idle`.
+//! [`MAX_CONNS`](super::h2conns::MAX_CONNS) per endpoint and worker,
+//! after which streams queue on the least busy one. A connection the peer
+//! sent GOAWAY on (or that failed) takes no new stream; its streams under
+//! way finish. An idle connection closes after the service's
+//! `timeouts.idle`.
+//!
+//! The connections themselves, and the choice a request makes among
+//! them, are data in the worker ([`super::h2conns`]); this module opens
+//! and drives them.
 
-use std::collections::HashMap;
 use std::io;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::client::SendRequest;
 use sluicegate_config::UpstreamProtocol;
-use tokio::sync::Notify;
 
+use super::h2conns::{Conn, Plan, MAX_STREAMS};
 use crate::proto::http2::upstream::{ConnState, UpExchange};
 use crate::runtime::worker::Worker;
 use crate::snapshot::ServiceRt;
@@ -26,90 +29,10 @@ use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::stream::Stream;
 use crate::upstream::endpoint::EndpointState;
 
-/// Connections a worker opens to one endpoint at most.
-pub(crate) const MAX_CONNS: usize = 4;
-/// Streams one connection carries at once at most, whatever the peer
-/// allows.
-pub(crate) const MAX_STREAMS: usize = 256;
 /// Receive windows for responses: large enough not to hold back a fast
 /// upstream on a path with latency.
 const STREAM_WINDOW: u32 = 1024 * 1024;
 const CONN_WINDOW: u32 = 8 * 1024 * 1024;
-
-/// One connection to an endpoint.
-struct Conn {
-    send: SendRequest<Bytes>,
-    state: ConnState,
-}
-
-/// One endpoint's connections in a worker.
-#[derive(Default)]
-struct Endpoint {
-    conns: Vec<Conn>,
-    /// Connections being opened now.
-    opening: usize,
-    /// Woken when one of those is open (or failed).
-    opened: Rc<Notify>,
-}
-
-/// One worker's HTTP/2 connections, by endpoint id.
-#[derive(Default)]
-pub(crate) struct H2Pool {
-    endpoints: HashMap<usize, Endpoint>,
-}
-
-/// What a request does for its stream.
-enum Plan {
-    Use(SendRequest<Bytes>, ConnState),
-    /// Open a connection (counted in `opening`).
-    Open,
-    /// Wait for one being opened.
-    Wait(Rc<Notify>),
-}
-
-impl std::fmt::Debug for H2Pool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("H2Pool")
-            .field("endpoints", &self.endpoints.len())
-            .finish()
-    }
-}
-
-impl H2Pool {
-    /// What a request to endpoint `id` does: take a stream on a usable
-    /// connection with room; else open one while fewer than [`MAX_CONNS`]
-    /// are open or opening; else queue on the least busy one, or wait for
-    /// one being opened. Connections no longer usable are dropped.
-    fn plan(&mut self, id: usize) -> Plan {
-        let e = self.endpoints.entry(id).or_default();
-        e.conns.retain(|c| c.state.usable.get());
-        let best = e.conns.iter().min_by_key(|c| c.state.open.get());
-        if let Some(c) = best {
-            let cap = c.send.current_max_send_streams().min(MAX_STREAMS);
-            if c.state.open.get() < cap {
-                return Plan::Use(c.send.clone(), c.state.clone());
-            }
-        }
-        if e.conns.len() + e.opening < MAX_CONNS {
-            e.opening += 1;
-            return Plan::Open;
-        }
-        match best {
-            Some(c) => Plan::Use(c.send.clone(), c.state.clone()),
-            None => Plan::Wait(e.opened.clone()),
-        }
-    }
-
-    /// A connection to `id` opened (`Some`) or failed to (`None`).
-    fn opened(&mut self, id: usize, conn: Option<Conn>) {
-        let e = self.endpoints.entry(id).or_default();
-        e.opening = e.opening.saturating_sub(1);
-        if let Some(c) = conn {
-            e.conns.push(c);
-        }
-        e.opened.notify_waiters();
-    }
-}
 
 /// A stream to `ep` for one request, on a connection of the worker's
 /// (`true`) or a new one (`false`), connected within `timeout`.
@@ -168,7 +91,7 @@ async fn open(
     deadline: Instant,
 ) -> io::Result<Opened> {
     let timeout = deadline.saturating_duration_since(Instant::now());
-    let conn = super::connect::connect_stream(&worker.deadlines, ep, service, timeout).await?;
+    let conn = super::dial::connect_stream(&worker.deadlines, ep, service, timeout).await?;
     if let Stream::Tls(t) = &conn {
         if service.protocol == UpstreamProtocol::Auto && !t.alpn_h2() {
             // The endpoint chose HTTP/1.1: this request goes as one, and

@@ -1,6 +1,9 @@
 //! The upstream side: forwarding a request and streaming its answer back,
-//! HTTP/2 connections to endpoints (`h2pool`), the upstream heads, endpoint choice, per-endpoint state, ejection after
-//! failed connects, circuit breakers and active health checks.
+//! new connections to endpoints (`dial`), HTTP/2 connections to endpoints
+//! (`h2pool`, their data in the worker in `h2conns`), tunnels after a
+//! `101` (`tunnel`, an open one as handed on in `upgraded`), the upstream
+//! heads, endpoint choice, per-endpoint state, ejection after failed
+//! connects, circuit breakers and active health checks.
 
 mod attempt;
 pub(crate) mod balancer;
@@ -8,13 +11,16 @@ pub(crate) mod body;
 pub(crate) mod breaker;
 pub(crate) mod budget;
 mod connect;
+mod dial;
 mod duplex;
 pub(crate) mod eject;
 pub(crate) mod endpoint;
 pub(crate) mod forward;
+pub(crate) mod h2conns;
 pub(crate) mod h2pool;
 pub(crate) mod head;
 pub(crate) mod health;
 mod outcome;
 pub(crate) mod pool;
 pub(crate) mod tunnel;
+pub(crate) mod upgraded;

@@ -23,60 +23,22 @@
 //! counted and logged.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::Instant;
 
 use crate::observe::metrics::GlobalMetrics;
 use crate::runtime::deadline::Stop;
 use crate::runtime::worker::{Bufs, Downstream, Worker, BUF_SIZE};
-use crate::snapshot::{Shared, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
-use crate::upstream::endpoint::{EndpointState, OwnedPermit};
+use crate::upstream::endpoint::OwnedPermit;
+use crate::upstream::upgraded::{Carried, Upgraded};
 
 /// Which side had bytes (or a close) first.
 enum Side {
     Client(std::io::Result<()>),
     Upstream(std::io::Result<()>),
-}
-
-/// Bytes a tunnel carried: client to upstream, upstream to client
-/// (the 101's head included).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Carried {
-    pub up: u64,
-    pub down: u64,
-}
-
-/// An open tunnel, its `101` written: what its own task carries on with
-/// besides the client's stream. Counted in `tunnels_open` until dropped;
-/// dropping it closes the upstream connection and gives the endpoint's
-/// in-flight slot back.
-pub(crate) struct Upgraded {
-    up: Stream,
-    permit: OwnedPermit,
-    shared: Arc<Shared>,
-    /// What it carried so far.
-    carried: Carried,
-}
-
-impl Upgraded {
-    /// The endpoint it is connected to.
-    pub fn endpoint(&self) -> &Arc<EndpointState> {
-        self.permit.endpoint()
-    }
-
-    /// What it carried so far.
-    pub fn carried(&self) -> Carried {
-        self.carried
-    }
-}
-
-impl Drop for Upgraded {
-    fn drop(&mut self) {
-        self.shared.global.tunnels_open.fetch_sub(1, Relaxed);
-    }
 }
 
 /// Whether a request may upgrade to `value` (its `Upgrade` header) on a
