@@ -10,32 +10,17 @@
 //! bounds the call.
 
 mod http_common;
+mod venv_common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use http_common::{service, Gw};
 use sluicegate_testkit::free_port;
-
-fn python() -> &'static PathBuf {
-    static PY: OnceLock<PathBuf> = OnceLock::new();
-    PY.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = Command::new(root.join("scripts/test-venv"))
-            .output()
-            .expect("run scripts/test-venv");
-        assert!(
-            out.status.success(),
-            "scripts/test-venv failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/python")
-    })
-}
+use venv_common::python;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -13,38 +13,24 @@
 mod http_common;
 mod ops_common;
 mod tls_common;
+mod venv_common;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use http_common::{service, Gw};
 use sluicegate_testkit::TestUpstream;
 use tls_common::run_cmd;
+use venv_common::python;
 
 /// GOAWAY and RST_STREAM codes (RFC 9113 7).
 const PROTOCOL_ERROR: u32 = 1;
 const CANCEL: u32 = 8;
 const ENHANCE_YOUR_CALM: u32 = 11;
-
-fn python() -> &'static PathBuf {
-    static PY: OnceLock<PathBuf> = OnceLock::new();
-    PY.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = Command::new(root.join("scripts/test-venv"))
-            .output()
-            .expect("run scripts/test-venv");
-        assert!(
-            out.status.success(),
-            "scripts/test-venv failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/python")
-    })
-}
 
 /// Runs the attack `mode` (with `n` repetitions) against the gateway;
 /// returns its outcome line (`goaway CODE`, `reset CODE`, ...).

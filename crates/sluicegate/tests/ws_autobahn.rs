@@ -13,6 +13,7 @@
 //! every size, about 20 minutes of cases) is left out for time.
 
 mod http_common;
+mod venv_common;
 mod ws_common;
 
 use std::collections::BTreeMap;

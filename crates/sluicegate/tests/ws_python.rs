@@ -9,6 +9,7 @@
 mod http_common;
 mod ops_common;
 mod tls_common;
+mod venv_common;
 mod ws_common;
 
 use std::path::PathBuf;

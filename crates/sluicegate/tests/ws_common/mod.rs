@@ -1,5 +1,5 @@
 //! Shared helpers for the WebSocket end-to-end tests (`ws_*`): the PyPI
-//! tools' virtual environment (`scripts/test-venv`), the fixtures in
+//! tools' Python (from `venv_common`), the fixtures in
 //! `tests/fixtures/ws`, the `websockets` echo server, and waiting for a
 //! client process with a bound.
 #![allow(dead_code)]
@@ -7,27 +7,11 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use sluicegate_testkit::free_port;
 
-/// The virtual environment's Python, made once per test run.
-pub fn python() -> &'static PathBuf {
-    static PY: OnceLock<PathBuf> = OnceLock::new();
-    PY.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = Command::new(root.join("scripts/test-venv"))
-            .output()
-            .expect("run scripts/test-venv");
-        assert!(
-            out.status.success(),
-            "scripts/test-venv failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/python")
-    })
-}
+pub use crate::venv_common::python;
 
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -24,11 +24,9 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::header::{HeaderName, HeaderValue};
 
-use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
+use super::{has_room, poll_room, Staged, WANT};
+use crate::proto::chunked::{ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::MAX_HEADERS;
-
-/// Send capacity asked of the connection for a stream's answer at a time.
-const WANT: usize = 64 * 1024;
 
 /// One stream: its request body in, its answer out.
 pub(crate) struct Exchange {
@@ -43,9 +41,8 @@ impl std::fmt::Debug for Exchange {
 
 struct Inner {
     recv: RecvStream,
-    /// Body bytes received and framed, not read yet: `staged[pos..]`.
-    staged: Vec<u8>,
-    pos: usize,
+    /// Body bytes received and framed, not read yet.
+    staged: Staged,
     /// The body is given chunked (the client sent no length).
     chunked_in: bool,
     /// The client's body ended (or failed: `in_failed`).
@@ -122,8 +119,7 @@ impl Exchange {
         Exchange {
             inner: RefCell::new(Inner {
                 recv,
-                staged: early,
-                pos: 0,
+                staged: Staged::from_vec(early),
                 chunked_in,
                 in_done,
                 in_failed: false,
@@ -148,15 +144,8 @@ impl Exchange {
     pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
-        if i.pos < i.staged.len() {
-            let n = buf.len().min(i.staged.len() - i.pos);
-            buf[..n].copy_from_slice(&i.staged[i.pos..i.pos + n]);
-            i.pos += n;
-            if i.pos == i.staged.len() {
-                i.staged.clear();
-                i.pos = 0;
-            }
-            return Ok(n);
+        if i.staged.pending() {
+            return Ok(i.staged.read_into(buf));
         }
         if i.in_failed {
             return Err(io::ErrorKind::ConnectionReset.into());
@@ -176,7 +165,7 @@ impl Exchange {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
         loop {
-            if i.pos < i.staged.len() || i.in_done {
+            if i.staged.pending() || i.in_done {
                 return Poll::Ready(Ok(()));
             }
             match i.recv.poll_data(cx) {
@@ -186,18 +175,12 @@ impl Exchange {
                     if data.is_empty() {
                         continue;
                     }
-                    if i.chunked_in {
-                        write_chunk_header(&mut i.staged, data.len());
-                        i.staged.extend_from_slice(&data);
-                        i.staged.extend_from_slice(b"\r\n");
-                    } else {
-                        i.staged.extend_from_slice(&data);
-                    }
+                    i.staged.data(&data, i.chunked_in);
                 }
                 Poll::Ready(None) => {
                     i.in_done = true;
                     if i.chunked_in {
-                        i.staged.extend_from_slice(LAST_CHUNK);
+                        i.staged.buf().extend_from_slice(LAST_CHUNK);
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {
@@ -217,11 +200,8 @@ impl Exchange {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
         if let Out::Body { send, .. } = &mut i.out {
-            if send.capacity() == 0 {
-                send.reserve_capacity(WANT);
-                if send.capacity() == 0 {
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
+            if !has_room(send) {
+                return Err(io::ErrorKind::WouldBlock.into());
             }
         }
         i.write(bytes)?;
@@ -237,16 +217,12 @@ impl Exchange {
         let Out::Body { send, .. } = &mut i.out else {
             return Poll::Ready(Ok(()));
         };
-        if send.capacity() > 0 {
-            return Poll::Ready(Ok(()));
-        }
-        send.reserve_capacity(WANT);
-        match send.poll_capacity(cx) {
+        match poll_room(send, cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(_))) => Poll::Ready(Ok(())),
-            Poll::Ready(Some(Err(_)) | None) => {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(())) => {
                 i.out = Out::Failed;
-                Poll::Ready(Err(broken()))
+                Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
             }
         }
     }

@@ -8,3 +8,83 @@
 pub(crate) mod exchange;
 pub(crate) mod request;
 pub(crate) mod upstream;
+
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::SendStream;
+
+use crate::proto::chunked::write_chunk_header;
+
+/// Send capacity asked of the connection for a stream's body at a time.
+pub(crate) const WANT: usize = 64 * 1024;
+
+/// Bytes received on a stream and framed for the reader, not read yet.
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Staged {
+    pub(crate) fn from_vec(buf: Vec<u8>) -> Staged {
+        Staged { buf, pos: 0 }
+    }
+
+    pub(crate) fn pending(&self) -> bool {
+        self.pos < self.buf.len()
+    }
+
+    /// Copies what fits of the staged bytes into `out`: how many.
+    pub(crate) fn read_into(&mut self, out: &mut [u8]) -> usize {
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+        }
+        n
+    }
+
+    /// Stages a DATA frame's bytes, as one chunk when `chunked`.
+    pub(crate) fn data(&mut self, data: &[u8], chunked: bool) {
+        if chunked {
+            write_chunk_header(&mut self.buf, data.len());
+            self.buf.extend_from_slice(data);
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.buf.extend_from_slice(data);
+        }
+    }
+
+    /// The buffer, to stage other bytes (a head, the last chunk) in.
+    pub(crate) fn buf(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+}
+
+/// Whether `send` has room for body bytes now; asks for more when not.
+pub(crate) fn has_room(send: &mut SendStream<Bytes>) -> bool {
+    if send.capacity() > 0 {
+        return true;
+    }
+    send.reserve_capacity(WANT);
+    send.capacity() > 0
+}
+
+/// Ready when `send` has room; an error when the stream is gone.
+pub(crate) fn poll_room(
+    send: &mut SendStream<Bytes>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), ()>> {
+    if send.capacity() > 0 {
+        return Poll::Ready(Ok(()));
+    }
+    send.reserve_capacity(WANT);
+    match send.poll_capacity(cx) {
+        Poll::Pending => Poll::Pending,
+        Poll::Ready(Some(Ok(_))) => Poll::Ready(Ok(())),
+        Poll::Ready(Some(Err(_)) | None) => Poll::Ready(Err(())),
+    }
+}

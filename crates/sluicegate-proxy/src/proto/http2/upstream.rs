@@ -24,12 +24,10 @@ use h2::{Reason, RecvStream, SendStream};
 use http::header::{HeaderName, HeaderValue};
 
 use super::exchange::{body_bytes, connection_specific, Framing};
-use crate::proto::chunked::{write_chunk_header, ChunkedDecoder};
+use super::{has_room, poll_room, Staged, WANT};
+use crate::proto::chunked::ChunkedDecoder;
 use crate::proto::codec::MAX_HEADERS;
 use crate::proto::response::reason;
-
-/// Send capacity asked of the connection for a request body at a time.
-const WANT: usize = 64 * 1024;
 
 /// What a connection's streams share with the pool that holds it: how
 /// many are open, and whether new ones may go on it.
@@ -63,9 +61,8 @@ struct Inner {
     /// The stream was refused before the upstream processed it (REFUSED_STREAM,
     /// or beyond a GOAWAY's last stream): safe to send again.
     refused: bool,
-    /// Response bytes framed as HTTP/1.1, not read yet: `staged[pos..]`.
-    staged: Vec<u8>,
-    pos: usize,
+    /// Response bytes framed as HTTP/1.1, not read yet.
+    staged: Staged,
 }
 
 enum Req {
@@ -109,8 +106,7 @@ impl UpExchange {
                 req: Req::Head(Vec::new()),
                 res: Res::Unsent,
                 refused: false,
-                staged: Vec::new(),
-                pos: 0,
+                staged: Staged::default(),
             }),
         }
     }
@@ -120,11 +116,8 @@ impl UpExchange {
     pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
         let mut i = self.inner.borrow_mut();
         if let Req::Body { send, .. } = &mut i.req {
-            if send.capacity() == 0 {
-                send.reserve_capacity(WANT);
-                if send.capacity() == 0 {
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
+            if !has_room(send) {
+                return Err(io::ErrorKind::WouldBlock.into());
             }
         }
         i.write(bytes)?;
@@ -137,14 +130,10 @@ impl UpExchange {
         let Req::Body { send, .. } = &mut i.req else {
             return Poll::Ready(Ok(()));
         };
-        if send.capacity() > 0 {
-            return Poll::Ready(Ok(()));
-        }
-        send.reserve_capacity(WANT);
-        match send.poll_capacity(cx) {
+        match poll_room(send, cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(_))) => Poll::Ready(Ok(())),
-            Poll::Ready(Some(Err(_)) | None) => {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(())) => {
                 i.req = Req::Failed;
                 Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
             }
@@ -155,15 +144,8 @@ impl UpExchange {
     pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
-        if i.pos < i.staged.len() {
-            let n = buf.len().min(i.staged.len() - i.pos);
-            buf[..n].copy_from_slice(&i.staged[i.pos..i.pos + n]);
-            i.pos += n;
-            if i.pos == i.staged.len() {
-                i.staged.clear();
-                i.pos = 0;
-            }
-            return Ok(n);
+        if i.staged.pending() {
+            return Ok(i.staged.read_into(buf));
         }
         match i.res {
             Res::Done => Ok(0),
@@ -179,7 +161,7 @@ impl UpExchange {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
         loop {
-            if i.pos < i.staged.len() || matches!(i.res, Res::Done | Res::Failed) {
+            if i.staged.pending() || matches!(i.res, Res::Done | Res::Failed) {
                 return Poll::Ready(Ok(()));
             }
             match &mut i.res {
@@ -197,7 +179,7 @@ impl UpExchange {
                     }
                     Poll::Ready(Ok(resp)) => {
                         let (parts, recv) = resp.into_parts();
-                        let chunked = render_head(&parts, recv.is_end_stream(), &mut i.staged);
+                        let chunked = render_head(&parts, recv.is_end_stream(), i.staged.buf());
                         i.res = if recv.is_end_stream() {
                             Res::Done
                         } else {
@@ -212,13 +194,7 @@ impl UpExchange {
                         if data.is_empty() {
                             continue;
                         }
-                        if *chunked {
-                            write_chunk_header(&mut i.staged, data.len());
-                            i.staged.extend_from_slice(&data);
-                            i.staged.extend_from_slice(b"\r\n");
-                        } else {
-                            i.staged.extend_from_slice(&data);
-                        }
+                        i.staged.data(&data, *chunked);
                     }
                     Poll::Ready(None) => {
                         if *chunked {
@@ -239,14 +215,15 @@ impl UpExchange {
                 Res::Trailers(recv) => match recv.poll_trailers(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(trailers)) => {
-                        i.staged.extend_from_slice(b"0\r\n");
+                        let out = i.staged.buf();
+                        out.extend_from_slice(b"0\r\n");
                         for (name, value) in trailers.iter().flat_map(|t| t.iter()) {
-                            i.staged.extend_from_slice(name.as_str().as_bytes());
-                            i.staged.extend_from_slice(b": ");
-                            i.staged.extend_from_slice(value.as_bytes());
-                            i.staged.extend_from_slice(b"\r\n");
+                            out.extend_from_slice(name.as_str().as_bytes());
+                            out.extend_from_slice(b": ");
+                            out.extend_from_slice(value.as_bytes());
+                            out.extend_from_slice(b"\r\n");
                         }
-                        i.staged.extend_from_slice(b"\r\n");
+                        out.extend_from_slice(b"\r\n");
                         i.res = Res::Done;
                     }
                     Poll::Ready(Err(e)) => {
