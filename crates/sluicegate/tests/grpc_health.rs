@@ -8,66 +8,22 @@
 //! few intervals. Over TLS (`protocol: h2` and `auto`), the checks go
 //! through nginx (HTTP/2 over TLS, `grpc_pass` to the same servers).
 
+mod grpc_common;
 mod http_common;
 mod ops_common;
 mod tls_common;
 mod venv_common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use grpc_common::{fixture, Server};
 use http_common::{service, Gw};
 use sluicegate_testkit::{free_port, http_get};
 use tls_common::upstream::{quoted, NginxTls, Pki};
 use venv_common::python;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/grpc")
-        .join(name)
-}
-
-/// The gRPC test server on a free port; killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    /// With `["unavailable"]`: `test.Echo` is NOT_SERVING and its calls
-    /// end UNAVAILABLE.
-    fn start(args: &[&str]) -> Server {
-        let port = free_port();
-        let mut child = Command::new(python())
-            .arg(fixture("server.py"))
-            .arg(port.to_string())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the gRPC server");
-        let mut line = String::new();
-        let out = child.stdout.take().expect("stdout");
-        let _ = BufReader::new(out).read_line(&mut line);
-        assert_eq!(line.trim(), "ready", "the gRPC server did not start");
-        Server { child, port }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The status codes of `n` unary calls through the gateway on `port`.
 fn calls(port: u16, n: usize) -> Vec<String> {
@@ -132,8 +88,8 @@ const CHECK: &str = "interval: 100ms, timeout: 500ms, unhealthy_after: 2, health
 
 #[test]
 fn a_not_serving_endpoint_leaves_rotation_and_a_killed_one_follows() {
-    let good = Server::start(&[]);
-    let bad = Server::start(&["unavailable"]);
+    let good = Server::start();
+    let bad = Server::start_with(&["unavailable"]);
     let (gw, admin) = start(
         &[good.addr(), bad.addr()],
         &format!("{{ type: grpc, service: test.Echo, {CHECK} }}"),
@@ -160,7 +116,7 @@ fn a_not_serving_endpoint_leaves_rotation_and_a_killed_one_follows() {
 
 #[test]
 fn an_unknown_service_is_unhealthy_and_the_server_as_a_whole_healthy() {
-    let server = Server::start(&[]);
+    let server = Server::start();
     let (_gw, admin) = start(
         &[server.addr()],
         &format!("{{ type: grpc, service: no.Such, {CHECK} }}"),
@@ -179,8 +135,8 @@ fn an_unknown_service_is_unhealthy_and_the_server_as_a_whole_healthy() {
 #[test]
 fn checks_go_over_tls_as_http2() {
     let pki = Pki::new();
-    let good = Server::start(&[]);
-    let bad = Server::start(&["unavailable"]);
+    let good = Server::start();
+    let bad = Server::start_with(&["unavailable"]);
     // nginx: HTTP/2 over TLS, passing the health calls on as gRPC.
     let front = |s: &Server| {
         NginxTls::start_listen(

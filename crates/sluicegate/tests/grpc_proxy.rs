@@ -9,65 +9,18 @@
 //! UNIMPLEMENTED, UNAVAILABLE, DEADLINE_EXCEEDED), and `grpc-timeout`
 //! bounds the call.
 
+mod grpc_common;
 mod http_common;
 mod venv_common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use grpc_common::{fixture, Server};
 use http_common::{service, Gw};
 use sluicegate_testkit::free_port;
 use venv_common::python;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/grpc")
-        .join(name)
-}
-
-/// The gRPC test server on a free port; killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start() -> Server {
-        Server::start_with(&[])
-    }
-
-    /// With `["unavailable"]`: every call ends UNAVAILABLE.
-    fn start_with(args: &[&str]) -> Server {
-        let port = free_port();
-        let mut child = Command::new(python())
-            .arg(fixture("server.py"))
-            .arg(port.to_string())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the gRPC server");
-        let mut line = String::new();
-        let out = child.stdout.take().expect("stdout");
-        let _ = BufReader::new(out).read_line(&mut line);
-        assert_eq!(line.trim(), "ready", "the gRPC server did not start");
-        Server { child, port }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// One call's result as the client printed it.
 #[derive(Debug)]

@@ -1,0 +1,61 @@
+//! Shared helpers for the gRPC end-to-end tests (`grpc_*`): the grpcio test
+//! server in `tests/fixtures/grpc` (from the PyPI tools' venv) and the
+//! fixtures' paths.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use sluicegate_testkit::free_port;
+
+use crate::venv_common::python;
+
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/grpc")
+        .join(name)
+}
+
+/// The gRPC test server on a free port; killed on drop.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// With `["unavailable"]`: `test.Echo` is NOT_SERVING and its calls
+    /// end UNAVAILABLE.
+    pub fn start_with(args: &[&str]) -> Server {
+        let port = free_port();
+        let mut child = Command::new(python())
+            .arg(fixture("server.py"))
+            .arg(port.to_string())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the gRPC server");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        let _ = BufReader::new(out).read_line(&mut line);
+        assert_eq!(line.trim(), "ready", "the gRPC server did not start");
+        Server { child, port }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
