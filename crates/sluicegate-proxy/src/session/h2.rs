@@ -22,6 +22,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use compact_str::{CompactString, ToCompactString};
+
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
@@ -53,7 +55,7 @@ type H2Connection = h2::server::Connection<H2Io, Bytes>;
 /// What every stream of a connection shares.
 struct Shared {
     peer: SocketAddr,
-    peer_ip: String,
+    peer_ip: CompactString,
     tls: Option<(&'static str, &'static str)>,
     redirect_https: bool,
     identity: Option<Box<ClientIdentity>>,
@@ -136,7 +138,7 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
     };
     let shared = Rc::new(Shared {
         peer: p.client,
-        peer_ip: p.client.ip().to_string(),
+        peer_ip: p.client.ip().to_compact_string(),
         tls: listener.tls.is_some().then_some(p.tls),
         redirect_https: listener.redirect_https,
         identity: p.identity,

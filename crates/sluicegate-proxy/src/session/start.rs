@@ -11,6 +11,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use compact_str::ToCompactString;
+
 use tokio::net::TcpStream;
 
 use super::active::Active;
@@ -97,7 +99,7 @@ pub(crate) async fn serve_stream(
         worker: &worker,
         client: p.stream,
         peer: p.client,
-        peer_ip: p.client.ip().to_string(),
+        peer_ip: p.client.ip().to_compact_string(),
         tls,
         redirect_https: listener.redirect_https,
         h2c: listener.http2.is_some() && listener.tls.is_none(),

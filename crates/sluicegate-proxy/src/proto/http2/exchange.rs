@@ -334,8 +334,20 @@ impl Inner {
                 // DATA carries it.
                 status = 200;
             }
-            let mut head = http::Response::builder().status(status);
+            // The field values are slices of one shared copy of the head:
+            // one allocation for all of them, none per value.
+            let shared = Bytes::copy_from_slice(&buf[..len]);
+            let base = buf.as_ptr() as usize;
+            let mut head = http::Response::new(());
             let mut framing = Framing::UntilEnd;
+            let Ok(code) = http::StatusCode::from_u16(status) else {
+                respond.send_reset(Reason::INTERNAL_ERROR);
+                self.out = Out::Failed;
+                return Err(io::ErrorKind::InvalidData.into());
+            };
+            *head.status_mut() = code;
+            let fields = head.headers_mut();
+            fields.reserve(r.headers.len());
             for f in r.headers.iter() {
                 let name = f.name.as_bytes();
                 if name.eq_ignore_ascii_case(b"content-length") {
@@ -351,19 +363,15 @@ impl Inner {
                 {
                     continue;
                 }
+                let at = f.value.as_ptr() as usize - base;
                 let (Ok(n), Ok(v)) = (
                     HeaderName::from_bytes(name),
-                    HeaderValue::from_bytes(f.value),
+                    HeaderValue::from_maybe_shared(shared.slice(at..at + f.value.len())),
                 ) else {
                     continue;
                 };
-                head = head.header(n, v);
+                fields.append(n, v);
             }
-            let Ok(head) = head.body(()) else {
-                respond.send_reset(Reason::INTERNAL_ERROR);
-                self.out = Out::Failed;
-                return Err(io::ErrorKind::InvalidData.into());
-            };
             if (100..200).contains(&status) {
                 // 100 Continue (and 103): relayed as informational; the
                 // final head follows in the same buffer or a later write.
