@@ -4,7 +4,8 @@
 //! 401 for a missing or unknown key, 403 for a service the app may not
 //! call; plan rate limits (burst then 429 with `Retry-After` and
 //! `RateLimit-*`, then refill), quotas, concurrency, and a reload that keeps
-//! an app's bucket.
+//! an app's bucket. App ACLs (methods, paths, services: 403) over HTTP/1.1
+//! and HTTP/2 streams (h2c).
 
 mod http_common;
 
@@ -12,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use http_common::{assert_json_error, service, Gw};
-use sluicegate_testkit::{http_get, KeepAliveClient, TestUpstream};
+use sluicegate_testkit::{http_get, KeepAliveClient, Proto, TestUpstream};
 
 const KEY_A: &str = "key-aaaa-0123456789";
 const KEY_B: &str = "key-bbbb-0123456789";
@@ -470,6 +471,17 @@ fn ip_allow_and_deny_globally_and_per_route() {
 
 #[test]
 fn app_acl_on_methods_and_paths() {
+    app_acls(Proto::Http1);
+}
+
+#[test]
+fn app_acl_on_methods_paths_and_services_over_http2() {
+    app_acls(Proto::H2c);
+}
+
+/// An app's methods, paths and services, each refused with 403 (the
+/// upstream never asked).
+fn app_acls(proto: Proto) {
     let (orders, other) = (TestUpstream::start(), TestUpstream::start());
     let gw = Gw::start(&config(
         &orders,
@@ -478,7 +490,8 @@ fn app_acl_on_methods_and_paths() {
         "    methods: [GET]\n    paths: [/orders/public]",
     ));
     let call = |method: &str, path: &str| {
-        sluicegate_testkit::http_request(gw.addr(), method, path, &[("X-App-Key", KEY_A)], b"")
+        proto
+            .request(gw.addr(), method, path, &[("X-App-Key", KEY_A)], b"")
             .status
     };
     assert_eq!(call("GET", "/orders/public"), 200);
@@ -495,8 +508,13 @@ fn app_acl_on_methods_and_paths() {
         403,
         "on the normalised path"
     );
+    // shop-web may call the orders service only.
+    let r = proto.get(gw.addr(), "/other/x", &[("X-App-Key", KEY_A)]);
+    assert_json_error(&r, 403);
+    assert_eq!(other.requests_seen(), 0);
+    assert_eq!(orders.requests_seen(), 2, "only the allowed calls");
     // partner has no such limits.
-    let r = sluicegate_testkit::http_request(
+    let r = proto.request(
         gw.addr(),
         "POST",
         "/orders/private",
