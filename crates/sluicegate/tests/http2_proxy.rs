@@ -3,7 +3,11 @@
 //! (Debian's `nghttp2-client`). Each stream is served as an HTTP/1.1
 //! request is (routing, app keys, plans, gateway answers, forwarding to
 //! an HTTP/1.1 upstream): the upstream sees an ordinary HTTP/1.1 request,
-//! the client an HTTP/2 answer without the connection's own fields.
+//! the client an HTTP/2 answer without the connection's own fields. The
+//! body size limit holds for streams with and without a length (413, then
+//! RST_STREAM NO_ERROR). Auth, CORS, header ops, rewrites, ACLs, timeouts
+//! and retries on streams are tested beside their HTTP/1.1 tests
+//! (`api_*`, `res_*`, `http_upstream_errors`, with `Proto::H2c`).
 
 mod http_common;
 mod ops_common;
@@ -307,5 +311,78 @@ fn many_concurrent_streams_all_succeed() {
         run.stdout.contains("status codes: 4000 2xx"),
         "{}",
         run.all()
+    );
+}
+
+/// nghttp (verbose) uploading `file` to `url`, with its length or
+/// without one (`--no-content-length`): the answer's status (0 if none)
+/// and the run. Used where the gateway answers before the body is all in:
+/// a complete answer, then RST_STREAM NO_ERROR (RFC 9113 section 8.1),
+/// which curl 7.88 reports as a framing error and nghttp reads as meant.
+fn nghttp_upload(url: &str, file: &Path, streamed: bool) -> (u16, Run) {
+    let mut cmd = Command::new("nghttp");
+    cmd.args(["-v", "-t", "10", "-d"]).arg(file);
+    if streamed {
+        cmd.arg("--no-content-length");
+    }
+    let run = run_cmd(cmd.arg(url), b"", DEADLINE);
+    let status = run
+        .stdout
+        .lines()
+        .find_map(|l| l.split_once(":status: ").map(|(_, s)| s.trim().to_string()))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, run)
+}
+
+#[test]
+fn the_body_size_limit_holds_for_streams_with_and_without_a_length() {
+    let up = TestUpstream::start();
+    let gw = Gw::start(&format!(
+        "limits: {{ max_body_bytes: 100000 }}\nservices:\n{}routes:\n  - name: all\n    service: up\n",
+        service("up", &[up.addr()], "")
+    ));
+    let url = format!("http://127.0.0.1:{}/echo/limit", gw.port);
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, len: usize| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, vec![b'b'; len]).unwrap();
+        path
+    };
+    let (at, over, far) = (
+        file("at", 100_000),
+        file("over", 100_001),
+        file("far", 300_000),
+    );
+    // At the limit: passes whole, with its length and streamed.
+    for streamed in [false, true] {
+        let (v, status, _, run) = curl_upload(&url, &at, streamed);
+        assert_eq!((v.as_str(), status), ("2", 200), "{}", run.all());
+        assert_eq!(up.last_requests().pop().unwrap().body.len(), 100_000);
+    }
+    let before = up.requests_seen();
+    // Over it, with a length (413 from the length alone) and without one
+    // (413 once the count passes the limit): the answer, then the stream
+    // ended without error.
+    for (f, streamed) in [(&over, false), (&far, false), (&far, true)] {
+        let (status, run) = nghttp_upload(&url, f, streamed);
+        assert_eq!(status, 413, "streamed: {streamed}: {}", run.all());
+        let resets: Vec<&str> = run
+            .stdout
+            .lines()
+            .filter(|l| l.contains("error_code="))
+            .collect();
+        assert!(
+            resets.iter().all(|l| l.contains("NO_ERROR")),
+            "{}",
+            run.all()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        up.requests_seen(),
+        before,
+        "the upstream got {:?}",
+        up.last_requests()
     );
 }

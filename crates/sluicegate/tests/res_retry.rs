@@ -3,7 +3,9 @@
 //! takes its endpoint out of rotation for a while, statuses listed in `retries.on` are
 //! tried again elsewhere for idempotent methods only, a breaker takes a
 //! failing endpoint out and probes it again after `open_for`, and killing
-//! one of three upstreams under steady load fails no request.
+//! one of three upstreams under steady load fails no request. The first
+//! two (refused connects, listed statuses) run over HTTP/1.1 and HTTP/2
+//! streams.
 
 mod http_common;
 
@@ -15,9 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use http_common::{service, Gw};
-use sluicegate_testkit::{
-    free_port, http_get, http_request, KeepAliveClient, RawUpstream, TestUpstream,
-};
+use sluicegate_testkit::{free_port, http_get, KeepAliveClient, Proto, RawUpstream, TestUpstream};
 
 fn dead_addr() -> SocketAddr {
     // A free port nobody listens on: connects are refused.
@@ -78,6 +78,15 @@ fn resetting() -> (RawUpstream, Arc<AtomicUsize>) {
 
 #[test]
 fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
+    refused_connect_retried(Proto::Http1);
+}
+
+#[test]
+fn a_refused_connect_goes_to_another_endpoint_for_any_method_over_http2() {
+    refused_connect_retried(Proto::H2c);
+}
+
+fn refused_connect_retried(proto: Proto) {
     let live = TestUpstream::start();
     let dead = dead_addr();
     // Default retries, and no ejection, so that the dead endpoint keeps its
@@ -93,9 +102,9 @@ fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
         routes()
     ));
     for i in 0..20 {
-        let r = http_get(gw.addr(), &format!("/get/{i}"), &[]);
+        let r = proto.get(gw.addr(), &format!("/get/{i}"), &[]);
         assert_eq!(r.status, 200, "GET {i}");
-        let r = http_request(gw.addr(), "POST", &format!("/post/{i}"), &[], b"body");
+        let r = proto.request(gw.addr(), "POST", &format!("/post/{i}"), &[], b"body");
         assert_eq!(
             r.status, 200,
             "POST {i}: nothing was sent, so it may go elsewhere"
@@ -114,7 +123,7 @@ fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
         routes()
     ));
     let failed = (0..10)
-        .filter(|i| http_get(gw1.addr(), &format!("/once/{i}"), &[]).status == 502)
+        .filter(|i| proto.get(gw1.addr(), &format!("/once/{i}"), &[]).status == 502)
         .count();
     assert!(failed >= 4, "{failed} of 10 failed without retries");
 }
@@ -174,6 +183,15 @@ fn the_retry_budget_bounds_retries() {
 
 #[test]
 fn listed_statuses_are_retried_elsewhere_for_idempotent_methods_only() {
+    listed_statuses_retried(Proto::Http1);
+}
+
+#[test]
+fn listed_statuses_are_retried_elsewhere_for_idempotent_methods_only_over_http2() {
+    listed_statuses_retried(Proto::H2c);
+}
+
+fn listed_statuses_retried(proto: Proto) {
     let (busy, busy_seen) = answering(503);
     let fine = TestUpstream::start();
     let gw = Gw::start(&format!(
@@ -186,14 +204,18 @@ fn listed_statuses_are_retried_elsewhere_for_idempotent_methods_only() {
         routes()
     ));
     for i in 0..20 {
-        assert_eq!(http_get(gw.addr(), &format!("/g/{i}"), &[]).status, 200);
+        assert_eq!(proto.get(gw.addr(), &format!("/g/{i}"), &[]).status, 200);
     }
     assert!(
         busy_seen.load(Ordering::SeqCst) >= 8,
         "the busy one was tried"
     );
     let statuses: Vec<u16> = (0..10)
-        .map(|i| http_request(gw.addr(), "POST", &format!("/p/{i}"), &[], b"x").status)
+        .map(|i| {
+            proto
+                .request(gw.addr(), "POST", &format!("/p/{i}"), &[], b"x")
+                .status
+        })
         .collect();
     assert!(
         statuses.contains(&503) && statuses.contains(&200),
