@@ -76,14 +76,7 @@ fn a_websocket_over_tls_passes_through() {
     let (ports, extra) = tls_common::ports(1);
     let yaml = format!(
         "{}services:\n{}routes:\n  - name: ws\n    service: s\n",
-        tls_common::head(
-            ports,
-            &[format!(
-                "{{ addr: \"127.0.0.1:{}\", tls: {} }}",
-                extra[0],
-                certs.tls(&["a"], None, "")
-            )]
-        ),
+        tls_common::head_with_tls_a(ports, extra[0], &certs),
         service("s", &[up], "")
     );
     let gw = tls_common::start(ports, extra, &yaml);
