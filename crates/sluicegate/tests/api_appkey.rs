@@ -4,8 +4,8 @@
 //! 401 for a missing or unknown key, 403 for a service the app may not
 //! call; plan rate limits (burst then 429 with `Retry-After` and
 //! `RateLimit-*`, then refill), quotas, concurrency, and a reload that keeps
-//! an app's bucket. App ACLs (methods, paths, services: 403) over HTTP/1.1
-//! and HTTP/2 streams (h2c).
+//! an app's bucket. App ACLs (methods, paths, services) and IP rules (403)
+//! over HTTP/1.1 and HTTP/2 streams (h2c).
 
 mod http_common;
 
@@ -379,8 +379,28 @@ fn metrics_by_app_and_unauthorized_by_route() {
 /// GET `path` from source address `src` (another loopback address), with
 /// `Connection: close`; returns the status code.
 fn get_from(src: std::net::Ipv4Addr, gw: std::net::SocketAddr, path: &str) -> u16 {
+    get_from_over(Proto::Http1, src, gw, path)
+}
+
+/// [`get_from`] over `proto`: HTTP/1.1 by hand on a socket bound to `src`,
+/// an HTTP/2 stream by curl with `--interface src`.
+fn get_from_over(
+    proto: Proto,
+    src: std::net::Ipv4Addr,
+    gw: std::net::SocketAddr,
+    path: &str,
+) -> u16 {
     use socket2::{Domain, Socket, Type};
     use std::io::{Read, Write};
+    if proto == Proto::H2c {
+        let src = src.to_string();
+        let url = format!("http://{gw}{path}");
+        let args = ["--http2-prior-knowledge", "--interface", src.as_str()];
+        let r = sluicegate_testkit::curl_request(&args, &url, "GET", &[], b"")
+            .unwrap_or_else(|e| panic!("GET {url} from {src}: {e}"));
+        assert_eq!(r.version, "HTTP/2");
+        return r.status;
+    }
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     s.bind(&std::net::SocketAddr::from((src, 0)).into())
         .unwrap();
@@ -445,6 +465,15 @@ fn route_limits_per_client_ip_and_per_route() {
 
 #[test]
 fn ip_allow_and_deny_globally_and_per_route() {
+    ip_rules(Proto::Http1);
+}
+
+#[test]
+fn ip_allow_and_deny_globally_and_per_route_over_http2() {
+    ip_rules(Proto::H2c);
+}
+
+fn ip_rules(proto: Proto) {
     let (orders, other) = (TestUpstream::start(), TestUpstream::start());
     let mut yaml = no_plans(&orders, &other);
     yaml = yaml.replace(
@@ -455,17 +484,25 @@ fn ip_allow_and_deny_globally_and_per_route() {
     yaml.push_str("ip: { deny: [\"127.0.0.3/32\"] }\n");
     let gw = Gw::start(&yaml);
     let ip = |d: u8| std::net::Ipv4Addr::new(127, 0, 0, d);
-    assert_eq!(get_from(ip(1), gw.addr(), "/open"), 200);
-    assert_eq!(get_from(ip(2), gw.addr(), "/open"), 403, "route deny");
+    assert_eq!(get_from_over(proto, ip(1), gw.addr(), "/open"), 200);
     assert_eq!(
-        get_from(ip(5), gw.addr(), "/open"),
+        get_from_over(proto, ip(2), gw.addr(), "/open"),
+        403,
+        "route deny"
+    );
+    assert_eq!(
+        get_from_over(proto, ip(5), gw.addr(), "/open"),
         403,
         "outside the route's allow"
     );
-    assert_eq!(get_from(ip(3), gw.addr(), "/open"), 403, "global deny");
+    assert_eq!(
+        get_from_over(proto, ip(3), gw.addr(), "/open"),
+        403,
+        "global deny"
+    );
     // The global rule covers every route and unrouted requests.
-    assert_eq!(get_from(ip(3), gw.addr(), "/nope"), 403);
-    assert_eq!(get_from(ip(5), gw.addr(), "/nope"), 404);
+    assert_eq!(get_from_over(proto, ip(3), gw.addr(), "/nope"), 403);
+    assert_eq!(get_from_over(proto, ip(5), gw.addr(), "/nope"), 404);
     assert_eq!(orders.requests_seen(), 1);
 }
 
