@@ -3,9 +3,9 @@
 //! takes its endpoint out of rotation for a while, statuses listed in `retries.on` are
 //! tried again elsewhere for idempotent methods only, a breaker takes a
 //! failing endpoint out and probes it again after `open_for`, and killing
-//! one of three upstreams under steady load fails no request. The first
-//! two (refused connects, listed statuses) run over HTTP/1.1 and HTTP/2
-//! streams.
+//! one of three upstreams under steady load fails no request. Refused
+//! connects, listed statuses and the breaker are tested over HTTP/1.1 and
+//! HTTP/2 streams.
 
 mod http_common;
 
@@ -233,6 +233,15 @@ fn listed_statuses_retried(proto: Proto) {
 
 #[test]
 fn a_breaker_takes_a_failing_endpoint_out_and_probes_it_later() {
+    breaker(Proto::Http1);
+}
+
+#[test]
+fn a_breaker_takes_a_failing_endpoint_out_and_probes_it_later_over_http2() {
+    breaker(Proto::H2c);
+}
+
+fn breaker(proto: Proto) {
     let (bad, bad_seen) = answering(500);
     let good = TestUpstream::start();
     let admin = free_port();
@@ -241,13 +250,13 @@ fn a_breaker_takes_a_failing_endpoint_out_and_probes_it_later() {
         service(
             "s",
             &[bad.addr(), good.addr()],
-            "    retries: { attempts: 1 }\n    breaker: { errors: 3, window: 10s, open_for: 700ms, on_5xx: true }\n"
+            "    retries: { attempts: 1 }\n    breaker: { errors: 3, window: 10s, open_for: 2s, on_5xx: true }\n"
         ),
         routes()
     ));
     let run = |n: usize| -> usize {
         (0..n)
-            .filter(|i| http_get(gw.addr(), &format!("/b/{i}"), &[]).status == 500)
+            .filter(|i| proto.get(gw.addr(), &format!("/b/{i}"), &[]).status == 500)
             .count()
     };
     assert_eq!(run(30), 3, "open after 3 errors");
@@ -259,7 +268,8 @@ fn a_breaker_takes_a_failing_endpoint_out_and_probes_it_later() {
     );
     assert!(metrics.contains(&open_line), "{metrics}");
     // Half-open after open_for: one probe, which fails: open again.
-    thread::sleep(Duration::from_millis(800));
+    // (`open_for` is 2 s: longer than 30 requests by curl take.)
+    thread::sleep(Duration::from_millis(2100));
     assert_eq!(run(10), 1, "one probe");
     assert_eq!(bad_seen.load(Ordering::SeqCst), 4);
 }
