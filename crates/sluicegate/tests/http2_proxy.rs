@@ -5,7 +5,8 @@
 //! an HTTP/1.1 upstream): the upstream sees an ordinary HTTP/1.1 request,
 //! the client an HTTP/2 answer without the connection's own fields. The
 //! body size limit holds for streams with and without a length (413, then
-//! RST_STREAM NO_ERROR). Auth, CORS, header ops, rewrites, ACLs, timeouts
+//! RST_STREAM NO_ERROR). Reloads every 200 ms close no open HTTP/2
+//! connection and fail no stream on it. Auth, CORS, header ops, rewrites, ACLs, timeouts
 //! and retries on streams are tested beside their HTTP/1.1 tests
 //! (`api_*`, `res_*`, `http_upstream_errors`, with `Proto::H2c`).
 
@@ -385,4 +386,60 @@ fn the_body_size_limit_holds_for_streams_with_and_without_a_length() {
         "the upstream got {:?}",
         up.last_requests()
     );
+}
+
+#[test]
+fn reloads_every_200ms_cut_no_open_http2_connection() {
+    use ops_common::{respond_route, sample, Ports};
+    let up = TestUpstream::start();
+    let ports = Ports::new();
+    let config = |tag: &str| {
+        format!(
+            "{}reload: {{ watch: false }}\nservices:\n{}routes:\n{}  - name: all\n    service: up\n",
+            ports.head(),
+            ops_common::service("up", &[up.port()]),
+            respond_route("tag", "/tag", tag)
+        )
+    };
+    let gw = ops_common::start(ports, &config("0"));
+    let accepted = || {
+        let text = ops_common::metrics(ports);
+        sample(&text, "sluicegate_client_connections_accepted_total").unwrap_or(0.0)
+    };
+    let before = accepted();
+    // Two connections, 8 streams at a time each, for 3 s, while the file
+    // changes and SIGHUP comes every 200 ms.
+    let url = format!("http://{}/echo?n=1", ports.addr());
+    let load = std::thread::spawn(move || {
+        run_cmd(
+            Command::new("h2load").args(["-D", "3", "-c", "2", "-m", "8", &url]),
+            b"",
+            DEADLINE,
+        )
+    });
+    let mut reloads = 0;
+    while !load.is_finished() && reloads < 20 {
+        std::thread::sleep(Duration::from_millis(200));
+        reloads += 1;
+        gw.write_config(&config(&reloads.to_string()));
+        gw.reload_signal();
+    }
+    let run = load.join().unwrap();
+    // The same two connections all along: none was closed and opened again.
+    assert_eq!(accepted() - before, 2.0, "connections accepted");
+    let last = reloads.to_string();
+    let applied = ops_common::wait_until(Duration::from_secs(5), || {
+        sluicegate_testkit::http_get(ports.addr(), "/tag", &[]).body_str() == last
+    });
+    ops_common::check(&gw, applied, "the last reload was not applied");
+    assert!(reloads >= 10, "{reloads} reloads during the load");
+    let summary = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("requests: "))
+        .unwrap_or_else(|| panic!("no summary: {}", run.all()))
+        .to_string();
+    println!("{reloads} reloads; {summary}");
+    assert!(summary.contains(" 0 failed, 0 errored"), "{}", run.all());
+    assert!(!summary.starts_with("requests: 0 "), "{}", run.all());
 }
