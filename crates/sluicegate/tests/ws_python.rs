@@ -6,8 +6,9 @@
 //! on an app-key route with the key in a header, and over TLS (wss://, the
 //! certificate chosen by SNI). A thousand open sessions that keep
 //! exchanging messages while the config is reloaded every 200 ms: none is
-//! cut and every echo matches; and sessions open across `run --upgrade`
-//! talk on through the old process's drain.
+//! cut and every echo matches; the same for a WebSocket over HTTP/2
+//! (RFC 8441); and sessions open across `run --upgrade` talk on through
+//! the old process's drain.
 
 mod http_common;
 mod ops_common;
@@ -86,6 +87,20 @@ fn a_websocket_over_tls_passes_through() {
     assert!(ok, "wss through the gateway: {line}");
 }
 
+/// Runs `fixtures/h2/ws8441.py PORT ARGS` (bounded); what it printed.
+fn ws8441(port: u16, args: &[&str]) -> String {
+    let child = Command::new(python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h2/ws8441.py"))
+        .arg(port.to_string())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ws8441.py");
+    let out = wait_bounded(child, Duration::from_secs(20));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn a_websocket_over_http2_reaches_an_http11_websocket_upstream() {
     // RFC 8441: an HTTP/2 client opens the WebSocket with an extended
@@ -98,16 +113,7 @@ fn a_websocket_over_http2_reaches_an_http11_websocket_upstream() {
         service("s", &[up], "")
     ));
     let big = "x".repeat(60_000);
-    let child = Command::new(python())
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/h2/ws8441.py"))
-        .arg(gw.port.to_string())
-        .args(["hello", "second one", &big])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ws8441.py");
-    let out = wait_bounded(child, Duration::from_secs(20));
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = ws8441(gw.port, &["hello", "second one", &big]);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.first(), Some(&"settings 1"), "{text}");
     assert_eq!(lines.get(1), Some(&"status 200"), "{text}");
@@ -228,4 +234,37 @@ fn an_upgrade_cuts_no_websocket_session_before_its_drain_ends() {
     assert!(new.is_running(), "{}", new.stderr());
     new.terminate();
     assert!(new.wait_exit(Duration::from_secs(15)).is_some());
+}
+
+#[test]
+fn a_websocket_over_http2_is_not_cut_by_reloads() {
+    // An RFC 8441 WebSocket (a stream of an HTTP/2 connection): twelve
+    // messages 250 ms apart while the config changes every 200 ms.
+    let echo = Echo::start();
+    let ports = ops_common::Ports::new();
+    let gw = ops_common::start(ports, &sessions_config(ports, echo.port, "0"));
+    let messages: Vec<String> = (0..12).map(|i| format!("m{i}")).collect();
+    let mut args = vec!["--gap-ms".to_string(), "250".to_string()];
+    args.extend(messages.iter().cloned());
+    let port = ports.listen;
+    let session = thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ws8441(port, &args)
+    });
+    let mut reloads = 0;
+    while !session.is_finished() && reloads < 30 {
+        thread::sleep(Duration::from_millis(200));
+        reloads += 1;
+        gw.write_config(&sessions_config(ports, echo.port, &reloads.to_string()));
+        gw.reload_signal();
+    }
+    let text = session.join().unwrap();
+    assert!(
+        reloads >= 10,
+        "{reloads} reloads during the session: {text}"
+    );
+    let mut want = vec!["settings 1".to_string(), "status 200".to_string()];
+    want.extend(messages.iter().map(|m| format!("message {m}")));
+    want.extend(["close 1000".to_string(), "end".to_string()]);
+    assert_eq!(text.lines().collect::<Vec<_>>(), want, "{reloads} reloads");
 }
