@@ -6,7 +6,8 @@
 //! the client an HTTP/2 answer without the connection's own fields. The
 //! body size limit holds for streams with and without a length (413, then
 //! RST_STREAM NO_ERROR). Reloads every 200 ms close no open HTTP/2
-//! connection and fail no stream on it. Auth, CORS, header ops, rewrites, ACLs, timeouts
+//! connection and fail no stream on it; across `run --upgrade` a stream
+//! under way finishes on the old process and new ones reach the new. Auth, CORS, header ops, rewrites, ACLs, timeouts
 //! and retries on streams are tested beside their HTTP/1.1 tests
 //! (`api_*`, `res_*`, `http_upstream_errors`, with `Proto::H2c`).
 
@@ -19,7 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use http_common::{service, Gw};
-use sluicegate_testkit::TestUpstream;
+use sluicegate_testkit::{Gateway, TestUpstream};
 use tls_common::{run_cmd, Run};
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -442,4 +443,49 @@ fn reloads_every_200ms_cut_no_open_http2_connection() {
     println!("{reloads} reloads; {summary}");
     assert!(summary.contains(" 0 failed, 0 errored"), "{}", run.all());
     assert!(!summary.starts_with("requests: 0 "), "{}", run.all());
+}
+
+#[test]
+fn an_upgrade_lets_a_stream_in_flight_finish_and_new_streams_reach_the_new_process() {
+    use ops_common::{respond_route, Ports};
+    let up = TestUpstream::start();
+    let ports = Ports::new();
+    let yaml = |tag: &str| {
+        format!(
+            "{}reload: {{ watch: false }}\ntimeouts: {{ drain: 10s }}\nservices:\n{}routes:\n{}  - name: all\n    service: up\n",
+            ports.head(),
+            ops_common::service("up", &[up.port()]),
+            respond_route("tag", "/tag", tag)
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("handover.sock");
+    let sock = sock.to_str().unwrap();
+    let bin = ops_common::bin();
+    let mut old = Gateway::spawn_args(bin, &yaml("old"), &["--handover-socket", sock]);
+    old.wait_ready(&ports.both(), Duration::from_secs(10))
+        .unwrap();
+    ops_common::wait_serving(&old, ports);
+    // A stream the upstream answers after 1.5 s, under way at the upgrade.
+    let base = format!("http://{}", ports.addr());
+    let url = format!("{base}/slow?delay=1500");
+    let slow = std::thread::spawn(move || curl(&["--http2-prior-knowledge", &url]));
+    let arrived = ops_common::wait_until(Duration::from_secs(5), || up.requests_seen() == 1);
+    ops_common::check(&old, arrived, "the slow stream never reached the upstream");
+    let mut new = Gateway::spawn_args(bin, &yaml("new"), &["--handover-socket", sock, "--upgrade"]);
+    let serving = ops_common::wait_until(Duration::from_secs(10), || {
+        curl(&["--http2-prior-knowledge", &format!("{base}/tag")]).2 == "new"
+    });
+    ops_common::check(&new, serving, "the new process never answered a stream");
+    assert!(
+        !slow.is_finished(),
+        "the upgrade took longer than the slow stream"
+    );
+    let (v, status, body, run) = slow.join().unwrap();
+    assert_eq!((v.as_str(), status), ("2", 200), "{}", run.all());
+    assert_eq!(body, "ok\n");
+    let exited = old.wait_exit(Duration::from_secs(12));
+    assert!(exited.is_some_and(|s| s.success()), "{}", old.stderr());
+    new.terminate();
+    assert!(new.wait_exit(Duration::from_secs(15)).is_some());
 }
