@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use http_common::{service, Gw};
-use sluicegate_testkit::{Gateway, TestUpstream};
+use sluicegate_testkit::TestUpstream;
 use tls_common::{run_cmd, Run};
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -389,19 +389,24 @@ fn the_body_size_limit_holds_for_streams_with_and_without_a_length() {
     );
 }
 
+/// A config with an admin listener, `top` (top-level YAML lines), `/tag`
+/// answering `tag` (what a reload or an upgrade changes) and the rest
+/// proxied to `up`.
+fn tag_config(ports: ops_common::Ports, up: &TestUpstream, top: &str, tag: &str) -> String {
+    format!(
+        "{}reload: {{ watch: false }}\n{top}services:\n{}routes:\n{}  - name: all\n    service: up\n",
+        ports.head(),
+        ops_common::service("up", &[up.port()]),
+        ops_common::respond_route("tag", "/tag", tag)
+    )
+}
+
 #[test]
 fn reloads_every_200ms_cut_no_open_http2_connection() {
-    use ops_common::{respond_route, sample, Ports};
+    use ops_common::{sample, Ports};
     let up = TestUpstream::start();
     let ports = Ports::new();
-    let config = |tag: &str| {
-        format!(
-            "{}reload: {{ watch: false }}\nservices:\n{}routes:\n{}  - name: all\n    service: up\n",
-            ports.head(),
-            ops_common::service("up", &[up.port()]),
-            respond_route("tag", "/tag", tag)
-        )
-    };
+    let config = |tag: &str| tag_config(ports, &up, "", tag);
     let gw = ops_common::start(ports, &config("0"));
     let accepted = || {
         let text = ops_common::metrics(ports);
@@ -447,32 +452,19 @@ fn reloads_every_200ms_cut_no_open_http2_connection() {
 
 #[test]
 fn an_upgrade_lets_a_stream_in_flight_finish_and_new_streams_reach_the_new_process() {
-    use ops_common::{respond_route, Ports};
     let up = TestUpstream::start();
-    let ports = Ports::new();
-    let yaml = |tag: &str| {
-        format!(
-            "{}reload: {{ watch: false }}\ntimeouts: {{ drain: 10s }}\nservices:\n{}routes:\n{}  - name: all\n    service: up\n",
-            ports.head(),
-            ops_common::service("up", &[up.port()]),
-            respond_route("tag", "/tag", tag)
-        )
-    };
+    let ports = ops_common::Ports::new();
+    let yaml = |tag: &str| tag_config(ports, &up, "timeouts: { drain: 10s }\n", tag);
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("handover.sock");
-    let sock = sock.to_str().unwrap();
-    let bin = ops_common::bin();
-    let mut old = Gateway::spawn_args(bin, &yaml("old"), &["--handover-socket", sock]);
-    old.wait_ready(&ports.both(), Duration::from_secs(10))
-        .unwrap();
-    ops_common::wait_serving(&old, ports);
+    let mut old = ops_common::start_upgradable(ports, &yaml("old"), &sock);
     // A stream the upstream answers after 1.5 s, under way at the upgrade.
     let base = format!("http://{}", ports.addr());
     let url = format!("{base}/slow?delay=1500");
     let slow = std::thread::spawn(move || curl(&["--http2-prior-knowledge", &url]));
     let arrived = ops_common::wait_until(Duration::from_secs(5), || up.requests_seen() == 1);
     ops_common::check(&old, arrived, "the slow stream never reached the upstream");
-    let mut new = Gateway::spawn_args(bin, &yaml("new"), &["--handover-socket", sock, "--upgrade"]);
+    let mut new = ops_common::spawn_upgrade(&yaml("new"), &sock);
     let serving = ops_common::wait_until(Duration::from_secs(10), || {
         curl(&["--http2-prior-knowledge", &format!("{base}/tag")]).2 == "new"
     });

@@ -22,7 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use http_common::{service, Gw};
-use sluicegate_testkit::{try_http_get, Gateway};
+use sluicegate_testkit::try_http_get;
 use ws_common::{fixture, python, wait_bounded, Echo, Sessions};
 
 /// Runs the checking client against `url`; its one line of results.
@@ -194,25 +194,20 @@ fn an_upgrade_cuts_no_websocket_session_before_its_drain_ends() {
     let ports = ops_common::Ports::new();
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("handover.sock");
-    let sock = sock.to_str().unwrap();
     let yaml = |tag: &str| {
         format!(
             "{}timeouts: {{ drain: 10s }}\n",
             sessions_config(ports, echo.port, tag)
         )
     };
-    let bin = ops_common::bin();
-    let mut old = Gateway::spawn_args(bin, &yaml("old"), &["--handover-socket", sock]);
-    old.wait_ready(&ports.both(), Duration::from_secs(10))
-        .unwrap();
-    ops_common::wait_serving(&old, ports);
+    let mut old = ops_common::start_upgradable(ports, &yaml("old"), &sock);
     let url = format!("ws://{}/echo", ports.addr());
     let sessions = Sessions::open(&url, SESSIONS);
 
     // `run --upgrade`: the new process takes the listeners; the old one
     // drains, its sessions still talking.
     let upgraded = Instant::now();
-    let mut new = Gateway::spawn_args(bin, &yaml("new"), &["--handover-socket", sock, "--upgrade"]);
+    let mut new = ops_common::spawn_upgrade(&yaml("new"), &sock);
     let serving = ops_common::wait_until(Duration::from_secs(10), || {
         try_http_get(ports.addr(), "/tag", &[]).is_ok_and(|r| r.body_str() == "new")
     });
