@@ -8,12 +8,15 @@
 //! - [`gateway`]: [`Gateway`], the sluicegate binary run from a YAML string.
 //! - [`client`]: blocking helpers ([`http_get`], [`raw_exchange`],
 //!   [`KeepAliveClient`]) with a 5 s default timeout.
+//! - [`curl`]: one-shot HTTP/2 requests by the `curl` CLI ([`curl_request`])
+//!   and [`Proto`], to run a test over HTTP/1.1 and HTTP/2.
 //!
 //! Everything here uses plain std blocking sockets and threads so that it
 //! never shares a runtime with the code under test.
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod curl;
 pub mod gateway;
 pub mod haproxy;
 pub mod nginx;
@@ -23,6 +26,7 @@ mod wire;
 pub use client::{
     http_get, http_request, raw_exchange, try_http_get, try_http_request, KeepAliveClient, Response,
 };
+pub use curl::{curl_request, Proto};
 pub use gateway::{free_port, Gateway};
 pub use haproxy::Haproxy;
 pub use nginx::Nginx;

@@ -4,7 +4,8 @@
 //! 401 for a missing or unknown key, 403 for a service the app may not
 //! call; plan rate limits (burst then 429 with `Retry-After` and
 //! `RateLimit-*`, then refill), quotas, concurrency, and a reload that keeps
-//! an app's bucket.
+//! an app's bucket. App ACLs (methods, paths, services) and IP rules (403)
+//! over HTTP/1.1 and HTTP/2 streams (h2c).
 
 mod http_common;
 
@@ -12,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use http_common::{assert_json_error, service, Gw};
-use sluicegate_testkit::{http_get, KeepAliveClient, TestUpstream};
+use sluicegate_testkit::{http_get, KeepAliveClient, Proto, TestUpstream};
 
 const KEY_A: &str = "key-aaaa-0123456789";
 const KEY_B: &str = "key-bbbb-0123456789";
@@ -378,8 +379,28 @@ fn metrics_by_app_and_unauthorized_by_route() {
 /// GET `path` from source address `src` (another loopback address), with
 /// `Connection: close`; returns the status code.
 fn get_from(src: std::net::Ipv4Addr, gw: std::net::SocketAddr, path: &str) -> u16 {
+    get_from_over(Proto::Http1, src, gw, path)
+}
+
+/// [`get_from`] over `proto`: HTTP/1.1 by hand on a socket bound to `src`,
+/// an HTTP/2 stream by curl with `--interface src`.
+fn get_from_over(
+    proto: Proto,
+    src: std::net::Ipv4Addr,
+    gw: std::net::SocketAddr,
+    path: &str,
+) -> u16 {
     use socket2::{Domain, Socket, Type};
     use std::io::{Read, Write};
+    if proto == Proto::H2c {
+        let src = src.to_string();
+        let url = format!("http://{gw}{path}");
+        let args = ["--http2-prior-knowledge", "--interface", src.as_str()];
+        let r = sluicegate_testkit::curl_request(&args, &url, "GET", &[], b"")
+            .unwrap_or_else(|e| panic!("GET {url} from {src}: {e}"));
+        assert_eq!(r.version, "HTTP/2");
+        return r.status;
+    }
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     s.bind(&std::net::SocketAddr::from((src, 0)).into())
         .unwrap();
@@ -444,6 +465,15 @@ fn route_limits_per_client_ip_and_per_route() {
 
 #[test]
 fn ip_allow_and_deny_globally_and_per_route() {
+    ip_rules(Proto::Http1);
+}
+
+#[test]
+fn ip_allow_and_deny_globally_and_per_route_over_http2() {
+    ip_rules(Proto::H2c);
+}
+
+fn ip_rules(proto: Proto) {
     let (orders, other) = (TestUpstream::start(), TestUpstream::start());
     let mut yaml = no_plans(&orders, &other);
     yaml = yaml.replace(
@@ -454,22 +484,41 @@ fn ip_allow_and_deny_globally_and_per_route() {
     yaml.push_str("ip: { deny: [\"127.0.0.3/32\"] }\n");
     let gw = Gw::start(&yaml);
     let ip = |d: u8| std::net::Ipv4Addr::new(127, 0, 0, d);
-    assert_eq!(get_from(ip(1), gw.addr(), "/open"), 200);
-    assert_eq!(get_from(ip(2), gw.addr(), "/open"), 403, "route deny");
+    assert_eq!(get_from_over(proto, ip(1), gw.addr(), "/open"), 200);
     assert_eq!(
-        get_from(ip(5), gw.addr(), "/open"),
+        get_from_over(proto, ip(2), gw.addr(), "/open"),
+        403,
+        "route deny"
+    );
+    assert_eq!(
+        get_from_over(proto, ip(5), gw.addr(), "/open"),
         403,
         "outside the route's allow"
     );
-    assert_eq!(get_from(ip(3), gw.addr(), "/open"), 403, "global deny");
+    assert_eq!(
+        get_from_over(proto, ip(3), gw.addr(), "/open"),
+        403,
+        "global deny"
+    );
     // The global rule covers every route and unrouted requests.
-    assert_eq!(get_from(ip(3), gw.addr(), "/nope"), 403);
-    assert_eq!(get_from(ip(5), gw.addr(), "/nope"), 404);
+    assert_eq!(get_from_over(proto, ip(3), gw.addr(), "/nope"), 403);
+    assert_eq!(get_from_over(proto, ip(5), gw.addr(), "/nope"), 404);
     assert_eq!(orders.requests_seen(), 1);
 }
 
 #[test]
 fn app_acl_on_methods_and_paths() {
+    app_acls(Proto::Http1);
+}
+
+#[test]
+fn app_acl_on_methods_paths_and_services_over_http2() {
+    app_acls(Proto::H2c);
+}
+
+/// An app's methods, paths and services, each refused with 403 (the
+/// upstream never asked).
+fn app_acls(proto: Proto) {
     let (orders, other) = (TestUpstream::start(), TestUpstream::start());
     let gw = Gw::start(&config(
         &orders,
@@ -478,7 +527,8 @@ fn app_acl_on_methods_and_paths() {
         "    methods: [GET]\n    paths: [/orders/public]",
     ));
     let call = |method: &str, path: &str| {
-        sluicegate_testkit::http_request(gw.addr(), method, path, &[("X-App-Key", KEY_A)], b"")
+        proto
+            .request(gw.addr(), method, path, &[("X-App-Key", KEY_A)], b"")
             .status
     };
     assert_eq!(call("GET", "/orders/public"), 200);
@@ -495,8 +545,13 @@ fn app_acl_on_methods_and_paths() {
         403,
         "on the normalised path"
     );
+    // shop-web may call the orders service only.
+    let r = proto.get(gw.addr(), "/other/x", &[("X-App-Key", KEY_A)]);
+    assert_json_error(&r, 403);
+    assert_eq!(other.requests_seen(), 0);
+    assert_eq!(orders.requests_seen(), 2, "only the allowed calls");
     // partner has no such limits.
-    let r = sluicegate_testkit::http_request(
+    let r = proto.request(
         gw.addr(),
         "POST",
         "/orders/private",

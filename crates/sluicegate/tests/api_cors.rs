@@ -1,12 +1,13 @@
 //! CORS end to end: preflights answered by the gateway before auth (204
 //! with the allowed methods and headers, 403 for an origin, method or
 //! header not allowed), and actual requests from an allowed origin getting
-//! `Access-Control-Allow-*` from the gateway only.
+//! `Access-Control-Allow-*` from the gateway only. The same over HTTP/1.1
+//! and HTTP/2 streams (h2c).
 
 mod http_common;
 
 use http_common::{assert_json_error, service, Gw};
-use sluicegate_testkit::{http_get, http_request, TestUpstream};
+use sluicegate_testkit::{Proto, TestUpstream};
 
 const KEY: &str = "key-cors-0123456789";
 
@@ -38,7 +39,13 @@ apps:
     ))
 }
 
-fn preflight(gw: &Gw, origin: &str, method: &str, headers: &str) -> sluicegate_testkit::Response {
+fn preflight(
+    proto: Proto,
+    gw: &Gw,
+    origin: &str,
+    method: &str,
+    headers: &str,
+) -> sluicegate_testkit::Response {
     let mut h = vec![
         ("Origin", origin),
         ("Access-Control-Request-Method", method),
@@ -46,14 +53,24 @@ fn preflight(gw: &Gw, origin: &str, method: &str, headers: &str) -> sluicegate_t
     if !headers.is_empty() {
         h.push(("Access-Control-Request-Headers", headers));
     }
-    http_request(gw.addr(), "OPTIONS", "/api/orders", &h, b"")
+    proto.request(gw.addr(), "OPTIONS", "/api/orders", &h, b"")
 }
 
 #[test]
 fn preflight_is_answered_before_auth() {
+    preflights(Proto::Http1);
+}
+
+#[test]
+fn preflight_is_answered_before_auth_over_http2() {
+    preflights(Proto::H2c);
+}
+
+fn preflights(proto: Proto) {
     let up = TestUpstream::start();
     let gw = gateway(&up);
     let r = preflight(
+        proto,
         &gw,
         "https://shop.example.com",
         "POST",
@@ -73,7 +90,7 @@ fn preflight_is_answered_before_auth() {
     assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
     assert_eq!(r.header("vary"), Some("Origin"));
     // A wildcard origin, with a port.
-    let r = preflight(&gw, "https://eu.partner.test:8443", "GET", "");
+    let r = preflight(proto, &gw, "https://eu.partner.test:8443", "GET", "");
     assert_eq!(r.status, 204);
     for (origin, method, headers) in [
         ("https://evil.example.org", "GET", ""),
@@ -82,7 +99,7 @@ fn preflight_is_answered_before_auth() {
         ("https://shop.example.com", "DELETE", ""),
         ("https://shop.example.com", "POST", "x-secret"),
     ] {
-        let r = preflight(&gw, origin, method, headers);
+        let r = preflight(proto, &gw, origin, method, headers);
         assert_json_error(&r, 403);
         assert_eq!(r.header("access-control-allow-origin"), None, "{origin}");
     }
@@ -91,11 +108,20 @@ fn preflight_is_answered_before_auth() {
 
 #[test]
 fn actual_requests_get_the_gateways_cors_headers() {
+    actual_requests(Proto::Http1);
+}
+
+#[test]
+fn actual_requests_get_the_gateways_cors_headers_over_http2() {
+    actual_requests(Proto::H2c);
+}
+
+fn actual_requests(proto: Proto) {
     let up = TestUpstream::start();
     let gw = gateway(&up);
     // The upstream tries its own (too broad) CORS header: it is dropped.
     let path = "/api/x?header=access-control-allow-origin:*&header=x-request-id:7";
-    let r = http_get(
+    let r = proto.get(
         gw.addr(),
         path,
         &[("Origin", "https://shop.example.com"), ("X-App-Key", KEY)],
@@ -111,7 +137,7 @@ fn actual_requests_get_the_gateways_cors_headers() {
     );
     assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
     // A 401 also carries them, so the page can read why.
-    let r = http_get(
+    let r = proto.get(
         gw.addr(),
         "/api/x",
         &[("Origin", "https://shop.example.com")],
@@ -123,7 +149,7 @@ fn actual_requests_get_the_gateways_cors_headers() {
     );
     // Another origin: no CORS headers from the gateway; the upstream's
     // pass through untouched (the gateway does not own this answer).
-    let r = http_get(
+    let r = proto.get(
         gw.addr(),
         "/api/x",
         &[("Origin", "https://evil.example.org"), ("X-App-Key", KEY)],
@@ -131,9 +157,9 @@ fn actual_requests_get_the_gateways_cors_headers() {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("access-control-allow-origin"), None);
     // Origin "*" without credentials answers "*".
-    let r = http_get(gw.addr(), "/open", &[("Origin", "https://any.test")]);
+    let r = proto.get(gw.addr(), "/open", &[("Origin", "https://any.test")]);
     assert_eq!(r.header("access-control-allow-origin"), Some("*"));
     // No Origin: not a CORS request, nothing added.
-    let r = http_get(gw.addr(), "/open", &[]);
+    let r = proto.get(gw.addr(), "/open", &[]);
     assert_eq!(r.header("access-control-allow-origin"), None);
 }

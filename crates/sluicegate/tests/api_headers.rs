@@ -1,14 +1,24 @@
 //! Header policies end to end: a route's `request_headers` and
 //! `response_headers` (`set`, `add`, `remove`) as the upstream and the
-//! client see them, on proxied and `respond` routes.
+//! client see them, on proxied and `respond` routes; path rewrites after
+//! `strip_prefix`. The same over HTTP/1.1 and HTTP/2 streams (h2c).
 
 mod http_common;
 
 use http_common::{service, Gw};
-use sluicegate_testkit::{http_get, TestUpstream};
+use sluicegate_testkit::{Proto, TestUpstream};
 
 #[test]
 fn request_and_response_headers_are_set_added_and_removed() {
+    header_ops(Proto::Http1);
+}
+
+#[test]
+fn request_and_response_headers_are_set_added_and_removed_over_http2() {
+    header_ops(Proto::H2c);
+}
+
+fn header_ops(proto: Proto) {
     let up = TestUpstream::start_with_id("up1");
     let gw = Gw::start(&format!(
         r#"services:
@@ -36,7 +46,7 @@ routes:
 "#,
         service("s", &[up.addr()], "")
     ));
-    let r = http_get(
+    let r = proto.get(
         gw.addr(),
         "/api/x?header=cache-control:max-age%3D60&header=x-keep:1",
         &[
@@ -61,12 +71,12 @@ routes:
     assert_eq!(r.header("x-upstream-id"), None);
     assert_eq!(r.header("x-keep"), Some("1"));
 
-    let r = http_get(gw.addr(), "/hello", &[]);
+    let r = proto.get(gw.addr(), "/hello", &[]);
     assert_eq!(r.body_str(), "hi");
     assert_eq!(r.header("x-served-by"), Some("sluicegate"));
 
     // Other routes are untouched.
-    let r = http_get(gw.addr(), "/plain", &[("X-Debug", "1")]);
+    let r = proto.get(gw.addr(), "/plain", &[("X-Debug", "1")]);
     assert_eq!(up.last_request().unwrap().header("x-debug"), Some("1"));
     assert_eq!(r.header("x-upstream-id"), Some("up1"));
     assert_eq!(r.header("x-served-by"), None);
@@ -74,6 +84,15 @@ routes:
 
 #[test]
 fn rewrite_after_strip_prefix_keeps_the_query() {
+    rewrites(Proto::Http1);
+}
+
+#[test]
+fn rewrite_after_strip_prefix_keeps_the_query_over_http2() {
+    rewrites(Proto::H2c);
+}
+
+fn rewrites(proto: Proto) {
     let up = TestUpstream::start();
     let gw = Gw::start(&format!(
         r#"services:
@@ -100,7 +119,7 @@ routes:
         ("/legacy", "/new"),
     ];
     for (sent, seen) in cases {
-        let r = http_get(gw.addr(), sent, &[]);
+        let r = proto.get(gw.addr(), sent, &[]);
         assert_eq!(r.status, 200, "{sent}");
         assert_eq!(up.last_request().unwrap().target, seen, "{sent}");
     }

@@ -2,7 +2,7 @@
 //! for the app their `sub` names; refused with 401 when missing, badly
 //! signed, expired, not yet valid, using another algorithm than the app's
 //! (including `none` and HS256-with-the-public-key), or with the wrong
-//! issuer or audience.
+//! issuer or audience. The same over HTTP/1.1 and HTTP/2 streams (h2c).
 
 mod http_common;
 
@@ -12,7 +12,7 @@ use base64::Engine;
 use http_common::{assert_json_error, service, Gw};
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::json;
-use sluicegate_testkit::{http_get, TestUpstream};
+use sluicegate_testkit::{Proto, TestUpstream};
 
 const SECRET: &str = "hs256-secret-of-at-least-32-bytes!!";
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jwt");
@@ -68,13 +68,22 @@ fn hs(claims: &serde_json::Value) -> String {
     )
 }
 
-fn call(gw: &Gw, token: &str) -> sluicegate_testkit::Response {
+fn call(proto: Proto, gw: &Gw, token: &str) -> sluicegate_testkit::Response {
     let auth = format!("Bearer {token}");
-    http_get(gw.addr(), "/api/x", &[("Authorization", auth.as_str())])
+    proto.get(gw.addr(), "/api/x", &[("Authorization", auth.as_str())])
 }
 
 #[test]
 fn each_algorithm_is_accepted_for_its_app() {
+    algorithms_accepted(Proto::Http1);
+}
+
+#[test]
+fn each_algorithm_is_accepted_for_its_app_over_http2() {
+    algorithms_accepted(Proto::H2c);
+}
+
+fn algorithms_accepted(proto: Proto) {
     let up = TestUpstream::start();
     let gw = gateway(&up);
     let rs = EncodingKey::from_rsa_pem(&fixture("rsa-private.pem")).unwrap();
@@ -84,7 +93,7 @@ fn each_algorithm_is_accepted_for_its_app() {
         (token(Algorithm::RS256, &rs, &claims("rs-app")), "rs-app"),
         (token(Algorithm::ES256, &es, &claims("es-app")), "es-app"),
     ] {
-        let r = call(&gw, &t);
+        let r = call(proto, &gw, &t);
         assert_eq!(r.status, 200, "{app}: {}", r.body_str());
         let seen = up.last_request().unwrap();
         assert_eq!(seen.header("x-app-id"), Some(app));
@@ -96,7 +105,7 @@ fn each_algorithm_is_accepted_for_its_app() {
     // Lower-case scheme, and a token within the clock-skew allowance.
     let mut c = claims("hs-app");
     c["exp"] = json!(now() - 10);
-    let r = http_get(
+    let r = proto.get(
         gw.addr(),
         "/api/x",
         &[("Authorization", format!("bearer {}", hs(&c)).as_str())],
@@ -106,6 +115,15 @@ fn each_algorithm_is_accepted_for_its_app() {
 
 #[test]
 fn every_bad_token_is_401() {
+    bad_tokens_refused(Proto::Http1);
+}
+
+#[test]
+fn every_bad_token_is_401_over_http2() {
+    bad_tokens_refused(Proto::H2c);
+}
+
+fn bad_tokens_refused(proto: Proto) {
     let up = TestUpstream::start();
     let gw = gateway(&up);
     let rs = EncodingKey::from_rsa_pem(&fixture("rsa-private.pem")).unwrap();
@@ -170,7 +188,7 @@ fn every_bad_token_is_401() {
     cases.push(("tampered payload", parts.join(".")));
     cases.push(("garbage", "not.a.token".to_string()));
     for (what, t) in &cases {
-        let r = call(&gw, t);
+        let r = call(proto, &gw, t);
         assert_eq!(r.status, 401, "{what}");
         assert_json_error(&r, 401);
         assert_eq!(
@@ -180,13 +198,13 @@ fn every_bad_token_is_401() {
         );
     }
     // No Authorization at all, or another scheme.
-    let r = http_get(gw.addr(), "/api/x", &[]);
+    let r = proto.get(gw.addr(), "/api/x", &[]);
     assert_json_error(&r, 401);
     assert_eq!(
         r.header("www-authenticate"),
         Some("Bearer realm=\"sluicegate\"")
     );
-    let r = http_get(
+    let r = proto.get(
         gw.addr(),
         "/api/x",
         &[("Authorization", "Basic dXNlcjpwdw==")],

@@ -1,12 +1,13 @@
 //! Path confusion must not get around auth or ACLs: the gateway normalises
 //! the path once (dot segments, repeated slashes, escapes of unreserved
 //! characters), routes on that, and forwards exactly that; escaped slashes,
-//! backslashes and malformed escapes are refused with 400.
+//! backslashes and malformed escapes are refused with 400. The same over
+//! HTTP/1.1 and HTTP/2 streams (h2c, the `:path` sent as it is).
 
 mod http_common;
 
 use http_common::{assert_json_error, service, Gw};
-use sluicegate_testkit::{http_get, raw_exchange, TestUpstream};
+use sluicegate_testkit::{Proto, TestUpstream};
 
 const KEY: &str = "key-paths-0123456789";
 
@@ -34,6 +35,15 @@ apps:
 
 #[test]
 fn spellings_of_a_protected_path_still_need_the_key() {
+    protected_spellings(Proto::Http1);
+}
+
+#[test]
+fn spellings_of_a_protected_path_still_need_the_key_over_http2() {
+    protected_spellings(Proto::H2c);
+}
+
+fn protected_spellings(proto: Proto) {
     let up = TestUpstream::start();
     let gw = gateway(&up);
     for path in [
@@ -49,7 +59,7 @@ fn spellings_of_a_protected_path_still_need_the_key() {
         "/orders//1",
         "/public/x/../../orders/1",
     ] {
-        let r = http_get(gw.addr(), path, &[]);
+        let r = proto.get(gw.addr(), path, &[]);
         assert_eq!(r.status, 401, "{path}: {}", r.body_str());
     }
     assert_eq!(up.requests_seen(), 0, "nothing reached the upstream");
@@ -57,6 +67,15 @@ fn spellings_of_a_protected_path_still_need_the_key() {
 
 #[test]
 fn ambiguous_paths_are_refused() {
+    ambiguous_refused(Proto::Http1);
+}
+
+#[test]
+fn ambiguous_paths_are_refused_over_http2() {
+    ambiguous_refused(Proto::H2c);
+}
+
+fn ambiguous_refused(proto: Proto) {
     let up = TestUpstream::start();
     let gw = gateway(&up);
     for path in [
@@ -69,16 +88,23 @@ fn ambiguous_paths_are_refused() {
         "/public/%zz",
         "/public/%2",
     ] {
-        let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
-        let out = raw_exchange(gw.addr(), req.as_bytes(), std::time::Duration::from_secs(5));
-        let text = String::from_utf8_lossy(&out);
-        assert!(text.starts_with("HTTP/1.1 400 "), "{path}: {text}");
+        let r = proto.get(gw.addr(), path, &[]);
+        assert_eq!(r.status, 400, "{path}: {}", r.body_str());
     }
     assert_eq!(up.requests_seen(), 0);
 }
 
 #[test]
 fn the_upstream_gets_the_path_that_was_matched() {
+    matched_path_forwarded(Proto::Http1);
+}
+
+#[test]
+fn the_upstream_gets_the_path_that_was_matched_over_http2() {
+    matched_path_forwarded(Proto::H2c);
+}
+
+fn matched_path_forwarded(proto: Proto) {
     let up = TestUpstream::start();
     let gw = gateway(&up);
     let cases = [
@@ -89,15 +115,15 @@ fn the_upstream_gets_the_path_that_was_matched() {
         ("/public/a/%2e", "/public/a/"),
     ];
     for (sent, seen) in cases {
-        let r = http_get(gw.addr(), sent, &[]);
+        let r = proto.get(gw.addr(), sent, &[]);
         assert_eq!(r.status, 200, "{sent}");
         assert_eq!(up.last_request().unwrap().target, seen, "{sent}");
     }
     // The key segment is found after normalising, and removed.
-    let r = http_get(gw.addr(), &format!("/orders/./~{KEY}/x/../1"), &[]);
+    let r = proto.get(gw.addr(), &format!("/orders/./~{KEY}/x/../1"), &[]);
     assert_eq!(r.status, 200);
     assert_eq!(up.last_request().unwrap().target, "/orders/1");
-    let r = http_get(gw.addr(), &format!("/orders/%7E{KEY}/1"), &[]);
+    let r = proto.get(gw.addr(), &format!("/orders/%7E{KEY}/1"), &[]);
     assert_eq!(r.status, 200);
     assert_eq!(up.last_request().unwrap().target, "/orders/1");
 }
@@ -107,7 +133,7 @@ fn paths_are_case_sensitive() {
     let up = TestUpstream::start();
     let gw = gateway(&up);
     // /ORDERS is not /orders: it matches no route here (no catch-all).
-    let r = http_get(gw.addr(), "/ORDERS/1", &[("X-App-Key", KEY)]);
+    let r = Proto::Http1.get(gw.addr(), "/ORDERS/1", &[("X-App-Key", KEY)]);
     assert_json_error(&r, 404);
     assert_eq!(up.requests_seen(), 0);
 }

@@ -1,12 +1,14 @@
 //! Routing end to end through the real binary: `respond` routes, the 404
 //! JSON for no route, precedence (exact > longest prefix > regex in file
 //! order > no-path route), segment-aware prefixes, host (exact and
-//! `*.suffix`), methods and header matches, `strip_prefix` and query strings.
+//! `*.suffix`), methods and header matches, `strip_prefix` and query strings;
+//! the host, method, header and prefix matches also on HTTP/2 streams (the
+//! host from `:authority`).
 
 mod http_common;
 
 use http_common::{assert_json_error, service, Gw};
-use sluicegate_testkit::{http_get, http_request, KeepAliveClient, TestUpstream};
+use sluicegate_testkit::{http_get, KeepAliveClient, Proto, TestUpstream};
 
 #[test]
 fn respond_route_and_404_json_for_no_route() {
@@ -104,6 +106,15 @@ fn precedence_exact_then_longest_prefix_then_regex_then_catch_all() {
 
 #[test]
 fn host_method_and_header_matches() {
+    host_method_header(Proto::Http1);
+}
+
+#[test]
+fn host_method_and_header_matches_over_http2() {
+    host_method_header(Proto::H2c);
+}
+
+fn host_method_header(proto: Proto) {
     let gw = Gw::start(
         r#"routes:
   - name: api-exact
@@ -121,7 +132,7 @@ fn host_method_and_header_matches() {
 "#,
     );
     let host = |h: &str| {
-        let resp = http_get(gw.addr(), "/anything", &[("Host", h)]);
+        let resp = proto.get(gw.addr(), "/anything", &[("Host", h)]);
         (resp.status, resp.body_str())
     };
     assert_eq!(host("api.example.com"), (200, "host-exact".into()));
@@ -134,21 +145,30 @@ fn host_method_and_header_matches() {
     assert_eq!(host("badexample.com").0, 404);
     assert_eq!(host("api.example.com.evil.net").0, 404);
 
-    let resp = http_request(gw.addr(), "POST", "/m", &[], b"x");
+    let resp = proto.request(gw.addr(), "POST", "/m", &[], b"x");
     assert_eq!(resp.body_str(), "post-or-put");
-    let resp = http_request(gw.addr(), "PUT", "/m", &[], b"x");
+    let resp = proto.request(gw.addr(), "PUT", "/m", &[], b"x");
     assert_eq!(resp.body_str(), "post-or-put");
-    assert_json_error(&http_get(gw.addr(), "/m", &[]), 404);
-    assert_json_error(&http_request(gw.addr(), "DELETE", "/m", &[], b""), 404);
+    assert_json_error(&proto.get(gw.addr(), "/m", &[]), 404);
+    assert_json_error(&proto.request(gw.addr(), "DELETE", "/m", &[], b""), 404);
 
-    assert_json_error(&http_get(gw.addr(), "/h", &[]), 404);
-    assert_json_error(&http_get(gw.addr(), "/h", &[("x-env", "stable")]), 404);
-    let resp = http_get(gw.addr(), "/h", &[("X-Env", "canary")]);
+    assert_json_error(&proto.get(gw.addr(), "/h", &[]), 404);
+    assert_json_error(&proto.get(gw.addr(), "/h", &[("x-env", "stable")]), 404);
+    let resp = proto.get(gw.addr(), "/h", &[("X-Env", "canary")]);
     assert_eq!(resp.body_str(), "canary");
 }
 
 #[test]
 fn segment_aware_prefix_strip_prefix_and_query_preserved() {
+    prefixes_and_queries(Proto::Http1);
+}
+
+#[test]
+fn segment_aware_prefix_strip_prefix_and_query_preserved_over_http2() {
+    prefixes_and_queries(Proto::H2c);
+}
+
+fn prefixes_and_queries(proto: Proto) {
     let up = TestUpstream::start();
     let svc = service("web", &[up.addr()], "");
     let gw = Gw::start(&format!(
@@ -176,7 +196,7 @@ routes:
     ];
     for (path, want) in cases {
         let seen_before = up.requests_seen();
-        let resp = http_get(gw.addr(), path, &[]);
+        let resp = proto.get(gw.addr(), path, &[]);
         assert_eq!(resp.status, 200, "{path}: {}", resp.body_str());
         assert_eq!(up.requests_seen(), seen_before + 1, "{path} forwarded once");
         let seen = up.last_request().expect("upstream got the request");
@@ -185,7 +205,7 @@ routes:
     }
     // Segment-aware: /webx and /keeper are not under /web or /keep.
     let before = up.requests_seen();
-    assert_json_error(&http_get(gw.addr(), "/webx", &[]), 404);
-    assert_json_error(&http_get(gw.addr(), "/keeper", &[]), 404);
+    assert_json_error(&proto.get(gw.addr(), "/webx", &[]), 404);
+    assert_json_error(&proto.get(gw.addr(), "/keeper", &[]), 404);
     assert_eq!(up.requests_seen(), before, "404s never reach the upstream");
 }

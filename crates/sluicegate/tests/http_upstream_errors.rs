@@ -1,5 +1,5 @@
 //! Upstream failures end to end: connect refused (502), response header
-//! timeout (504), an endpoint at `max_connections_per_endpoint` (wait, then
+//! timeout (504, over HTTP/1.1 and HTTP/2 streams), an endpoint at `max_connections_per_endpoint` (wait, then
 //! 503), an upstream closing before replying or mid-body, an invalid
 //! status line, a head over 64 KiB, and bodies longer than their
 //! `Content-Length` or sent after a `HEAD` (never pooled). Error bodies are small JSON without internal detail.
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use http_common::{assert_json_error, loopback, service, wait_until, Gw};
 use sluicegate_testkit::{
-    free_port, http_get, read_request_head, KeepAliveClient, RawUpstream, TestUpstream,
+    free_port, http_get, read_request_head, KeepAliveClient, Proto, RawUpstream, TestUpstream,
 };
 
 fn gateway_to(up: SocketAddr, service_extra: &str) -> Gw {
@@ -39,13 +39,22 @@ fn connect_refused_is_502_json() {
 
 #[test]
 fn response_header_timeout_is_504_in_bounded_time() {
+    header_timeout(Proto::Http1);
+}
+
+#[test]
+fn response_header_timeout_is_504_in_bounded_time_over_http2() {
+    header_timeout(Proto::H2c);
+}
+
+fn header_timeout(proto: Proto) {
     let up = TestUpstream::start();
     let gw = gateway_to(
         up.addr(),
         "    timeouts: { connect: 1s, response_header: 300ms }\n",
     );
     let t0 = Instant::now();
-    let resp = http_get(gw.addr(), "/x?delay=1500", &[]);
+    let resp = proto.get(gw.addr(), "/x?delay=1500", &[]);
     let took = t0.elapsed();
     assert_json_error(&resp, 504);
     assert!(
@@ -53,7 +62,7 @@ fn response_header_timeout_is_504_in_bounded_time() {
         "504 after {took:?}"
     );
     // A reply within the timeout is fine.
-    let resp = http_get(gw.addr(), "/x?delay=50", &[]);
+    let resp = proto.get(gw.addr(), "/x?delay=50", &[]);
     assert_eq!(resp.status, 200);
 }
 

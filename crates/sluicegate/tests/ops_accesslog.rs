@@ -1,6 +1,7 @@
 //! The JSON-lines access log on the real binary: one line per request in a
 //! file (fields checked with serde_json), on stdout, nothing with
-//! `access: off`, and switching the log on and off by reload.
+//! `access: off`, and switching the log on and off by reload. Requests on
+//! HTTP/2 streams are logged alike, with `"proto":"HTTP/2"`.
 
 mod ops_common;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use ops_common::*;
 use serde_json::Value;
-use sluicegate_testkit::{http_get, http_request, TestUpstream};
+use sluicegate_testkit::{http_get, Proto, TestUpstream};
 
 /// The parsed lines of the access log at `path` (none if it is missing).
 fn log_lines(path: &Path) -> Vec<Value> {
@@ -44,6 +45,15 @@ fn ms(v: &Value, field: &str) -> f64 {
 
 #[test]
 fn each_request_writes_one_json_line() {
+    request_lines(Proto::Http1);
+}
+
+#[test]
+fn each_request_writes_one_json_line_over_http2() {
+    request_lines(Proto::H2c);
+}
+
+fn request_lines(proto: Proto) {
     let up = TestUpstream::start();
     let dir = ScratchDir::new("access");
     let log = dir.path().join("access.log");
@@ -51,17 +61,17 @@ fn each_request_writes_one_json_line() {
     let gw = start(ports, &config(ports, up.port(), log.to_str().unwrap()));
     let endpoint = format!("127.0.0.1:{}", up.port());
 
-    let post = http_request(ports.addr(), "POST", "/api/echo", &[], b"hello");
+    let post = proto.request(ports.addr(), "POST", "/api/echo", &[], b"hello");
     assert_eq!(post.status, 200);
-    let sized = http_get(ports.addr(), "/api/data?size=1234", &[]);
+    let sized = proto.get(ports.addr(), "/api/data?size=1234", &[]);
     assert_eq!(sized.body.len(), 1234);
-    let slow = http_get(ports.addr(), "/api/slow?delay=250", &[]);
+    let slow = proto.get(ports.addr(), "/api/slow?delay=250", &[]);
     assert_eq!(slow.status, 200);
-    let failed = http_get(ports.addr(), "/api/x?status=503", &[]);
+    let failed = proto.get(ports.addr(), "/api/x?status=503", &[]);
     assert_eq!(failed.status, 503);
-    let hello = http_get(ports.addr(), "/hello", &[]);
+    let hello = proto.get(ports.addr(), "/hello", &[]);
     assert_eq!(hello.body_str(), "hi there");
-    assert_eq!(http_get(ports.addr(), "/nowhere", &[]).status, 404);
+    assert_eq!(proto.get(ports.addr(), "/nowhere", &[]).status, 404);
 
     // Workers flush at least every 200 ms.
     let flushed = wait_until(Duration::from_secs(3), || log_lines(&log).len() >= 6);
@@ -88,6 +98,9 @@ fn each_request_writes_one_json_line() {
             assert!(l.get(field).is_some(), "no {field} in {l}");
         }
         assert_eq!(l["client"], "127.0.0.1", "{l}");
+        // Streams say so; HTTP/1.1 lines have no `proto`.
+        let want = (proto == Proto::H2c).then_some("HTTP/2");
+        assert_eq!(l["proto"].as_str(), want, "{l}");
         assert!(l["ts"].as_str().is_some_and(|t| t.ends_with('Z')), "{l}");
     }
 

@@ -1,14 +1,14 @@
 //! The admin listener on the real binary: `/metrics` request counts by
-//! route and status class, the latency histogram, upstream connect errors,
-//! the client connection gauge, reload counters; `/healthz` and its
-//! `config_generation`.
+//! route and status class (on HTTP/1.1 and HTTP/2 streams alike), the
+//! latency histogram, upstream connect errors, the client connection
+//! gauge, reload counters; `/healthz` and its `config_generation`.
 
 mod ops_common;
 
 use std::time::Duration;
 
 use ops_common::*;
-use sluicegate_testkit::{free_port, http_get, http_request, KeepAliveClient, TestUpstream};
+use sluicegate_testkit::{free_port, http_get, KeepAliveClient, Proto, TestUpstream};
 
 fn requests(route: &str, class: &str) -> String {
     format!("sluicegate_requests_total{{route=\"{route}\",class=\"{class}\"}}")
@@ -20,6 +20,15 @@ fn duration_count(route: &str) -> String {
 
 #[test]
 fn requests_are_counted_by_route_and_class() {
+    counted(Proto::Http1);
+}
+
+#[test]
+fn requests_are_counted_by_route_and_class_over_http2() {
+    counted(Proto::H2c);
+}
+
+fn counted(proto: Proto) {
     let up = TestUpstream::start();
     let dead = free_port(); // nothing listens there
     let ports = Ports::new();
@@ -34,7 +43,7 @@ fn requests_are_counted_by_route_and_class() {
     );
     let gw = start(ports, &yaml);
 
-    let get = |path: &str| http_get(ports.addr(), path, &[]).status;
+    let get = |path: &str| proto.get(ports.addr(), path, &[]).status;
     for i in 0..3 {
         assert_eq!(get(&format!("/api/ok/{i}")), 200);
     }
@@ -42,7 +51,9 @@ fn requests_are_counted_by_route_and_class() {
     assert_eq!(get("/api/x?status=429"), 429);
     assert_eq!(get("/api/x?status=503"), 503);
     assert_eq!(
-        http_request(ports.addr(), "POST", "/api/post", &[], b"body").status,
+        proto
+            .request(ports.addr(), "POST", "/api/post", &[], b"body")
+            .status,
         200
     );
     for _ in 0..2 {

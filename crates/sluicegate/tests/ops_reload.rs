@@ -1,7 +1,8 @@
 //! Hot reload on the real binary: on SIGHUP and on a file change, refusing
 //! an invalid file (the running config stays), reloading under traffic
 //! without a failed request, keeping upstream pools of unchanged services,
-//! and letting in-flight requests finish on the config they started with.
+//! and letting in-flight requests finish on the config they started with
+//! (HTTP/1.1 requests and HTTP/2 streams).
 
 mod ops_common;
 
@@ -11,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ops_common::*;
-use sluicegate_testkit::{http_get, try_http_get, KeepAliveClient, TestUpstream};
+use sluicegate_testkit::{http_get, try_http_get, KeepAliveClient, Proto, TestUpstream};
 
 /// A config with one `respond` route on /hello answering `body`.
 fn hello_config(ports: Ports, reload: &str, body: &str) -> String {
@@ -279,6 +280,15 @@ fn upstream_pools_survive_a_reload() {
 
 #[test]
 fn in_flight_requests_finish_after_a_reload_removes_their_route() {
+    in_flight_across_reload(Proto::Http1);
+}
+
+#[test]
+fn in_flight_requests_finish_after_a_reload_removes_their_route_over_http2() {
+    in_flight_across_reload(Proto::H2c);
+}
+
+fn in_flight_across_reload(proto: Proto) {
     let up = TestUpstream::start();
     let ports = Ports::new();
     let with_slow = format!(
@@ -296,7 +306,7 @@ fn in_flight_requests_finish_after_a_reload_removes_their_route() {
     let gw = start(ports, &with_slow);
 
     let addr = ports.addr();
-    let slow = thread::spawn(move || try_http_get(addr, "/slow/x?delay=800", &[]));
+    let slow = thread::spawn(move || proto.get(addr, "/slow/x?delay=800", &[]));
     let arrived = wait_until(Duration::from_secs(3), || up.requests_seen() == 1);
     check(&gw, arrived, "the slow request never reached the upstream");
 
@@ -308,12 +318,9 @@ fn in_flight_requests_finish_after_a_reload_removes_their_route() {
         !slow.is_finished(),
         "the reload took longer than the slow request; the test proves nothing"
     );
-    assert_eq!(http_get(ports.addr(), "/slow/y", &[]).status, 404);
+    assert_eq!(proto.get(ports.addr(), "/slow/y", &[]).status, 404);
 
-    let resp = slow
-        .join()
-        .unwrap()
-        .expect("the in-flight request got a response");
+    let resp = slow.join().expect("the in-flight request got a response");
     assert_eq!(resp.status, 200, "{}", resp.body_str());
     assert_eq!(resp.body_str(), "ok\n");
 }

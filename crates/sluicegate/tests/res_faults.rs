@@ -1,7 +1,8 @@
 //! Fault tests: an upstream that closes idle keep-alive connections at
 //! random costs the clients nothing, and an upstream that hangs gets 504
 //! within the deadline while other routes keep their latency, and the
-//! request deadline bounds all attempts of a request together.
+//! request deadline bounds all attempts of a request together (over
+//! HTTP/1.1 and HTTP/2 streams).
 
 mod http_common;
 
@@ -11,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use http_common::{service, Gw};
-use sluicegate_testkit::{http_get, KeepAliveClient, TestUpstream};
+use sluicegate_testkit::{http_get, KeepAliveClient, Proto, TestUpstream};
 
 /// A small xorshift generator: the tests need spread, not quality.
 fn next(state: &mut u64) -> u64 {
@@ -139,6 +140,15 @@ fn latencies(gw: &Gw, n: usize) -> Vec<Duration> {
 
 #[test]
 fn the_request_deadline_bounds_every_attempt_together() {
+    request_deadline(Proto::Http1);
+}
+
+#[test]
+fn the_request_deadline_bounds_every_attempt_together_over_http2() {
+    request_deadline(Proto::H2c);
+}
+
+fn request_deadline(proto: Proto) {
     // Two slow endpoints, retried on timeout: without a total deadline
     // this would take up to three response-header timeouts (3 s).
     let a = TestUpstream::start();
@@ -152,7 +162,7 @@ fn the_request_deadline_bounds_every_attempt_together() {
         )
     ));
     let t0 = Instant::now();
-    let r = http_get(gw.addr(), "/slow?delay=1500", &[]);
+    let r = proto.get(gw.addr(), "/slow?delay=1500", &[]);
     let took = t0.elapsed();
     println!("504 after {took:?} (request deadline 700ms)");
     assert_eq!(r.status, 504);

@@ -3,7 +3,9 @@
 //! takes its endpoint out of rotation for a while, statuses listed in `retries.on` are
 //! tried again elsewhere for idempotent methods only, a breaker takes a
 //! failing endpoint out and probes it again after `open_for`, and killing
-//! one of three upstreams under steady load fails no request.
+//! one of three upstreams under steady load fails no request. Refused
+//! connects, listed statuses and the breaker are tested over HTTP/1.1 and
+//! HTTP/2 streams.
 
 mod http_common;
 
@@ -15,9 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use http_common::{service, Gw};
-use sluicegate_testkit::{
-    free_port, http_get, http_request, KeepAliveClient, RawUpstream, TestUpstream,
-};
+use sluicegate_testkit::{free_port, http_get, KeepAliveClient, Proto, RawUpstream, TestUpstream};
 
 fn dead_addr() -> SocketAddr {
     // A free port nobody listens on: connects are refused.
@@ -78,6 +78,15 @@ fn resetting() -> (RawUpstream, Arc<AtomicUsize>) {
 
 #[test]
 fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
+    refused_connect_retried(Proto::Http1);
+}
+
+#[test]
+fn a_refused_connect_goes_to_another_endpoint_for_any_method_over_http2() {
+    refused_connect_retried(Proto::H2c);
+}
+
+fn refused_connect_retried(proto: Proto) {
     let live = TestUpstream::start();
     let dead = dead_addr();
     // Default retries, and no ejection, so that the dead endpoint keeps its
@@ -93,15 +102,23 @@ fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
         routes()
     ));
     for i in 0..20 {
-        let r = http_get(gw.addr(), &format!("/get/{i}"), &[]);
+        let r = proto.get(gw.addr(), &format!("/get/{i}"), &[]);
         assert_eq!(r.status, 200, "GET {i}");
-        let r = http_request(gw.addr(), "POST", &format!("/post/{i}"), &[], b"body");
+        let r = proto.request(gw.addr(), "POST", &format!("/post/{i}"), &[], b"body");
         assert_eq!(
             r.status, 200,
             "POST {i}: nothing was sent, so it may go elsewhere"
         );
     }
     assert_eq!(live.requests_seen(), 40);
+    // A body too big to come whole with the head (over 64 KiB on HTTP/2):
+    // still unread when the connect is refused, so it goes elsewhere whole.
+    let big = vec![b'q'; 200_000];
+    for i in 0..4 {
+        let r = proto.request(gw.addr(), "POST", &format!("/big/{i}"), &[], &big);
+        assert_eq!(r.status, 200, "big POST {i}");
+        assert_eq!(live.last_request().unwrap().body.len(), big.len());
+    }
 
     // With one attempt only, the dead endpoint's turns fail.
     let gw1 = Gw::start(&format!(
@@ -114,7 +131,7 @@ fn a_refused_connect_goes_to_another_endpoint_for_any_method() {
         routes()
     ));
     let failed = (0..10)
-        .filter(|i| http_get(gw1.addr(), &format!("/once/{i}"), &[]).status == 502)
+        .filter(|i| proto.get(gw1.addr(), &format!("/once/{i}"), &[]).status == 502)
         .count();
     assert!(failed >= 4, "{failed} of 10 failed without retries");
 }
@@ -174,6 +191,15 @@ fn the_retry_budget_bounds_retries() {
 
 #[test]
 fn listed_statuses_are_retried_elsewhere_for_idempotent_methods_only() {
+    listed_statuses_retried(Proto::Http1);
+}
+
+#[test]
+fn listed_statuses_are_retried_elsewhere_for_idempotent_methods_only_over_http2() {
+    listed_statuses_retried(Proto::H2c);
+}
+
+fn listed_statuses_retried(proto: Proto) {
     let (busy, busy_seen) = answering(503);
     let fine = TestUpstream::start();
     let gw = Gw::start(&format!(
@@ -186,14 +212,18 @@ fn listed_statuses_are_retried_elsewhere_for_idempotent_methods_only() {
         routes()
     ));
     for i in 0..20 {
-        assert_eq!(http_get(gw.addr(), &format!("/g/{i}"), &[]).status, 200);
+        assert_eq!(proto.get(gw.addr(), &format!("/g/{i}"), &[]).status, 200);
     }
     assert!(
         busy_seen.load(Ordering::SeqCst) >= 8,
         "the busy one was tried"
     );
     let statuses: Vec<u16> = (0..10)
-        .map(|i| http_request(gw.addr(), "POST", &format!("/p/{i}"), &[], b"x").status)
+        .map(|i| {
+            proto
+                .request(gw.addr(), "POST", &format!("/p/{i}"), &[], b"x")
+                .status
+        })
         .collect();
     assert!(
         statuses.contains(&503) && statuses.contains(&200),
@@ -203,6 +233,15 @@ fn listed_statuses_are_retried_elsewhere_for_idempotent_methods_only() {
 
 #[test]
 fn a_breaker_takes_a_failing_endpoint_out_and_probes_it_later() {
+    breaker(Proto::Http1);
+}
+
+#[test]
+fn a_breaker_takes_a_failing_endpoint_out_and_probes_it_later_over_http2() {
+    breaker(Proto::H2c);
+}
+
+fn breaker(proto: Proto) {
     let (bad, bad_seen) = answering(500);
     let good = TestUpstream::start();
     let admin = free_port();
@@ -211,13 +250,13 @@ fn a_breaker_takes_a_failing_endpoint_out_and_probes_it_later() {
         service(
             "s",
             &[bad.addr(), good.addr()],
-            "    retries: { attempts: 1 }\n    breaker: { errors: 3, window: 10s, open_for: 700ms, on_5xx: true }\n"
+            "    retries: { attempts: 1 }\n    breaker: { errors: 3, window: 10s, open_for: 2s, on_5xx: true }\n"
         ),
         routes()
     ));
     let run = |n: usize| -> usize {
         (0..n)
-            .filter(|i| http_get(gw.addr(), &format!("/b/{i}"), &[]).status == 500)
+            .filter(|i| proto.get(gw.addr(), &format!("/b/{i}"), &[]).status == 500)
             .count()
     };
     assert_eq!(run(30), 3, "open after 3 errors");
@@ -229,7 +268,8 @@ fn a_breaker_takes_a_failing_endpoint_out_and_probes_it_later() {
     );
     assert!(metrics.contains(&open_line), "{metrics}");
     // Half-open after open_for: one probe, which fails: open again.
-    thread::sleep(Duration::from_millis(800));
+    // (`open_for` is 2 s: longer than 30 requests by curl take.)
+    thread::sleep(Duration::from_millis(2100));
     assert_eq!(run(10), 1, "one probe");
     assert_eq!(bad_seen.load(Ordering::SeqCst), 4);
 }

@@ -4,6 +4,8 @@
 //! by a test CA at test time; `X-App-Id` as the upstream sees it, 401s, a
 //! certificate from another CA, `client_auth: require` and `request`, the
 //! app's plan, and the refusal of `auth: mtls` without any `client_ca`.
+//! Each request test runs over HTTP/1.1 and over HTTP/2 (ALPN `h2` on the
+//! TLS listener), the version of every answer checked.
 
 mod ops_common;
 mod tls_common;
@@ -102,20 +104,40 @@ fn start_mtls(pki: &Pki, up: &TestUpstream, mode: Option<&str>) -> TlsGw {
     tls_common::start(ports, extra, &yaml)
 }
 
+/// The HTTP version a client asks for by ALPN.
+#[derive(Debug, Clone, Copy)]
+enum Alpn {
+    Http11,
+    H2,
+}
+
+impl Alpn {
+    /// curl's option for it, and its `%{http_version}`.
+    fn curl(self) -> (&'static str, &'static str) {
+        match self {
+            Alpn::Http11 => ("--http1.1", "1.1"),
+            Alpn::H2 => ("--http2", "2"),
+        }
+    }
+}
+
 /// `curl` to `https://a.test:PORT` for each of `paths` (one connection,
-/// kept alive between them), verifying the gateway with the test CA and
-/// presenting client certificate `cert` (a name in the PKI dir) if given,
-/// with extra request headers. Returns the status of each (0 when there
-/// was none) and the run.
+/// kept alive between them) over `alpn`, verifying the gateway with the
+/// test CA and presenting client certificate `cert` (a name in the PKI
+/// dir) if given, with extra request headers. Returns the status of each
+/// (0 when there was none) and the run; an answer in another HTTP version
+/// than asked fails the test.
 fn curl(
     pki: &Pki,
+    alpn: Alpn,
     port: u16,
     paths: &[&str],
     cert: Option<&str>,
     headers: &[&str],
 ) -> (Vec<u16>, Run) {
     let mut cmd = Command::new("curl");
-    cmd.args(["-sS", "--max-time", "5", "--resolve"])
+    let (flag, version) = alpn.curl();
+    cmd.args(["-sS", "--max-time", "5", flag, "--resolve"])
         .arg(format!("a.test:{port}:127.0.0.1"))
         .arg("--cacert")
         .arg(pki.certs.ca());
@@ -128,7 +150,7 @@ fn curl(
     for h in headers {
         cmd.args(["-H", h]);
     }
-    cmd.args(["-w", "%{http_code}\\n"]);
+    cmd.args(["-w", "%{http_version} %{http_code}\\n"]);
     for p in paths {
         cmd.args(["-o", "/dev/null"])
             .arg(format!("https://a.test:{port}{p}"));
@@ -138,19 +160,44 @@ fn curl(
     let codes = run
         .stdout
         .lines()
-        .map(|l| l.trim().parse().unwrap_or(0))
+        .map(|l| {
+            let (v, code) = l.trim().split_once(' ').unwrap_or(("", ""));
+            let code = code.parse().unwrap_or(0);
+            assert!(
+                code == 0 || v == version,
+                "asked for HTTP/{version}, answered in HTTP/{v}:\n{}",
+                run.all()
+            );
+            code
+        })
         .collect();
     (codes, run)
 }
 
 /// One request: (status, run).
-fn curl1(pki: &Pki, port: u16, path: &str, cert: Option<&str>, headers: &[&str]) -> (u16, Run) {
-    let (codes, run) = curl(pki, port, &[path], cert, headers);
+fn curl1(
+    pki: &Pki,
+    alpn: Alpn,
+    port: u16,
+    path: &str,
+    cert: Option<&str>,
+    headers: &[&str],
+) -> (u16, Run) {
+    let (codes, run) = curl(pki, alpn, port, &[path], cert, headers);
     (codes.first().copied().unwrap_or(0), run)
 }
 
 #[test]
 fn a_certificate_whose_cn_is_an_app_id_names_that_app_upstream() {
+    cn_names_app(Alpn::Http11);
+}
+
+#[test]
+fn a_certificate_whose_cn_is_an_app_id_names_that_app_upstream_over_http2() {
+    cn_names_app(Alpn::H2);
+}
+
+fn cn_names_app(alpn: Alpn) {
     let pki = Pki::new();
     let up = TestUpstream::start();
     let g = start_mtls(&pki, &up, Some("request"));
@@ -158,6 +205,7 @@ fn a_certificate_whose_cn_is_an_app_id_names_that_app_upstream() {
 
     let (code, run) = curl1(
         &pki,
+        alpn,
         port,
         "/echo/a",
         Some("c_billing"),
@@ -177,7 +225,7 @@ fn a_certificate_whose_cn_is_an_app_id_names_that_app_upstream() {
     assert_eq!(seen.header("x-forwarded-proto"), Some("https"), "{seen:?}");
 
     // A valid certificate naming no app.
-    let (code, run) = curl1(&pki, port, "/echo/b", Some("c_nobody"), &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/echo/b", Some("c_nobody"), &[]);
     g.check(
         code == 401,
         &format!("CN=nobody: expected 401: {}", run.all()),
@@ -187,12 +235,21 @@ fn a_certificate_whose_cn_is_an_app_id_names_that_app_upstream() {
 
 #[test]
 fn an_app_with_mtls_names_is_named_by_a_listed_dns_name_not_by_its_id_as_cn() {
+    dns_name_names_app(Alpn::Http11);
+}
+
+#[test]
+fn an_app_with_mtls_names_is_named_by_a_listed_dns_name_not_by_its_id_as_cn_over_http2() {
+    dns_name_names_app(Alpn::H2);
+}
+
+fn dns_name_names_app(alpn: Alpn) {
     let pki = Pki::new();
     let up = TestUpstream::start();
     let g = start_mtls(&pki, &up, Some("request"));
     let port = g.port(0);
 
-    let (code, run) = curl1(&pki, port, "/echo/svc", Some("c_svc"), &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/echo/svc", Some("c_svc"), &[]);
     g.check(
         code == 200,
         &format!("SAN DNS:svc.internal: expected 200: {}", run.all()),
@@ -201,7 +258,7 @@ fn an_app_with_mtls_names_is_named_by_a_listed_dns_name_not_by_its_id_as_cn() {
     assert_eq!(seen.header_all("x-app-id"), ["svcapp"], "{seen:?}");
 
     // The app has `mtls`, so a certificate with CN = its id is not its.
-    let (code, run) = curl1(&pki, port, "/echo/cn", Some("c_svcapp_cn"), &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/echo/cn", Some("c_svcapp_cn"), &[]);
     g.check(
         code == 401,
         &format!(
@@ -214,6 +271,15 @@ fn an_app_with_mtls_names_is_named_by_a_listed_dns_name_not_by_its_id_as_cn() {
 
 #[test]
 fn an_app_with_a_listed_sha256_fingerprint_is_named_by_that_certificate() {
+    fingerprint_names_app(Alpn::Http11);
+}
+
+#[test]
+fn an_app_with_a_listed_sha256_fingerprint_is_named_by_that_certificate_over_http2() {
+    fingerprint_names_app(Alpn::H2);
+}
+
+fn fingerprint_names_app(alpn: Alpn) {
     let pki = Pki::new();
     let fp = openssl_fingerprint(&pki.file("c_fp.pem"));
     assert!(
@@ -224,7 +290,14 @@ fn an_app_with_a_listed_sha256_fingerprint_is_named_by_that_certificate() {
     let g = start_mtls(&pki, &up, Some("request"));
     let port = g.port(0);
 
-    let (code, run) = curl1(&pki, port, "/echo/fp", Some("c_fp"), &["X-App-Id: evil"]);
+    let (code, run) = curl1(
+        &pki,
+        alpn,
+        port,
+        "/echo/fp",
+        Some("c_fp"),
+        &["X-App-Id: evil"],
+    );
     g.check(
         code == 200,
         &format!("fingerprint {fp}: expected 200: {}", run.all()),
@@ -235,13 +308,22 @@ fn an_app_with_a_listed_sha256_fingerprint_is_named_by_that_certificate() {
 
 #[test]
 fn no_certificate_is_401_and_a_certificate_from_another_ca_is_refused() {
+    no_or_foreign_certificate(Alpn::Http11);
+}
+
+#[test]
+fn no_certificate_is_401_and_a_certificate_from_another_ca_is_refused_over_http2() {
+    no_or_foreign_certificate(Alpn::H2);
+}
+
+fn no_or_foreign_certificate(alpn: Alpn) {
     let pki = Pki::new();
     let up = TestUpstream::start();
     let g = start_mtls(&pki, &up, Some("request"));
     let port = g.port(0);
 
     // `request`: the handshake works without a certificate...
-    let (code, run) = curl1(&pki, port, "/open", None, &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/open", None, &[]);
     g.check(
         code == 200,
         &format!(
@@ -250,7 +332,7 @@ fn no_certificate_is_401_and_a_certificate_from_another_ca_is_refused() {
         ),
     );
     // ...and the mtls route answers 401.
-    let (code, run) = curl1(&pki, port, "/echo/none", None, &["X-App-Id: billing"]);
+    let (code, run) = curl1(&pki, alpn, port, "/echo/none", None, &["X-App-Id: billing"]);
     g.check(
         code == 401,
         &format!(
@@ -261,7 +343,7 @@ fn no_certificate_is_401_and_a_certificate_from_another_ca_is_refused() {
 
     // A certificate from another CA (CN billing, an app's id) is rejected
     // by the listener's verifier, `request` or not.
-    let (code, run) = curl1(&pki, port, "/echo/foreign", Some("c_foreign"), &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/echo/foreign", Some("c_foreign"), &[]);
     g.check(
         code != 200 && !run.success,
         &format!(
@@ -282,13 +364,22 @@ fn no_certificate_is_401_and_a_certificate_from_another_ca_is_refused() {
 
 #[test]
 fn client_auth_require_refuses_a_client_without_a_certificate() {
+    require_refuses(Alpn::Http11);
+}
+
+#[test]
+fn client_auth_require_refuses_a_client_without_a_certificate_over_http2() {
+    require_refuses(Alpn::H2);
+}
+
+fn require_refuses(alpn: Alpn) {
     let pki = Pki::new();
     let up = TestUpstream::start();
     // No `client_auth`: `require` is the default.
     let g = start_mtls(&pki, &up, None);
     let port = g.port(0);
 
-    let (code, run) = curl1(&pki, port, "/open", None, &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/open", None, &[]);
     g.check(
         code == 0 && !run.success,
         &format!(
@@ -297,7 +388,7 @@ fn client_auth_require_refuses_a_client_without_a_certificate() {
         ),
     );
     eprintln!("require without a certificate: curl: {}", run.stderr.trim());
-    let (code, run) = curl1(&pki, port, "/echo/x", None, &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/echo/x", None, &[]);
     g.check(
         code == 0 && !run.success,
         &format!(
@@ -306,20 +397,29 @@ fn client_auth_require_refuses_a_client_without_a_certificate() {
         ),
     );
 
-    let (code, run) = curl1(&pki, port, "/echo/x", Some("c_billing"), &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/echo/x", Some("c_billing"), &[]);
     g.check(
         code == 200,
         &format!("require, with a certificate: expected 200: {}", run.all()),
     );
     let seen = up.last_request().expect("the upstream saw the request");
     assert_eq!(seen.header_all("x-app-id"), ["billing"], "{seen:?}");
-    let (code, run) = curl1(&pki, port, "/open", Some("c_billing"), &[]);
+    let (code, run) = curl1(&pki, alpn, port, "/open", Some("c_billing"), &[]);
     g.check(code == 200, &format!("require, /open: {}", run.all()));
     assert_eq!(up.requests_seen(), 1);
 }
 
 #[test]
 fn the_plan_of_the_app_named_by_the_certificate_applies() {
+    plan_applies(Alpn::Http11);
+}
+
+#[test]
+fn the_plan_of_the_app_named_by_the_certificate_applies_over_http2() {
+    plan_applies(Alpn::H2);
+}
+
+fn plan_applies(alpn: Alpn) {
     let pki = Pki::new();
     let up = TestUpstream::start();
     let g = start_mtls(&pki, &up, Some("request"));
@@ -328,7 +428,7 @@ fn the_plan_of_the_app_named_by_the_certificate_applies() {
     // Four requests on one kept-alive connection, well within the 500 ms
     // a token takes to come back at 2/s: the bucket holds 2.
     let paths = ["/echo/1", "/echo/2", "/echo/3", "/echo/4"];
-    let (codes, run) = curl(&pki, port, &paths, Some("c_limited"), &[]);
+    let (codes, run) = curl(&pki, alpn, port, &paths, Some("c_limited"), &[]);
     g.check(
         codes == [200, 200, 429, 429],
         &format!(
@@ -343,7 +443,7 @@ fn the_plan_of_the_app_named_by_the_certificate_applies() {
     );
 
     // Another app's counters are its own.
-    let (codes, run) = curl(&pki, port, &paths, Some("c_billing"), &[]);
+    let (codes, run) = curl(&pki, alpn, port, &paths, Some("c_billing"), &[]);
     g.check(
         codes == [200, 200, 200, 200],
         &format!("billing (no plan): {codes:?}: {}", run.all()),

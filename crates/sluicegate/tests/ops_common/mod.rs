@@ -106,6 +106,25 @@ pub fn start(ports: Ports, yaml: &str) -> Gateway {
     gw
 }
 
+/// A gateway that `run --upgrade` can take over: started on `yaml` with its
+/// handover socket at `sock`, waited for as [`start`] does.
+pub fn start_upgradable(ports: Ports, yaml: &str, sock: &Path) -> Gateway {
+    let sock = sock.to_str().expect("utf-8 socket path");
+    let mut gw = Gateway::spawn_args(bin(), yaml, &["--handover-socket", sock]);
+    if let Err(why) = gw.wait_ready(&ports.both(), Duration::from_secs(10)) {
+        panic!("gateway not ready: {why}\n{}", gw.stderr());
+    }
+    wait_serving(&gw, ports);
+    gw
+}
+
+/// `sluicegate run --upgrade` on `yaml`: a new process taking over from the
+/// one serving the handover socket `sock` (not waited for).
+pub fn spawn_upgrade(yaml: &str, sock: &Path) -> Gateway {
+    let sock = sock.to_str().expect("utf-8 socket path");
+    Gateway::spawn_args(bin(), yaml, &["--handover-socket", sock, "--upgrade"])
+}
+
 /// Waits until the admin listener answers `/healthz`.
 pub fn wait_serving(gw: &Gateway, ports: Ports) {
     let serving = wait_until(Duration::from_secs(10), || {

@@ -90,6 +90,18 @@ pub fn head(ports: Ports, listeners: &[String]) -> String {
     s
 }
 
+/// [`head`] with one TLS listener, on `port`, serving certificate `a` of
+/// `certs` (for `a.test`; HTTP/2 by ALPN).
+pub fn head_with_tls_a(ports: Ports, port: u16, certs: &Certs) -> String {
+    head(
+        ports,
+        &[format!(
+            "{{ addr: \"127.0.0.1:{port}\", tls: {} }}",
+            certs.tls(&["a"], None, "")
+        )],
+    )
+}
+
 /// Starts the gateway on `yaml` and waits for every port and `/healthz`.
 pub fn start(ports: Ports, extra: Vec<u16>, yaml: &str) -> TlsGw {
     let mut all = vec![ports.listen, ports.admin];
