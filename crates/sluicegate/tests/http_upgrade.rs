@@ -43,7 +43,9 @@ fn echo_upstream() -> (RawUpstream, Arc<Mutex<Vec<String>>>) {
     let heads = Arc::new(Mutex::new(Vec::new()));
     let seen = heads.clone();
     let up = RawUpstream::start(move |mut s: TcpStream| {
-        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        // Long enough for a tunnel left idle while a thousand others are
+        // set up on a loaded machine (the test's own reads are bounded).
+        let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
         let head = read_head(&mut s);
         seen.lock().unwrap().push(head.clone());
         let lower = head.to_ascii_lowercase();
