@@ -508,7 +508,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         || worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (res_body == BodyKind::Chunked && client_minor == 0);
-    write_response_head(bufs, close, client_minor);
+    write_response_head(bufs, close, client_minor, down.client);
     let relay = relay_body(
         down,
         &up,

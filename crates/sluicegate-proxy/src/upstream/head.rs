@@ -6,10 +6,11 @@ use std::time::Instant;
 
 use crate::transport::stream::Stream;
 
-use crate::filters::Edits;
+use crate::filters::{Edits, HeaderOpsRt};
 use crate::proto::bytes;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestFraming};
-use crate::proto::head::RequestHead;
+use crate::proto::head::{HeaderRef, RequestHead};
+use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
 use crate::proto::response;
 use crate::route::target::Target;
 use crate::runtime::worker::{Bufs, Downstream};
@@ -203,8 +204,14 @@ pub(crate) async fn read_response_head(
 }
 
 /// Writes the response head as it goes to the client into `bufs.out` and
-/// consumes the upstream's head from `bufs.upb`.
-pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8) {
+/// consumes the upstream's head from `bufs.upb`. To an HTTP/2 client the
+/// head goes at once, as the same fields (see [`h2_response_head`]), and
+/// `bufs.out` is left empty for the body.
+pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8, client: &Stream) {
+    if let Stream::H2(x) = client {
+        h2_response_head(bufs, x);
+        return;
+    }
     let raw = bufs.upb.filled();
     let res = &bufs.res;
     let framing = bufs.res_framing;
@@ -220,18 +227,10 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     out.extend_from_slice(line);
     out.extend_from_slice(b"\r\n");
     let body = framing.body;
-    // With no body (HEAD, 304), the upstream's Content-Length still
-    // describes the resource and is passed on.
-    let keep_length = body == BodyKind::None && res.status != 204 && res.status >= 200;
     let ops = bufs.edits.response_ops.as_deref();
-    let cors = bufs.edits.cors;
+    let keep = kept(raw, body, res.status, ops, bufs.edits.cors);
     let (len, crlf) = (framing.len, framing.crlf);
-    codec::append_header_lines(out, raw, &res.headers, len, crlf, |h| {
-        let name = &raw[h.name.clone()];
-        (!h.skip || (keep_length && bytes::eq_lower(name, b"content-length")))
-            && !ops.is_some_and(|o| o.drops(name))
-            && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
-    });
+    codec::append_header_lines(out, raw, &res.headers, len, crlf, keep);
     if let Some(o) = ops {
         o.fields.write_h1(out);
     }
@@ -250,6 +249,80 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     }
     out.extend_from_slice(b"\r\n");
     bufs.upb.consume(len);
+}
+
+/// Which of the upstream's response fields go on to the client: not the
+/// hop-by-hop ones nor those the gateway rewrites (a length without a body,
+/// of HEAD or 304, still describes the resource and is kept), nor those
+/// the route's header ops drop, nor the upstream's CORS fields where the
+/// route answers CORS itself.
+fn kept<'a>(
+    raw: &'a [u8],
+    body: BodyKind,
+    status: u16,
+    ops: Option<&'a HeaderOpsRt>,
+    cors: bool,
+) -> impl Fn(&HeaderRef) -> bool + 'a {
+    let keep_length = body == BodyKind::None && status != 204 && status >= 200;
+    move |h| {
+        let name = &raw[h.name.clone()];
+        (!h.skip || (keep_length && bytes::eq_lower(name, b"content-length")))
+            && !ops.is_some_and(|o| o.drops(name))
+            && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
+    }
+}
+
+/// The response head to an HTTP/2 client: the fields [`kept`] and those the
+/// gateway adds, handed to the stream as a header map (values as slices of
+/// one copy of the upstream's head), without the HTTP/1.1 text the
+/// stream would otherwise parse again. A stream that is gone by now fails
+/// the body's first write.
+fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
+    use http::header::{HeaderName, HeaderValue};
+    let raw = bufs.upb.filled();
+    let res = &bufs.res;
+    let framing = bufs.res_framing;
+    let ops = bufs.edits.response_ops.as_deref();
+    let keep = kept(raw, framing.body, res.status, ops, bufs.edits.cors);
+    let shared = ::bytes::Bytes::copy_from_slice(&raw[..framing.len]);
+    let mut fields = http::HeaderMap::with_capacity(res.headers.len() + 2);
+    for h in res.headers.iter().filter(|h| keep(h)) {
+        let name = &raw[h.name.clone()];
+        if connection_specific(name) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name),
+            HeaderValue::from_maybe_shared(shared.slice(h.value.clone())),
+        ) {
+            fields.append(n, v);
+        }
+    }
+    let mut add = |name: &[u8], value: &[u8]| {
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            fields.append(n, v);
+        }
+    };
+    if let Some(o) = ops {
+        o.fields.iter().for_each(|(n, v)| add(n, v));
+    }
+    let body = match framing.body {
+        BodyKind::None => AnswerBody::Empty,
+        BodyKind::Length(n) => {
+            add(b"content-length", itoa::Buffer::new().format(n).as_bytes());
+            AnswerBody::Length(n)
+        }
+        BodyKind::Chunked => AnswerBody::Chunked,
+        BodyKind::UntilClose => AnswerBody::UntilEnd,
+    };
+    bufs.edits
+        .response_headers
+        .iter()
+        .for_each(|(n, v)| add(n, v));
+    let _ = x.answer(res.status, fields, body);
+    drop(keep);
+    bufs.out.clear();
+    bufs.upb.consume(framing.len);
 }
 
 /// The `grpc-status` in the response head in `bufs` (a trailers-only gRPC

@@ -85,9 +85,24 @@ pub(super) enum Framing {
     UntilEnd,
 }
 
+/// How an answer's body comes when its head is given as fields
+/// ([`Exchange::answer`]): the bytes written after it are the body as
+/// HTTP/1.1 would frame it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AnswerBody {
+    /// None (HEAD, 204, 304, a zero length).
+    Empty,
+    /// This many bytes.
+    Length(u64),
+    /// Chunked: decoded here, its trailers sent as a trailing HEADERS.
+    Chunked,
+    /// Until the writer is done.
+    UntilEnd,
+}
+
 /// The connection's own header fields, which HTTP/2 does not carry
 /// (RFC 9113 8.2.2).
-pub(super) fn connection_specific(name: &[u8]) -> bool {
+pub(crate) fn connection_specific(name: &[u8]) -> bool {
     [
         &b"connection"[..],
         b"keep-alive",
@@ -136,6 +151,42 @@ impl Exchange {
     /// Marks the stream an extended CONNECT (see [`Inner::connect`]).
     pub(crate) fn set_connect(&self) {
         self.inner.borrow_mut().connect = true;
+    }
+
+    /// Sends the answer's head given as fields rather than as HTTP/1.1
+    /// text, so that what forwarding parsed already is not written and
+    /// parsed again; its body follows through [`Exchange::try_send`],
+    /// framed as `body` says. Only before any of the answer was written.
+    // Out of line: the plain-TCP branch of `Stream`'s match stays small.
+    #[inline(never)]
+    pub(crate) fn answer(
+        &self,
+        status: u16,
+        fields: http::HeaderMap,
+        body: AnswerBody,
+    ) -> io::Result<()> {
+        let mut i = self.inner.borrow_mut();
+        let Out::Head { respond, buf } = &mut i.out else {
+            return Err(broken());
+        };
+        let code = match http::StatusCode::from_u16(status) {
+            Ok(code) if buf.is_empty() && status >= 200 => code,
+            _ => {
+                respond.send_reset(Reason::INTERNAL_ERROR);
+                i.out = Out::Failed;
+                return Err(io::ErrorKind::InvalidData.into());
+            }
+        };
+        let mut head = http::Response::new(());
+        *head.status_mut() = code;
+        *head.headers_mut() = fields;
+        let framing = match body {
+            AnswerBody::Empty => Framing::Length(0),
+            AnswerBody::Length(n) => Framing::Length(n),
+            AnswerBody::Chunked => Framing::Chunked(ChunkedDecoder::new(), Vec::new()),
+            AnswerBody::UntilEnd => Framing::UntilEnd,
+        };
+        i.start(head, framing)
     }
 
     /// Reads request body bytes received so far; `Ok(0)` at its end.
@@ -386,32 +437,40 @@ impl Inner {
             if switched {
                 framing = Framing::UntilEnd;
             }
-            let empty = self.is_head
-                || status == 204
-                || status == 304
-                || matches!(framing, Framing::Length(0));
             let rest = buf.split_off(len);
-            let sent = respond.send_response(head, empty);
-            self.out = match sent {
-                Err(e) => {
-                    tracing::debug!(error = %e, "HTTP/2 response head not sent");
-                    Out::Failed
-                }
-                Ok(_) if empty => Out::Done,
-                Ok(mut send) => {
-                    send.reserve_capacity(WANT);
-                    Out::Body { send, framing }
-                }
-            };
-            if matches!(self.out, Out::Failed) {
-                return Err(broken());
-            }
+            self.start(head, framing)?;
             return if rest.is_empty() {
                 Ok(())
             } else {
                 self.write(&rest)
             };
         }
+    }
+
+    /// Sends a final answer's head, framed as `framing` says: with
+    /// END_STREAM when it has no body (HEAD, 204, 304, a zero length).
+    fn start(&mut self, head: http::Response<()>, framing: Framing) -> io::Result<()> {
+        let Out::Head { respond, .. } = &mut self.out else {
+            return Err(broken());
+        };
+        let status = head.status().as_u16();
+        let empty =
+            self.is_head || status == 204 || status == 304 || matches!(framing, Framing::Length(0));
+        self.out = match respond.send_response(head, empty) {
+            Err(e) => {
+                tracing::debug!(error = %e, "HTTP/2 response head not sent");
+                Out::Failed
+            }
+            Ok(_) if empty => Out::Done,
+            Ok(mut send) => {
+                send.reserve_capacity(WANT);
+                Out::Body { send, framing }
+            }
+        };
+        if matches!(self.out, Out::Failed) {
+            return Err(broken());
+        }
+        Ok(())
     }
 }
 
