@@ -34,6 +34,13 @@ SCENARIOS = {
     # HTTP/2 over TLS (ALPN h2): 64 connections with 10 streams in flight
     # each (h2load from nghttp2-client), the same request as c64.
     "h2": {"tool": "h2load", "conns": 64, "streams": 10, "tls": True},
+    # The same load, the proxies' upstream speaking HTTP/2 in the clear: an
+    # nginx with `http2` on its plain port (targets.H2C_UPSTREAM); sluicegate's
+    # service has `protocol: h2c`, HAProxy's server line `proto h2`. nginx
+    # cannot proxy plain HTTP to an HTTP/2 upstream (only grpc_pass), so
+    # nginx-tls does not run in it. `upstream`: the kind of upstream
+    # (targets.UPSTREAMS, default http1).
+    "h2c-up": {"tool": "h2load", "conns": 64, "streams": 10, "tls": True, "upstream": "h2c"},
 }
 TLS_SCENARIOS = tuple(s for s, spec in SCENARIOS.items() if spec.get("tls"))
 TLSLOAD = Path(__file__).resolve().parent / "tlsload.py"

@@ -24,6 +24,7 @@ PACKAGES = {
     "ab": "apache2-utils",
     "taskset": "util-linux",
     "openssl": "openssl",
+    "h2load": "nghttp2-client",
 }
 
 # Every target a scenario can measure. `direct` has no proxy. sluicegate-busy
@@ -45,6 +46,18 @@ DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS if t not in ("sluicegate-fwd", "n
 TLS_TARGETS = ("sluicegate-tls", "haproxy-tls", "nginx-tls")
 # Targets with an access log: c64 only, like the other variants.
 LOG_TARGETS = ("sluicegate-log", "nginx-log")
+# The upstreams a scenario can put behind the proxies: `http1` is
+# nginx-upstream.conf as it is; `h2c` is the same config with `http2` on its
+# listen line, so that port speaks HTTP/2 with prior knowledge only (nginx
+# 1.22 syntax, `listen ADDR http2;`). Against it, sluicegate's service has
+# `protocol: h2c` and HAProxy's server line `proto h2`.
+UPSTREAMS = ("http1", "h2c")
+# The targets that can run in front of each upstream other than http1. nginx
+# cannot proxy plain HTTP to an HTTP/2 upstream (grpc_pass only speaks gRPC).
+UPSTREAM_TARGETS = {"h2c": ("sluicegate-tls", "haproxy-tls")}
+NO_H2C_NOTE = ("nginx cannot proxy plain HTTP to an HTTP/2 upstream (only `grpc_pass` "
+               "speaks HTTP/2 upstream), so it has no row here")
+H2C_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 # nginx-log's log: the fields of sluicegate's JSON lines that nginx has, buffered
 # as sluicegate buffers (64 KB, flushed at least once a second).
@@ -162,14 +175,15 @@ def haproxy_maxconn(cfg_path):
 
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
-                    tls=None):
+                    tls=None, protocol=None):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
     Without `forwarded`, the service sends no X-Forwarded-* headers, like the
     peers' reference configs, so every proxy sends the upstream the same.
     With `tls` ({"cert", "key"} paths), the listener terminates TLS with
-    that pair; everything else is the same."""
+    that pair; everything else is the same. `protocol` is the service's
+    (`h2c` for the h2c upstream; unset, HTTP/1.1)."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -186,7 +200,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         f'    endpoints: ["127.0.0.1:{upstream_port}"]\n'
         "    max_connections_per_endpoint: 1024\n"
         f"    forwarded_headers: {'true' if forwarded else 'false'}\n"
-        "routes:\n"
+        + (f"    protocol: {protocol}\n" if protocol else "")
+        + "routes:\n"
         "  - name: all\n"
         "    match: { path_prefix: / }\n"
         "    service: upstream\n"
@@ -213,6 +228,38 @@ def http_get(port, path="/test.html", timeout=2.0, cafile=None):
         return resp.status, resp.read()
     finally:
         conn.close()
+
+
+def h2c_settings(port, timeout=2.0):
+    """Whether the port answers the HTTP/2 client preface with a SETTINGS
+    frame: an h2c upstream is up and speaks HTTP/2 with prior knowledge."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(H2C_PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        head = b""
+        while len(head) < 9:
+            got = s.recv(9 - len(head))
+            if not got:
+                break
+            head += got
+    return len(head) == 9 and head[3] == 0x4
+
+
+def wait_h2c(port, procs_to_watch, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        for p in procs_to_watch:
+            if not p.alive():
+                raise HarnessError(f"h2c upstream: {p.name} exited with status "
+                                   f"{p.popen.returncode}; log tail:\n{p.log_tail()}")
+        try:
+            if h2c_settings(port):
+                return
+            last = "no SETTINGS frame in answer to the HTTP/2 preface"
+        except OSError as e:
+            last = e
+        time.sleep(0.1)
+    raise HarnessError(f"h2c upstream on port {port}: not ready within {timeout:.0f}s ({last})")
 
 
 class Target:
@@ -278,6 +325,10 @@ class Launcher:
         self.proxy_cpu = proxy_cpu
         self.load_cpu = load_cpu
         self.upstream = None
+        self.upstream_proc = None
+        # Upstreams by kind (UPSTREAMS), each a Target; `upstream` above is
+        # the http1 one, which every run starts.
+        self.upstreams = {}
         self._tls = None
 
     def tls_files(self):
@@ -316,10 +367,18 @@ class Launcher:
             return False, str(e)
         return p.returncode == 0, p.stdout + p.stderr
 
-    def _nginx(self, name, template, values, cpu, access_log=None):
+    def _nginx(self, name, template, values, cpu, access_log=None, http2=False):
         d = self.reg.tmpdir(f"sgbench-{name}-")
         values = dict(values, DIR=d)
         conf = render(self.peers / template, os.path.join(d, "nginx.conf"), values)
+        if http2:
+            # The template's one listen line, with `http2` after its address:
+            # on a plain port that is HTTP/2 with prior knowledge only.
+            text = Path(conf).read_text()
+            lines = re.findall(r"^\s*listen \S+", text, re.M)
+            if len(lines) != 1:
+                raise HarnessError(f"{template}: expected one listen line to add http2 to")
+            Path(conf).write_text(text.replace(lines[0], lines[0] + " http2"))
         if access_log:
             # The reference config with its one `access_log off;` turned into
             # a buffered log: otherwise the same peer.
@@ -332,20 +391,38 @@ class Launcher:
                 "-c", conf, "-g", "daemon off;"]
         return self.reg.spawn(name, argv, os.path.join(d, "stderr.log"), cpu=cpu)
 
-    def start_upstream(self):
+    def start_upstream(self, kind="http1"):
+        """The upstream of that kind (UPSTREAMS), started on first use,
+        pinned to the load core."""
+        if kind in self.upstreams:
+            return self.upstreams[kind]
         port = free_port()
-        proc = self._nginx("upstream", "nginx-upstream.conf",
-                           {"LISTEN": f"127.0.0.1:{port}"}, self.load_cpu)
-        t = Target("direct", port, None, {"upstream_proc": proc})
-        wait_ready(t, [proc])
-        self.upstream = t
-        self.upstream_proc = proc
+        h2c = kind == "h2c"
+        proc = self._nginx("upstream" if not h2c else "upstream-h2c", "nginx-upstream.conf",
+                           {"LISTEN": f"127.0.0.1:{port}"}, self.load_cpu, http2=h2c)
+        t = Target("direct" if not h2c else "direct-h2c", port, None, {"upstream_proc": proc})
+        if h2c:
+            wait_h2c(port, [proc])
+        else:
+            wait_ready(t, [proc])
+            self.upstream = t
+            self.upstream_proc = proc
+        self.upstreams[kind] = t
         return t
 
-    def start(self, name):
+    def upstream_proc_of(self, kind="http1"):
+        return self.upstreams[kind].extra["upstream_proc"]
+
+    def start(self, name, upstream="http1"):
+        """Start target `name` in front of the upstream of kind `upstream`."""
         if name == "direct":
             return self.upstream
-        up = self.upstream.port
+        up_proc = self.start_upstream(upstream).extra["upstream_proc"]
+        up = self.upstreams[upstream].port
+        protocol = "h2c" if upstream == "h2c" else None
+        if upstream != "http1" and name not in UPSTREAM_TARGETS[upstream]:
+            raise HarnessError(f"{name} cannot run in front of the {upstream} upstream "
+                               f"(only {', '.join(UPSTREAM_TARGETS[upstream])} can)")
         port = free_port()
         path = "/test.html"
         tls = self.tls_files() if name in TLS_TARGETS else None
@@ -364,7 +441,8 @@ class Launcher:
                 path = f"/~{AUTH_KEY}/test.html"
             busy = BUSY_POLL if name == "sluicegate-busy" else None
             fwd = name == "sluicegate-fwd"
-            Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls))
+            Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls,
+                                                 protocol))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]
@@ -378,6 +456,15 @@ class Launcher:
                 values["PEM"] = tls["pem"]
             cfg = render(self.peers / ("haproxy-tls.cfg" if tls else "haproxy.cfg"),
                          os.path.join(d, "haproxy.cfg"), values)
+            if protocol:
+                # The template's one server line, speaking HTTP/2 (in the
+                # clear: no `ssl` on the line) to the h2c upstream.
+                text = Path(cfg).read_text()
+                lines = re.findall(r"^\s*server .*$", text, re.M)
+                if len(lines) != 1:
+                    raise HarnessError("haproxy template: expected one server line "
+                                       "to add `proto h2` to")
+                Path(cfg).write_text(text.replace(lines[0], lines[0] + " proto h2"))
             proc = self.reg.spawn(name, ["haproxy", "-db", "-f", cfg],
                                   os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra = {"config": cfg, "maxconn": haproxy_maxconn(cfg)}
@@ -394,8 +481,9 @@ class Launcher:
                                values, self.proxy_cpu, access_log=log_path)
         else:
             raise HarnessError(f"unknown target {name!r}")
+        extra["upstream"] = upstream
         t = Target(name, port, proc, extra, path, cafile=tls["cert"] if tls else None)
-        wait_ready(t, [proc, self.upstream_proc])
+        wait_ready(t, [proc, up_proc])
         return t
 
     def stop(self, target):
