@@ -37,6 +37,16 @@ impl Pos {
         }
     }
 
+    /// The position given to node number `id` of a document decoded for
+    /// the admin API (line 0): formatted as a mark that
+    /// `document` turns into the node's path.
+    pub fn synthetic(id: usize) -> Pos {
+        Pos {
+            line: 0,
+            col: u32::try_from(id).unwrap_or(u32::MAX),
+        }
+    }
+
     pub fn error(self, message: String) -> ConfigError {
         ConfigError {
             line: self.line as usize,
@@ -48,6 +58,10 @@ impl Pos {
 
 impl std::fmt::Display for Pos {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            use crate::document::{MARK_CLOSE, MARK_OPEN};
+            return write!(f, "{MARK_OPEN}{}{MARK_CLOSE}", self.col);
+        }
         write!(f, "{}:{}", self.line, self.col)
     }
 }
