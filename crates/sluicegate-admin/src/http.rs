@@ -1,122 +1,61 @@
-//! The admin HTTP listener: `GET /metrics` (Prometheus text format) and
-//! `GET /healthz`. One request per connection; small, bounded reads.
+//! The admin HTTP listener, served with axum: `GET /metrics` (Prometheus
+//! text format) and `GET /healthz`, on the process's own runtime (never a
+//! data-plane worker's).
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use sluicegate_proxy::Shared;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
-const MAX_HEAD: usize = 8192;
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
-
+/// Serves the admin listener until the runtime stops.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(READ_TIMEOUT, handle(stream, &shared)).await;
-                });
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "admin accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+    if let Err(e) = axum::serve(listener, router(shared)).await {
+        tracing::error!(error = %e, "admin listener stopped");
     }
 }
 
-async fn handle(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    let mut buf = vec![0u8; MAX_HEAD];
-    let mut len = 0;
-    let (method, path) = loop {
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        len += n;
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf[..len]) {
-            Ok(httparse::Status::Complete(_)) => {
-                break (
-                    req.method.unwrap_or("").to_string(),
-                    req.path.unwrap_or("").to_string(),
-                )
-            }
-            Ok(httparse::Status::Partial) if len < MAX_HEAD => continue,
-            _ => {
-                return respond(
-                    &mut stream,
-                    400,
-                    "application/json",
-                    b"{\"error\":\"bad request\",\"status\":400}\n",
-                    false,
-                )
-                .await
-            }
-        }
-    };
-    let head = method == "HEAD";
-    if method != "GET" && !head {
-        return respond(
-            &mut stream,
-            405,
-            "application/json",
-            b"{\"error\":\"method not allowed\",\"status\":405}\n",
-            head,
-        )
-        .await;
-    }
-    let path = path.split('?').next().unwrap_or("");
-    match path {
-        "/metrics" => {
-            let body = shared.render_metrics();
-            respond(
-                &mut stream,
-                200,
-                "text/plain; version=0.0.4",
-                body.as_bytes(),
-                head,
-            )
-            .await
-        }
-        "/healthz" => {
-            let generation = shared.snapshot.load().generation;
-            let body = format!("{{\"status\":\"ok\",\"config_generation\":{generation}}}\n");
-            respond(&mut stream, 200, "application/json", body.as_bytes(), head).await
-        }
-        _ => {
-            respond(
-                &mut stream,
-                404,
-                "application/json",
-                b"{\"error\":\"not found\",\"status\":404}\n",
-                head,
-            )
-            .await
-        }
-    }
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(shared)
 }
 
-async fn respond(
-    stream: &mut TcpStream,
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-    head_only: bool,
-) -> std::io::Result<()> {
-    let reason = sluicegate_proxy::reason(status);
-    let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
+/// A JSON error answer as the gateway writes them: `{"error","status"}`.
+pub(crate) fn error(status: StatusCode, message: &str) -> Response {
+    let body = format!(
+        "{{\"error\":{},\"status\":{}}}\n",
+        serde_json::Value::from(message),
+        status.as_u16()
+    );
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        shared.render_metrics(),
     )
-    .into_bytes();
-    if !head_only {
-        out.extend_from_slice(body);
-    }
-    stream.write_all(&out).await?;
-    stream.shutdown().await
+        .into_response()
+}
+
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    let generation = shared.snapshot.load().generation;
+    let body = format!("{{\"status\":\"ok\",\"config_generation\":{generation}}}\n");
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "not found")
+}
+
+async fn method_not_allowed() -> Response {
+    error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
 }
