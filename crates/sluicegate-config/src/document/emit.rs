@@ -1,11 +1,12 @@
 //! Document nodes to YAML text, in block style, for writing the config
 //! back to its file.
 //!
-//! A scalar that was quoted stays quoted (double quotes, JSON escapes,
-//! which YAML reads the same); a plain one is written plain when its text
-//! is made of characters that cannot change its reading, quoted otherwise.
-//! Only booleans and null depend on being plain, and they are always safe
-//! to write plain. Reading the text back gives the same tree, positions
+//! A scalar is written plain when its text is made of characters that
+//! cannot change its reading and, for one that was quoted, when plain it
+//! would still read as a string (not a boolean, null or number); otherwise
+//! in double quotes with JSON escapes, which YAML reads the same. Only
+//! booleans and null depend on being plain, and they are always safe to
+//! write plain. Reading the text back gives the same tree, positions
 //! aside.
 
 use crate::yaml::{Entry, Node, Value};
@@ -46,7 +47,9 @@ fn scalar(text: &str, plain: bool, null: bool) -> String {
     if null {
         return "null".to_string();
     }
-    if plain && is_safe_plain(text) {
+    // A quoted scalar is written plain too when plain it reads as the same
+    // string (not a boolean, null or number): `name: web`, not `"name": "web"`.
+    if is_safe_plain(text) && (plain || super::json::reads_as_string(text)) {
         return text.to_string();
     }
     serde_json::Value::from(text).to_string()
@@ -161,5 +164,7 @@ mod tests {
     fn quoted_booleans_stay_quoted() {
         let tree = shape("a: 'true'\nb: true\nc: 'null'\nd: null\n");
         assert_eq!(yaml(&tree), "a: \"true\"\nb: true\nc: \"null\"\nd: null\n");
+        let tree = shape("'a': 'web'\nb: '8080'\nc: 'x y'\n");
+        assert_eq!(yaml(&tree), "a: web\nb: \"8080\"\nc: \"x y\"\n");
     }
 }

@@ -68,6 +68,11 @@ pub(crate) fn from_node(node: &Node) -> serde_json::Value {
     }
 }
 
+/// Whether `text`, written as a plain scalar, reads as a string.
+pub(crate) fn reads_as_string(text: &str) -> bool {
+    !matches!(text, "" | "~" | "null" | "Null" | "NULL") && plain_value(text).is_string()
+}
+
 /// A plain scalar's JSON value.
 fn plain_value(text: &str) -> serde_json::Value {
     use serde_json::Value as J;

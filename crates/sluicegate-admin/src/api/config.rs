@@ -1,0 +1,73 @@
+//! `/config`: the whole config at once. `GET` answers it as JSON, or YAML
+//! when `Accept` asks for it; `PUT` replaces it atomically (the declarative
+//! mode, e.g. from CI); `POST /config/validate` checks a config without
+//! applying it.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use super::{document_body, is_yaml, on_reloader, problems, writable, write};
+use crate::http::{error, etag_of, AdminState};
+
+/// `GET /config`.
+pub(crate) async fn get_config(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+    let got = on_reloader(&state, |r| (r.document(), r.revision())).await;
+    let (doc, revision) = match got {
+        Ok((Ok(doc), revision)) => (doc, revision),
+        Ok((Err(e), _)) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+        Err(resp) => return *resp,
+    };
+    let mut resp = if is_yaml(&headers, header::ACCEPT) {
+        ([(header::CONTENT_TYPE, "application/yaml")], doc.to_yaml()).into_response()
+    } else {
+        Json(doc.to_json()).into_response()
+    };
+    resp.headers_mut().insert(header::ETAG, etag_of(revision));
+    resp
+}
+
+/// `PUT /config`: the body (JSON, or YAML by `Content-Type`) replaces the
+/// whole config.
+pub(crate) async fn put_config(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if let Err(resp) = writable(&state) {
+        return *resp;
+    }
+    let doc = match document_body(&headers, body) {
+        Ok(d) => d,
+        Err(resp) => return *resp,
+    };
+    write(
+        &state,
+        &headers,
+        doc,
+        StatusCode::OK,
+        json!({ "applied": true }),
+    )
+    .await
+}
+
+/// `POST /config/validate`: `200 {"valid":true}` or `400` with every problem.
+pub(crate) async fn validate(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let doc = match document_body(&headers, body) {
+        Ok(d) => d,
+        Err(resp) => return *resp,
+    };
+    match on_reloader(&state, move |r| r.validate(&doc).map(|_| ())).await {
+        Ok(Ok(())) => Json(json!({ "valid": true })).into_response(),
+        Ok(Err(issues)) => problems(StatusCode::BAD_REQUEST, "invalid config", issues),
+        Err(resp) => *resp,
+    }
+}
