@@ -53,7 +53,7 @@ impl IfMatch {
         )
     }
 
-    fn matches(&self, revision: u64) -> bool {
+    pub(crate) fn matches(&self, revision: u64) -> bool {
         match self {
             IfMatch::Any => true,
             IfMatch::Revisions(r) => r.contains(&revision),

@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use super::{document_body, is_yaml, on_reloader, problems, writable, write};
+use sluicegate_config::Document;
+
+use super::{document_body, is_yaml, on_reloader, problems, secrets, writable, write_edit};
 use crate::http::{error, etag_of, AdminState};
 
 /// `GET /config`.
@@ -22,17 +24,20 @@ pub(crate) async fn get_config(State(state): State<AdminState>, headers: HeaderM
         Ok((Err(e), _)) => return error(StatusCode::INTERNAL_SERVER_ERROR, &e),
         Err(resp) => return *resp,
     };
+    let mut shown = doc.to_json();
+    secrets::redact_config(&mut shown);
     let mut resp = if is_yaml(&headers, header::ACCEPT) {
-        ([(header::CONTENT_TYPE, "application/yaml")], doc.to_yaml()).into_response()
+        let text = Document::from_json(&shown).to_yaml();
+        ([(header::CONTENT_TYPE, "application/yaml")], text).into_response()
     } else {
-        Json(doc.to_json()).into_response()
+        Json(shown).into_response()
     };
     resp.headers_mut().insert(header::ETAG, etag_of(revision));
     resp
 }
 
 /// `PUT /config`: the body (JSON, or YAML by `Content-Type`) replaces the
-/// whole config.
+/// whole config. App secrets given as their fingerprints keep their value.
 pub(crate) async fn put_config(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -45,17 +50,18 @@ pub(crate) async fn put_config(
         Ok(d) => d,
         Err(resp) => return *resp,
     };
-    write(
-        &state,
-        &headers,
-        doc,
-        StatusCode::OK,
-        json!({ "applied": true }),
-    )
+    write_edit(&state, &headers, move |running| {
+        let known = secrets::known(running.get("apps").as_ref());
+        let mut new = doc.to_json();
+        secrets::restore_config(&mut new, &known);
+        *running = Document::from_json(&new);
+        Ok((StatusCode::OK, json!({ "applied": true })))
+    })
     .await
 }
 
-/// `POST /config/validate`: `200 {"valid":true}` or `400` with every problem.
+/// `POST /config/validate`: `200 {"valid":true}` or `400` with every
+/// problem; fingerprints stand for their secrets as in `PUT`.
 pub(crate) async fn validate(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -65,7 +71,16 @@ pub(crate) async fn validate(
         Ok(d) => d,
         Err(resp) => return *resp,
     };
-    match on_reloader(&state, move |r| r.validate(&doc).map(|_| ())).await {
+    let check = move |r: &mut crate::reload::Reloader| {
+        let known = r
+            .document()
+            .map(|d| secrets::known(d.get("apps").as_ref()))
+            .unwrap_or_default();
+        let mut new = doc.to_json();
+        secrets::restore_config(&mut new, &known);
+        r.validate(&Document::from_json(&new)).map(|_| ())
+    };
+    match on_reloader(&state, check).await {
         Ok(Ok(())) => Json(json!({ "valid": true })).into_response(),
         Ok(Err(issues)) => problems(StatusCode::BAD_REQUEST, "invalid config", issues),
         Err(resp) => *resp,

@@ -1,9 +1,12 @@
-//! The admin REST API: the whole config (`config.rs`), the reload history,
-//! and the helpers its handlers share: reading a body as a document,
-//! running work on the reloader off the runtime thread, and answering
-//! writes and their errors.
+//! The admin REST API: the whole config (`config.rs`), one resource at a
+//! time (`resources.rs`), the reload history, and the helpers its handlers
+//! share: reading a body as a document, running work on the reloader off
+//! the runtime thread, and answering writes and their errors.
 
 mod config;
+mod patch;
+mod resources;
+mod secrets;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -27,6 +30,7 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route("/config", get(config::get_config).put(config::put_config))
         .route("/config/validate", post(config::validate))
         .route("/reloads", get(reloads))
+        .merge(resources::routes())
 }
 
 /// Runs `f` on the reloader in a blocking thread: a write compiles a whole
@@ -117,21 +121,39 @@ pub(crate) fn writable(state: &AdminState) -> Result<(), Box<Response>> {
     Ok(())
 }
 
-/// Validates, saves and applies `doc` (if `If-Match` allows); answers
-/// `status` with `body` and the new revision, or the error.
-pub(crate) async fn write(
+/// What an edit of the running document answers: its status and body.
+type Edited = Result<(StatusCode, serde_json::Value), Box<Response>>;
+
+/// Edits the running document with `edit`, then validates, saves and
+/// applies the result (if `If-Match` allows), all under the reloader's
+/// lock; answers the edit's status and body with the new revision, or the
+/// error. A stale `If-Match` is `412` before the edit is tried.
+pub(crate) async fn write_edit(
     state: &AdminState,
     headers: &HeaderMap,
-    doc: Document,
-    status: StatusCode,
-    body: serde_json::Value,
+    edit: impl FnOnce(&mut Document) -> Edited + Send + 'static,
 ) -> Response {
+    if let Err(resp) = writable(state) {
+        return *resp;
+    }
     let cond = if_match(headers);
-    let done = on_reloader(state, move |r| r.write(doc, cond.as_ref())).await;
+    let done = on_reloader(state, move |r| {
+        if cond.as_ref().is_some_and(|m| !m.matches(r.revision())) {
+            return Err(Box::new(write_error(WriteError::Stale)));
+        }
+        let mut doc = r
+            .document()
+            .map_err(|e| Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, &e)))?;
+        let (status, body) = edit(&mut doc)?;
+        let revision = r
+            .write(doc, cond.as_ref())
+            .map_err(|e| Box::new(write_error(e)))?;
+        Ok((status, body, revision))
+    })
+    .await;
     match done {
-        Err(resp) => *resp,
-        Ok(Ok(revision)) => {
-            let mut body = body;
+        Err(resp) | Ok(Err(resp)) => *resp,
+        Ok(Ok((status, mut body, revision))) => {
             if let Some(obj) = body.as_object_mut() {
                 obj.insert("revision".to_string(), revision.into());
             }
@@ -139,7 +161,6 @@ pub(crate) async fn write(
             resp.headers_mut().insert(header::ETAG, etag_of(revision));
             resp
         }
-        Ok(Err(e)) => write_error(e),
     }
 }
 
