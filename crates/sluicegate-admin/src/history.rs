@@ -12,7 +12,7 @@ use serde::Serialize;
 pub const KEEP: usize = 100;
 
 /// Where a config change came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     /// The config file changed on disk (or a file it names did).
@@ -38,14 +38,14 @@ impl Source {
 
 /// One problem of a refused change: the field's path (`$` when it has
 /// none, or a file's `FILE:LINE:COL` for a file) and the message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Issue {
     pub path: String,
     pub message: String,
 }
 
 /// One change, applied or refused.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Entry {
     /// RFC 3339, UTC, to the millisecond.
     pub time: String,

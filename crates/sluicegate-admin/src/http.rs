@@ -1,7 +1,7 @@
 //! The admin HTTP listener, served with axum on the process's own runtime
 //! (never a data-plane worker's): `GET /metrics` (Prometheus text format),
-//! `GET /healthz`, and the admin API (`api/`), behind the bearer tokens of
-//! `auth.rs`. Every response carries the config revision as its `ETag`.
+//! `GET /healthz`, `GET /openapi.json` (open, like those two), and the
+//! admin API (`api/`), behind the bearer tokens of `auth.rs`. Every response carries the config revision as its `ETag`.
 
 use std::sync::{Arc, Mutex};
 
@@ -57,6 +57,7 @@ fn router(state: AdminState) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        .route("/openapi.json", get(crate::api::openapi_json))
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -41,7 +41,7 @@ fn body_of(ports: Ports, path: &str) -> (u16, String) {
 }
 
 #[test]
-fn metrics_and_healthz_answer_as_before() {
+fn metrics_healthz_and_openapi_answer() {
     let ports = Ports::new();
     let _gw = start(ports, &hello_config(ports, "hi"));
     let h = call(ports, "GET", "/healthz", &[], "");
@@ -61,6 +61,12 @@ fn metrics_and_healthz_answer_as_before() {
     assert_eq!(
         json(&post),
         json!({ "error": "method not allowed", "status": 405 })
+    );
+    let spec = json(&call(ports, "GET", "/openapi.json", &[], ""));
+    assert_eq!(spec["openapi"], "3.1.0");
+    assert!(
+        spec["paths"]["/routes/{name}"].get("put").is_some(),
+        "{spec}"
     );
     let none = call(ports, "GET", "/nope", &[], "");
     assert_eq!(json(&none), json!({ "error": "not found", "status": 404 }));

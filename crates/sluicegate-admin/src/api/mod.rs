@@ -4,6 +4,7 @@
 //! the runtime thread, and answering writes and their errors.
 
 mod config;
+mod openapi;
 mod patch;
 mod resources;
 mod secrets;
@@ -173,6 +174,11 @@ pub(crate) fn write_error(e: WriteError) -> Response {
         WriteError::Invalid(issues) => problems(StatusCode::BAD_REQUEST, "invalid config", issues),
         WriteError::Io(message) => error(StatusCode::INTERNAL_SERVER_ERROR, &message),
     }
+}
+
+/// `GET /openapi.json`: the API's OpenAPI 3.1 document.
+pub(crate) async fn openapi_json() -> Response {
+    Json(openapi::document()).into_response()
 }
 
 /// `GET /reloads`: the reload history, newest first.

@@ -29,7 +29,7 @@ const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
 /// The top-level keys that are resources of their own (not settings).
-const SECTIONS: [&str; 4] = ["services", "routes", "apps", "plans"];
+pub(crate) const SECTIONS: [&str; 4] = ["services", "routes", "apps", "plans"];
 
 /// A kind of named resource: its top-level key and where its name is.
 #[derive(Clone, Copy)]
