@@ -363,6 +363,51 @@ mod tests {
         assert_eq!(doc.get("listen"), Some(json!("127.0.0.1:1")));
     }
 
+    /// Every example config, and the complete example of docs/config.md:
+    /// through JSON and back, and written as YAML and read again, it is
+    /// the same config as the file.
+    #[test]
+    fn example_configs_survive_json_and_yaml_round_trips() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut texts = Vec::new();
+        for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                texts.push((
+                    path.display().to_string(),
+                    std::fs::read_to_string(&path).unwrap(),
+                ));
+            }
+        }
+        let md = std::fs::read_to_string(root.join("docs/config.md")).unwrap();
+        let example = md.split("## A complete example").nth(1).unwrap();
+        let yaml = example
+            .split("```yaml\n")
+            .nth(1)
+            .unwrap()
+            .split("```")
+            .next()
+            .unwrap();
+        texts.push(("config.md".to_string(), yaml.to_string()));
+        assert!(texts.len() >= 3);
+        for (name, text) in texts {
+            let from_file = crate::parse_offline(&text).map_err(|e| e.len());
+            let doc = Document::from_yaml(&text).unwrap();
+            let via_json = Document::from_json(&doc.to_json());
+            assert_eq!(
+                via_json.decode_offline().map_err(|e| e.len()),
+                from_file,
+                "{name}"
+            );
+            let written = via_json.to_yaml();
+            assert_eq!(
+                crate::parse_offline(&written).map_err(|e| e.len()),
+                from_file,
+                "{name}: {written}"
+            );
+        }
+    }
+
     #[test]
     fn yaml_syntax_errors_are_one_problem() {
         let e = Document::from_yaml("a: b: c\n").unwrap_err();
