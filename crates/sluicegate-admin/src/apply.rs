@@ -9,6 +9,8 @@
 //! the old file is put back. The reloader's stamp of the file is taken
 //! after the write, so the file watcher does not apply it a second time.
 
+use std::sync::Arc;
+
 use sluicegate_config::{Config, Document};
 
 use crate::history::{Issue, Source};
@@ -62,8 +64,9 @@ impl IfMatch {
 }
 
 impl Reloader {
-    /// The running config as a document (its tree built on first use).
-    pub(crate) fn document(&mut self) -> Result<Document, String> {
+    /// The running config as a document (its tree built on first use,
+    /// then shared by every read until the config changes).
+    pub(crate) fn document(&mut self) -> Result<Arc<Document>, String> {
         if let Some(doc) = &self.doc {
             return Ok(doc.clone());
         }
@@ -72,7 +75,7 @@ impl Reloader {
             None => std::fs::read_to_string(&self.path)
                 .map_err(|e| format!("{}: cannot read: {e}", self.path.display()))?,
         };
-        let doc = Document::from_yaml(&text).map_err(|p| p.to_string())?;
+        let doc = Arc::new(Document::from_yaml(&text).map_err(|p| p.to_string())?);
         self.doc = Some(doc.clone());
         Ok(doc)
     }

@@ -75,7 +75,7 @@ pub struct Reloader {
     /// The running config's text, kept only when the admin API may ask for
     /// it (an admin listener is configured), and its tree once asked for.
     pub(crate) text: Option<String>,
-    pub(crate) doc: Option<Document>,
+    pub(crate) doc: Option<Arc<Document>>,
     keep_text: bool,
     pub(crate) history: History,
 }
@@ -255,7 +255,7 @@ impl Reloader {
     pub(crate) fn set_text(&mut self, text: String, doc: Option<Document>) {
         if self.keep_text {
             self.text = Some(text);
-            self.doc = doc;
+            self.doc = doc.map(Arc::new);
         }
     }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use admin_common::*;
 use ops_common::*;
 use serde_json::json;
-use sluicegate_testkit::{http_get, raw_exchange};
+use sluicegate_testkit::{http_get, raw_exchange, KeepAliveClient, TestUpstream};
 
 fn hello_config(ports: Ports, body: &str) -> String {
     format!(
@@ -250,18 +250,33 @@ fn sigusr2_reloads_the_file() {
 
 #[test]
 fn api_writes_under_traffic_fail_no_request() {
+    let up = TestUpstream::start_with_id("up");
     let ports = Ports::new();
-    let _gw = start(ports, &hello_config(ports, "hi"));
+    let yaml = format!(
+        "{}services:\n{}routes:\n{}{}",
+        ports.head().replace("workers: 1\n", "workers: 2\n"),
+        service("api", &[up.port()]),
+        proxy_route("api", "/api", "api"),
+        respond_route("hello", "/hello", "hi")
+    );
+    let _gw = start(ports, &yaml);
     let stop = Arc::new(AtomicBool::new(false));
     let (ok, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let clients: Vec<_> = (0..4)
-        .map(|_| {
+    let clients: Vec<_> = ["/hello", "/api/a", "/hello", "/api/b"]
+        .into_iter()
+        .map(|path| {
             let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
             thread::spawn(move || {
+                // Keep-alive connections, as a real client's, across the writes.
+                let mut c = KeepAliveClient::connect(ports.addr()).unwrap();
                 while !stop.load(Ordering::Relaxed) {
-                    match sluicegate_testkit::try_http_get(ports.addr(), "/hello", &[]) {
+                    match c.get(path) {
                         Ok(r) if r.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
-                        _ => failed.fetch_add(1, Ordering::Relaxed),
+                        _ => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            c = KeepAliveClient::connect(ports.addr()).unwrap();
+                            0
+                        }
                     };
                 }
             })
@@ -285,4 +300,5 @@ fn api_writes_under_traffic_fail_no_request() {
         ok.load(Ordering::Relaxed)
     );
     assert_eq!(generation(ports), 21);
+    assert_eq!(body_of(ports, "/r19"), (200, "x".to_string()));
 }

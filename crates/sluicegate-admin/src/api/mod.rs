@@ -144,6 +144,7 @@ pub(crate) async fn write_edit(
         }
         let mut doc = r
             .document()
+            .map(|d| (*d).clone())
             .map_err(|e| Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, &e)))?;
         let (status, body) = edit(&mut doc)?;
         let revision = r

@@ -9,6 +9,8 @@
 //! applied like `PUT /config`: deleting a service a route still uses is a
 //! `400` naming the route's field.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -171,7 +173,7 @@ pub(crate) struct Page {
 }
 
 /// The running document and revision.
-async fn running(state: &AdminState) -> Result<(Document, u64), Box<Response>> {
+async fn running(state: &AdminState) -> Result<(Arc<Document>, u64), Box<Response>> {
     match on_reloader(state, |r| (r.document(), r.revision())).await? {
         (Ok(doc), rev) => Ok((doc, rev)),
         (Err(e), _) => Err(Box::new(error(StatusCode::INTERNAL_SERVER_ERROR, &e))),
