@@ -230,6 +230,36 @@ fn a_stale_if_match_gets_412() {
 }
 
 #[test]
+fn an_api_write_keeps_the_state_that_outlives_snapshots() {
+    let ports = Ports::new();
+    let yaml = format!(
+        "{}routes:\n  - name: limited\n    match: {{ path: /limited }}\n    limit: {{ rate: 3/h, per: route }}\n    respond: {{ status: 200, body: ok }}\n",
+        ports.head()
+    );
+    let _gw = start(ports, &yaml);
+    for _ in 0..3 {
+        assert_eq!(body_of(ports, "/limited").0, 200);
+    }
+    assert_eq!(body_of(ports, "/limited").0, 429);
+    // A write that adds another route: the limited route's bucket is kept.
+    let (doc, tag) = config(ports);
+    let put = call(
+        ports,
+        "PUT",
+        "/config",
+        &[("If-Match", &tag)],
+        &with_route(doc, "b", "/b", "b"),
+    );
+    assert_eq!(put.status, 200, "{}", put.body_str());
+    assert_eq!(body_of(ports, "/b").0, 200);
+    assert_eq!(
+        body_of(ports, "/limited").0,
+        429,
+        "the bucket was reset by the write"
+    );
+}
+
+#[test]
 fn sigusr2_reloads_the_file() {
     let ports = Ports::new();
     let no_watch = format!(
