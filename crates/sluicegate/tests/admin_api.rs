@@ -173,6 +173,28 @@ fn bad_writes_get_400_with_paths_and_the_running_config_stays() {
     let huge = String::from_utf8_lossy(&huge);
     assert!(huge.starts_with("HTTP/1.1 413"), "{huge}");
 
+    // A YAML body is read as a file is: a key given twice is refused.
+    let yaml = format!("{}workers: 2\n", ports.head());
+    let twice = call(
+        ports,
+        "PUT",
+        "/config",
+        &[("Content-Type", "application/yaml")],
+        &yaml,
+    );
+    assert_eq!(twice.status, 400, "{}", twice.body_str());
+    assert_eq!(
+        json(&twice)["problems"][0]["path"],
+        "$.workers",
+        "{}",
+        twice.body_str()
+    );
+    assert!(
+        twice.body_str().contains("duplicate key"),
+        "{}",
+        twice.body_str()
+    );
+
     // Validation alone applies nothing.
     let ok = call(
         ports,
@@ -193,14 +215,14 @@ fn bad_writes_get_400_with_paths_and_the_running_config_stays() {
         "the file is untouched: {saved}"
     );
     let reloads = json(&call(ports, "GET", "/reloads", &[], ""));
-    // Both refused writes (the bad fields, then the list), newest first.
+    // The refused writes (the bad fields, the list, the key twice), newest first.
     let entries = reloads["reloads"].as_array().unwrap();
-    assert_eq!(entries.len(), 2, "{reloads}");
+    assert_eq!(entries.len(), 3, "{reloads}");
     assert!(entries
         .iter()
         .all(|e| e["applied"] == false && e["source"] == "api"));
     assert_eq!(
-        entries[1]["errors"].as_array().unwrap().len(),
+        entries[2]["errors"].as_array().unwrap().len(),
         3,
         "{reloads}"
     );
@@ -298,13 +320,19 @@ fn api_writes_under_traffic_fail_no_request() {
             let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
             thread::spawn(move || {
                 // Keep-alive connections, as a real client's, across the writes.
-                let mut c = KeepAliveClient::connect(ports.addr()).unwrap();
+                let connect = || {
+                    let c = KeepAliveClient::connect(ports.addr()).unwrap();
+                    // Generous: the machine may be shared with other builds.
+                    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    c
+                };
+                let mut c = connect();
                 while !stop.load(Ordering::Relaxed) {
                     match c.get(path) {
                         Ok(r) if r.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
                         _ => {
                             failed.fetch_add(1, Ordering::Relaxed);
-                            c = KeepAliveClient::connect(ports.addr()).unwrap();
+                            c = connect();
                             0
                         }
                     };

@@ -51,13 +51,23 @@ pub(crate) async fn put_config(
         Err(resp) => return *resp,
     };
     write_edit(&state, &headers, move |running| {
-        let known = secrets::known(running.get("apps").as_ref());
-        let mut new = doc.to_json();
-        secrets::restore_config(&mut new, &known);
-        *running = Document::from_json(&new);
+        *running = with_secrets(doc, running);
         Ok((StatusCode::OK, json!({ "applied": true })))
     })
     .await
+}
+
+/// `doc` with the fingerprints of `running`'s app secrets replaced by the
+/// secrets. Left as given (a YAML key given twice still refused) when it
+/// holds none.
+fn with_secrets(doc: Document, running: &Document) -> Document {
+    let known = secrets::known(running.get("apps").as_ref());
+    let mut new = doc.to_json();
+    if secrets::restore_config(&mut new, &known) {
+        Document::from_json(&new)
+    } else {
+        doc
+    }
 }
 
 /// `POST /config/validate`: `200 {"valid":true}` or `400` with every
@@ -72,13 +82,11 @@ pub(crate) async fn validate(
         Err(resp) => return *resp,
     };
     let check = move |r: &mut crate::reload::Reloader| {
-        let known = r
-            .document()
-            .map(|d| secrets::known(d.get("apps").as_ref()))
-            .unwrap_or_default();
-        let mut new = doc.to_json();
-        secrets::restore_config(&mut new, &known);
-        r.validate(&Document::from_json(&new)).map(|_| ())
+        let doc = match r.document() {
+            Ok(running) => with_secrets(doc, &running),
+            Err(_) => doc,
+        };
+        r.validate(&doc).map(|_| ())
     };
     match on_reloader(&state, check).await {
         Ok(Ok(())) => Json(json!({ "valid": true })).into_response(),

@@ -72,8 +72,10 @@ pub(crate) fn known(apps: Option<&Value>) -> HashMap<String, String> {
     out
 }
 
-/// Puts back the secrets `known` has for the fingerprints in `app`.
-pub(crate) fn restore_app(app: &mut Value, known: &HashMap<String, String>) {
+/// Puts back the secrets `known` has for the fingerprints in `app`;
+/// says whether there was one.
+pub(crate) fn restore_app(app: &mut Value, known: &HashMap<String, String>) -> bool {
+    let mut any = false;
     app_secrets(app, &mut |s| {
         if let Some(secret) = s
             .starts_with(PREFIX)
@@ -81,17 +83,21 @@ pub(crate) fn restore_app(app: &mut Value, known: &HashMap<String, String>) {
             .flatten()
         {
             *s = secret.clone();
+            any = true;
         }
     });
+    any
 }
 
 /// [`restore_app`] over a whole config.
-pub(crate) fn restore_config(config: &mut Value, known: &HashMap<String, String>) {
+pub(crate) fn restore_config(config: &mut Value, known: &HashMap<String, String>) -> bool {
+    let mut any = false;
     if let Some(Value::Array(items)) = config.get_mut("apps") {
         for app in items {
-            restore_app(app, known);
+            any |= restore_app(app, known);
         }
     }
+    any
 }
 
 #[cfg(test)]
@@ -120,7 +126,7 @@ mod tests {
         let mut written = shown.clone();
         written["apps"][0]["keys"][1] = json!("key-cccccccc");
         written["apps"][1]["keys"] = json!(["sha256:0000000000000000"]);
-        restore_config(&mut written, &known(running.get("apps")));
+        assert!(restore_config(&mut written, &known(running.get("apps"))));
         assert_eq!(
             written["apps"][0]["keys"],
             json!(["key-aaaaaaaa", "key-cccccccc"])

@@ -2,11 +2,13 @@
 //! over loopback with the testkit's plain HTTP client, and their JSON.
 #![allow(dead_code)]
 
-use sluicegate_testkit::{http_request, Response};
+use std::time::Duration;
+
+use sluicegate_testkit::{KeepAliveClient, Response};
 
 use crate::ops_common::Ports;
 
-/// One admin API request; `headers` are added to a JSON content type.
+/// One admin API request; JSON unless `headers` name a content type.
 pub fn call(
     ports: Ports,
     method: &str,
@@ -14,9 +16,23 @@ pub fn call(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Response {
-    let mut all = vec![("Content-Type", "application/json")];
-    all.extend_from_slice(headers);
-    http_request(ports.admin_addr(), method, path, &all, body.as_bytes())
+    let mut all = headers.to_vec();
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    {
+        all.push(("Content-Type", "application/json"));
+    }
+    all.push(("Connection", "close"));
+    let addr = ports.admin_addr();
+    let once = || -> std::io::Result<Response> {
+        let mut c = KeepAliveClient::connect(addr)?;
+        // A write compiles a snapshot: generous on a machine shared with builds.
+        c.set_read_timeout(Some(Duration::from_secs(30)))?;
+        c.send(method, path, &all, body.as_bytes())?;
+        c.read_response_for(method)
+    };
+    once().unwrap_or_else(|e| panic!("{method} http://{addr}{path}: {e}"))
 }
 
 /// The body of `resp` as JSON, panicking with the text if it is not.
