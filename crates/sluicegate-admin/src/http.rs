@@ -1,9 +1,11 @@
-//! The admin HTTP listener, served with axum on the process's own runtime
-//! (never a data-plane worker's): `GET /metrics` (Prometheus text format),
+//! The admin HTTP listener, served with axum (over hyper's HTTP/1.1, with
+//! a header read timeout) on the process's own runtime (never a data-plane
+//! worker's): `GET /metrics` (Prometheus text format),
 //! `GET /healthz`, `GET /openapi.json` (open, like those two), and the
 //! admin API (`api/`), behind the bearer tokens of `auth.rs`. Every response carries the config revision as its `ETag`.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -11,6 +13,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use sluicegate_proxy::Shared;
 use tokio::net::TcpListener;
 
@@ -36,7 +40,16 @@ pub struct AdminSetup {
     pub read_only: bool,
 }
 
-/// Serves the admin listener until the runtime stops.
+/// Longest a client may take to send a request head (or to start the next
+/// one on a kept-alive connection), as the admin listener always allowed.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest one connection lives: a client that trickles a body cannot hold
+/// a connection (and a file descriptor) for longer.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Serves the admin listener until the runtime stops: HTTP/1.1 with
+/// keep-alive, each connection bounded by [`HEADER_TIMEOUT`] and
+/// [`CONNECTION_LIFETIME`].
 pub async fn serve(listener: TcpListener, setup: AdminSetup) {
     let state = AdminState {
         shared: setup.shared,
@@ -44,8 +57,24 @@ pub async fn serve(listener: TcpListener, setup: AdminSetup) {
         tokens: Arc::new(setup.tokens),
         read_only: setup.read_only,
     };
-    if let Err(e) = axum::serve(listener, router(state)).await {
-        tracing::error!(error = %e, "admin listener stopped");
+    let app = router(state);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+        });
     }
 }
 

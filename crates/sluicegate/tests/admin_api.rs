@@ -73,6 +73,18 @@ fn metrics_healthz_and_openapi_answer() {
 }
 
 #[test]
+fn a_client_that_stalls_in_its_head_is_closed() {
+    let ports = Ports::new();
+    let gw = start(ports, &hello_config(ports, "hi"));
+    let mut slow = KeepAliveClient::connect(ports.admin_addr()).unwrap();
+    slow.send_raw(b"GET /metr").unwrap();
+    // The admin listener allows 5 s for a head; it still serves others.
+    assert_eq!(call(ports, "GET", "/healthz", &[], "").status, 200);
+    let closed = slow.wait_closed(Duration::from_secs(10));
+    check(&gw, closed, "a stalled admin connection stayed open");
+}
+
+#[test]
 fn a_route_put_through_the_api_serves_and_is_saved() {
     let ports = Ports::new();
     let gw = start(ports, &hello_config(ports, "hi"));
