@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,18 +18,9 @@ use hyper_util::service::TowerToHyperService;
 use sluicegate_proxy::Shared;
 use tokio::net::TcpListener;
 
-use crate::auth::Tokens;
 use crate::reload::Reloader;
-
-/// What the admin handlers share.
-#[derive(Clone)]
-pub(crate) struct AdminState {
-    pub shared: Arc<Shared>,
-    pub reloader: Arc<Mutex<Reloader>>,
-    pub tokens: Arc<Tokens>,
-    /// `admin.read_only`: writes answer 405.
-    pub read_only: bool,
-}
+use crate::state::{error, etag_of, AdminState};
+use crate::tokens::Tokens;
 
 /// How the admin listener runs.
 pub struct AdminSetup {
@@ -94,21 +85,6 @@ fn router(state: AdminState) -> Router {
         .layer(middleware::from_fn(too_large))
         .layer(axum::extract::DefaultBodyLimit::max(crate::api::MAX_BODY))
         .with_state(state)
-}
-
-/// A JSON error answer as the gateway writes them: `{"error","status"}`.
-pub(crate) fn error(status: StatusCode, message: &str) -> Response {
-    let body = format!(
-        "{{\"error\":{},\"status\":{}}}\n",
-        serde_json::Value::from(message),
-        status.as_u16()
-    );
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// The `ETag` of revision `revision`.
-pub(crate) fn etag_of(revision: u64) -> HeaderValue {
-    HeaderValue::from_str(&format!("\"{revision}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
 }
 
 /// Answers `413` at once to a request whose `Content-Length` is over the

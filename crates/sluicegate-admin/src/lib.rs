@@ -9,7 +9,9 @@ pub mod history;
 pub mod http;
 mod persist;
 pub mod reload;
+mod state;
+mod tokens;
 
-pub use auth::Tokens;
 pub use http::AdminSetup;
 pub use reload::{Overrides, Reloader};
+pub use tokens::Tokens;

@@ -13,8 +13,9 @@ use serde_json::json;
 
 use sluicegate_config::Document;
 
-use super::{document_body, is_yaml, on_reloader, problems, secrets, writable, write_edit};
-use crate::http::{error, etag_of, AdminState};
+use super::common::{document_body, is_yaml, on_reloader, problems, writable, write_edit};
+use super::secrets;
+use crate::state::{error, etag_of, AdminState};
 
 /// `GET /config`.
 pub(crate) async fn get_config(State(state): State<AdminState>, headers: HeaderMap) -> Response {

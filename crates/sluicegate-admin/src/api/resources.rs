@@ -22,9 +22,10 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use sluicegate_config::Document;
 
-use super::{json_body, on_reloader, patch, problems, secrets, write_edit};
+use super::common::{json_body, on_reloader, problems, write_edit};
+use super::{patch, secrets};
 use crate::history::Issue;
-use crate::http::{error, etag_of, AdminState};
+use crate::state::{error, etag_of, AdminState};
 
 /// Items a list answers when `limit` is not given, and at most.
 const DEFAULT_LIMIT: usize = 100;
