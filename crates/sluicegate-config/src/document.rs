@@ -14,7 +14,7 @@ mod json;
 
 use compact_str::CompactString;
 
-use crate::yaml::{self, Node, Pos, Value};
+use crate::yaml::{self, Node, Pos, Value, MARK_CLOSE, MARK_OPEN};
 use crate::{apps, decode, reader, Config, ConfigError};
 
 /// One problem with a document: the JSON path of the field it concerns
@@ -166,12 +166,6 @@ enum Seg {
 struct Paths {
     nodes: Vec<(usize, Seg)>,
 }
-
-/// What a renumbered position shows when formatted into a message, to be
-/// replaced by its path: `\u{1}N\u{2}` cannot come from user text, which
-/// messages quote with escapes.
-pub(crate) const MARK_OPEN: char = '\u{1}';
-pub(crate) const MARK_CLOSE: char = '\u{2}';
 
 impl Paths {
     /// Gives `node` and everything under it a number; `parent` is the
