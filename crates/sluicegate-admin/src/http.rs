@@ -1,122 +1,135 @@
-//! The admin HTTP listener: `GET /metrics` (Prometheus text format) and
-//! `GET /healthz`. One request per connection; small, bounded reads.
+//! The admin HTTP listener, served with axum (over hyper's HTTP/1.1, with
+//! a header read timeout) on the process's own runtime (never a data-plane
+//! worker's): `GET /metrics` (Prometheus text format),
+//! `GET /healthz`, `GET /openapi.json` (open, like those two), and the
+//! admin API (`api/`), behind the bearer tokens of `auth.rs`. Every response carries the config revision as its `ETag`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use sluicegate_proxy::Shared;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
-const MAX_HEAD: usize = 8192;
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::reload::Reloader;
+use crate::state::{error, etag_of, AdminState};
+use crate::tokens::Tokens;
 
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+/// How the admin listener runs.
+pub struct AdminSetup {
+    pub shared: Arc<Shared>,
+    /// The reloader the signal loop uses too: writes go through it.
+    pub reloader: Arc<Mutex<Reloader>>,
+    pub tokens: Tokens,
+    pub read_only: bool,
+}
+
+/// Longest a client may take to send a request head (or to start the next
+/// one on a kept-alive connection), as the admin listener always allowed.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest one connection lives: a client that trickles a body cannot hold
+/// a connection (and a file descriptor) for longer.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
+/// Serves the admin listener until the runtime stops: HTTP/1.1 with
+/// keep-alive, each connection bounded by [`HEADER_TIMEOUT`] and
+/// [`CONNECTION_LIFETIME`].
+pub async fn serve(listener: TcpListener, setup: AdminSetup) {
+    let state = AdminState {
+        shared: setup.shared,
+        reloader: setup.reloader,
+        tokens: Arc::new(setup.tokens),
+        read_only: setup.read_only,
+    };
+    let app = router(state);
     loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(READ_TIMEOUT, handle(stream, &shared)).await;
-                });
-            }
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
             Err(e) => {
                 tracing::warn!(error = %e, "admin accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             }
-        }
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+        });
     }
 }
 
-async fn handle(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    let mut buf = vec![0u8; MAX_HEAD];
-    let mut len = 0;
-    let (method, path) = loop {
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        len += n;
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut req = httparse::Request::new(&mut headers);
-        match req.parse(&buf[..len]) {
-            Ok(httparse::Status::Complete(_)) => {
-                break (
-                    req.method.unwrap_or("").to_string(),
-                    req.path.unwrap_or("").to_string(),
-                )
-            }
-            Ok(httparse::Status::Partial) if len < MAX_HEAD => continue,
-            _ => {
-                return respond(
-                    &mut stream,
-                    400,
-                    "application/json",
-                    b"{\"error\":\"bad request\",\"status\":400}\n",
-                    false,
-                )
-                .await
-            }
-        }
-    };
-    let head = method == "HEAD";
-    if method != "GET" && !head {
-        return respond(
-            &mut stream,
-            405,
-            "application/json",
-            b"{\"error\":\"method not allowed\",\"status\":405}\n",
-            head,
-        )
-        .await;
-    }
-    let path = path.split('?').next().unwrap_or("");
-    match path {
-        "/metrics" => {
-            let body = shared.render_metrics();
-            respond(
-                &mut stream,
-                200,
-                "text/plain; version=0.0.4",
-                body.as_bytes(),
-                head,
-            )
-            .await
-        }
-        "/healthz" => {
-            let generation = shared.snapshot.load().generation;
-            let body = format!("{{\"status\":\"ok\",\"config_generation\":{generation}}}\n");
-            respond(&mut stream, 200, "application/json", body.as_bytes(), head).await
-        }
-        _ => {
-            respond(
-                &mut stream,
-                404,
-                "application/json",
-                b"{\"error\":\"not found\",\"status\":404}\n",
-                head,
-            )
-            .await
-        }
-    }
+fn router(state: AdminState) -> Router {
+    let api = crate::api::routes().route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        crate::auth::check,
+    ));
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/openapi.json", get(crate::api::openapi_json))
+        .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), etag))
+        .layer(middleware::from_fn(too_large))
+        .layer(axum::extract::DefaultBodyLimit::max(crate::api::MAX_BODY))
+        .with_state(state)
 }
 
-async fn respond(
-    stream: &mut TcpStream,
-    status: u16,
-    content_type: &str,
-    body: &[u8],
-    head_only: bool,
-) -> std::io::Result<()> {
-    let reason = sluicegate_proxy::reason(status);
-    let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
+/// Answers `413` at once to a request whose `Content-Length` is over the
+/// limit (a body without one is cut off at the limit as it is read).
+async fn too_large(req: Request, next: Next) -> Response {
+    let length = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if length.is_some_and(|n| n > crate::api::MAX_BODY as u64) {
+        let message = format!("the body is over {} bytes", crate::api::MAX_BODY);
+        return error(StatusCode::PAYLOAD_TOO_LARGE, &message);
+    }
+    next.run(req).await
+}
+
+/// Gives a response without an `ETag` the running revision's.
+async fn etag(State(state): State<AdminState>, req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    if !resp.headers().contains_key(header::ETAG) {
+        let revision = state.shared.snapshot.load().generation;
+        resp.headers_mut().insert(header::ETAG, etag_of(revision));
+    }
+    resp
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.shared.render_metrics(),
     )
-    .into_bytes();
-    if !head_only {
-        out.extend_from_slice(body);
-    }
-    stream.write_all(&out).await?;
-    stream.shutdown().await
+        .into_response()
+}
+
+async fn healthz(State(state): State<AdminState>) -> Response {
+    let generation = state.shared.snapshot.load().generation;
+    let body = format!("{{\"status\":\"ok\",\"config_generation\":{generation}}}\n");
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "not found")
+}
+
+async fn method_not_allowed() -> Response {
+    error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
 }

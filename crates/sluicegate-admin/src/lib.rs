@@ -1,8 +1,17 @@
-//! Sluicegate's control plane: the admin listener (`/metrics`, `/healthz`)
-//! and the config source that reloads the data plane when the file changes
-//! or on SIGHUP.
+//! Sluicegate's control plane: the admin listener (`/metrics`, `/healthz`,
+//! the admin REST API) and the config source that reloads the data plane
+//! when the file changes, on SIGHUP or SIGUSR2, or on an API write.
 
+mod api;
+mod apply;
+mod auth;
+pub mod history;
 pub mod http;
+mod persist;
 pub mod reload;
+mod state;
+mod tokens;
 
+pub use http::AdminSetup;
 pub use reload::{Overrides, Reloader};
+pub use tokens::Tokens;

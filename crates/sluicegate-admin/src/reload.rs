@@ -1,13 +1,20 @@
-//! Reloading: reads the config file again on SIGHUP or when it changes on
-//! disk, validates and compiles it off the hot path, and publishes it. An
-//! invalid file is logged with every problem and the running config stays.
+//! Reloading: reads the config file again on SIGHUP (or SIGUSR2) or when it
+//! changes on disk, validates and compiles it off the hot path, and
+//! publishes it. An invalid file is logged with every problem and the
+//! running config stays. Every attempt goes into the reload history.
+//!
+//! The [`Reloader`] is also what the admin API writes through (`apply.rs`):
+//! one owner of the file, its stamps and the running document, so that an
+//! API write and a reload never interleave.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use sluicegate_config::{Config, LoadError};
+use sluicegate_config::{Config, Document, LoadError};
 use sluicegate_proxy::Shared;
+
+use crate::history::{History, Issue, Source};
 
 /// Command-line values that win over the file, on start and on every reload.
 #[derive(Debug, Clone, Default)]
@@ -53,18 +60,24 @@ pub fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 pub struct Reloader {
-    path: PathBuf,
-    shared: Arc<Shared>,
-    overrides: Overrides,
+    pub(crate) path: PathBuf,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) overrides: Overrides,
     /// The running config's keys that need a restart (the rest of it,
     /// apps included, is not kept: it lives on compiled in the snapshot).
     running: RestartOnly,
-    last: Option<Stamp>,
+    pub(crate) last: Option<Stamp>,
     /// The files the config names (certificates, keys, CA bundles) and
     /// their stamps when the config was last read: a change to one reloads
     /// like a change to the config file.
     files: Vec<(PathBuf, Option<Stamp>)>,
     on_apply: Box<dyn Fn(&Config) + Send>,
+    /// The running config's text, kept only when the admin API may ask for
+    /// it (an admin listener is configured), and its tree once asked for.
+    pub(crate) text: Option<String>,
+    pub(crate) doc: Option<Arc<Document>>,
+    keep_text: bool,
+    pub(crate) history: History,
 }
 
 /// The TLS files `c` names: listeners' certificates, keys and client CAs,
@@ -124,14 +137,16 @@ impl RestartOnly {
 impl Reloader {
     /// `running` is the config the gateway started with and `last` the
     /// file's stamp taken before it was read.
+    /// `text` is the file's text it was read from.
     pub fn new(
         path: PathBuf,
         shared: Arc<Shared>,
         overrides: Overrides,
-        running: (Config, Option<Stamp>),
+        running: (Config, Option<Stamp>, String),
         on_apply: Box<dyn Fn(&Config) + Send>,
     ) -> Reloader {
-        let (running, last) = running;
+        let (running, last, text) = running;
+        let keep_text = running.admin.is_some();
         Reloader {
             path,
             shared,
@@ -140,7 +155,22 @@ impl Reloader {
             last,
             files: stamped(tls_files(&running)),
             on_apply,
+            text: keep_text.then_some(text),
+            doc: None,
+            keep_text,
+            history: History::default(),
         }
+    }
+
+    /// The running config's revision (the snapshot's generation).
+    pub fn revision(&self) -> u64 {
+        self.shared.snapshot.load().generation
+    }
+
+    /// Locks the reloader shared by the signal loop and the admin API,
+    /// taking a poisoned lock's value as it is (each step leaves it whole).
+    pub fn locked(m: &std::sync::Mutex<Reloader>) -> std::sync::MutexGuard<'_, Reloader> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reloads if the file, or a file it names (a certificate, a key, a
@@ -150,7 +180,7 @@ impl Reloader {
     pub fn check(&mut self) -> bool {
         let now = stamp(&self.path);
         if now.is_some() && now != self.last {
-            self.reload("file changed");
+            self.reload(Source::File);
             return true;
         }
         let tls_changed = self
@@ -158,16 +188,29 @@ impl Reloader {
             .iter()
             .any(|(p, s)| stamp(p).is_some() && stamp(p) != *s);
         if tls_changed {
-            self.reload("certificate file changed");
+            self.reload(Source::File);
         }
         tls_changed
     }
 
     /// Reads, validates and publishes the file. Returns whether it was applied.
-    pub fn reload(&mut self, why: &str) -> bool {
+    pub fn reload(&mut self, source: Source) -> bool {
+        let why = source.as_str();
         // Stamp first: a write racing with this read triggers one more reload.
         self.last = stamp(&self.path);
-        let mut cfg = match sluicegate_config::load(&self.path) {
+        let loaded = std::fs::read_to_string(&self.path)
+            .map_err(|error| LoadError::Io {
+                path: self.path.clone(),
+                error,
+            })
+            .and_then(|text| match sluicegate_config::parse(&text) {
+                Ok(c) => Ok((c, text)),
+                Err(errors) => Err(LoadError::Invalid {
+                    path: self.path.clone(),
+                    errors,
+                }),
+            });
+        let (mut cfg, text) = match loaded {
             Ok(c) => c,
             Err(e) => {
                 self.shared
@@ -189,29 +232,77 @@ impl Reloader {
                         );
                     }
                 }
+                let issues = file_issues(&e);
                 for line in e.to_string().lines() {
                     tracing::error!("{line}");
                 }
+                let revision = self.revision();
+                self.history.push(source, false, revision, issues);
                 return false;
             }
         };
         self.overrides.apply(&mut cfg);
+        match self.publish(&cfg, source) {
+            Ok(_) => {
+                self.set_text(text, None);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Keeps `text` (and its tree, if known) as the running config's.
+    pub(crate) fn set_text(&mut self, text: String, doc: Option<Document>) {
+        if self.keep_text {
+            self.text = Some(text);
+            self.doc = doc.map(Arc::new);
+        }
+    }
+
+    /// Compiles and publishes `cfg` (overrides applied), recording the
+    /// outcome; returns the new revision or the compile error.
+    pub(crate) fn publish(&mut self, cfg: &Config, source: Source) -> Result<u64, String> {
+        let why = source.as_str();
         // Stamped before they are read, as the config file is: a change
         // racing with this reload triggers one more.
-        self.files = stamped(tls_files(&cfg));
-        if RestartOnly::of(&cfg) != self.running {
+        self.files = stamped(tls_files(cfg));
+        if RestartOnly::of(cfg) != self.running {
             tracing::warn!("listen, workers and admin changes take effect on restart only");
         }
-        match self.shared.reload(&cfg) {
+        match self.shared.reload(cfg) {
             Ok(generation) => {
                 tracing::info!(reason = why, generation, "config reloaded");
-                (self.on_apply)(&cfg);
-                true
+                (self.on_apply)(cfg);
+                self.history.push(source, true, generation, Vec::new());
+                Ok(generation)
             }
             Err(e) => {
                 tracing::error!(reason = why, error = %e, "config reload refused, keeping the running config");
-                false
+                let issue = Issue {
+                    path: "$".to_string(),
+                    message: e.clone(),
+                };
+                let revision = self.revision();
+                self.history.push(source, false, revision, vec![issue]);
+                Err(e)
             }
         }
+    }
+}
+
+/// A file's problems as history entries: `FILE:LINE:COL` stands as the path.
+fn file_issues(e: &LoadError) -> Vec<Issue> {
+    match e {
+        LoadError::Io { path, error } => vec![Issue {
+            path: path.display().to_string(),
+            message: format!("cannot read: {error}"),
+        }],
+        LoadError::Invalid { path, errors } => errors
+            .iter()
+            .map(|c| Issue {
+                path: format!("{}:{}:{}", path.display(), c.line, c.col),
+                message: c.message.clone(),
+            })
+            .collect(),
     }
 }

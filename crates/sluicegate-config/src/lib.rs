@@ -7,6 +7,7 @@
 
 mod apps;
 mod decode;
+pub mod document;
 mod health;
 mod http2;
 mod jwt;
@@ -28,6 +29,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use apps::valid_key;
+pub use document::{Document, Problem};
 pub use model::*;
 pub use units::{parse_duration, parse_size};
 

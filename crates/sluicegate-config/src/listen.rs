@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use crate::model::{
-    AdminConfig, CertKeyPaths, Cidr, ClientAuth, Listener, ListenerTls, TlsVersion,
+    AdminConfig, AdminRole, AdminToken, CertKeyPaths, Cidr, ClientAuth, Listener, ListenerTls,
+    TlsVersion,
 };
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos, Value};
@@ -314,7 +315,15 @@ pub(crate) fn admin(
     path: Path<'_>,
     listen: &[Listener],
 ) -> Option<AdminConfig> {
-    let f = fields(cx, node, path, "admin", &["listen"])?;
+    let f = fields(cx, node, path, "admin", &["listen", "tokens", "read_only"])?;
+    let read_only = match f.get("read_only") {
+        None => Some(false),
+        Some(n) => reader::boolean(cx, n, path.key("read_only")),
+    };
+    let tokens = match f.get("tokens") {
+        None => Some(Vec::new()),
+        Some(n) => admin_tokens(cx, n, path.key("tokens")),
+    };
     let value = f.require(cx, path, "listen")?;
     let p = path.key("listen");
     let addr = socket_addr(cx, value, p)?;
@@ -328,7 +337,56 @@ pub(crate) fn admin(
             return None;
         }
     }
-    Some(AdminConfig { listen: addr })
+    let tokens = tokens?;
+    if tokens.is_empty() && !addr.ip().is_loopback() {
+        cx.at(
+            value.pos,
+            p,
+            format_args!(
+                "{addr} is not a loopback address: an admin listener without admin.tokens \
+                 listens on loopback only (127.0.0.1 or [::1]); add tokens to listen elsewhere"
+            ),
+        );
+        return None;
+    }
+    Some(AdminConfig {
+        listen: addr,
+        tokens,
+        read_only: read_only?,
+    })
+}
+
+/// `admin.tokens`: a list of `{ token_file, role }`, role `read` or `write`.
+fn admin_tokens(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<AdminToken>> {
+    let items = reader::list(cx, node, path, "a list of { token_file, role }")?;
+    let mut out = Vec::with_capacity(items.len());
+    let mut ok = true;
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let Some(f) = fields(cx, item, p, "admin token", &["token_file", "role"]) else {
+            ok = false;
+            continue;
+        };
+        let file = f
+            .require(cx, p, "token_file")
+            .and_then(|n| reader::file_path(cx, n, p.key("token_file")));
+        let role = f.require(cx, p, "role").and_then(|n| {
+            const EXPECTED: &str = "read or write";
+            match reader::scalar(cx, n, p.key("role"), EXPECTED)? {
+                "read" => Some(AdminRole::Read),
+                "write" => Some(AdminRole::Write),
+                _ => {
+                    cx.expected(n, p.key("role"), EXPECTED);
+                    None
+                }
+            }
+        });
+        match (file, role) {
+            (Some(token_file), Some(role)) => out.push(AdminToken { token_file, role }),
+            _ => ok = false,
+        }
+    }
+    ok.then_some(out)
 }
 
 /// `trusted_proxies`: a list of address blocks.

@@ -65,6 +65,25 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
+    /// Bearer tokens for the admin API; empty: no token is asked for, and
+    /// `listen` must then be a loopback address.
+    pub tokens: Vec<AdminToken>,
+    /// The API may read the config but never change it (`405`).
+    pub read_only: bool,
+}
+
+/// One admin API token: the file holding it and what it may do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminToken {
+    pub token_file: PathBuf,
+    pub role: AdminRole,
+}
+
+/// What an admin token may do: `read` (GET) or `write` (everything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminRole {
+    Read,
+    Write,
 }
 
 #[derive(Debug, Clone, PartialEq)]

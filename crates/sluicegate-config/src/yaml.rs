@@ -20,6 +20,13 @@ use crate::ConfigError;
 /// Deepest nesting of lists and mappings accepted.
 pub(crate) const MAX_DEPTH: usize = 64;
 
+/// What a renumbered position (line 0, see [`Pos::synthetic`]) shows when
+/// formatted into a message, for `document` to replace by its path:
+/// `\u{1}N\u{2}` cannot come from user text, which messages quote with
+/// escapes.
+pub(crate) const MARK_OPEN: char = '\u{1}';
+pub(crate) const MARK_CLOSE: char = '\u{2}';
+
 /// A 1-based line and column (kept small: every node has one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Pos {
@@ -37,6 +44,16 @@ impl Pos {
         }
     }
 
+    /// The position given to node number `id` of a document decoded for
+    /// the admin API (line 0): formatted as a mark that
+    /// `document` turns into the node's path.
+    pub fn synthetic(id: usize) -> Pos {
+        Pos {
+            line: 0,
+            col: u32::try_from(id).unwrap_or(u32::MAX),
+        }
+    }
+
     pub fn error(self, message: String) -> ConfigError {
         ConfigError {
             line: self.line as usize,
@@ -48,6 +65,9 @@ impl Pos {
 
 impl std::fmt::Display for Pos {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line == 0 {
+            return write!(f, "{MARK_OPEN}{}{MARK_CLOSE}", self.col);
+        }
         write!(f, "{}:{}", self.line, self.col)
     }
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use sluicegate_admin::history::Source;
 use sluicegate_admin::{Overrides, Reloader};
 use sluicegate_config::Config;
 use tokio::signal::unix::{signal, SignalKind};
@@ -131,7 +132,7 @@ fn run(args: RunArgs) -> ExitCode {
         log_level: args.log_level.clone(),
     };
     let stamp = sluicegate_admin::reload::stamp(&args.config);
-    let mut cfg = match sluicegate_config::load(&args.config) {
+    let (mut cfg, text) = match load_with_text(&args.config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -158,7 +159,7 @@ fn run(args: RunArgs) -> ExitCode {
     };
     match serve(
         args.config,
-        (cfg, stamp),
+        (cfg, stamp, text),
         overrides,
         filter_handle,
         handover,
@@ -172,6 +173,24 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// The config at `path` and the text it was read from.
+fn load_with_text(
+    path: &std::path::Path,
+) -> Result<(Config, String), sluicegate_config::LoadError> {
+    use sluicegate_config::LoadError;
+    let text = std::fs::read_to_string(path).map_err(|error| LoadError::Io {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    match sluicegate_config::parse(&text) {
+        Ok(cfg) => Ok((cfg, text)),
+        Err(errors) => Err(LoadError::Invalid {
+            path: path.to_path_buf(),
+            errors,
+        }),
+    }
+}
+
 type FilterHandle = reload::Handle<EnvFilter, tracing_subscriber::Registry>;
 
 /// Where the handover socket is, and whether to take over from the
@@ -181,15 +200,22 @@ struct Handover {
     upgrade: bool,
 }
 
-/// `loaded` is the config and the file's stamp taken before reading it.
+/// `loaded` is the config, the file's stamp taken before reading it, and
+/// the text read.
 fn serve(
     path: PathBuf,
-    loaded: (Config, Option<sluicegate_admin::reload::Stamp>),
+    loaded: (Config, Option<sluicegate_admin::reload::Stamp>, String),
     overrides: Overrides,
     filter: FilterHandle,
     handover: Handover,
 ) -> Result<(), String> {
-    let (cfg, stamp) = loaded;
+    let (cfg, stamp, text) = loaded;
+    // Token files are read before anything is bound: a missing one stops
+    // the start with its path.
+    let tokens = match &cfg.admin {
+        Some(a) => sluicegate_admin::Tokens::load(a)?,
+        None => sluicegate_admin::Tokens::default(),
+    };
     let workers = cfg
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -200,11 +226,12 @@ fn serve(
         .map_err(|e| format!("runtime: {e}"))?;
     // Signal handlers go in before any socket is bound: a SIGHUP or SIGTERM
     // sent as soon as the port answers must reload or drain, not kill.
-    let (mut hup, mut term, mut int) = {
+    let (mut hup, mut usr2, mut term, mut int) = {
         let _rt = rt.enter();
         let sig = |k| signal(k).map_err(|e| format!("signal handler: {e}"));
         (
             sig(SignalKind::hangup())?,
+            sig(SignalKind::user_defined2())?,
             sig(SignalKind::terminate())?,
             sig(SignalKind::interrupt())?,
         )
@@ -254,6 +281,14 @@ fn serve(
             (g, None)
         }
     };
+    if let Some(a) = &cfg.admin {
+        if tokens.is_empty() {
+            tracing::warn!(
+                admin = %a.listen,
+                "the admin API asks for no token (admin.tokens is empty): it listens on loopback only"
+            );
+        }
+    }
     tracing::info!(
         listen = ?gateway.local_addrs,
         admin = ?cfg.admin.as_ref().map(|a| a.listen),
@@ -287,12 +322,25 @@ fn serve(
             tracing::warn!(error = %e, "log level not changed");
         }
     });
-    let mut reloader = Reloader::new(path, shared.clone(), overrides, (cfg, stamp), on_apply);
+    let read_only = cfg.admin.as_ref().is_some_and(|a| a.read_only);
+    let reloader = std::sync::Arc::new(std::sync::Mutex::new(Reloader::new(
+        path,
+        shared.clone(),
+        overrides,
+        (cfg, stamp, text),
+        on_apply,
+    )));
     give_back_free_memory();
     let mut handed_over = false;
     rt.block_on(async {
         if let Some(listener) = admin {
-            tokio::spawn(sluicegate_admin::http::serve(listener, shared.clone()));
+            let setup = sluicegate_admin::AdminSetup {
+                shared: shared.clone(),
+                reloader: reloader.clone(),
+                tokens,
+                read_only,
+            };
+            tokio::spawn(sluicegate_admin::http::serve(listener, setup));
         }
         // Health checks run here, once per process, not in the workers.
         tokio::spawn(sluicegate_proxy::run_health_checks(shared.clone()));
@@ -300,7 +348,11 @@ fn serve(
         loop {
             tokio::select! {
                 _ = hup.recv() => {
-                    reloader.reload("SIGHUP");
+                    Reloader::locked(&reloader).reload(Source::Sighup);
+                    give_back_free_memory();
+                }
+                _ = usr2.recv() => {
+                    Reloader::locked(&reloader).reload(Source::Sigusr2);
                     give_back_free_memory();
                 }
                 _ = term.recv() => { tracing::info!("SIGTERM: draining"); break; }
@@ -311,7 +363,7 @@ fn serve(
                     break;
                 }
                 _ = tick.tick(), if watch.watch => {
-                    if reloader.check() {
+                    if Reloader::locked(&reloader).check() {
                         give_back_free_memory();
                     }
                 }

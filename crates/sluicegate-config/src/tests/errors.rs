@@ -151,6 +151,45 @@ fn missing_and_empty() {
 }
 
 #[test]
+fn admin_tokens_and_loopback() {
+    assert_eq!(
+        error(&with("admin: { listen: \"0.0.0.0:9901\" }")),
+        "2:18: admin.listen: 0.0.0.0:9901 is not a loopback address: an admin listener without admin.tokens listens on loopback only (127.0.0.1 or [::1]); add tokens to listen elsewhere"
+    );
+    assert_eq!(
+        error(&with(
+            "admin: { listen: \"127.0.0.1:9901\", tokens: [{ token_file: t, role: admin }] }"
+        )),
+        "2:68: admin.tokens[0].role: expected read or write, found \"admin\""
+    );
+    assert_eq!(
+        error(&with(
+            "admin: { listen: \"127.0.0.1:9901\", read_only: yes }"
+        )),
+        "2:47: admin.read_only: expected true or false, found \"yes\""
+    );
+    let c = crate::parse(&with(
+        "admin:\n  listen: \"0.0.0.0:9901\"\n  read_only: true\n  tokens:\n    - { token_file: /r, role: read }\n    - { token_file: /w, role: write }",
+    ))
+    .unwrap();
+    let admin = c.admin.unwrap();
+    assert!(admin.read_only);
+    assert_eq!(
+        admin.tokens,
+        [
+            crate::AdminToken {
+                token_file: "/r".into(),
+                role: crate::AdminRole::Read
+            },
+            crate::AdminToken {
+                token_file: "/w".into(),
+                role: crate::AdminRole::Write
+            },
+        ]
+    );
+}
+
+#[test]
 fn addresses() {
     assert_eq!(
         error("listen: [\"127.0.0.1:8080\", \"localhost:80\"]\n"),

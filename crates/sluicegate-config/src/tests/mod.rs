@@ -80,6 +80,8 @@ fn full_example_parses_to_the_expected_model() {
         ],
         admin: Some(AdminConfig {
             listen: "127.0.0.1:9901".parse().unwrap(),
+            tokens: Vec::new(),
+            read_only: false,
         }),
         workers: Some(4),
         busy_poll: Duration::from_micros(200),
