@@ -25,6 +25,8 @@ pub(crate) struct AdminState {
     pub tokens: Arc<Tokens>,
     /// `admin.read_only`: writes answer 405.
     pub read_only: bool,
+    /// The etcd source's metrics, in etcd mode.
+    pub etcd: Option<Arc<crate::etcd::Status>>,
 }
 
 /// How the admin listener runs.
@@ -34,6 +36,7 @@ pub struct AdminSetup {
     pub reloader: Arc<Mutex<Reloader>>,
     pub tokens: Tokens,
     pub read_only: bool,
+    pub etcd: Option<Arc<crate::etcd::Status>>,
 }
 
 /// Serves the admin listener until the runtime stops.
@@ -43,6 +46,7 @@ pub async fn serve(listener: TcpListener, setup: AdminSetup) {
         reloader: setup.reloader,
         tokens: Arc::new(setup.tokens),
         read_only: setup.read_only,
+        etcd: setup.etcd,
     };
     if let Err(e) = axum::serve(listener, router(state)).await {
         tracing::error!(error = %e, "admin listener stopped");
@@ -110,7 +114,10 @@ async fn etag(State(state): State<AdminState>, req: Request, next: Next) -> Resp
 async fn metrics(State(state): State<AdminState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.shared.render_metrics(),
+        match &state.etcd {
+            Some(etcd) => state.shared.render_metrics() + &etcd.render(),
+            None => state.shared.render_metrics(),
+        },
     )
         .into_response()
 }
