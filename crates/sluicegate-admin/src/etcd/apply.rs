@@ -62,8 +62,17 @@ impl Reloader {
         &self,
         objects: &Objects,
     ) -> Result<(Document, sluicegate_config::Config), Vec<Issue>> {
+        let t0 = Instant::now();
         let (doc, mut issues) = assemble(&self.mode().base, objects);
-        match self.validate(&doc) {
+        let t1 = Instant::now();
+        let decoded = self.validate(&doc);
+        tracing::info!(
+            objects = objects.len(),
+            assemble_ms = (t1 - t0).as_secs_f64() * 1e3,
+            decode_ms = t1.elapsed().as_secs_f64() * 1e3,
+            "etcd source: config document built and decoded"
+        );
+        match decoded {
             Ok(cfg) if issues.is_empty() => Ok((doc, cfg)),
             Ok(_) => Err(issues),
             Err(more) => {
@@ -161,6 +170,8 @@ impl Reloader {
             }
         }
         let mut applied = None;
+        let started = Instant::now();
+        let changes = tried.len();
         if !tried.is_empty() {
             match self.try_objects(&candidate) {
                 Ok(done) => applied = Some((candidate, done)),
@@ -208,14 +219,28 @@ impl Reloader {
             self.history.push(Source::Etcd, false, revision, refused);
         }
         if let Some((good, (doc, cfg))) = applied {
-            if self.publish(&cfg, Source::Etcd).is_ok() {
+            let validated = started.elapsed();
+            let published = self.publish(&cfg, Source::Etcd).is_ok();
+            tracing::info!(
+                revision = top,
+                changes,
+                validate_ms = validated.as_secs_f64() * 1e3,
+                publish_ms = (started.elapsed() - validated).as_secs_f64() * 1e3,
+                "etcd source: changes applied"
+            );
+            if published {
                 self.keep_doc(doc);
                 let mode = self.etcd.as_deref_mut().expect("etcd mode");
                 mode.good = good;
             }
         }
+        let t = Instant::now();
         let mode = self.mode();
         cache::save(&mode.cache, top, &mode.good);
+        tracing::info!(
+            cache_ms = t.elapsed().as_secs_f64() * 1e3,
+            "etcd source: cache written"
+        );
     }
 
     /// SIGHUP, SIGUSR2 or a change of the file in etcd mode: reads the
