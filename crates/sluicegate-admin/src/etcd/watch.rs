@@ -20,6 +20,11 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How often progress is asked for when no event comes.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Keys a list reads at once.
+const PAGE: i64 = 10_000;
+/// Largest message taken from etcd (a watch response may carry many
+/// revisions' events after a reconnect).
+const MAX_MESSAGE: usize = 256 << 20;
 
 pub(crate) struct Watch {
     pub reloader: Arc<Mutex<Reloader>>,
@@ -113,26 +118,17 @@ fn apply(w: &Watch) {
 /// Lists if needed, then follows the watch until it stops.
 async fn follow(
     w: &Watch,
-    mut client: Client,
+    client: Client,
     list: &mut bool,
     listed: &mut Option<u64>,
     backoff: &mut Duration,
 ) -> Stop {
     let prefix = w.source.prefix.clone();
     if *list {
-        let got = match client
-            .get(prefix.clone(), Some(GetOptions::new().with_prefix()))
-            .await
-        {
-            Ok(g) => g,
+        let (revision, kvs) = match list_prefix(&client, &prefix).await {
+            Ok(l) => l,
             Err(e) => return Stop::Lost(e.to_string()),
         };
-        let revision = got.header().map_or(0, |h| h.revision() as u64);
-        let kvs = got
-            .kvs()
-            .iter()
-            .map(|kv| (strip(&prefix, kv.key()), kv.value().to_vec()))
-            .collect();
         w.inbox.push(Batch::Listed { revision, kvs });
         apply(w);
         w.status.synced();
@@ -146,7 +142,8 @@ async fn follow(
         .with_prefix()
         .with_start_revision(from as i64)
         .with_progress_notify();
-    let mut stream = match client.watch(prefix.clone(), Some(options)).await {
+    let mut watcher = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
+    let mut stream = match watcher.watch(prefix.clone(), Some(options)).await {
         Ok(s) => s,
         Err(e) => return Stop::Lost(e.to_string()),
     };
@@ -195,6 +192,41 @@ async fn follow(
         *listed = None;
         w.inbox.push(Batch::Changes(changes));
         apply(w);
+    }
+}
+
+/// Every key under `prefix` and its value, listed in pages all read at the
+/// revision of the first (a compaction meanwhile fails the list, which is
+/// then tried again).
+async fn list_prefix(
+    client: &Client,
+    prefix: &str,
+) -> Result<(u64, Vec<(String, Vec<u8>)>), etcd_client::Error> {
+    let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+    // The prefix ends with `/`: its range ends at the same key with `0`.
+    let end = format!("{}0", &prefix[..prefix.len() - 1]);
+    let mut start = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut out = Vec::new();
+    loop {
+        let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let got = kv.get(start.clone(), Some(options)).await?;
+        if revision == 0 {
+            revision = got.header().map_or(0, |h| h.revision());
+        }
+        for item in got.kvs() {
+            out.push((strip(prefix, item.key()), item.value().to_vec()));
+        }
+        match got.kvs().last() {
+            Some(last) if got.more() => {
+                start = last.key().to_vec();
+                start.push(0);
+            }
+            _ => return Ok((revision as u64, out)),
+        }
     }
 }
 
