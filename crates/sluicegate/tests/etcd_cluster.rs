@@ -198,6 +198,11 @@ fn a_gateway_stopped_across_a_compaction_catches_up_and_a_cold_start_serves_the_
     assert!(caught_up, "{}", gw.stderr());
     assert!(!serves(ports, "/k0", "v2") && !serves(ports, "/k0", "v1"));
     assert_eq!(gauge(ports, "sluicegate_config_revision"), Some(rev as f64));
+    // The cache is written by its own thread: wait for this revision's.
+    let cached = wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&cache).is_ok_and(|t| t.contains(&format!("\"revision\":{rev}")))
+    });
+    assert!(cached, "the cache never held revision {rev}");
     drop(gw);
     // Started while etcd is down: the cache serves, and it catches up after.
     etcd.stop();

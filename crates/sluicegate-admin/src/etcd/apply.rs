@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -30,6 +31,10 @@ impl Reloader {
         self.etcd.as_deref().expect("etcd mode")
     }
 
+    fn mode_mut(&mut self) -> &mut super::Mode {
+        self.etcd.as_deref_mut().expect("etcd mode")
+    }
+
     /// Applies the cached config, if any (at start, before the watch).
     pub(crate) fn load_cache(&mut self) {
         let Some((revision, objects)) = cache::load(&self.mode().cache) else {
@@ -42,8 +47,8 @@ impl Reloader {
         match self.try_objects(&objects) {
             Ok((doc, cfg)) => {
                 if self.publish(&cfg, Source::Etcd).is_ok() {
-                    let mode = self.etcd.as_deref_mut().expect("etcd mode");
-                    mode.good = objects;
+                    let mode = self.mode_mut();
+                    mode.good = Arc::new(objects);
                     mode.status.revision.store(revision, Ordering::Relaxed);
                     self.keep_doc(doc);
                 }
@@ -140,8 +145,11 @@ impl Reloader {
 
     fn apply_changes(&mut self, changed: Vec<(String, Value)>, top: u64) {
         let mut refused: Vec<Issue> = Vec::new();
-        let mut candidate = self.mode().good.clone();
-        let mut tried = Vec::new();
+        // Worked on in place (copied only while the cache writer still
+        // holds it); each change keeps the value it replaced, to undo it.
+        let mut good = std::mem::take(&mut self.mode_mut().good);
+        let objects = Arc::make_mut(&mut good);
+        let mut undo: Vec<(String, Option<serde_json::Value>)> = Vec::new();
         for (key, value) in changed {
             if key.starts_with(objects::META) {
                 continue;
@@ -159,38 +167,35 @@ impl Reloader {
                     message,
                 }),
                 Ok(v) => {
-                    if candidate.get(&key) != v.as_ref() {
-                        match &v {
-                            Some(v) => candidate.insert(key.clone(), v.clone()),
-                            None => candidate.remove(&key),
-                        };
-                        tried.push((key, v));
+                    if objects.get(&key) != v.as_ref() {
+                        let before = set(objects, &key, v);
+                        undo.push((key, before));
                     }
                 }
             }
         }
-        let mut applied = None;
         let started = Instant::now();
-        let changes = tried.len();
-        if !tried.is_empty() {
-            match self.try_objects(&candidate) {
-                Ok(done) => applied = Some((candidate, done)),
+        let changes = undo.len();
+        let mut applied = None;
+        if !undo.is_empty() {
+            match self.try_objects(objects) {
+                Ok(done) => applied = Some(done),
                 Err(_) => {
-                    // Which change broke it: each alone on the last good config.
-                    let mut good = self.mode().good.clone();
-                    let mut last = None;
-                    for (key, v) in tried {
-                        let before = match &v {
-                            Some(v) => good.insert(key.clone(), v.clone()),
-                            None => good.remove(&key),
-                        };
-                        match self.try_objects(&good) {
-                            Ok(done) => last = Some(done),
+                    // Back to the last good objects, then each change alone.
+                    let mut tried = Vec::new();
+                    for (key, before) in undo.drain(..).rev() {
+                        let now = set(objects, &key, before);
+                        tried.push((key, now));
+                    }
+                    for (key, now) in tried.into_iter().rev() {
+                        let before = set(objects, &key, now);
+                        match self.try_objects(objects) {
+                            Ok(done) => {
+                                applied = Some(done);
+                                undo.push((key, before));
+                            }
                             Err(issues) => {
-                                match before {
-                                    Some(b) => good.insert(key.clone(), b),
-                                    None => good.remove(&key),
-                                };
+                                set(objects, &key, before);
                                 refused.push(Issue {
                                     path: format!("etcd:{key}"),
                                     message: "refused: the config it makes does not validate"
@@ -200,7 +205,6 @@ impl Reloader {
                             }
                         }
                     }
-                    applied = last.map(|done| (good, done));
                 }
             }
         }
@@ -218,7 +222,7 @@ impl Reloader {
             let revision = self.revision();
             self.history.push(Source::Etcd, false, revision, refused);
         }
-        if let Some((good, (doc, cfg))) = applied {
+        if let Some((doc, cfg)) = applied {
             let validated = started.elapsed();
             let published = self.publish(&cfg, Source::Etcd).is_ok();
             tracing::info!(
@@ -230,17 +234,18 @@ impl Reloader {
             );
             if published {
                 self.keep_doc(doc);
-                let mode = self.etcd.as_deref_mut().expect("etcd mode");
-                mode.good = good;
+            } else {
+                // Not running: the good objects are those of before.
+                let objects = Arc::make_mut(&mut good);
+                for (key, before) in undo.into_iter().rev() {
+                    set(objects, &key, before);
+                }
             }
         }
-        let t = Instant::now();
-        let mode = self.mode();
-        cache::save(&mode.cache, top, &mode.good);
-        tracing::info!(
-            cache_ms = t.elapsed().as_secs_f64() * 1e3,
-            "etcd source: cache written"
-        );
+        let mode = self.mode_mut();
+        mode.good = good;
+        // Written by the cache thread, off this lock; it keeps the newest.
+        let _ = mode.cache_tx.send((top, mode.good.clone()));
     }
 
     /// SIGHUP, SIGUSR2 or a change of the file in etcd mode: reads the
@@ -361,6 +366,18 @@ impl Reloader {
             self.drain_etcd();
         }
         Ok(self.revision())
+    }
+}
+
+/// Sets (or with `None` removes) `key`; returns the value it had.
+fn set(
+    objects: &mut Objects,
+    key: &str,
+    value: Option<serde_json::Value>,
+) -> Option<serde_json::Value> {
+    match value {
+        Some(v) => objects.insert(key.to_string(), v),
+        None => objects.remove(key),
     }
 }
 

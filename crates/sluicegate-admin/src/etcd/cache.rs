@@ -1,14 +1,43 @@
 //! The last applied config on local disk: `{"revision": R, "objects": {...}}`
-//! written to a temporary file, synced and renamed over the cache after each
-//! applied change, and read at start so that a gateway started while etcd
+//! written to a temporary file, synced and renamed over the cache by its own
+//! thread after applied changes, and read at start so that a gateway started while etcd
 //! is down serves what it last applied (then catches up from `R + 1`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use super::Objects;
 use crate::persist;
+
+/// Starts the thread that writes the cache at `path`: it takes the newest
+/// of what was sent since its last write, so a burst of changes costs one
+/// write, and the reloader's lock is never held while the file is written.
+pub(crate) fn writer(path: PathBuf) -> Sender<(u64, Arc<Objects>)> {
+    let (tx, rx) = channel::<(u64, Arc<Objects>)>();
+    let spawned = std::thread::Builder::new()
+        .name("etcd-cache".to_string())
+        .spawn(move || {
+            while let Ok(mut newest) = rx.recv() {
+                while let Ok(more) = rx.try_recv() {
+                    newest = more;
+                }
+                let t = std::time::Instant::now();
+                save(&path, newest.0, &newest.1);
+                tracing::info!(
+                    revision = newest.0,
+                    cache_ms = t.elapsed().as_secs_f64() * 1e3,
+                    "etcd source: cache written"
+                );
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "etcd source: cannot start the cache writer");
+    }
+    tx
+}
 
 /// Writes the cache; a failure is logged, the config stays applied.
 pub(crate) fn save(path: &Path, revision: u64, objects: &Objects) {

@@ -144,8 +144,10 @@ pub(crate) struct Mode {
     /// The config file's document (listen, admin, config_source, defaults).
     pub base: Document,
     /// The objects the running config was made of (refused ones left out).
-    pub good: Objects,
+    pub good: Arc<Objects>,
     pub cache: PathBuf,
+    /// To the thread that writes the cache (the newest revision wins).
+    pub cache_tx: std::sync::mpsc::Sender<(u64, Arc<Objects>)>,
     pub status: Arc<Status>,
     pub inbox: Arc<Inbox>,
     /// The connected client, once the watch has one (for API writes).
@@ -193,7 +195,8 @@ pub fn start(
         r.etcd = Some(Box::new(Mode {
             source: source.clone(),
             base,
-            good: Objects::new(),
+            good: Arc::default(),
+            cache_tx: cache::writer(cache.clone()),
             cache,
             status: status.clone(),
             inbox: inbox.clone(),
