@@ -108,6 +108,9 @@ impl Reloader {
         doc: Document,
         if_match: Option<&IfMatch>,
     ) -> Result<u64, WriteError> {
+        if self.etcd.is_some() {
+            return self.write_etcd(doc, if_match);
+        }
         let revision = self.revision();
         if if_match.is_some_and(|m| !m.matches(revision)) {
             return Err(WriteError::Stale);

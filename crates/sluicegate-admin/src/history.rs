@@ -23,6 +23,8 @@ pub enum Source {
     Sigusr2,
     /// A write through the admin API.
     Api,
+    /// A change seen by the watch on etcd (`config_source.etcd`).
+    Etcd,
 }
 
 impl Source {
@@ -32,6 +34,7 @@ impl Source {
             Source::Sighup => "SIGHUP",
             Source::Sigusr2 => "SIGUSR2",
             Source::Api => "api",
+            Source::Etcd => "etcd",
         }
     }
 }

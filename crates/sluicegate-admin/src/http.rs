@@ -29,6 +29,7 @@ pub struct AdminSetup {
     pub reloader: Arc<Mutex<Reloader>>,
     pub tokens: Tokens,
     pub read_only: bool,
+    pub etcd: Option<Arc<crate::etcd::Status>>,
 }
 
 /// Longest a client may take to send a request head (or to start the next
@@ -47,6 +48,7 @@ pub async fn serve(listener: TcpListener, setup: AdminSetup) {
         reloader: setup.reloader,
         tokens: Arc::new(setup.tokens),
         read_only: setup.read_only,
+        etcd: setup.etcd,
     };
     let app = router(state);
     loop {
@@ -115,7 +117,10 @@ async fn etag(State(state): State<AdminState>, req: Request, next: Next) -> Resp
 async fn metrics(State(state): State<AdminState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.shared.render_metrics(),
+        match &state.etcd {
+            Some(etcd) => state.shared.render_metrics() + &etcd.render(),
+            None => state.shared.render_metrics(),
+        },
     )
         .into_response()
 }

@@ -1,10 +1,12 @@
 //! Sluicegate's control plane: the admin listener (`/metrics`, `/healthz`,
 //! the admin REST API) and the config source that reloads the data plane
-//! when the file changes, on SIGHUP or SIGUSR2, or on an API write.
+//! when the file changes, on SIGHUP or SIGUSR2, or on an API write, or
+//! follows the config kept in etcd (`etcd/`).
 
 mod api;
 mod apply;
 mod auth;
+pub mod etcd;
 pub mod history;
 pub mod http;
 mod persist;

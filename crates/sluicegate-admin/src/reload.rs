@@ -76,8 +76,10 @@ pub struct Reloader {
     /// it (an admin listener is configured), and its tree once asked for.
     pub(crate) text: Option<String>,
     pub(crate) doc: Option<Arc<Document>>,
-    keep_text: bool,
+    pub(crate) keep_text: bool,
     pub(crate) history: History,
+    /// Set in etcd mode (`config_source.etcd`, `etcd::start`).
+    pub(crate) etcd: Option<Box<crate::etcd::Mode>>,
 }
 
 /// The TLS files `c` names: listeners' certificates, keys and client CAs,
@@ -159,6 +161,7 @@ impl Reloader {
             doc: None,
             keep_text,
             history: History::default(),
+            etcd: None,
         }
     }
 
@@ -195,6 +198,9 @@ impl Reloader {
 
     /// Reads, validates and publishes the file. Returns whether it was applied.
     pub fn reload(&mut self, source: Source) -> bool {
+        if self.etcd.is_some() {
+            return self.reload_etcd(source);
+        }
         let why = source.as_str();
         // Stamp first: a write racing with this read triggers one more reload.
         self.last = stamp(&self.path);

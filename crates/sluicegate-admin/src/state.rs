@@ -18,6 +18,8 @@ pub(crate) struct AdminState {
     pub tokens: Arc<Tokens>,
     /// `admin.read_only`: writes answer 405.
     pub read_only: bool,
+    /// The etcd source's metrics, in etcd mode.
+    pub etcd: Option<Arc<crate::etcd::Status>>,
 }
 
 /// A JSON error answer as the gateway writes them: `{"error","status"}`.

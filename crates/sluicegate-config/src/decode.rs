@@ -1,4 +1,4 @@
-//! The top-level config keys (workers, limits, timeouts, log, reload) and the order of decoding; listen, admin and trusted_proxies are in `listen`, plans, apps and app_key in `apps`.
+//! The top-level config keys (workers, limits, timeouts, log, reload; config_source in `source`) and the order of decoding; listen, admin and trusted_proxies are in `listen`, plans, apps and app_key in `apps`.
 //!
 //! Services and routes have their own modules. Decoding never stops at the
 //! first problem: each section is read as far as it can be, with defaults
@@ -31,6 +31,7 @@ const TOP_KEYS: &[&str] = &[
     "jwt",
     "trusted_proxies",
     "http2",
+    "config_source",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -55,6 +56,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         jwt: Default::default(),
         trusted_proxies: Vec::new(),
         http2: Default::default(),
+        config_source: None,
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -77,6 +79,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     // A listener with errors may be the one with a client CA: `auth: mtls`
     // routes are then not reported as well.
     let listen_ok = cx.errors.len() == before;
+    if let Some(node) = f.get("config_source") {
+        config.config_source = crate::source::config_source(cx, node, path.key("config_source"));
+    }
     if let Some(node) = f.get("admin") {
         config.admin = listen::admin(cx, node, path.key("admin"), &config.listen);
     }

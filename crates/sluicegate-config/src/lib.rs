@@ -18,6 +18,7 @@ mod reader;
 mod resilience;
 mod route;
 mod service;
+mod source;
 mod tls;
 mod units;
 mod yaml;
@@ -31,6 +32,7 @@ use std::path::{Path, PathBuf};
 pub use apps::valid_key;
 pub use document::{Document, Problem};
 pub use model::*;
+pub use source::{ConfigSource, EtcdSource, EtcdTls};
 pub use units::{parse_duration, parse_size};
 
 /// One problem in a config, with the 1-based line and column of the offending node.

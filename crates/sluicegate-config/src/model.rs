@@ -60,6 +60,9 @@ pub struct Config {
     pub trusted_proxies: Vec<Cidr>,
     /// How client HTTP/2 connections are run.
     pub http2: Http2Settings,
+    /// Where the rest of the config is kept (`config_source`); `None`:
+    /// this file is the whole config.
+    pub config_source: Option<crate::source::ConfigSource>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

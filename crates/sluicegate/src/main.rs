@@ -323,6 +323,7 @@ fn serve(
         }
     });
     let read_only = cfg.admin.as_ref().is_some_and(|a| a.read_only);
+    let source = cfg.config_source.clone();
     let reloader = std::sync::Arc::new(std::sync::Mutex::new(Reloader::new(
         path,
         shared.clone(),
@@ -330,6 +331,10 @@ fn serve(
         (cfg, stamp, text),
         on_apply,
     )));
+    // In etcd mode the cached config is applied now, and the watch starts.
+    let etcd = source.map(|sluicegate_config::ConfigSource::Etcd(e)| {
+        sluicegate_admin::etcd::start(&reloader, e, rt.handle())
+    });
     give_back_free_memory();
     let mut handed_over = false;
     rt.block_on(async {
@@ -339,6 +344,7 @@ fn serve(
                 reloader: reloader.clone(),
                 tokens,
                 read_only,
+                etcd,
             };
             tokio::spawn(sluicegate_admin::http::serve(listener, setup));
         }

@@ -255,6 +255,7 @@ fn full_example_parses_to_the_expected_model() {
         jwt: JwtSettings::default(),
         trusted_proxies: vec![],
         http2: Http2Settings::default(),
+        config_source: None,
     };
     assert_eq!(ok(FULL), expected);
 }

@@ -1,0 +1,392 @@
+//! Applying what the watch saw, under the reloader's lock: the changes are
+//! laid over the objects of the running config, the document they make is
+//! validated as a file is and published as one new snapshot (state kept).
+//! A change that does not validate is refused alone, reported in the
+//! reload history and the rejected-objects metric, and the last good
+//! config stays. Also: the cached config at start, SIGHUP in etcd mode, and
+//! admin API writes sent to etcd as one transaction comparing the revision.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use sluicegate_config::Document;
+
+use super::objects::{self, assemble, diff, split};
+use super::{cache, Batch, Objects};
+use crate::apply::{IfMatch, WriteError};
+use crate::history::{Issue, Source};
+use crate::reload::Reloader;
+
+/// How long an API write waits for the watch to bring its change back.
+const WRITE_SEEN: Duration = Duration::from_secs(10);
+
+/// A key's new value: `Ok(None)` deleted, `Err` not JSON.
+type Value = Result<Option<serde_json::Value>, String>;
+
+impl Reloader {
+    fn mode(&self) -> &super::Mode {
+        self.etcd.as_deref().expect("etcd mode")
+    }
+
+    fn mode_mut(&mut self) -> &mut super::Mode {
+        self.etcd.as_deref_mut().expect("etcd mode")
+    }
+
+    /// Applies the cached config, if any (at start, before the watch).
+    pub(crate) fn load_cache(&mut self) {
+        let Some((revision, objects)) = cache::load(&self.mode().cache) else {
+            return;
+        };
+        tracing::info!(
+            revision,
+            "etcd source: serving the cached config until etcd answers"
+        );
+        match self.try_objects(&objects) {
+            Ok((doc, cfg)) => {
+                if self.publish(&cfg, Source::Etcd).is_ok() {
+                    let mode = self.mode_mut();
+                    mode.good = Arc::new(objects);
+                    mode.status.revision.store(revision, Ordering::Relaxed);
+                    self.keep_doc(doc);
+                }
+            }
+            Err(issues) => {
+                tracing::error!(
+                    problems = issues.len(),
+                    "etcd source: the cached config does not validate, ignored"
+                );
+            }
+        }
+    }
+
+    /// The document `objects` make and the config it decodes to.
+    fn try_objects(
+        &self,
+        objects: &Objects,
+    ) -> Result<(Document, sluicegate_config::Config), Vec<Issue>> {
+        let t0 = Instant::now();
+        let (doc, mut issues) = assemble(&self.mode().base, objects);
+        let t1 = Instant::now();
+        let decoded = self.validate(&doc);
+        tracing::info!(
+            objects = objects.len(),
+            assemble_ms = (t1 - t0).as_secs_f64() * 1e3,
+            decode_ms = t1.elapsed().as_secs_f64() * 1e3,
+            "etcd source: config document built and decoded"
+        );
+        match decoded {
+            Ok(cfg) if issues.is_empty() => Ok((doc, cfg)),
+            Ok(_) => Err(issues),
+            Err(more) => {
+                issues.extend(more);
+                Err(issues)
+            }
+        }
+    }
+
+    fn keep_doc(&mut self, doc: Document) {
+        if self.keep_text {
+            self.text = None;
+            self.doc = Some(Arc::new(doc));
+        }
+    }
+
+    /// Applies every batch the watch queued. Returns whether one was.
+    pub(crate) fn drain_etcd(&mut self) -> bool {
+        let batches = self.mode().inbox.take();
+        if batches.is_empty() {
+            return false;
+        }
+        let seen = self.mode().revision();
+        let mut top = seen;
+        // The latest value of each changed key, with its revision.
+        let mut changed: BTreeMap<String, (u64, Value)> = BTreeMap::new();
+        let set = |changed: &mut BTreeMap<String, (u64, Value)>, k: String, rev: u64, v: Value| {
+            if !matches!(changed.get(&k), Some((r, _)) if *r > rev) {
+                changed.insert(k, (rev, v));
+            }
+        };
+        for batch in batches {
+            match batch {
+                Batch::Changes(list) => {
+                    for c in list.into_iter().filter(|c| c.revision > seen) {
+                        top = top.max(c.revision);
+                        set(&mut changed, c.key, c.revision, parse(c.value.as_deref()));
+                    }
+                }
+                Batch::Listed { revision, kvs } => {
+                    if revision <= seen {
+                        continue;
+                    }
+                    top = top.max(revision);
+                    // Whatever was not listed is gone.
+                    let gone: Vec<String> = self
+                        .mode()
+                        .good
+                        .keys()
+                        .chain(changed.keys())
+                        .cloned()
+                        .collect();
+                    for k in gone {
+                        set(&mut changed, k, revision, Ok(None));
+                    }
+                    for (k, v) in kvs {
+                        set(&mut changed, k, revision, parse(Some(&v)));
+                    }
+                }
+            }
+        }
+        self.apply_changes(changed.into_iter().map(|(k, (_, v))| (k, v)).collect(), top);
+        true
+    }
+
+    fn apply_changes(&mut self, changed: Vec<(String, Value)>, top: u64) {
+        let mut refused: Vec<Issue> = Vec::new();
+        // Worked on in place (copied only while the cache writer still
+        // holds it); each change keeps the value it replaced, to undo it.
+        let mut good = std::mem::take(&mut self.mode_mut().good);
+        let objects = Arc::make_mut(&mut good);
+        let mut undo: Vec<(String, Option<serde_json::Value>)> = Vec::new();
+        for (key, value) in changed {
+            if key.starts_with(objects::META) {
+                continue;
+            }
+            if !objects::is_object(&key) {
+                refused.push(Issue {
+                    path: format!("etcd:{key}"),
+                    message: "not a config key (KIND/NAME with KIND services, routes, apps or plans, or settings)".to_string(),
+                });
+                continue;
+            }
+            match value {
+                Err(message) => refused.push(Issue {
+                    path: format!("etcd:{key}"),
+                    message,
+                }),
+                Ok(v) => {
+                    if objects.get(&key) != v.as_ref() {
+                        let before = set(objects, &key, v);
+                        undo.push((key, before));
+                    }
+                }
+            }
+        }
+        let started = Instant::now();
+        let changes = undo.len();
+        let mut applied = None;
+        if !undo.is_empty() {
+            match self.try_objects(objects) {
+                Ok(done) => applied = Some(done),
+                Err(_) => {
+                    // Back to the last good objects, then each change alone.
+                    let mut tried = Vec::new();
+                    for (key, before) in undo.drain(..).rev() {
+                        let now = set(objects, &key, before);
+                        tried.push((key, now));
+                    }
+                    for (key, now) in tried.into_iter().rev() {
+                        let before = set(objects, &key, now);
+                        match self.try_objects(objects) {
+                            Ok(done) => {
+                                applied = Some(done);
+                                undo.push((key, before));
+                            }
+                            Err(issues) => {
+                                set(objects, &key, before);
+                                refused.push(Issue {
+                                    path: format!("etcd:{key}"),
+                                    message: "refused: the config it makes does not validate"
+                                        .to_string(),
+                                });
+                                refused.extend(issues);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let status = self.mode().status.clone();
+        status.revision.store(top, Ordering::Relaxed);
+        if !refused.is_empty() {
+            let keys = refused
+                .iter()
+                .filter(|i| i.path.starts_with("etcd:"))
+                .count();
+            status.rejected.fetch_add(keys as u64, Ordering::Relaxed);
+            for i in &refused {
+                tracing::error!(path = %i.path, "etcd source: {}", i.message);
+            }
+            let revision = self.revision();
+            self.history.push(Source::Etcd, false, revision, refused);
+        }
+        if let Some((doc, cfg)) = applied {
+            let validated = started.elapsed();
+            let published = self.publish(&cfg, Source::Etcd).is_ok();
+            tracing::info!(
+                revision = top,
+                changes,
+                validate_ms = validated.as_secs_f64() * 1e3,
+                publish_ms = (started.elapsed() - validated).as_secs_f64() * 1e3,
+                "etcd source: changes applied"
+            );
+            if published {
+                self.keep_doc(doc);
+            } else {
+                // Not running: the good objects are those of before.
+                let objects = Arc::make_mut(&mut good);
+                for (key, before) in undo.into_iter().rev() {
+                    set(objects, &key, before);
+                }
+            }
+        }
+        let mode = self.mode_mut();
+        mode.good = good;
+        // Written by the cache thread, off this lock; it keeps the newest.
+        let _ = mode.cache_tx.send((top, mode.good.clone()));
+    }
+
+    /// SIGHUP, SIGUSR2 or a change of the file in etcd mode: reads the
+    /// file again as the base the objects are laid over.
+    pub(crate) fn reload_etcd(&mut self, source: Source) -> bool {
+        self.last = crate::reload::stamp(&self.path);
+        let base = std::fs::read_to_string(&self.path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Document::from_yaml(&t).map_err(|p| p.to_string()));
+        let base = match base {
+            Ok(b) => b,
+            Err(message) => {
+                let revision = self.revision();
+                let issue = Issue {
+                    path: self.path.display().to_string(),
+                    message,
+                };
+                self.history.push(source, false, revision, vec![issue]);
+                return false;
+            }
+        };
+        let old = std::mem::replace(&mut self.etcd.as_deref_mut().expect("etcd mode").base, base);
+        let good = self.mode().good.clone();
+        match self.try_objects(&good) {
+            Ok((doc, cfg)) if self.publish(&cfg, source).is_ok() => {
+                self.keep_doc(doc);
+                true
+            }
+            Ok(_) => {
+                self.etcd.as_deref_mut().expect("etcd mode").base = old;
+                false
+            }
+            Err(issues) => {
+                self.etcd.as_deref_mut().expect("etcd mode").base = old;
+                let revision = self.revision();
+                self.history.push(source, false, revision, issues);
+                false
+            }
+        }
+    }
+
+    /// An admin API write in etcd mode: validated as a file, then the
+    /// objects that differ written in one transaction that holds only if
+    /// nothing under the prefix changed since the revision this gateway
+    /// runs (otherwise `Stale`, a `412`); returns once the watch has
+    /// brought the change back and it is applied here.
+    pub(crate) fn write_etcd(
+        &mut self,
+        doc: Document,
+        if_match: Option<&IfMatch>,
+    ) -> Result<u64, WriteError> {
+        let revision = self.revision();
+        if if_match.is_some_and(|m| !m.matches(revision)) {
+            return Err(WriteError::Stale);
+        }
+        if let Err(issues) = self.validate(&doc) {
+            self.history
+                .push(Source::Api, false, revision, issues.clone());
+            return Err(WriteError::Invalid(issues));
+        }
+        let mode = self.mode();
+        let (puts, deletes) = diff(&mode.good, &split(&mode.base, &doc));
+        if puts.is_empty() && deletes.is_empty() {
+            return Ok(revision);
+        }
+        let prefix = mode.source.prefix.clone();
+        let seen = mode.revision();
+        let client = mode
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(mut client) = client else {
+            return Err(WriteError::Io(
+                "etcd is not reachable: the write was not made".to_string(),
+            ));
+        };
+        let mut ops: Vec<TxnOp> = puts
+            .iter()
+            .map(|(k, v)| TxnOp::put(format!("{prefix}{k}"), v.to_string(), None::<PutOptions>))
+            .collect();
+        ops.extend(
+            deletes
+                .iter()
+                .map(|k| TxnOp::delete(format!("{prefix}{k}"), None)),
+        );
+        // Every API write touches the marker, so that a write that only
+        // deletes still fails the others' comparison.
+        ops.push(TxnOp::put(
+            format!("{prefix}{}write", objects::META),
+            seen.to_string(),
+            None,
+        ));
+        let unchanged =
+            Compare::mod_revision(prefix.clone(), CompareOp::Less, seen as i64 + 1).with_prefix();
+        let txn = Txn::new().when([unchanged]).and_then(ops);
+        let sent = mode.runtime.block_on(async move {
+            tokio::time::timeout(Duration::from_secs(5), client.txn(txn)).await
+        });
+        let resp = match sent {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(WriteError::Io(format!("etcd: {e}"))),
+            Err(_) => return Err(WriteError::Io("etcd did not answer in 5 s".to_string())),
+        };
+        if !resp.succeeded() {
+            return Err(WriteError::Stale);
+        }
+        let written = resp.header().map_or(0, |h| h.revision() as u64);
+        let inbox = self.mode().inbox.clone();
+        let until = Instant::now() + WRITE_SEEN;
+        while self.mode().revision() < written {
+            if Instant::now() >= until {
+                return Err(WriteError::Io(format!(
+                    "written to etcd at revision {written}, not yet seen by the watch"
+                )));
+            }
+            inbox.wait(Duration::from_millis(100));
+            self.drain_etcd();
+        }
+        Ok(self.revision())
+    }
+}
+
+/// Sets (or with `None` removes) `key`; returns the value it had.
+fn set(
+    objects: &mut Objects,
+    key: &str,
+    value: Option<serde_json::Value>,
+) -> Option<serde_json::Value> {
+    match value {
+        Some(v) => objects.insert(key.to_string(), v),
+        None => objects.remove(key),
+    }
+}
+
+/// A key's value as JSON (`None`: deleted).
+fn parse(value: Option<&[u8]>) -> Value {
+    match value {
+        None => Ok(None),
+        Some(bytes) => serde_json::from_slice(bytes)
+            .map(Some)
+            .map_err(|e| format!("not JSON: {e}")),
+    }
+}

@@ -1,0 +1,216 @@
+//! The etcd config source (`config_source.etcd`): objects one per key under
+//! a prefix, followed by one watch per process (`watch.rs`), assembled into
+//! the config document (`objects.rs`) and applied through the reloader like
+//! a file (`apply.rs`), with the last applied config cached on disk
+//! (`cache.rs`) and admin API writes sent to etcd as transactions.
+
+mod apply;
+mod cache;
+mod objects;
+mod watch;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sluicegate_config::{Document, EtcdSource};
+
+use crate::reload::Reloader;
+
+/// One object's key under the prefix (`routes/web`) and its JSON value.
+pub(crate) type Objects = BTreeMap<String, serde_json::Value>;
+
+/// What the watch saw, waiting to be applied under the reloader's lock.
+#[derive(Debug)]
+pub(crate) enum Batch {
+    /// Changes from a watch response: key under the prefix, new value
+    /// (`None`: deleted), the revision each was made at.
+    Changes(Vec<Change>),
+    /// Every key under the prefix as listed at `revision` (at start, or
+    /// after the watch's start revision was compacted).
+    Listed {
+        revision: u64,
+        kvs: Vec<(String, Vec<u8>)>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub key: String,
+    pub value: Option<Vec<u8>>,
+    pub revision: u64,
+}
+
+/// The watch's queue of batches; applied by whoever holds the reloader's
+/// lock next (the watch task, or an API write waiting for its own change).
+#[derive(Default)]
+pub(crate) struct Inbox {
+    queue: Mutex<VecDeque<Batch>>,
+    /// Signalled when a batch is queued.
+    arrived: Condvar,
+    /// A drain is on its way (set by the watch, cleared by the drain).
+    pub(crate) scheduled: AtomicBool,
+}
+
+impl Inbox {
+    pub(crate) fn push(&self, batch: Batch) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(batch);
+        self.arrived.notify_all();
+    }
+
+    fn take(&self) -> Vec<Batch> {
+        self.scheduled.store(false, Ordering::Release);
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+
+    /// Waits up to `limit` for a batch to be queued (returns at once if one is).
+    fn wait(&self, limit: std::time::Duration) {
+        let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_empty() {
+            let _ = self.arrived.wait_timeout(q, limit);
+        }
+    }
+}
+
+/// What the metrics show of the etcd source; shared with the admin listener.
+#[derive(Default)]
+pub struct Status {
+    /// The etcd revision the running config reflects (every change up to
+    /// it seen, applied or refused).
+    pub revision: AtomicU64,
+    pub connected: AtomicBool,
+    /// Unix time (ms) of the last answer from etcd (list, watch event,
+    /// progress notification); 0: never.
+    pub last_sync_ms: AtomicU64,
+    /// Objects refused because the config they made did not validate.
+    pub rejected: AtomicU64,
+}
+
+impl Status {
+    pub(crate) fn synced(&self) {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        self.last_sync_ms
+            .store(u64::try_from(now).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The Prometheus lines of the etcd source.
+    pub fn render(&self) -> String {
+        let since = match self.last_sync_ms.load(Ordering::Relaxed) {
+            0 => -1.0,
+            ms => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis() as f64;
+                ((now - ms as f64) / 1000.0).max(0.0)
+            }
+        };
+        format!(
+            "# HELP sluicegate_config_revision etcd revision the running config reflects.\n\
+             # TYPE sluicegate_config_revision gauge\n\
+             sluicegate_config_revision {}\n\
+             # HELP sluicegate_etcd_connected 1 while the watch on etcd is open.\n\
+             # TYPE sluicegate_etcd_connected gauge\n\
+             sluicegate_etcd_connected {}\n\
+             # HELP sluicegate_etcd_seconds_since_sync Seconds since etcd last answered (-1: never).\n\
+             # TYPE sluicegate_etcd_seconds_since_sync gauge\n\
+             sluicegate_etcd_seconds_since_sync {since:.3}\n\
+             # HELP sluicegate_etcd_rejected_objects_total Objects from etcd refused as invalid.\n\
+             # TYPE sluicegate_etcd_rejected_objects_total counter\n\
+             sluicegate_etcd_rejected_objects_total {}\n",
+            self.revision.load(Ordering::Relaxed),
+            u8::from(self.connected.load(Ordering::Relaxed)),
+            self.rejected.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The reloader's etcd state: the file's document the objects are laid
+/// over, the objects of the running config, and how to reach etcd.
+pub(crate) struct Mode {
+    pub source: EtcdSource,
+    /// The config file's document (listen, admin, config_source, defaults).
+    pub base: Document,
+    /// The objects the running config was made of (refused ones left out).
+    pub good: Arc<Objects>,
+    pub cache: PathBuf,
+    /// To the thread that writes the cache (the newest revision wins).
+    pub cache_tx: std::sync::mpsc::Sender<(u64, Arc<Objects>)>,
+    pub status: Arc<Status>,
+    pub inbox: Arc<Inbox>,
+    /// The connected client, once the watch has one (for API writes).
+    pub client: Arc<Mutex<Option<etcd_client::Client>>>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl Mode {
+    pub(crate) fn revision(&self) -> u64 {
+        self.status.revision.load(Ordering::Relaxed)
+    }
+}
+
+/// The default cache file: `FILE.etcd-cache.json` beside the config file.
+fn default_cache(config: &Path) -> PathBuf {
+    let mut name = config.file_name().unwrap_or_default().to_os_string();
+    name.push(".etcd-cache.json");
+    config.with_file_name(name)
+}
+
+/// Puts the reloader in etcd mode: applies the cached config if there is
+/// one (so a start while etcd is down serves it), then starts the watch on
+/// `runtime`. Returns the status the metrics show.
+pub fn start(
+    reloader: &Arc<Mutex<Reloader>>,
+    source: EtcdSource,
+    runtime: &tokio::runtime::Handle,
+) -> Arc<Status> {
+    let status = Arc::new(Status::default());
+    let inbox = Arc::new(Inbox::default());
+    let client = Arc::new(Mutex::new(None));
+    {
+        let mut r = Reloader::locked(reloader);
+        let base = match r.document() {
+            Ok(d) => Document::clone(&d),
+            Err(e) => {
+                tracing::error!(error = %e, "etcd source: cannot read the config file's document");
+                Document::from_json(&serde_json::json!({}))
+            }
+        };
+        let cache = source
+            .cache
+            .clone()
+            .unwrap_or_else(|| default_cache(&r.path));
+        r.etcd = Some(Box::new(Mode {
+            source: source.clone(),
+            base,
+            good: Arc::default(),
+            cache_tx: cache::writer(cache.clone()),
+            cache,
+            status: status.clone(),
+            inbox: inbox.clone(),
+            client: client.clone(),
+            runtime: runtime.clone(),
+        }));
+        r.load_cache();
+    }
+    runtime.spawn(watch::run(watch::Watch {
+        reloader: reloader.clone(),
+        source,
+        status: status.clone(),
+        inbox,
+        client,
+    }));
+    status
+}

@@ -1,0 +1,237 @@
+//! The one watch per process: connects (with backoff), lists the prefix
+//! when it has nothing to start from, watches it from the last applied
+//! revision + 1 with progress notifications, and on a compacted start
+//! revision lists the prefix again at a known revision and watches from
+//! there. Every response is queued and applied under the reloader's lock
+//! before the next is read, so changes apply in order, each once.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
+use sluicegate_config::EtcdSource;
+
+use super::{Batch, Change, Inbox, Status};
+use crate::reload::Reloader;
+
+/// Backoff between reconnections: doubles from the first to the last.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How often progress is asked for when no event comes.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Keys a list reads at once.
+const PAGE: i64 = 10_000;
+/// Largest message taken from etcd (a watch response may carry many
+/// revisions' events after a reconnect).
+const MAX_MESSAGE: usize = 256 << 20;
+
+pub(crate) struct Watch {
+    pub reloader: Arc<Mutex<Reloader>>,
+    pub source: EtcdSource,
+    pub status: Arc<Status>,
+    pub inbox: Arc<Inbox>,
+    pub client: Arc<Mutex<Option<Client>>>,
+}
+
+/// Why a watch stopped.
+enum Stop {
+    /// Its start revision was compacted: list again.
+    Compacted,
+    /// etcd went away (or answered an error).
+    Lost(String),
+}
+
+pub(crate) async fn run(w: Watch) {
+    let mut backoff = BACKOFF_FIRST;
+    // Whether the prefix must be listed first: nothing applied yet, or
+    // the revision to watch from was compacted.
+    let mut list = w.status.revision.load(Ordering::Relaxed) == 0;
+    // The revision last listed while no event came after it.
+    let mut listed = None;
+    loop {
+        let stop = match connect(&w.source).await {
+            Ok(client) => {
+                *w.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
+                follow(&w, client, &mut list, &mut listed, &mut backoff).await
+            }
+            Err(e) => Stop::Lost(e),
+        };
+        w.status.connected.store(false, Ordering::Relaxed);
+        match stop {
+            Stop::Compacted => {
+                tracing::warn!("etcd source: the watch's start revision was compacted; listing the prefix again");
+                list = true;
+                continue;
+            }
+            Stop::Lost(e) => {
+                tracing::warn!(error = %e, retry_in = ?backoff, "etcd source: etcd unreachable, serving the last applied config");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+async fn connect(source: &EtcdSource) -> Result<Client, String> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3));
+    if let (Some(user), Some(file)) = (&source.username, &source.password_file) {
+        let password =
+            std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        options = options.with_user(user.clone(), password.trim().to_string());
+    }
+    if let Some(tls) = &source.tls {
+        let mut t = etcd_client::TlsOptions::new();
+        if let Some(ca) = &tls.ca {
+            let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
+            t = t.ca_certificate(etcd_client::Certificate::from_pem(pem));
+        }
+        if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+            let c = std::fs::read(cert).map_err(|e| format!("{}: {e}", cert.display()))?;
+            let k = std::fs::read(key).map_err(|e| format!("{}: {e}", key.display()))?;
+            t = t.identity(etcd_client::Identity::from_pem(c, k));
+        }
+        options = options.with_tls(t);
+    }
+    tokio::time::timeout(
+        Duration::from_secs(3),
+        Client::connect(&source.endpoints, Some(options)),
+    )
+    .await
+    .map_err(|_| "connect timed out".to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// Has what is queued applied off the runtime thread, under the
+/// reloader's lock, without waiting: the watch goes on reading (an API
+/// write may hold the lock while it waits for its own change to come).
+fn apply(w: &Watch) {
+    if w.inbox.scheduled.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let r = w.reloader.clone();
+    tokio::task::spawn_blocking(move || Reloader::locked(&r).drain_etcd());
+}
+
+/// Lists if needed, then follows the watch until it stops.
+async fn follow(
+    w: &Watch,
+    client: Client,
+    list: &mut bool,
+    listed: &mut Option<u64>,
+    backoff: &mut Duration,
+) -> Stop {
+    let prefix = w.source.prefix.clone();
+    if *list {
+        let (revision, kvs) = match list_prefix(&client, &prefix).await {
+            Ok(l) => l,
+            Err(e) => return Stop::Lost(e.to_string()),
+        };
+        w.inbox.push(Batch::Listed { revision, kvs });
+        apply(w);
+        w.status.synced();
+        *list = false;
+        *listed = Some(revision);
+    }
+    // From what was listed, else from what was applied: any overlap with
+    // batches still queued is dropped when they are applied.
+    let from = listed.unwrap_or(w.status.revision.load(Ordering::Relaxed)) + 1;
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(from as i64)
+        .with_progress_notify();
+    let mut watcher = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
+    let mut stream = match watcher.watch(prefix.clone(), Some(options)).await {
+        Ok(s) => s,
+        Err(e) => return Stop::Lost(e.to_string()),
+    };
+    w.status.connected.store(true, Ordering::Relaxed);
+    tracing::info!(from, "etcd source: watching {prefix}");
+    let mut progress = tokio::time::interval(PROGRESS_EVERY);
+    progress.tick().await;
+    loop {
+        let msg = tokio::select! {
+            m = stream.message() => m,
+            _ = progress.tick() => {
+                if let Err(e) = stream.request_progress().await {
+                    return Stop::Lost(e.to_string());
+                }
+                continue;
+            }
+        };
+        let resp = match msg {
+            Ok(Some(r)) => r,
+            Ok(None) => return Stop::Lost("the watch stream ended".to_string()),
+            Err(e) => return Stop::Lost(e.to_string()),
+        };
+        if resp.compact_revision() > 0 {
+            return Stop::Compacted;
+        }
+        if resp.canceled() {
+            return Stop::Lost(format!("watch canceled: {}", resp.cancel_reason()));
+        }
+        *backoff = BACKOFF_FIRST;
+        w.status.synced();
+        if resp.events().is_empty() {
+            continue;
+        }
+        let changes = resp
+            .events()
+            .iter()
+            .filter_map(|ev| {
+                let kv = ev.kv()?;
+                Some(Change {
+                    key: strip(&prefix, kv.key()),
+                    value: (ev.event_type() == EventType::Put).then(|| kv.value().to_vec()),
+                    revision: kv.mod_revision() as u64,
+                })
+            })
+            .collect();
+        *listed = None;
+        w.inbox.push(Batch::Changes(changes));
+        apply(w);
+    }
+}
+
+/// Every key under `prefix` and its value, listed in pages all read at the
+/// revision of the first (a compaction meanwhile fails the list, which is
+/// then tried again).
+async fn list_prefix(
+    client: &Client,
+    prefix: &str,
+) -> Result<(u64, Vec<(String, Vec<u8>)>), etcd_client::Error> {
+    let mut kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+    // The prefix ends with `/`: its range ends at the same key with `0`.
+    let end = format!("{}0", &prefix[..prefix.len() - 1]);
+    let mut start = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut out = Vec::new();
+    loop {
+        let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let got = kv.get(start.clone(), Some(options)).await?;
+        if revision == 0 {
+            revision = got.header().map_or(0, |h| h.revision());
+        }
+        for item in got.kvs() {
+            out.push((strip(prefix, item.key()), item.value().to_vec()));
+        }
+        match got.kvs().last() {
+            Some(last) if got.more() => {
+                start = last.key().to_vec();
+                start.push(0);
+            }
+            _ => return Ok((revision as u64, out)),
+        }
+    }
+}
+
+/// `key` without the prefix, as text.
+fn strip(prefix: &str, key: &[u8]) -> String {
+    let key = String::from_utf8_lossy(key);
+    key.strip_prefix(prefix).unwrap_or(&key).to_string()
+}

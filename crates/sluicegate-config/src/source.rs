@@ -1,0 +1,236 @@
+//! `config_source`: where the gateway's services, routes, apps, plans and
+//! settings come from when not from the file alone: `etcd`, with its
+//! endpoints, key prefix, TLS and credentials.
+
+use std::path::PathBuf;
+
+use crate::reader::{self, fields, Cx, Path};
+use crate::yaml::Node;
+
+/// `config_source`: the config is kept elsewhere; the file then holds what
+/// this gateway needs to start (listeners, admin, the source itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    Etcd(EtcdSource),
+}
+
+/// `config_source.etcd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdSource {
+    /// `http://HOST:PORT` or `https://HOST:PORT`, at least one.
+    pub endpoints: Vec<String>,
+    /// The key prefix every object is under; starts and ends with `/`.
+    pub prefix: String,
+    pub tls: Option<EtcdTls>,
+    /// Username and the file holding its password (both or neither).
+    pub username: Option<String>,
+    pub password_file: Option<PathBuf>,
+    /// Where the last applied config is kept for a start while etcd is
+    /// down; `None`: beside the config file (`FILE.etcd-cache.json`).
+    pub cache: Option<PathBuf>,
+}
+
+/// `config_source.etcd.tls`: the CA that signs etcd's certificate, and a
+/// client certificate and key when etcd asks for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// Decodes `config_source`.
+pub(crate) fn config_source(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<ConfigSource> {
+    let f = fields(cx, node, path, "config_source", &["etcd"])?;
+    let etcd = f.require(cx, path, "etcd")?;
+    etcd_source(cx, etcd, path.key("etcd")).map(ConfigSource::Etcd)
+}
+
+const KEYS: &[&str] = &[
+    "endpoints",
+    "prefix",
+    "tls",
+    "username",
+    "password_file",
+    "cache",
+];
+
+fn etcd_source(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdSource> {
+    let f = fields(cx, node, path, "config_source.etcd", KEYS)?;
+    let before = cx.errors.len();
+    let endpoints = f
+        .require(cx, path, "endpoints")
+        .map(|n| endpoints(cx, n, path.key("endpoints")))
+        .unwrap_or_default();
+    let prefix = match f.get("prefix") {
+        None => "/sluicegate/".to_string(),
+        Some(n) => prefix(cx, n, path.key("prefix")).unwrap_or_default(),
+    };
+    let tls = f.get("tls").and_then(|n| tls(cx, n, path.key("tls")));
+    let username = f
+        .get("username")
+        .and_then(|n| reader::string(cx, n, path.key("username")))
+        .map(str::to_string);
+    let password_file = f
+        .get("password_file")
+        .and_then(|n| reader::file_path(cx, n, path.key("password_file")));
+    if username.is_some() != password_file.is_some() {
+        cx.at(
+            node.pos,
+            path,
+            "username and password_file go together: give both or neither",
+        );
+    }
+    let cache = f
+        .get("cache")
+        .and_then(|n| reader::file_path(cx, n, path.key("cache")));
+    if tls.is_none() && endpoints.iter().any(|e| e.starts_with("https://")) {
+        cx.at(
+            node.pos,
+            path,
+            "an https:// endpoint needs tls (at least tls.ca)",
+        );
+    }
+    (cx.errors.len() == before).then_some(EtcdSource {
+        endpoints,
+        prefix,
+        tls,
+        username,
+        password_file,
+        cache,
+    })
+}
+
+/// `endpoints`: a non-empty list of `http://HOST:PORT` or `https://HOST:PORT`.
+fn endpoints(cx: &mut Cx, node: &Node, path: Path<'_>) -> Vec<String> {
+    const EXPECTED: &str = "a list of http://HOST:PORT or https://HOST:PORT";
+    let Some(items) = reader::list(cx, node, path, EXPECTED) else {
+        return Vec::new();
+    };
+    if items.is_empty() {
+        cx.at(node.pos, path, "at least one etcd endpoint is needed");
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let Some(text) = reader::scalar(cx, item, p, EXPECTED) else {
+            continue;
+        };
+        if valid_endpoint(text) {
+            out.push(text.to_string());
+        } else {
+            cx.expected(item, p, "http://HOST:PORT or https://HOST:PORT");
+        }
+    }
+    out
+}
+
+/// `http://HOST:PORT` or `https://HOST:PORT`, nothing after the port.
+fn valid_endpoint(text: &str) -> bool {
+    let Some(rest) = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        return false;
+    };
+    !host.is_empty() && !host.contains(['/', ' ', '@']) && port.parse::<u16>().is_ok_and(|p| p != 0)
+}
+
+/// `prefix`: starts and ends with `/`, at least one character between.
+fn prefix(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
+    const EXPECTED: &str = "a key prefix that starts and ends with / (like /sluicegate/)";
+    let text = reader::scalar(cx, node, path, EXPECTED)?;
+    if text.len() < 3 || !text.starts_with('/') || !text.ends_with('/') || text.contains('\0') {
+        cx.expected(node, path, EXPECTED);
+        return None;
+    }
+    Some(text.to_string())
+}
+
+fn tls(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdTls> {
+    let f = fields(
+        cx,
+        node,
+        path,
+        "config_source.etcd.tls",
+        &["ca", "cert", "key"],
+    )?;
+    let mut file = |name: &str| {
+        f.get(name)
+            .and_then(|n| reader::file_path(cx, n, path.key(name)))
+    };
+    let out = EtcdTls {
+        ca: file("ca"),
+        cert: file("cert"),
+        key: file("key"),
+    };
+    if out.cert.is_some() != out.key.is_some() {
+        cx.at(
+            node.pos,
+            path,
+            "cert and key go together: give both or neither",
+        );
+        return None;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::{errors, ok};
+    use crate::ConfigSource;
+
+    const BASE: &str = "listen: 127.0.0.1:8080\n";
+
+    #[test]
+    fn etcd_source_with_defaults() {
+        let c = ok(&format!(
+            "{BASE}config_source:\n  etcd:\n    endpoints: [http://127.0.0.1:2379]\n"
+        ));
+        let Some(ConfigSource::Etcd(e)) = c.config_source else {
+            panic!("no etcd source");
+        };
+        assert_eq!(e.endpoints, ["http://127.0.0.1:2379"]);
+        assert_eq!(e.prefix, "/sluicegate/");
+        assert!(e.tls.is_none() && e.username.is_none() && e.cache.is_none());
+    }
+
+    #[test]
+    fn bad_etcd_sources_are_explained() {
+        let cases = [
+            ("{ etcd: { } }", "missing required key \"endpoints\""),
+            ("{ etcd: { endpoints: [] } }", "at least one etcd endpoint"),
+            (
+                "{ etcd: { endpoints: [127.0.0.1:2379] } }",
+                "config_source.etcd.endpoints[0]: expected http://HOST:PORT or https://HOST:PORT",
+            ),
+            (
+                "{ etcd: { endpoints: [http://a:1], prefix: sluicegate } }",
+                "config_source.etcd.prefix: expected a key prefix that starts and ends with /",
+            ),
+            (
+                "{ etcd: { endpoints: [http://a:1], username: u } }",
+                "username and password_file go together",
+            ),
+            (
+                "{ etcd: { endpoints: [https://a:1] } }",
+                "an https:// endpoint needs tls",
+            ),
+            (
+                "{ etcd: { endpoints: [http://a:1], tls: { cert: c.pem } } }",
+                "cert and key go together",
+            ),
+            ("{ consul: {} }", "unknown key \"consul\""),
+        ];
+        for (source, want) in cases {
+            let errs = errors(&format!("{BASE}config_source: {source}\n"));
+            assert!(
+                errs.iter().any(|e| e.contains(want)),
+                "{source}: {errs:?} lacks {want:?}"
+            );
+        }
+    }
+}

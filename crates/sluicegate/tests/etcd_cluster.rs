@@ -1,0 +1,262 @@
+//! Cluster config in etcd, end to end with a real etcd on loopback: three
+//! gateways on one etcd converge on a route written through one gateway's
+//! admin API (propagation times printed); etcd stopped for 10 s under load
+//! fails no request and the gateways resync; a gateway stopped across a
+//! compaction catches up without loss, and one started while etcd is down
+//! serves its cache; an invalid object written with etcdctl is refused and
+//! reported while the last good config stays.
+
+mod admin_common;
+mod etcd_common;
+mod ops_common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_common::*;
+use ops_common::*;
+use sluicegate_testkit::Gateway;
+
+/// Starts a gateway on etcd with its cache in `dir`.
+fn gateway(etcd: &Etcd, dir: &std::path::Path) -> (Ports, Gateway) {
+    let ports = Ports::new();
+    let cache = dir.join(format!("cache-{}.json", ports.listen));
+    let gw = start(ports, &config(ports, etcd, &cache));
+    (ports, gw)
+}
+
+fn skip() -> bool {
+    if etcd_binary().is_none() {
+        eprintln!("skipped: no etcd binary (Debian etcd-server)");
+        return true;
+    }
+    false
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+#[test]
+fn a_route_written_through_one_gateway_serves_on_all_three() {
+    if skip() {
+        return;
+    }
+    let etcd = Etcd::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gws: Vec<(Ports, Gateway)> = (0..3).map(|_| gateway(&etcd, dir.path())).collect();
+    let all: Vec<Ports> = gws.iter().map(|(p, _)| *p).collect();
+    let mut times = Vec::new();
+    for i in 0..20 {
+        let body =
+            format!(r#"{{"match":{{"path":"/r{i}"}},"respond":{{"status":200,"body":"r{i}"}}}}"#);
+        let t0 = Instant::now();
+        let resp = admin_common::call(all[i % 3], "PUT", &format!("/routes/r{i}"), &[], &body);
+        assert!(
+            resp.status == 200 || resp.status == 201,
+            "{}",
+            resp.body_str()
+        );
+        let seen = wait_until(Duration::from_secs(10), || {
+            all.iter()
+                .all(|p| serves(*p, &format!("/r{i}"), &format!("r{i}")))
+        });
+        assert!(seen, "route r{i} not served on all three");
+        times.push(t0.elapsed());
+    }
+    times.sort();
+    eprintln!(
+        "propagation (API write on one, serving on 3), 20 changes: p50 {:?} p99 {:?}",
+        percentile(&times, 0.5),
+        percentile(&times, 0.99)
+    );
+    // Every gateway reflects the same etcd revision.
+    let rev = etcd.revision() as f64;
+    assert!(wait_until(Duration::from_secs(5), || all
+        .iter()
+        .all(|p| gauge(*p, "sluicegate_config_revision") == Some(rev))));
+    // A write based on a stale revision is 412 (If-Match), and the
+    // transaction's own comparison holds as well.
+    let (_, etag) = admin_common::config(all[0]);
+    etcd.ctl(&["put", "/sg/routes/x", &route_json("/x", "x")]);
+    assert!(wait_until(Duration::from_secs(5), || serves(
+        all[0], "/x", "x"
+    )));
+    let resp = admin_common::call(
+        all[0],
+        "PUT",
+        "/routes/y",
+        &[("If-Match", &etag)],
+        &route_json("/y", "y"),
+    );
+    assert_eq!(resp.status, 412, "{}", resp.body_str());
+    // Deleting through the API deletes the key.
+    let resp = admin_common::call(all[1], "DELETE", "/routes/r0", &[], "");
+    assert!(resp.status < 300, "{}", resp.body_str());
+    assert_eq!(etcd.ctl(&["get", "/sg/routes/r0"]), "");
+    assert!(wait_until(Duration::from_secs(5), || all
+        .iter()
+        .all(|p| !serves(*p, "/r0", "r0"))));
+}
+
+#[test]
+fn etcd_down_for_10s_under_load_fails_nothing_then_resyncs() {
+    if skip() {
+        return;
+    }
+    let mut etcd = Etcd::start().unwrap();
+    etcd.ctl(&["put", "/sg/routes/a", &route_json("/a", "a")]);
+    let dir = tempfile::tempdir().unwrap();
+    let gws: Vec<(Ports, Gateway)> = (0..3).map(|_| gateway(&etcd, dir.path())).collect();
+    let all: Vec<Ports> = gws.iter().map(|(p, _)| *p).collect();
+    assert!(wait_until(Duration::from_secs(10), || all
+        .iter()
+        .all(|p| serves(*p, "/a", "a"))));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let load: Vec<_> = all
+        .iter()
+        .map(|p| {
+            let (p, stop, ok, failed) = (*p, stop.clone(), ok.clone(), failed.clone());
+            std::thread::spawn(move || {
+                let until = Instant::now() + Duration::from_secs(30);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    if serves(p, "/a", "a") {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    etcd.stop();
+    assert!(wait_until(Duration::from_secs(10), || all
+        .iter()
+        .all(|p| gauge(*p, "sluicegate_etcd_connected") == Some(0.0))));
+    std::thread::sleep(Duration::from_secs(10));
+    etcd.resume();
+    etcd.ctl(&["put", "/sg/routes/b", &route_json("/b", "b")]);
+    let resynced = wait_until(Duration::from_secs(15), || {
+        all.iter().all(|p| serves(*p, "/b", "b"))
+    });
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.join().unwrap();
+    }
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!("etcd down 10 s under load: {ok} requests ok, {failed} failed");
+    assert!(resynced, "the gateways did not resync after etcd came back");
+    assert_eq!(failed, 0);
+    assert!(ok > 1000, "too little load: {ok}");
+    assert!(all
+        .iter()
+        .all(|p| gauge(*p, "sluicegate_etcd_connected") == Some(1.0)));
+}
+
+#[test]
+fn a_gateway_stopped_across_a_compaction_catches_up_and_a_cold_start_serves_the_cache() {
+    if skip() {
+        return;
+    }
+    let mut etcd = Etcd::start().unwrap();
+    for i in 0..5 {
+        etcd.ctl(&[
+            "put",
+            &format!("/sg/routes/k{i}"),
+            &route_json(&format!("/k{i}"), "v1"),
+        ]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ports = Ports::new();
+    let cache = dir.path().join("cache.json");
+    let yaml = config(ports, &etcd, &cache);
+    let gw = start(ports, &yaml);
+    assert!(wait_until(Duration::from_secs(10), || serves(
+        ports, "/k4", "v1"
+    )));
+    drop(gw);
+    // While it is stopped: changes, a delete, then a compaction past them.
+    for i in 0..5 {
+        etcd.ctl(&[
+            "put",
+            &format!("/sg/routes/k{i}"),
+            &route_json(&format!("/k{i}"), "v2"),
+        ]);
+    }
+    etcd.ctl(&["del", "/sg/routes/k0"]);
+    etcd.ctl(&["put", "/sg/routes/n", &route_json("/n", "new")]);
+    let rev = etcd.revision();
+    etcd.ctl(&["compact", &rev.to_string()]);
+    let gw = start(ports, &yaml);
+    let caught_up = wait_until(Duration::from_secs(10), || {
+        (1..5).all(|i| serves(ports, &format!("/k{i}"), "v2")) && serves(ports, "/n", "new")
+    });
+    assert!(caught_up, "{}", gw.stderr());
+    assert!(!serves(ports, "/k0", "v2") && !serves(ports, "/k0", "v1"));
+    assert_eq!(gauge(ports, "sluicegate_config_revision"), Some(rev as f64));
+    // The cache is written by its own thread: wait for this revision's.
+    let cached = wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&cache).is_ok_and(|t| t.contains(&format!("\"revision\":{rev}")))
+    });
+    assert!(cached, "the cache never held revision {rev}");
+    drop(gw);
+    // Started while etcd is down: the cache serves, and it catches up after.
+    etcd.stop();
+    let gw = start(ports, &yaml);
+    assert!(serves(ports, "/n", "new"), "{}", gw.stderr());
+    assert_eq!(gauge(ports, "sluicegate_etcd_connected"), Some(0.0));
+    etcd.resume();
+    etcd.ctl(&["put", "/sg/routes/late", &route_json("/late", "late")]);
+    assert!(wait_until(Duration::from_secs(15), || serves(
+        ports, "/late", "late"
+    )));
+}
+
+#[test]
+fn an_invalid_object_from_etcdctl_is_refused_and_reported() {
+    if skip() {
+        return;
+    }
+    let etcd = Etcd::start().unwrap();
+    etcd.ctl(&["put", "/sg/routes/good", &route_json("/good", "good")]);
+    let dir = tempfile::tempdir().unwrap();
+    let (ports, _gw) = gateway(&etcd, dir.path());
+    assert!(wait_until(Duration::from_secs(10), || serves(
+        ports, "/good", "good"
+    )));
+    etcd.ctl(&["put", "/sg/routes/bad", r#"{"service":"missing"}"#]);
+    etcd.ctl(&["put", "/sg/routes/junk", "{not json"]);
+    let reported = wait_until(Duration::from_secs(10), || {
+        gauge(ports, "sluicegate_etcd_rejected_objects_total") == Some(2.0)
+    });
+    assert!(
+        reported,
+        "rejected: {:?}",
+        gauge(ports, "sluicegate_etcd_rejected_objects_total")
+    );
+    let resp = admin_common::call(ports, "GET", "/reloads", &[], "");
+    let reloads = admin_common::json(&resp);
+    let refused: Vec<&serde_json::Value> = reloads["reloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] == "etcd" && e["applied"] == false)
+        .collect();
+    let text = serde_json::to_string(&refused).unwrap();
+    assert!(
+        text.contains("etcd:routes/bad") && text.contains("etcd:routes/junk"),
+        "{text}"
+    );
+    assert!(text.contains("missing"), "{text}");
+    // The last good config stays, and later good changes still apply.
+    assert!(serves(ports, "/good", "good"));
+    etcd.ctl(&["put", "/sg/routes/more", &route_json("/more", "more")]);
+    assert!(wait_until(Duration::from_secs(10), || serves(
+        ports, "/more", "more"
+    )));
+    assert!(serves(ports, "/good", "good"));
+}
