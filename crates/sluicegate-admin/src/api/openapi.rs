@@ -380,7 +380,7 @@ pub(crate) fn document() -> Doc {
                 "list",
                 "A page of",
                 ("200", "a page", Some("Page")),
-                &[][..],
+                &["400"][..],
                 &[][..],
             ),
             (
