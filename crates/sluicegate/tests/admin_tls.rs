@@ -103,3 +103,56 @@ fn the_admin_listener_speaks_https_with_its_certificate_files() {
     );
     assert_eq!(curl(ports.admin, &ca, "GET", "/healthz", "").0, 200);
 }
+
+/// A listener's certificate changed through the API: `PATCH /settings`
+/// with the whole `listen` list, the address kept, applies without a
+/// restart; a certificate file that does not exist is `400` and the
+/// running one stays.
+#[test]
+fn a_listener_certificate_is_changed_through_the_settings() {
+    let certs = Certs::new();
+    let ports = Ports::new();
+    let tls_port = sluicegate_testkit::free_port();
+    let listen = |name: &str| {
+        serde_json::json!({ "listen": [
+            format!("127.0.0.1:{}", ports.listen),
+            { "addr": format!("127.0.0.1:{tls_port}"), "tls": { "certificates": [
+                { "cert": certs.cert(name), "key": certs.key(name) } ] } }
+        ] })
+    };
+    let yaml = format!(
+        "listen:\n  - \"127.0.0.1:{}\"\n  - {{ addr: \"127.0.0.1:{tls_port}\", tls: {} }}\nadmin: {{ listen: \"127.0.0.1:{}\" }}\nworkers: 1\nroutes:\n  - name: hello\n    match: {{ path_prefix: /hello }}\n    respond: {{ status: 200, body: hi }}\n",
+        ports.listen,
+        certs.tls(&["a"], None, ""),
+        ports.admin,
+    );
+    let _gw = Gateway::start(bin(), &yaml, &[ports.listen, ports.admin, tls_port]);
+    let served = || s_client(tls_port, &["-servername", "a.test"]).served(&certs);
+    assert_eq!(served(), "a");
+
+    let patch = |body: serde_json::Value| {
+        let mut c = sluicegate_testkit::KeepAliveClient::connect(ports.admin_addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Connection", "close"),
+        ];
+        c.send("PATCH", "/settings", &headers, body.to_string().as_bytes())
+            .unwrap();
+        c.read_response_for("PATCH").unwrap()
+    };
+    let resp = patch(listen("a2"));
+    assert_eq!(resp.status, 200, "{}", resp.body_str());
+    assert_eq!(served(), "a2");
+
+    let mut missing = listen("a");
+    missing["listen"][1]["tls"]["certificates"][0]["cert"] = "/nonexistent/a.pem".into();
+    let resp = patch(missing);
+    assert_eq!(resp.status, 400, "{}", resp.body_str());
+    assert!(
+        resp.body_str().contains("/nonexistent/a.pem"),
+        "{}",
+        resp.body_str()
+    );
+    assert_eq!(served(), "a2");
+}
