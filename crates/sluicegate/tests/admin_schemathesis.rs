@@ -45,6 +45,8 @@ fn schemathesis_finds_no_server_error_and_no_answer_off_the_schema() {
         .args(["--max-examples", "30", "--max-time", "90", "--workers", "1"])
         .args(["--request-timeout", "30", "--seed", "21"])
         .arg("--no-color")
+        // Its cache goes to the working directory: the scratch one.
+        .current_dir(dir.path())
         .arg("--report-dir")
         .arg(&report)
         .output()
