@@ -175,7 +175,7 @@ def haproxy_maxconn(cfg_path):
 
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
-                    tls=None, protocol=None):
+                    tls=None, protocol=None, admin_port=None):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -183,7 +183,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     peers' reference configs, so every proxy sends the upstream the same.
     With `tls` ({"cert", "key"} paths), the listener terminates TLS with
     that pair; everything else is the same. `protocol` is the service's
-    (`h2c` for the h2c upstream; unset, HTTP/1.1)."""
+    (`h2c` for the h2c upstream; unset, HTTP/1.1). With `admin_port`, an
+    admin listener (the admin API, no token) on that loopback port."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -195,7 +196,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         "limits: { max_connections: 19000 }\n"
         "reload: { watch: false }\n"
         f"log: {{ level: warn, access: {access} }}\n"
-        "services:\n"
+        + (f'admin: {{ listen: "127.0.0.1:{admin_port}" }}\n' if admin_port else "")
+        + "services:\n"
         "  - name: upstream\n"
         f'    endpoints: ["127.0.0.1:{upstream_port}"]\n'
         "    max_connections_per_endpoint: 1024\n"
@@ -324,6 +326,8 @@ class Launcher:
         self.bin = sluicegate_bin
         self.proxy_cpu = proxy_cpu
         self.load_cpu = load_cpu
+        # Give the sluicegate targets an admin listener (--admin-writes).
+        self.admin = False
         self.upstream = None
         self.upstream_proc = None
         # Upstreams by kind (UPSTREAMS), each a Target; `upstream` above is
@@ -441,8 +445,10 @@ class Launcher:
                 path = f"/~{AUTH_KEY}/test.html"
             busy = BUSY_POLL if name == "sluicegate-busy" else None
             fwd = name == "sluicegate-fwd"
+            if self.admin:
+                extra["admin_port"] = free_port()
             Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls,
-                                                 protocol))
+                                                 protocol, extra.get("admin_port")))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 
 use crate::reload::Reloader;
 use crate::state::{error, etag_of, AdminState};
+use crate::tls::AdminTls;
 use crate::tokens::Tokens;
 
 /// How the admin listener runs.
@@ -30,6 +31,8 @@ pub struct AdminSetup {
     pub tokens: Tokens,
     pub read_only: bool,
     pub etcd: Option<Arc<crate::etcd::Status>>,
+    /// `admin.tls`: HTTPS instead of plain HTTP.
+    pub tls: Option<AdminTls>,
 }
 
 /// Longest a client may take to send a request head (or to start the next
@@ -51,6 +54,7 @@ pub async fn serve(listener: TcpListener, setup: AdminSetup) {
         etcd: setup.etcd,
     };
     let app = router(state);
+    let mut tls = setup.tls;
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -61,14 +65,32 @@ pub async fn serve(listener: TcpListener, setup: AdminSetup) {
             }
         };
         let service = TowerToHyperService::new(app.clone());
+        let acceptor = tls.as_mut().map(AdminTls::acceptor);
         tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+            let Some(acceptor) = acceptor else {
+                return serve_connection(stream, service).await;
+            };
+            // The handshake gets the time a request head gets.
+            match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => serve_connection(stream, service).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "admin TLS handshake failed"),
+                Err(_) => tracing::debug!("admin TLS handshake timed out"),
+            }
         });
     }
+}
+
+/// Serves one connection's requests, bounded by [`HEADER_TIMEOUT`] and
+/// [`CONNECTION_LIFETIME`].
+async fn serve_connection<S>(stream: S, service: TowerToHyperService<Router>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
 }
 
 fn router(state: AdminState) -> Router {

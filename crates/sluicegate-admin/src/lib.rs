@@ -12,8 +12,10 @@ pub mod http;
 mod persist;
 pub mod reload;
 mod state;
+pub mod tls;
 mod tokens;
 
 pub use http::AdminSetup;
 pub use reload::{Overrides, Reloader};
+pub use tls::AdminTls;
 pub use tokens::Tokens;

@@ -315,7 +315,19 @@ pub(crate) fn admin(
     path: Path<'_>,
     listen: &[Listener],
 ) -> Option<AdminConfig> {
-    let f = fields(cx, node, path, "admin", &["listen", "tokens", "read_only"])?;
+    let f = fields(
+        cx,
+        node,
+        path,
+        "admin",
+        &["listen", "tokens", "read_only", "tls"],
+    )?;
+    // The same shape as a listener's `tls`: certificates, default,
+    // client_ca, client_auth, min_version.
+    let tls = match f.get("tls") {
+        None => Some(None),
+        Some(n) => listener_tls(cx, n, path.key("tls")).map(Some),
+    };
     let read_only = match f.get("read_only") {
         None => Some(false),
         Some(n) => reader::boolean(cx, n, path.key("read_only")),
@@ -353,6 +365,7 @@ pub(crate) fn admin(
         listen: addr,
         tokens,
         read_only: read_only?,
+        tls: tls?,
     })
 }
 

@@ -73,6 +73,8 @@ pub struct AdminConfig {
     pub tokens: Vec<AdminToken>,
     /// The API may read the config but never change it (`405`).
     pub read_only: bool,
+    /// Clients speak HTTPS to the admin listener (a listener's `tls`).
+    pub tls: Option<ListenerTls>,
 }
 
 /// One admin API token: the file holding it and what it may do.

@@ -43,5 +43,41 @@ pub fn check_tls_files(config: &sluicegate_config::Config) -> Result<(), String>
                 .map_err(|e| format!("services[{i}].{e}"))?;
         }
     }
+    if let Some(t) = config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
+        admin_tls_config(t)?;
+    }
     Ok(())
+}
+
+/// The rustls config of the admin listener's `tls` (HTTP/1.1 only), built
+/// from its files as a data-plane listener's is. The error names the file.
+pub fn admin_tls_config(
+    tls: &sluicegate_config::ListenerTls,
+) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+    use transport::tls::{config, resolver::CertResolver};
+    let specs: Vec<transport::tls::certs::CertSpec> = tls
+        .certificates
+        .iter()
+        .map(|c| transport::tls::certs::CertSpec {
+            cert: c.cert.clone(),
+            key: c.key.clone(),
+        })
+        .collect();
+    let provider = config::default_provider();
+    let (resolver, warnings) = CertResolver::load(&specs, tls.default, &provider)
+        .map_err(|e| format!("admin.tls: {e}"))?;
+    for w in warnings {
+        tracing::warn!("admin.tls: {w}");
+    }
+    let sessions = config::SessionState::new()?;
+    config::server_config_with_sessions(
+        std::sync::Arc::new(resolver),
+        tls.client_ca.as_deref(),
+        tls.client_ca.is_some() && tls.client_auth == sluicegate_config::ClientAuth::Require,
+        tls.min_version == sluicegate_config::TlsVersion::V1_3,
+        &[b"http/1.1"],
+        provider,
+        &sessions,
+    )
+    .map_err(|e| format!("admin.tls: {e}"))
 }

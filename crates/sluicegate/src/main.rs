@@ -253,6 +253,11 @@ fn serve(
         },
         None => None,
     };
+    // Its certificates are read before the workers start, as theirs are.
+    let admin_tls = match cfg.admin.as_ref().and_then(|a| a.tls.clone()) {
+        Some(t) => Some(sluicegate_admin::AdminTls::new(t)?),
+        None => None,
+    };
     let admin_dup = match &admin_std {
         Some(l) => Some(l.try_clone().map_err(|e| format!("admin listener: {e}"))?),
         None => None,
@@ -345,6 +350,7 @@ fn serve(
                 tokens,
                 read_only,
                 etcd,
+                tls: admin_tls,
             };
             tokio::spawn(sluicegate_admin::http::serve(listener, setup));
         }

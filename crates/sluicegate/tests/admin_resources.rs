@@ -216,3 +216,26 @@ fn settings_and_certificates() {
     let certs = json(&call(ports, "GET", "/certificates", &[], ""));
     assert_eq!(certs["total"], 0);
 }
+
+/// Found by schemathesis: a list's bad `limit` or `offset` answered a `400`
+/// without the `problems` the document gives every `400`.
+#[test]
+fn a_bad_page_is_a_400_with_its_problems() {
+    let ports = Ports::new();
+    let _gw = start_bare(ports);
+    for query in ["offset=null", "limit=-1", "limit=x&offset=1"] {
+        let resp = call(ports, "GET", &format!("/routes?{query}"), &[], "");
+        assert_eq!(resp.status, 400, "{query}: {}", resp.body_str());
+        let body = json(&resp);
+        assert_eq!(body["status"], 400);
+        let problems = body["problems"].as_array().expect("problems");
+        assert_eq!(problems[0]["path"], "$", "{body}");
+        assert!(
+            problems[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("whole numbers"),
+            "{body}"
+        );
+    }
+}

@@ -63,8 +63,17 @@ pub(crate) fn document_body(
         return json_body(body).map(|v| Document::from_json(&v));
     }
     let bytes = body.map_err(|r| Box::new(error(r.status(), &r.body_text())))?;
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| Box::new(error(StatusCode::BAD_REQUEST, "the YAML body is not UTF-8")))?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| {
+        let issue = Issue {
+            path: "$".to_string(),
+            message: "the YAML body is not UTF-8".to_string(),
+        };
+        Box::new(problems(
+            StatusCode::BAD_REQUEST,
+            "malformed YAML",
+            vec![issue],
+        ))
+    })?;
     Document::from_yaml(text).map_err(|p| {
         Box::new(problems(
             StatusCode::BAD_REQUEST,

@@ -127,10 +127,29 @@ fn add(doc: &mut Doc, op: Op<'_>) {
         .operation_id(Some(op.id))
         .summary(Some(op.summary))
         .response(status, ok.build());
+    if status == "200" && op.method == HttpMethod::Put && op.path.contains("{name}") {
+        let created = ResponseBuilder::new()
+            .description("created")
+            .header("ETag", etag.clone())
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(schema_ref("Written")))
+                    .build(),
+            );
+        b = b.response("201", created.build());
+    }
     let mut errors: Vec<&str> = op.errors.to_vec();
     if op.auth {
         errors.extend(["401", "403"]);
         b = b.security(SecurityRequirement::new("bearer", Vec::<String>::new()));
+    } else {
+        // Open: an empty requirement says no token is needed.
+        b = b.security(SecurityRequirement::default());
+    }
+    // Any request whose Content-Length is over the limit is refused.
+    if !errors.contains(&"413") {
+        errors.push("413");
     }
     for e in errors {
         let schema = if e == "400" { "Problems" } else { "Error" };
@@ -216,7 +235,7 @@ fn describe(status: &str) -> &'static str {
         "404" => "no such item",
         "405" => "the API is read-only (admin.read_only)",
         "412" => "If-Match does not name the running revision",
-        "413" => "the body is too large",
+        "413" => "the body is over 32 MiB",
         _ => "error",
     }
 }
@@ -230,6 +249,8 @@ pub(crate) fn document() -> Doc {
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
         );
     }
+    // Relative: the admin listener that serves this document.
+    doc.servers = Some(vec![utoipa::openapi::Server::new("/")]);
     const WRITE: &[&str] = &["400", "405", "412", "413"];
     const WRITE_ONE: &[&str] = &["400", "404", "405", "412", "413"];
     let json_yaml: &[&str] = &["application/json", "application/yaml"];
@@ -359,7 +380,7 @@ pub(crate) fn document() -> Doc {
                 "list",
                 "A page of",
                 ("200", "a page", Some("Page")),
-                &[][..],
+                &["400"][..],
                 &[][..],
             ),
             (
@@ -376,7 +397,7 @@ pub(crate) fn document() -> Doc {
                 HttpMethod::Put,
                 "put",
                 "Create or replace one of",
-                ("200", "replaced (201: created)", Some("Written")),
+                ("200", "replaced", Some("Written")),
                 WRITE,
                 json_only,
             ),
@@ -405,7 +426,7 @@ pub(crate) fn document() -> Doc {
                 Op {
                     path,
                     method,
-                    id: format!("{verb}_{section}"),
+                    id: format!("{verb}{}{}", section[..1].to_uppercase(), &section[1..]),
                     summary: format!("{what} the {section}"),
                     body,
                     ok,

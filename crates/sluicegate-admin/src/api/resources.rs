@@ -194,11 +194,12 @@ async fn list(
     State(state): State<AdminState>,
     page: Result<Query<Page>, QueryRejection>,
 ) -> Response {
-    let Ok(Query(page)) = page else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "limit and offset are whole numbers",
-        );
+    let page = match page {
+        Ok(Query(page)) => page,
+        Err(e) => {
+            let message = format!("limit and offset are whole numbers: {}", e.body_text());
+            return *bad("$", &message);
+        }
     };
     let (doc, revision) = match running(&state).await {
         Ok(r) => r,

@@ -82,6 +82,7 @@ fn full_example_parses_to_the_expected_model() {
             listen: "127.0.0.1:9901".parse().unwrap(),
             tokens: Vec::new(),
             read_only: false,
+            tls: None,
         }),
         workers: Some(4),
         busy_poll: Duration::from_micros(200),
