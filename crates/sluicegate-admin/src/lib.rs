@@ -7,6 +7,7 @@ mod apply;
 mod auth;
 pub mod history;
 pub mod http;
+mod live;
 mod persist;
 pub mod reload;
 
