@@ -10,6 +10,7 @@ pub mod http;
 mod live;
 mod persist;
 pub mod reload;
+mod ui;
 
 pub use auth::Tokens;
 pub use http::AdminSetup;
