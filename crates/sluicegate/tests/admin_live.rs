@@ -2,7 +2,7 @@
 //! route, service and app with rates, percentiles and the gateway's share
 //! of latency; `/live/endpoints` shows an endpoint whose health checks fail
 //! as down; both need a token like the rest of the API, and both are in the
-//! OpenAPI document.
+//! OpenAPI document. Sampling starts at the first `/live`.
 
 mod admin_common;
 mod ops_common;
@@ -45,6 +45,15 @@ apps:\n  - id: shop\n    keys: [\"{KEY}\"]\n",
     assert_eq!(eps["endpoints"][0]["state"], "up");
     assert_eq!(eps["endpoints"][1]["state"], "down");
     assert_eq!(eps["endpoints"][0]["breaker"], "off");
+
+    // The first `/live` starts the sampling: its window is empty.
+    let first = json(&call(ports, "GET", "/live", &auth, ""));
+    assert_eq!(first["window_seconds"], 0.0);
+    assert_eq!(first["total"]["rate"], 0.0);
+    let sampled = wait_until(std::time::Duration::from_secs(5), || {
+        json(&call(ports, "GET", "/live", &auth, ""))["window_seconds"].as_f64() > Some(0.0)
+    });
+    assert!(sampled, "no sample was taken");
 
     for _ in 0..30 {
         assert_eq!(http_get(ports.addr(), "/web/x", &[]).status, 200);

@@ -4,7 +4,10 @@
 //!
 //! A task samples the data plane's cumulative counters once a second and
 //! keeps the last minute; a request compares a fresh sample with the one a
-//! window ago. Nothing here runs on the request path.
+//! window ago. The task samples only while `/live` has been asked for in
+//! the last [`IDLE`], and reads the counters on a blocking thread (a table
+//! of a million apps takes a while to walk). Nothing here runs on the
+//! request path.
 
 pub(crate) mod openapi;
 mod view;
@@ -23,12 +26,16 @@ use serde::Deserialize;
 use sluicegate_proxy::live::Counts;
 use sluicegate_proxy::Shared;
 
-use crate::http::AdminState;
+use axum::http::StatusCode;
+
+use crate::http::{error, AdminState};
 
 /// Samples kept: one a second for a minute, and the one before.
 const KEEP: usize = 61;
-/// The window when a request names none, and the longest one.
+/// The window when a request names none.
 const DEFAULT_WINDOW: u64 = 10;
+/// Sampling stops this long after the last `/live`.
+const IDLE: Duration = Duration::from_secs(120);
 
 /// The counters at one moment.
 pub(crate) struct Sample {
@@ -56,6 +63,8 @@ impl Sample {
 #[derive(Default)]
 pub(crate) struct Samples {
     ring: Mutex<VecDeque<Arc<Sample>>>,
+    /// When `/live` was last asked for.
+    asked: Mutex<Option<Instant>>,
 }
 
 impl Samples {
@@ -65,6 +74,15 @@ impl Samples {
             ring.pop_front();
         }
         ring.push_back(Arc::new(s));
+    }
+
+    fn asked(&self) {
+        *self.asked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    fn wanted(&self) -> bool {
+        let asked = *self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        asked.is_some_and(|t| t.elapsed() < IDLE)
     }
 
     fn all(&self) -> Vec<Arc<Sample>> {
@@ -83,7 +101,13 @@ pub(crate) fn routes(state: &AdminState) -> Router<AdminState> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tick.tick().await;
-            keep.push(Sample::take(&shared));
+            if !keep.wanted() {
+                keep.ring.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                continue;
+            }
+            if let Ok(s) = take(&shared).await {
+                keep.push(s);
+            }
         }
     });
     let all = samples.clone();
@@ -93,8 +117,10 @@ pub(crate) fn routes(state: &AdminState) -> Router<AdminState> {
             "/live/endpoints",
             get(
                 |axum::extract::State(s): axum::extract::State<AdminState>| async move {
-                    let now = Sample::take(&s.shared);
-                    Json(view::endpoints(&now.counts)).into_response()
+                    match take(&s.shared).await {
+                        Ok(now) => Json(view::endpoints(&now.counts)).into_response(),
+                        Err(resp) => resp,
+                    }
                 },
             ),
         )
@@ -102,6 +128,14 @@ pub(crate) fn routes(state: &AdminState) -> Router<AdminState> {
             state.clone(),
             crate::auth::check,
         ))
+}
+
+/// A sample taken on a blocking thread.
+async fn take(shared: &Arc<Shared>) -> Result<Sample, Response> {
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || Sample::take(&shared))
+        .await
+        .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "internal error"))
 }
 
 #[derive(Deserialize)]
@@ -116,7 +150,11 @@ async fn live(
     samples: Arc<Samples>,
 ) -> Response {
     let secs = q.window.unwrap_or(DEFAULT_WINDOW).clamp(1, KEEP as u64 - 1);
-    let now = Sample::take(&state.shared);
+    samples.asked();
+    let now = match take(&state.shared).await {
+        Ok(now) => now,
+        Err(resp) => return resp,
+    };
     let history = samples.all();
     // The newest sample at least the window old, else the oldest there is.
     let old = history
@@ -124,6 +162,6 @@ async fn live(
         .rev()
         .find(|s| now.at.duration_since(s.at) >= Duration::from_secs(secs))
         .or(history.first());
-    let body = view::live(&now, old.map(|s| &**s), &history, secs);
+    let body = view::live(&now, old.map(|s| &**s), &history);
     Json(body).into_response()
 }

@@ -202,15 +202,14 @@ fn app(now: &AppCounts, old: Option<&AppCounts>, secs: f64) -> AppLive {
     }
 }
 
-/// The body of `GET /live`: `now` against `old` (none: against zero).
-pub(crate) fn live(now: &Sample, old: Option<&Sample>, history: &[Arc<Sample>], secs: u64) -> Live {
-    let empty = Counts::default();
+/// The body of `GET /live`: `now` against `old` (none, as on the first
+/// call after a while: an empty window).
+pub(crate) fn live(now: &Sample, old: Option<&Sample>, history: &[Arc<Sample>]) -> Live {
+    let c = &now.counts;
     let (base, span) = match old {
         Some(o) => (&o.counts, now.at.duration_since(o.at).as_secs_f64()),
-        None => (&empty, secs as f64),
+        None => (c, 0.0),
     };
-    let span = if span > 0.0 { span } else { secs as f64 };
-    let c = &now.counts;
     let old_routes = by_route(base);
     let zero = Sum::default();
     let routes = c
