@@ -60,6 +60,8 @@
         el("button", { type: "button", class: "small", onclick: () => edit(it) }, "Edit"),
         del(it[k.key]))],
     ], body.items, "no " + kind);
+    // The revision the list shows (tests wait for it to change).
+    $("t-config").dataset.etag = etag || "";
   }
 
   // A delete button that asks once more.

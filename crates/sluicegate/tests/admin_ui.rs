@@ -4,7 +4,8 @@
 //! gateway with a test upstream and traffic sent all along. Every page
 //! loads without console errors, the overview's numbers move, a route made
 //! in the config form serves requests, an invalid one shows the API's
-//! error beside its field, and each page's screenshot is written under
+//! error beside its field, a route is edited and another deleted, and each
+//! page's screenshot is written under
 //! `target/ui-screenshots/`. Loopback only; bounded in time.
 
 mod admin_common;
@@ -66,7 +67,7 @@ apps:\n  - id: shop\n    keys: [\"{KEY}\"]\n    plan: basic\n",
         ports.admin,
         token.display(),
         up.addr(),
-        respond_route("hello", "/hello", "hi"),
+        respond_route("hello", "/hello", "hi") + &respond_route("spare", "/spare", "spare"),
     );
     let _gw = start(ports, &yaml);
 
@@ -123,6 +124,10 @@ apps:\n  - id: shop\n    keys: [\"{KEY}\"]\n    plan: basic\n",
     let made = json(&call(ports, "GET", "/routes/ui-made", &auth, ""));
     assert_eq!(made["service"], "web");
     assert_eq!(made["strip_prefix"], true);
+    // Edited in the form: GET only now. Deleted in the list: gone.
+    assert_eq!(made["match"]["methods"], serde_json::json!(["GET"]));
+    assert_eq!(call(ports, "GET", "/routes/spare", &auth, "").status, 404);
+    assert_eq!(http_get(ports.addr(), "/spare", &[]).status, 404);
     // The invalid one was refused, beside its field, and changed nothing.
     assert!(seen["invalid"]
         .as_str()
