@@ -103,6 +103,8 @@ fn router(state: AdminState) -> Router {
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(crate::api::openapi_json))
         .merge(api)
+        .merge(crate::live::routes(&state))
+        .merge(crate::ui::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), etag))

@@ -22,6 +22,7 @@ pub(crate) mod upstream;
 
 pub mod fuzzing;
 
+pub use observe::live;
 pub use proto::response::reason;
 pub use runtime::server::{AcceptSwitch, Gateway};
 pub use snapshot::carry::{

@@ -436,6 +436,7 @@ pub(crate) fn document() -> Doc {
             );
         }
     }
+    crate::live::openapi::add(&mut doc);
     doc
 }
 

@@ -39,12 +39,24 @@ pub struct AppSlot {
     pub forbidden: AtomicU64,
     /// Refused 429: over the app's plan.
     pub limited: AtomicU64,
+    /// Answered 4xx (the 403s and 429s above among them) and 5xx.
+    pub client_errors: AtomicU64,
+    pub server_errors: AtomicU64,
+    /// Microseconds from request head to response end, summed.
+    pub latency_us: AtomicU64,
 }
 
 impl AppSlot {
     fn reset(&self) {
         self.limit.reset();
-        for c in [&self.requests, &self.forbidden, &self.limited] {
+        for c in [
+            &self.requests,
+            &self.forbidden,
+            &self.limited,
+            &self.client_errors,
+            &self.server_errors,
+            &self.latency_us,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
     }
@@ -395,6 +407,20 @@ impl AppTable {
 
     pub fn slot(&self, s: u32) -> &AppSlot {
         slot_in(&self.chunks, s)
+    }
+
+    /// Counts the end of a request of app `index` (its status and time).
+    pub fn record(&self, index: u32, status: u16, us: u64) {
+        let Some(a) = self.apps.get(index as usize) else {
+            return;
+        };
+        let slot = self.slot(a.slot);
+        slot.latency_us.fetch_add(us, Ordering::Relaxed);
+        match status {
+            400..=499 => slot.client_errors.fetch_add(1, Ordering::Relaxed),
+            500.. => slot.server_errors.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
     }
 
     /// The app with this id.

@@ -28,6 +28,13 @@ impl Histogram {
         self.sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
+    /// Each bucket's count (not cumulative; the last: over every bound)
+    /// and the sum of the times, in microseconds.
+    pub fn read(&self) -> ([u64; BUCKETS_US.len() + 1], u64) {
+        let counts = std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed));
+        (counts, self.sum_us.load(Ordering::Relaxed))
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         for (i, b) in self.buckets.iter().enumerate() {
@@ -51,6 +58,9 @@ pub struct RouteMetrics {
     /// Index 0 for 1xx ... 4 for 5xx.
     pub status: [AtomicU64; 5],
     pub latency: Histogram,
+    /// Microseconds spent waiting for upstreams (request sent to response
+    /// head), summed over the requests that went upstream.
+    pub upstream_us: AtomicU64,
     /// Requests refused 401 by the route's auth (no or unknown credentials).
     pub unauthorized: AtomicU64,
     /// gRPC calls by the status they ended with (codes 0 to 16); index 17:
@@ -98,15 +108,19 @@ impl RouteMetrics {
             name: name.to_string(),
             status: Default::default(),
             latency: Histogram::default(),
+            upstream_us: AtomicU64::new(0),
             unauthorized: AtomicU64::new(0),
             grpc: Default::default(),
         }
     }
 
-    pub fn record(&self, status: u16, us: u64) {
+    pub fn record(&self, status: u16, us: u64, upstream_us: Option<u64>) {
         let class = (usize::from(status / 100)).clamp(1, 5) - 1;
         self.status[class].fetch_add(1, Ordering::Relaxed);
         self.latency.observe(us);
+        if let Some(up) = upstream_us {
+            self.upstream_us.fetch_add(up, Ordering::Relaxed);
+        }
     }
 
     /// Counts a gRPC call's ending status.

@@ -1,4 +1,5 @@
 //! What the gateway tells operators: Prometheus metrics and the access log.
 
 pub(crate) mod accesslog;
+pub mod live;
 pub(crate) mod metrics;

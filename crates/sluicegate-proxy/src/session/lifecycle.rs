@@ -230,7 +230,12 @@ impl Conn<'_> {
         // the connection.
         bufs.edits.guards.clear();
         let total_us = self.finish(started);
-        route.metrics.record(outcome.status, total_us);
+        route
+            .metrics
+            .record(outcome.status, total_us, outcome.upstream_us);
+        if let Some(app) = bufs.edits.app {
+            snap.apps.record(app, outcome.status, total_us);
+        }
         if bufs.grpc {
             route.metrics.record_grpc(bufs.grpc_status);
         }

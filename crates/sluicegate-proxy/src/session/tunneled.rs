@@ -76,7 +76,9 @@ pub(super) async fn relay_and_record(
         .saturating_duration_since(started)
         .as_micros() as u64;
     let route = &snap.routes[route];
-    route.metrics.record(101, total_us);
+    // A tunnel's time is spent waiting on its two ends: none of it is
+    // the gateway's own.
+    route.metrics.record(101, total_us, Some(total_us));
     let (Some(sink), Some(log)) = (&snap.access_log, log) else {
         return;
     };

@@ -50,6 +50,13 @@ impl Shared {
         }
     }
 
+    /// The live counters of the running snapshot (see `observe::live`).
+    pub fn live(&self) -> crate::observe::live::Counts {
+        let unrouted =
+            std::array::from_fn(|i| self.global.unrouted.status[i].load(Ordering::Relaxed));
+        crate::observe::live::read(&self.snapshot.load(), unrouted)
+    }
+
     /// Prometheus text for everything this crate counts.
     pub fn render_metrics(&self) -> String {
         let mut out = String::with_capacity(8192);

@@ -173,6 +173,18 @@ impl Breaker {
     pub fn is_open(&self, now: u64) -> bool {
         self.enabled.load(Relaxed) && now < self.open_until.load(Relaxed)
     }
+
+    /// The circuit at `now` as a word: `off` (no breaker), `closed`,
+    /// `open` or `half-open`.
+    pub fn state(&self, now: u64) -> &'static str {
+        let until = self.open_until.load(Relaxed);
+        match () {
+            _ if !self.enabled.load(Relaxed) => "off",
+            _ if until == 0 => "closed",
+            _ if now < until => "open",
+            _ => "half-open",
+        }
+    }
 }
 
 /// A circuit as an upgrade carries it to the new process, with times
