@@ -126,7 +126,7 @@ fn drive(
 
 /// Admitted requests over `secs` s with each node driven at `per_node`
 /// requests a second, after `warm` of load (the burst spent).
-fn admitted(nodes: &[&Node], per_node: u64, warm: Duration, secs: u64) -> (u64, u64) {
+fn admitted(nodes: &[&Node], per_node: u64, warm: Duration, secs: u64) -> (u64, u64, f64) {
     let run = Arc::new(AtomicBool::new(true));
     let counting = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
@@ -142,10 +142,18 @@ fn admitted(nodes: &[&Node], per_node: u64, warm: Duration, secs: u64) -> (u64, 
             )
         })
         .collect();
+    let calls = || -> f64 {
+        nodes
+            .iter()
+            .filter_map(|n| n.metric("sluicegate_cluster_redis_calls_total"))
+            .sum()
+    };
     thread::sleep(warm);
+    let before = calls();
     counting.store(true, Ordering::Relaxed);
     thread::sleep(Duration::from_secs(secs));
     counting.store(false, Ordering::Relaxed);
+    let made = calls() - before;
     run.store(false, Ordering::Relaxed);
     for d in drivers {
         d.join().unwrap();
@@ -154,6 +162,7 @@ fn admitted(nodes: &[&Node], per_node: u64, warm: Duration, secs: u64) -> (u64, 
     (
         tally.ok.load(Ordering::Relaxed),
         tally.limited.load(Ordering::Relaxed),
+        made,
     )
 }
 
@@ -167,12 +176,8 @@ fn three_gateways_share_a_global_plan() {
     }
     let refs: Vec<&Node> = nodes.iter().collect();
     // 3 x 70/s = 210/s offered against a plan of 100/s, 10 s counted.
-    let (ok, limited) = admitted(&refs, 70, Duration::from_secs(2), 10);
-    let calls: f64 = nodes
-        .iter()
-        .filter_map(|n| n.metric("sluicegate_cluster_redis_calls_total"))
-        .sum();
-    eprintln!("admitted {ok}, refused {limited}, redis calls {calls} (all time)");
+    let (ok, limited, calls) = admitted(&refs, 70, Duration::from_secs(2), 10);
+    eprintln!("admitted {ok}, refused {limited}, redis calls {calls}");
     assert!(
         (950..=1050).contains(&ok),
         "admitted {ok} of a plan of 1000 in 10 s (refused {limited})"
@@ -279,7 +284,7 @@ fn a_redis_cluster_of_three_masters() {
         assert!(n.wait_metric("sluicegate_cluster_redis_up", 1.0, Duration::from_secs(5)));
     }
     let refs: Vec<&Node> = nodes.iter().collect();
-    let (ok, _) = admitted(&refs, 100, Duration::from_secs(1), 5);
+    let (ok, _, _) = admitted(&refs, 100, Duration::from_secs(1), 5);
     assert!((450..=550).contains(&ok), "admitted {ok} of 500 in 5 s");
     // The limit's key lives on one of the masters.
     let found = cluster
@@ -287,4 +292,39 @@ fn a_redis_cluster_of_three_masters() {
         .iter()
         .any(|n| n.cli(&["-c", "exists", "sg:{shop}:*:p"]).trim() == "1");
     assert!(found, "the bucket is in the cluster");
+}
+
+/// The numbers of docs/benchmarks.md: three gateways, 10 s, several plans
+/// offered 1.5 times their rate: admitted against the plan, and Redis
+/// calls (heartbeats included) per 1,000 requests and per 1,000 admitted.
+/// Run with `--ignored --nocapture`.
+#[test]
+#[ignore]
+fn accuracy_table() {
+    let plans = [
+        (20u64, 4),
+        (100, 20),
+        (300, 60),
+        (1000, 200),
+        (100, 100),
+        (1000, 1000),
+    ];
+    for (rate, burst) in plans {
+        let redis = RedisServer::start();
+        let plan = format!("rate: {rate}/s, burst: {burst}, scope: global");
+        let nodes: Vec<Node> = (0..3).map(|_| start(&redis.url(), false, &plan)).collect();
+        for n in &nodes {
+            assert!(n.wait_metric("sluicegate_cluster_instances", 3.0, Duration::from_secs(5)));
+        }
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let (ok, limited, made) = admitted(&refs, rate / 2, Duration::from_secs(2), 10);
+        eprintln!(
+            "| {rate}/s | {burst} | {} | {ok} | {:+.1}% | {} | {:.0} | {:.0} |",
+            rate * 10,
+            (ok as f64 / (rate * 10) as f64 - 1.0) * 100.0,
+            ok + limited,
+            made * 1000.0 / (ok + limited) as f64,
+            made * 1000.0 / ok as f64,
+        );
+    }
 }
