@@ -216,14 +216,14 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     apps = "".join(
         f'  - id: app{i}\n    keys: ["bench-app-{i:07d}-key"]\n    plan: bench\n'
         for i in range(AUTH_APPS))
-    scope = ""
+    scope, cluster = "", ""
     if redis_port:
         scope = ", scope: global"
-        text += f'cluster: {{ redis: {{ url: "redis://127.0.0.1:{redis_port}" }} }}\n'
+        cluster = f'cluster: {{ redis: {{ url: "redis://127.0.0.1:{redis_port}" }} }}\n'
     return (text + "    auth: app_key\n"
             "plans:\n  bench: { rate: 1000000000/s, quota: 1000000000000/day, concurrency: 100000"
             + scope + " }\n"
-            "apps:\n" + apps)
+            + cluster + "apps:\n" + apps)
 
 
 def http_get(port, path="/test.html", timeout=2.0, cafile=None):

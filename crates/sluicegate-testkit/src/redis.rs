@@ -37,7 +37,7 @@ impl RedisServer {
             .tempdir()
             .expect("temp dir for redis");
         let mut r = RedisServer {
-            port: free_port(),
+            port: port_for(cluster),
             dir,
             child: None,
             cluster,
@@ -70,6 +70,15 @@ impl RedisServer {
             "redis-server did not listen on {}",
             self.port
         );
+        let exited = self
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
+        assert!(
+            exited.is_none(),
+            "redis-server on {} exited: {exited:?}",
+            self.port
+        );
     }
 
     /// Kills the server (its data is gone: nothing is saved).
@@ -87,6 +96,18 @@ impl RedisServer {
     /// Runs `redis-cli -p PORT ARGS...` and returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
         redis_cli(self.port, args)
+    }
+}
+
+/// A free port; for a cluster node, one whose bus port (+10000) is free too.
+fn port_for(cluster: bool) -> u16 {
+    loop {
+        let p = free_port();
+        if !cluster
+            || (p < 55_000 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok())
+        {
+            return p;
+        }
     }
 }
 

@@ -17,8 +17,11 @@ use crate::apps::limit::window_of;
 
 /// How often the plane looks at every lease.
 const TICK: Duration = Duration::from_millis(10);
-/// A lease holds about this much of the recent demand.
-const HORIZON: f64 = 0.1;
+/// A lease holds about this much of the recent demand (refilled when half
+/// is spent: the plane may be late by up to half of it under load).
+const HORIZON: f64 = 0.25;
+/// The demand is measured over windows this long (seconds).
+const MEASURE: f64 = 0.1;
 /// A limit with no request for this long gives its lease back.
 const IDLE: Duration = Duration::from_secs(1);
 /// Longest wait for one call to Redis before it counts as lost.
@@ -93,17 +96,18 @@ async fn connect(cfg: &RedisConfig) -> Result<Conn, String> {
 
 /// What the plane remembers of one global limit between ticks.
 struct KeyState {
-    /// Requests per second lately, and the window being counted.
+    /// Requests per second lately, the window being counted, and when the
+    /// plane last looked.
     demand: f64,
     counted: u64,
     since: Instant,
+    visited: Instant,
     last_demand: Instant,
     /// No rate lease before this (Redis's bucket was dry).
     rate_next: Instant,
     /// The quota window leased for, and no quota lease before `quota_next`.
     window: u64,
     quota_next: Instant,
-    seen: u64,
 }
 
 /// Runs the plane for `cfg` until the process ends; `globals` gives the
@@ -113,7 +117,7 @@ pub async fn run(globals: impl Fn() -> Arc<Globals>, cfg: RedisConfig) {
     let me = format!("{}-{:016x}", std::process::id(), fastrand::u64(..));
     let scripts = Scripts::new();
     let mut keys: HashMap<Arc<str>, KeyState> = HashMap::new();
-    let mut pass = 0u64;
+    let mut known: Option<Arc<Globals>> = None;
     loop {
         let mut conn = match connect(&cfg).await {
             Ok(c) => c,
@@ -139,12 +143,17 @@ pub async fn run(globals: impl Fn() -> Arc<Globals>, cfg: RedisConfig) {
                 next_beat = now + BEAT;
                 back(&cfg);
             }
-            pass += 1;
             let snap = globals();
-            if let Err(e) = lease_all(&mut conn, &scripts, &snap, &mut keys, pass, now).await {
+            if !known.as_ref().is_some_and(|k| Arc::ptr_eq(k, &snap)) {
+                // A new snapshot: forget the limits it no longer has.
+                let live: std::collections::HashSet<&str> =
+                    snap.list.iter().map(|g| &*g.key).collect();
+                keys.retain(|k, _| live.contains(&**k));
+                known = Some(snap.clone());
+            }
+            if let Err(e) = lease_all(&mut conn, &scripts, &snap, &mut keys, now).await {
                 break e;
             }
-            keys.retain(|_, k| k.seen == pass);
         };
         STATE.errors.fetch_add(1, Ordering::Relaxed);
         lost(&globals(), &err);
@@ -185,22 +194,32 @@ async fn lease_all(
     scripts: &Scripts,
     snap: &Globals,
     keys: &mut HashMap<Arc<str>, KeyState>,
-    pass: u64,
     now: Instant,
 ) -> Result<(), String> {
     let n = STATE.instances.load(Ordering::Relaxed).max(1);
     for g in &snap.list {
+        let Some(state) = snap.state(g) else {
+            continue;
+        };
+        // At rest (most limits, most of the time): nothing asked, nothing
+        // held, nothing to do; no lookup, no clock.
+        let lease = &state.lease;
+        if lease.asked.load(Ordering::Relaxed) == 0
+            && lease.rate.load(Ordering::Relaxed) <= 0
+            && lease.quota.load(Ordering::Relaxed) <= 0
+        {
+            continue;
+        }
         let ks = keys.entry(g.key.clone()).or_insert_with(|| KeyState {
             demand: 0.0,
             counted: 0,
             since: now,
+            visited: now,
             last_demand: now - IDLE,
             rate_next: now,
             window: 0,
             quota_next: now,
-            seen: pass,
         });
-        ks.seen = pass;
         lease_one(conn, scripts, snap, g, ks, n, now).await?;
     }
     Ok(())
@@ -225,11 +244,15 @@ async fn lease_one(
         ks.last_demand = now;
     }
     let span = now.duration_since(ks.since).as_secs_f64();
-    if span >= HORIZON {
+    if span >= MEASURE {
         ks.demand = (ks.demand + ks.counted as f64 / span) / 2.0;
         ks.counted = 0;
         ks.since = now;
     }
+    // A sudden rise counts at once (the average follows in a few windows).
+    let dt = now.duration_since(ks.visited).as_secs_f64().max(0.001);
+    ks.visited = now;
+    let demand = ks.demand.max(asked as f64 / dt);
     let idle = now.duration_since(ks.last_demand) >= IDLE;
     if let Some((interval, burst)) = g.plan.rate {
         let interval_us = interval as f64 / 1000.0;
@@ -245,7 +268,7 @@ async fn lease_one(
             }
         } else if now >= ks.rate_next {
             let cap = (burst / (2 * n)).max(1) as f64;
-            let target = (ks.demand * HORIZON).ceil().clamp(1.0, cap) as i64;
+            let target = (demand * HORIZON).ceil().clamp(1.0, cap) as i64;
             if level <= 0 || level < (target + 1) / 2 {
                 let want = (target - level).max(1);
                 let mut inv = scripts.take.key(&*g.key);
@@ -294,7 +317,7 @@ async fn lease_one(
             }
         } else if now >= ks.quota_next {
             let cap = (limit / (10 * n)).max(1) as f64;
-            let target = (ks.demand * HORIZON).ceil().clamp(1.0, cap) as i64;
+            let target = (demand * HORIZON).ceil().clamp(1.0, cap) as i64;
             if level <= 0 || level < (target + 1) / 2 {
                 let want = (target - level).max(1);
                 let mut inv = scripts.quota.key(&key);
