@@ -176,7 +176,9 @@ impl LimitState {
     }
 
     /// [`LimitState::try_admit`] with the numbers given one by one (a
-    /// global plan's share while Redis is unreachable).
+    /// global plan's share while Redis is unreachable). Inlined, so a local
+    /// plan's check reads its numbers in place as before.
+    #[inline(always)]
     pub(crate) fn admit_parts(
         &self,
         rate: Option<(u64, u64)>,
