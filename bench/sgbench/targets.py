@@ -35,10 +35,14 @@ PACKAGES = {
 # a service has by default, to measure what they cost. nginx-log (run only when
 # named) is the reference nginx with a buffered JSON access log, the like-for-like
 # peer of sluicegate-log.
-ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-busy",
-               "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
+ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-global",
+               "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
                "sluicegate-tls", "haproxy-tls", "nginx-tls")
-DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS if t not in ("sluicegate-fwd", "nginx-log"))
+# sluicegate-global (run only when named) is sluicegate-auth with the plan
+# `scope: global`, its leases taken from a redis-server the harness starts on
+# the load generator's CPU.
+DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
+                        if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global"))
 # The targets terminating TLS: the TLS scenarios run these and only these,
 # the plain scenarios never do. The peers' TLS configs are the shared
 # templates haproxy-tls.cfg and nginx-proxy-tls.conf; sluicegate-tls is the
@@ -175,7 +179,7 @@ def haproxy_maxconn(cfg_path):
 
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
-                    tls=None, protocol=None, admin_port=None):
+                    tls=None, protocol=None, admin_port=None, redis_port=None):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -184,7 +188,9 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     With `tls` ({"cert", "key"} paths), the listener terminates TLS with
     that pair; everything else is the same. `protocol` is the service's
     (`h2c` for the h2c upstream; unset, HTTP/1.1). With `admin_port`, an
-    admin listener (the admin API, no token) on that loopback port."""
+    admin listener (the admin API, no token) on that loopback port. With
+    `redis_port` (and `auth`), the plan is `scope: global`, counted in that
+    Redis."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -213,9 +219,14 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     apps = "".join(
         f'  - id: app{i}\n    keys: ["bench-app-{i:07d}-key"]\n    plan: bench\n'
         for i in range(AUTH_APPS))
+    scope, cluster = "", ""
+    if redis_port:
+        scope = ", scope: global"
+        cluster = f'cluster: {{ redis: {{ url: "redis://127.0.0.1:{redis_port}" }} }}\n'
     return (text + "    auth: app_key\n"
-            "plans:\n  bench: { rate: 1000000000/s, quota: 1000000000000/day, concurrency: 100000 }\n"
-            "apps:\n" + apps)
+            "plans:\n  bench: { rate: 1000000000/s, quota: 1000000000000/day, concurrency: 100000"
+            + scope + " }\n"
+            + cluster + "apps:\n" + apps)
 
 
 def http_get(port, path="/test.html", timeout=2.0, cafile=None):
@@ -440,20 +451,30 @@ class Launcher:
                 access = os.path.join(d, "access.log")
                 extra["access_log"] = access
             cfg = os.path.join(d, "sluicegate.yaml")
-            auth = name == "sluicegate-auth"
+            auth = name in ("sluicegate-auth", "sluicegate-global")
             if auth:
                 path = f"/~{AUTH_KEY}/test.html"
+            redis_port = None
+            redis_proc = None
+            if name == "sluicegate-global":
+                redis_port = free_port()
+                redis_proc = self.reg.spawn("redis-server", ["redis-server", "--port", str(redis_port),
+                                                "--bind", "127.0.0.1", "--save", "",
+                                                "--appendonly", "no", "--dir", d],
+                               os.path.join(d, "redis.log"), cpu=self.load_cpu)
             busy = BUSY_POLL if name == "sluicegate-busy" else None
             fwd = name == "sluicegate-fwd"
             if self.admin:
                 extra["admin_port"] = free_port()
             Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls,
-                                                 protocol, extra.get("admin_port")))
+                                                 protocol, extra.get("admin_port"), redis_port))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]
             proc = self.reg.spawn(name, argv, os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra["config"] = cfg
+            if redis_proc is not None:
+                extra["redis_proc"] = redis_proc
         elif name in ("haproxy", "haproxy-tls"):
             d = self.reg.tmpdir(f"sgbench-{name}-")
             values = {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM": f"127.0.0.1:{up}",
@@ -495,3 +516,5 @@ class Launcher:
     def stop(self, target):
         if target.proc is not None:
             self.reg.kill(target.proc)
+        if target.extra.get("redis_proc") is not None:
+            self.reg.kill(target.extra["redis_proc"])

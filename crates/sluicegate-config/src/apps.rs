@@ -9,7 +9,16 @@ use crate::model::{App, AppKeySources, LimitKey, Plan, Quota, QuotaWindow, Rate,
 use crate::reader::{self, duplicates, fields, Cx, Path, Seen};
 use crate::yaml::{quote, Node, Pos};
 
-const PLAN_KEYS: &[&str] = &["rate", "burst", "quota", "concurrency"];
+const PLAN_KEYS: &[&str] = &[
+    "rate",
+    "burst",
+    "quota",
+    "concurrency",
+    "scope",
+    "on_failure",
+];
+/// The keys that set a limit (the others qualify them).
+const PLAN_LIMITS: &[&str] = &["rate", "burst", "quota", "concurrency"];
 const APP_KEYS: &[&str] = &[
     "id",
     "keys",
@@ -22,7 +31,7 @@ const APP_KEYS: &[&str] = &[
     "mtls",
 ];
 const APP_KEY_KEYS: &[&str] = &["header", "query", "path_segment"];
-const ROUTE_LIMIT_KEYS: &[&str] = &["rate", "burst", "concurrency", "per"];
+const ROUTE_LIMIT_KEYS: &[&str] = &["rate", "burst", "concurrency", "per", "scope", "on_failure"];
 
 /// Decodes a route's `limit`.
 pub(crate) fn route_limit(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<RouteLimit> {
@@ -60,11 +69,15 @@ pub(crate) fn route_limit(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Ro
         cx.at(f.pos, path, "a limit needs rate or concurrency");
         return None;
     }
+    let by_route = per == Some(LimitKey::Route);
+    let (scope, on_failure) = crate::cluster::route_scope(cx, &f, path, by_route);
     Some(RouteLimit {
         rate,
         burst: burst.or(rate.map(|r| r.count)),
         concurrency,
         per: per?,
+        scope,
+        on_failure,
     })
 }
 
@@ -120,7 +133,7 @@ fn plan(cx: &mut Cx, node: &Node, path: Path<'_>, name: &str) -> Option<Plan> {
     if f.get("burst").is_some() && f.get("rate").is_none() {
         cx.at(f.pos, path, "burst needs a rate");
     }
-    if PLAN_KEYS.iter().all(|k| f.get(k).is_none()) {
+    if PLAN_LIMITS.iter().all(|k| f.get(k).is_none()) {
         cx.at(
             f.pos,
             path,
@@ -128,12 +141,15 @@ fn plan(cx: &mut Cx, node: &Node, path: Path<'_>, name: &str) -> Option<Plan> {
         );
         return None;
     }
+    let (scope, on_failure) = crate::cluster::plan_scope(cx, &f, path);
     Some(Plan {
         name: name.to_string(),
         rate,
         burst: burst.or(rate.map(|r| r.count)),
         quota,
         concurrency,
+        scope,
+        on_failure,
     })
 }
 

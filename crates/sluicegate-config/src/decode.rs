@@ -32,6 +32,7 @@ const TOP_KEYS: &[&str] = &[
     "trusted_proxies",
     "http2",
     "config_source",
+    "cluster",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -57,6 +58,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         trusted_proxies: Vec::new(),
         http2: Default::default(),
         config_source: None,
+        cluster: Default::default(),
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -133,7 +135,30 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     if let Some(node) = f.get("ip") {
         config.ip = crate::policy::ip_rules(cx, node, path.key("ip")).unwrap_or_default();
     }
+    if let Some(node) = f.get("cluster") {
+        config.cluster = crate::cluster::cluster(cx, node, path.key("cluster"));
+    }
+    if config.cluster.redis.is_none() {
+        global_needs_redis(cx, &f, &config);
+    }
     config
+}
+
+/// A `scope: global` limit without `cluster.redis` has nowhere to count.
+fn global_needs_redis(cx: &mut Cx, f: &reader::Fields<'_>, config: &Config) {
+    use crate::model::Scope;
+    const WHY: &str = "has scope: global but cluster.redis is not set";
+    for p in config.plans.iter().filter(|p| p.scope == Scope::Global) {
+        let pos = f.get("plans").map_or(f.pos, |n| n.pos);
+        cx.at(pos, Path::Root.key("plans").key(&p.name), WHY);
+    }
+    for r in &config.routes {
+        if r.limit.as_ref().is_some_and(|l| l.scope == Scope::Global) {
+            let pos = f.get("routes").map_or(f.pos, |n| n.pos);
+            let msg = format_args!("route {} {WHY}", crate::yaml::quote(&r.name));
+            cx.at(pos, Path::Root.key("routes"), msg);
+        }
+    }
 }
 
 /// `workers`: `auto` (one per core) or a positive number of threads.

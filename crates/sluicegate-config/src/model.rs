@@ -63,6 +63,30 @@ pub struct Config {
     /// Where the rest of the config is kept (`config_source`); `None`:
     /// this file is the whole config.
     pub config_source: Option<crate::source::ConfigSource>,
+    /// State shared by a fleet of instances (`scope: global` limits).
+    pub cluster: ClusterConfig,
+}
+
+/// `cluster`: what the instances of a fleet share.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterConfig {
+    /// Where global limits and quotas are kept; `None`: nowhere (every
+    /// limit is then `scope: local`).
+    pub redis: Option<RedisConfig>,
+}
+
+/// `cluster.redis`: a Redis server, or a Redis Cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `redis://host:port[/db]` (or `rediss://` for TLS): a seed node for
+    /// a Redis Cluster.
+    pub url: String,
+    /// Speak TLS to Redis (a `redis://` URL is then used as `rediss://`).
+    pub tls: bool,
+    /// A file holding the password (read when connecting, never logged).
+    pub password_file: Option<PathBuf>,
+    /// The server is a Redis Cluster.
+    pub cluster: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -3,13 +3,15 @@
 //! metrics and access logging. Folders by concern, in dependency order
 //! (a folder uses those listed after it, never one before it):
 //! `runtime` (workers, listeners, deadlines), `session` (per-connection
-//! drivers), `upstream` (forwarding, pools, balancing, health), `filters`
-//! and `apps` (the request phases), `route`, `observe` (metrics, access
+//! drivers), `upstream` (forwarding, pools, balancing, health), `filters`,
+//! `cluster` (global limits leased from Redis) and `apps` (the request
+//! phases), `route`, `observe` (metrics, access
 //! log), `transport` (streams and socket I/O), `proto` (HTTP/1.1 codec,
 //! gateway answers, HTTP/2 streams as HTTP/1.1 messages). `snapshot` ties the runtime tables together. See
 //! `docs/architecture.md` for the request lifecycle.
 
 pub(crate) mod apps;
+pub mod cluster;
 pub(crate) mod filters;
 pub(crate) mod observe;
 pub(crate) mod proto;

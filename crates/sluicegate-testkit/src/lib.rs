@@ -5,6 +5,8 @@
 //!   [`RawUpstream`] for tests that write arbitrary bytes.
 //! - [`nginx`]: [`Nginx`], Debian's nginx started on a free port with a fixed site.
 //! - [`haproxy`]: [`Haproxy`], Debian's HAProxy with a test's config, as a peer.
+//! - [`redis`]: [`RedisServer`] and [`RedisCluster`], Debian's `redis-server`
+//!   on free loopback ports.
 //! - [`gateway`]: [`Gateway`], the sluicegate binary run from a YAML string.
 //! - [`client`]: blocking helpers ([`http_get`], [`raw_exchange`],
 //!   [`KeepAliveClient`]) with a 5 s default timeout.
@@ -20,6 +22,7 @@ pub mod curl;
 pub mod gateway;
 pub mod haproxy;
 pub mod nginx;
+pub mod redis;
 pub mod upstream;
 mod wire;
 
@@ -30,4 +33,5 @@ pub use curl::{curl_request, Proto};
 pub use gateway::{free_port, Gateway};
 pub use haproxy::Haproxy;
 pub use nginx::Nginx;
+pub use redis::{RedisCluster, RedisServer};
 pub use upstream::{read_request_head, RawUpstream, SeenRequest, TestUpstream};

@@ -220,6 +220,7 @@ fn serve(
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let shared = sluicegate_proxy::Shared::new(&cfg)?;
+    let cfg_redis = cfg.cluster.redis.clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -341,6 +342,7 @@ fn serve(
         sluicegate_admin::etcd::start(&reloader, e, rt.handle())
     });
     give_back_free_memory();
+    let redis = cfg_redis;
     let mut handed_over = false;
     rt.block_on(async {
         if let Some(listener) = admin {
@@ -356,6 +358,11 @@ fn serve(
         }
         // Health checks run here, once per process, not in the workers.
         tokio::spawn(sluicegate_proxy::run_health_checks(shared.clone()));
+        // So do the leases of global limits from Redis.
+        if let Some(redis) = redis {
+            let s = shared.clone();
+            tokio::spawn(sluicegate_proxy::cluster::run(move || s.globals(), redis));
+        }
         let mut tick = tokio::time::interval(watch.poll_interval.max(Duration::from_millis(50)));
         loop {
             tokio::select! {

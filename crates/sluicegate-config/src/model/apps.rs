@@ -85,8 +85,33 @@ pub struct Plan {
     /// rate's count. Only with `rate`.
     pub burst: Option<u64>,
     pub quota: Option<Quota>,
-    /// Requests in flight at once.
+    /// Requests in flight at once (always per process).
     pub concurrency: Option<u64>,
+    /// Where the rate and quota are counted: this process, or the fleet.
+    pub scope: Scope,
+    /// What a `scope: global` plan does while Redis is unreachable.
+    pub on_failure: OnFailure,
+}
+
+/// Where a limit's rate and quota are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// In this process only (each instance enforces the whole limit).
+    #[default]
+    Local,
+    /// Across every instance sharing `cluster.redis`.
+    Global,
+}
+
+/// What a global limit does while Redis cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailure {
+    /// Each instance enforces its share of the limit (the limit divided by
+    /// the instances last seen alive in Redis).
+    #[default]
+    Local,
+    /// Refuse the requests the limit covers.
+    Deny,
 }
 
 /// An application allowed to call authenticated routes.

@@ -1,7 +1,7 @@
 //! A route in the model: its `match` conditions, its action (proxy or
 //! respond), how it authenticates apps, its own limit and its rewrite.
 
-use super::{Cors, HeaderOps, IpRules, Rate};
+use super::{Cors, HeaderOps, IpRules, OnFailure, Rate, Scope};
 
 /// A route's own limit, for every caller (with or without an app).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,6 +11,9 @@ pub struct RouteLimit {
     pub burst: Option<u64>,
     pub concurrency: Option<u64>,
     pub per: LimitKey,
+    /// `global` only with `per: route`.
+    pub scope: Scope,
+    pub on_failure: OnFailure,
 }
 
 /// Whose requests a route limit counts together.

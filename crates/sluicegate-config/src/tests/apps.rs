@@ -56,6 +56,8 @@ app_key: { header: X-Key, query: off, path_segment: false }
                 window: QuotaWindow::Day
             }),
             concurrency: Some(50),
+            scope: Scope::Local,
+            on_failure: OnFailure::Local,
         }
     );
     // burst defaults to the rate's count.
@@ -214,6 +216,8 @@ fn route_limits() {
             burst: Some(10),
             concurrency: Some(4),
             per: LimitKey::ClientIp,
+            scope: Scope::Local,
+            on_failure: OnFailure::Local,
         })
     );
     assert_eq!(c.routes[1].limit.as_ref().unwrap().per, LimitKey::Route);

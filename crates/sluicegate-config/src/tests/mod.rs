@@ -1,6 +1,7 @@
 //! Tests of `parse` and `load` on whole configs: valid ones here, errors and hostile input in submodules.
 
 mod apps;
+mod cluster;
 mod errors;
 mod hostile;
 mod resilience;
@@ -257,6 +258,7 @@ fn full_example_parses_to_the_expected_model() {
         trusted_proxies: vec![],
         http2: Http2Settings::default(),
         config_source: None,
+        cluster: ClusterConfig::default(),
     };
     assert_eq!(ok(FULL), expected);
 }

@@ -13,16 +13,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sluicegate_config::{Plan, QuotaWindow};
+use sluicegate_config::{OnFailure, Plan, QuotaWindow, Scope};
+
+use crate::apps::lease::Lease;
 
 /// A plan compiled for the data plane.
 #[derive(Debug, Clone)]
 pub struct PlanRt {
     pub name: Arc<str>,
     /// Nanoseconds between requests at the steady rate, and the burst.
-    rate: Option<(u64, u64)>,
-    quota: Option<(u64, QuotaWindow)>,
-    concurrency: Option<u64>,
+    pub(crate) rate: Option<(u64, u64)>,
+    pub(crate) quota: Option<(u64, QuotaWindow)>,
+    pub(crate) concurrency: Option<u64>,
+    /// `scope: global`: the rate and quota are spent from the state's
+    /// [`Lease`] (the filters ask `crate::cluster`); what to do without
+    /// Redis.
+    pub(crate) global: Option<OnFailure>,
 }
 
 impl PlanRt {
@@ -35,6 +41,7 @@ impl PlanRt {
             }),
             quota: p.quota.map(|q| (q.limit, q.window)),
             concurrency: p.concurrency,
+            global: (p.scope == Scope::Global).then_some(p.on_failure),
         }
     }
 }
@@ -47,6 +54,8 @@ pub struct LimitState {
     /// Quota window number (low 24 bits, high part) and count (low 40 bits).
     quota: AtomicU64,
     in_flight: AtomicU64,
+    /// Tokens leased from Redis, for a `scope: global` plan.
+    pub(crate) lease: Lease,
 }
 
 /// Why a request was refused, and what to tell the client.
@@ -119,7 +128,7 @@ pub(crate) const QUOTA_COUNT_MAX: u64 = COUNT_MASK;
 
 /// The calendar window `t` falls in (UTC), as a number that changes
 /// when the window does, and the seconds left in it.
-fn window_of(t: SystemTime, w: QuotaWindow) -> (u64, u64) {
+pub(crate) fn window_of(t: SystemTime, w: QuotaWindow) -> (u64, u64) {
     let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
     let span = |len: u64| (secs / len, len - secs % len);
     match w {
@@ -163,8 +172,23 @@ impl LimitState {
         now: Instant,
         wall: impl FnOnce() -> SystemTime,
     ) -> Result<(bool, Charged), Refusal> {
+        self.admit_parts(plan.rate, plan.quota, plan.concurrency, now, wall)
+    }
+
+    /// [`LimitState::try_admit`] with the numbers given one by one (a
+    /// global plan's share while Redis is unreachable). Inlined, so a local
+    /// plan's check reads its numbers in place as before.
+    #[inline(always)]
+    pub(crate) fn admit_parts(
+        &self,
+        rate: Option<(u64, u64)>,
+        quota: Option<(u64, QuotaWindow)>,
+        concurrency: Option<u64>,
+        now: Instant,
+        wall: impl FnOnce() -> SystemTime,
+    ) -> Result<(bool, Charged), Refusal> {
         let mut undo = Undo(None);
-        if let Some(max) = plan.concurrency {
+        if let Some(max) = concurrency {
             if self.in_flight.fetch_add(1, Ordering::Relaxed) >= max {
                 self.in_flight.fetch_sub(1, Ordering::Relaxed);
                 return Err(Refusal {
@@ -178,7 +202,7 @@ impl LimitState {
         }
         let mut charged = Charged::default();
         let mut rate_undo = None;
-        if let Some((interval, burst)) = plan.rate {
+        if let Some((interval, burst)) = rate {
             let now_ns = mono_ns(now);
             let window = interval.saturating_mul(burst);
             let mut cur = self.tat.load(Ordering::Relaxed);
@@ -211,7 +235,7 @@ impl LimitState {
                 }
             }
         }
-        if let Some((limit, w)) = plan.quota {
+        if let Some((limit, w)) = quota {
             let (win, left) = window_of(wall(), w);
             let tag = win & ((1 << (64 - COUNT_BITS)) - 1);
             let mut cur = self.quota.load(Ordering::Relaxed);
@@ -268,6 +292,19 @@ impl LimitState {
         for c in [&self.tat, &self.quota, &self.in_flight] {
             c.store(0, Ordering::Relaxed);
         }
+        self.lease.reset();
+    }
+
+    /// The rate and quota back to rest, requests in flight kept (a global
+    /// plan starting to count its share locally).
+    pub(crate) fn reset_counts(&self) {
+        self.tat.store(0, Ordering::Relaxed);
+        self.quota.store(0, Ordering::Relaxed);
+    }
+
+    /// Takes back a concurrency slot from a refused request.
+    pub(crate) fn unadmit_slot(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Requests now in flight under this state.
@@ -410,6 +447,8 @@ mod tests {
                 window: QuotaWindow::Day,
             }),
             concurrency: conc,
+            scope: Scope::Local,
+            on_failure: OnFailure::Local,
         })
     }
 

@@ -11,6 +11,7 @@
 //! The key index is in `keys`, an app's rules and JWT key in `policy`.
 
 mod keys;
+pub(crate) mod lease;
 pub(crate) mod limit;
 mod policy;
 
@@ -479,6 +480,29 @@ impl AppTable {
                     (self.id(a), Some(&**name), &self.slot(slot).limit)
                 });
             own.chain(by_service)
+        })
+    }
+
+    /// Every app slot under a `scope: global` plan: the Redis key of its
+    /// limit (the app, the service of a `plans_by_service` entry or `*`,
+    /// the plan), the slot and the plan.
+    pub(crate) fn global_slots(&self) -> impl Iterator<Item = (String, u32, &PlanRt)> + '_ {
+        let global = move |p: u32| self.plans.get(p as usize).filter(|p| p.global.is_some());
+        (0..self.apps.len() as u32).flat_map(move |a| {
+            let rec = &self.apps[a as usize];
+            let policy = &self.policies[rec.policy as usize];
+            let own = global(policy.default_plan)
+                .map(|p| (format!("sg:{{{}}}:*:{}", self.id(a), p.name), rec.slot, p));
+            let by_service = policy
+                .by_service
+                .iter()
+                .enumerate()
+                .filter_map(move |(i, e)| {
+                    let p = global(e.2)?;
+                    let slot = self.extra_slots[rec.extra as usize + i];
+                    Some((format!("sg:{{{}}}:{}:{}", self.id(a), e.1, p.name), slot, p))
+                });
+            own.into_iter().chain(by_service)
         })
     }
 

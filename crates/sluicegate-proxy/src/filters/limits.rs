@@ -47,7 +47,11 @@ fn charge_or_refuse(
     cx: &mut ReqCx<'_>,
     on_refuse: impl FnOnce(),
 ) -> Result<(), Refuse> {
-    match state.try_admit(plan, cx.now, SystemTime::now) {
+    let admitted = match plan.global {
+        None => state.try_admit(plan, cx.now, SystemTime::now),
+        Some(on_failure) => crate::cluster::admit(state, plan, on_failure, cx.now, SystemTime::now),
+    };
+    match admitted {
         Ok((slot, c)) => {
             if slot {
                 cx.edits.guards.push(guard());

@@ -11,6 +11,7 @@ use sluicegate_config::{Action, Auth, Balance, Config, HashKey, LimitKey, Plan};
 use super::{ActionRt, Registry, RouteRt, ServiceRt, Snapshot};
 use crate::apps::limit::PlanRt;
 use crate::apps::AppTable;
+use crate::cluster::{GlobalRt, Globals, Holder};
 use crate::filters::{
     AppKeyAuth, CorsPolicy, Filter, Filters, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth,
     MtlsAuth, MtlsIndex, PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
@@ -178,6 +179,7 @@ fn compile_routes(
     let mut routes = Vec::with_capacity(config.routes.len());
     let mut live_routes = HashMap::new();
     let mut live_route_limits = HashMap::new();
+    let mut globals = Vec::new();
     let mut route_order = Vec::new();
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
@@ -240,7 +242,16 @@ fn compile_routes(
                 burst: l.burst,
                 quota: None,
                 concurrency: l.concurrency,
+                scope: l.scope,
+                on_failure: l.on_failure,
             });
+            if let (Some(_), RouteCounters::Route(state)) = (plan.global, &counters) {
+                globals.push(GlobalRt {
+                    key: format!("sg:{{route:{}}}", r.name).into(),
+                    holder: Holder::Route(state.clone()),
+                    plan: plan.clone(),
+                });
+            }
             filters.push(Box::new(RouteLimiter { plan, counters }));
         }
         // Preflights carry no credentials: answered before auth.
@@ -322,7 +333,19 @@ fn compile_routes(
         .iter()
         .filter_map(|s| services.get(s.name.as_str()).cloned())
         .collect();
+    for (key, slot, plan) in apps.global_slots() {
+        globals.push(GlobalRt {
+            key: key.into(),
+            holder: Holder::App(slot),
+            plan: plan.clone(),
+        });
+    }
+    let globals = Arc::new(Globals {
+        apps: (!globals.is_empty()).then(|| apps.clone()),
+        list: globals,
+    });
     Ok(Snapshot {
+        globals,
         router,
         services: services_in_order,
         routes,

@@ -106,6 +106,8 @@ pub struct Snapshot {
     pub(crate) listeners: Vec<Arc<ListenerRt>>,
     /// Peers whose `X-Forwarded-For` names the client.
     pub(crate) trusted_proxies: Vec<sluicegate_config::Cidr>,
+    /// The `scope: global` limits, for the Redis plane.
+    pub(crate) globals: Arc<crate::cluster::Globals>,
 }
 
 impl Snapshot {

@@ -57,10 +57,16 @@ impl Shared {
         crate::observe::live::read(&self.snapshot.load(), unrouted)
     }
 
+    /// The global limits of the snapshot in force (for the Redis plane).
+    pub fn globals(&self) -> Arc<crate::cluster::Globals> {
+        self.snapshot.load().globals.clone()
+    }
+
     /// Prometheus text for everything this crate counts.
     pub fn render_metrics(&self) -> String {
         let mut out = String::with_capacity(8192);
         crate::observe::metrics::render_global(&mut out, &self.global);
+        crate::cluster::render_metrics(&mut out);
         let Ok(reg) = self.registry.lock() else {
             return out;
         };

@@ -66,6 +66,8 @@ fn route_plan() -> PlanRt {
         burst: Some(1),
         quota: None,
         concurrency: None,
+        scope: Default::default(),
+        on_failure: Default::default(),
     })
 }
 

@@ -1,0 +1,330 @@
+//! Global limits against a real `redis-server` on loopback: three gateways
+//! share one plan of 100/s (admitted requests over 10 s within 5% of it), a
+//! quota survives a gateway restart, a Redis restart under load moves the
+//! limit to each instance's local share and back, and a Redis Cluster of
+//! three masters serves the same leases.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sluicegate_testkit::{
+    free_port, http_get, Gateway, KeepAliveClient, RedisCluster, RedisServer,
+};
+
+const KEY: &str = "key-aaaa-0123456789";
+
+fn bin() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_BIN_EXE_sluicegate"))
+}
+
+/// A gateway with one `auth: app_key` route answered by the gateway, one
+/// app on `plan`, and `cluster.redis` (`cluster`: a Redis Cluster).
+struct Node {
+    gw: Gateway,
+    port: u16,
+    admin: u16,
+}
+
+fn start(redis_url: &str, cluster: bool, plan: &str) -> Node {
+    let (port, admin) = (free_port(), free_port());
+    let yaml = format!(
+        r#"listen: ["127.0.0.1:{port}"]
+workers: 1
+admin: {{ listen: "127.0.0.1:{admin}" }}
+log: {{ level: info, access: off }}
+reload: {{ watch: false }}
+routes:
+  - name: hello
+    match: {{ path_prefix: / }}
+    respond: {{ status: 200, body: "ok" }}
+    auth: app_key
+plans:
+  p: {{ {plan} }}
+apps:
+  - id: shop
+    keys: ["{KEY}"]
+    plan: p
+cluster: {{ redis: {{ url: "{redis_url}", cluster: {cluster} }} }}
+"#
+    );
+    let gw = Gateway::start(bin(), &yaml, &[port, admin]);
+    let node = Node { gw, port, admin };
+    // The plane has reached Redis once (its first heartbeat).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.metric("sluicegate_cluster_redis_calls_total") < Some(1.0) {
+        assert!(Instant::now() < deadline, "the plane never reached redis");
+        thread::sleep(Duration::from_millis(20));
+    }
+    node
+}
+
+impl Node {
+    fn metric(&self, name: &str) -> Option<f64> {
+        let body = http_get(("127.0.0.1", self.admin), "/metrics", &[]).body_str();
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    fn wait_metric(&self, name: &str, want: f64, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.metric(name) == Some(want) {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+/// Counts of 200 and 429 answers.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    limited: AtomicU64,
+    other: AtomicU64,
+}
+
+/// Sends requests to `port` at `per_sec` for as long as `run` is set,
+/// counting into `tally` while `counting` is set.
+fn drive(
+    port: u16,
+    per_sec: u64,
+    run: Arc<AtomicBool>,
+    counting: Arc<AtomicBool>,
+    tally: Arc<Tally>,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let mut c = KeepAliveClient::connect(("127.0.0.1", port)).expect("connect");
+        let gap = Duration::from_nanos(1_000_000_000 / per_sec);
+        let mut next = Instant::now();
+        while run.load(Ordering::Relaxed) {
+            let status = match c.request("GET", "/x", &[("X-App-Key", KEY)], b"") {
+                Ok(r) => r.status,
+                Err(_) => {
+                    c = KeepAliveClient::connect(("127.0.0.1", port)).expect("reconnect");
+                    0
+                }
+            };
+            if counting.load(Ordering::Relaxed) {
+                match status {
+                    200 => &tally.ok,
+                    429 => &tally.limited,
+                    _ => &tally.other,
+                }
+                .fetch_add(1, Ordering::Relaxed);
+            }
+            next += gap;
+            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                thread::sleep(wait);
+            }
+        }
+    })
+}
+
+/// Admitted requests over `secs` s with each node driven at `per_node`
+/// requests a second, after `warm` of load (the burst spent).
+fn admitted(nodes: &[&Node], per_node: u64, warm: Duration, secs: u64) -> (u64, u64, f64) {
+    let run = Arc::new(AtomicBool::new(true));
+    let counting = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let drivers: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            drive(
+                n.port,
+                per_node,
+                run.clone(),
+                counting.clone(),
+                tally.clone(),
+            )
+        })
+        .collect();
+    let calls = || -> f64 {
+        nodes
+            .iter()
+            .filter_map(|n| n.metric("sluicegate_cluster_redis_calls_total"))
+            .sum()
+    };
+    thread::sleep(warm);
+    let before = calls();
+    counting.store(true, Ordering::Relaxed);
+    thread::sleep(Duration::from_secs(secs));
+    counting.store(false, Ordering::Relaxed);
+    let made = calls() - before;
+    run.store(false, Ordering::Relaxed);
+    for d in drivers {
+        d.join().unwrap();
+    }
+    assert_eq!(tally.other.load(Ordering::Relaxed), 0, "only 200 and 429");
+    (
+        tally.ok.load(Ordering::Relaxed),
+        tally.limited.load(Ordering::Relaxed),
+        made,
+    )
+}
+
+#[test]
+fn three_gateways_share_a_global_plan() {
+    let redis = RedisServer::start();
+    let plan = "rate: 100/s, burst: 20, scope: global";
+    let nodes: Vec<Node> = (0..3).map(|_| start(&redis.url(), false, plan)).collect();
+    for n in &nodes {
+        assert!(n.wait_metric("sluicegate_cluster_instances", 3.0, Duration::from_secs(5)));
+    }
+    let refs: Vec<&Node> = nodes.iter().collect();
+    // 3 x 70/s = 210/s offered against a plan of 100/s, 10 s counted.
+    let (ok, limited, calls) = admitted(&refs, 70, Duration::from_secs(2), 10);
+    eprintln!("admitted {ok}, refused {limited}, redis calls {calls}");
+    assert!(
+        (950..=1050).contains(&ok),
+        "admitted {ok} of a plan of 1000 in 10 s (refused {limited})"
+    );
+    assert!(
+        limited > 800,
+        "the load was over the plan: {limited} refused"
+    );
+}
+
+#[test]
+fn a_quota_survives_a_gateway_restart() {
+    let redis = RedisServer::start();
+    let plan = "quota: 10/day, scope: global";
+    let send = |n: &Node, count: usize| {
+        let mut c = KeepAliveClient::connect(("127.0.0.1", n.port)).unwrap();
+        (0..count)
+            .filter(|_| {
+                thread::sleep(Duration::from_millis(20));
+                c.request("GET", "/x", &[("X-App-Key", KEY)], b"")
+                    .unwrap()
+                    .status
+                    == 200
+            })
+            .count()
+    };
+    let first = start(&redis.url(), false, plan);
+    assert_eq!(send(&first, 6), 6);
+    // Idle for a second: the unused units of its lease go back to Redis.
+    thread::sleep(Duration::from_millis(1500));
+    drop(first);
+    let second = start(&redis.url(), false, plan);
+    let more = send(&second, 10);
+    // Four are left; an instance may admit one more on credit.
+    assert!(
+        (4..=5).contains(&more),
+        "after the restart: {more} admitted"
+    );
+}
+
+#[test]
+fn a_redis_restart_under_load_falls_back_and_recovers() {
+    let mut redis = RedisServer::start();
+    let plan = "rate: 50/s, burst: 10, scope: global, on_failure: local";
+    let node = start(&redis.url(), false, plan);
+    let run = Arc::new(AtomicBool::new(true));
+    let counting = Arc::new(AtomicBool::new(true));
+    let tally = Arc::new(Tally::default());
+    let d = drive(node.port, 100, run.clone(), counting.clone(), tally.clone());
+    thread::sleep(Duration::from_secs(2));
+    redis.stop();
+    assert!(node.wait_metric("sluicegate_cluster_redis_up", 0.0, Duration::from_secs(5)));
+    let during = tally.ok.load(Ordering::Relaxed);
+    thread::sleep(Duration::from_secs(2));
+    let admitted_down = tally.ok.load(Ordering::Relaxed) - during;
+    redis.restart();
+    assert!(node.wait_metric("sluicegate_cluster_redis_up", 1.0, Duration::from_secs(5)));
+    let back = tally.ok.load(Ordering::Relaxed);
+    thread::sleep(Duration::from_secs(2));
+    let admitted_back = tally.ok.load(Ordering::Relaxed) - back;
+    run.store(false, Ordering::Relaxed);
+    d.join().unwrap();
+    // Alone, this instance's share is the whole plan: about 50/s either way.
+    assert!(
+        (70..=130).contains(&admitted_down),
+        "down: {admitted_down} in 2 s"
+    );
+    assert!(
+        (70..=130).contains(&admitted_back),
+        "back: {admitted_back} in 2 s"
+    );
+    assert!(node.metric("sluicegate_cluster_fallback_requests_total{mode=\"local\"}") > Some(0.0));
+    let log = node.gw.stderr() + &node.gw.stdout();
+    assert!(log.contains("redis unreachable"), "{log}");
+    assert!(log.contains("redis reachable again"), "{log}");
+    assert_eq!(tally.other.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn deny_refuses_while_redis_is_away() {
+    let mut redis = RedisServer::start();
+    let node = start(
+        &redis.url(),
+        false,
+        "rate: 50/s, scope: global, on_failure: deny",
+    );
+    assert!(node.wait_metric("sluicegate_cluster_redis_up", 1.0, Duration::from_secs(5)));
+    redis.stop();
+    assert!(node.wait_metric("sluicegate_cluster_redis_up", 0.0, Duration::from_secs(5)));
+    let r = http_get(("127.0.0.1", node.port), "/x", &[("X-App-Key", KEY)]);
+    assert_eq!(r.status, 429);
+    redis.restart();
+    assert!(node.wait_metric("sluicegate_cluster_redis_up", 1.0, Duration::from_secs(5)));
+    let r = http_get(("127.0.0.1", node.port), "/x", &[("X-App-Key", KEY)]);
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn a_redis_cluster_of_three_masters() {
+    let cluster = RedisCluster::start();
+    let plan = "rate: 100/s, burst: 20, scope: global";
+    let nodes: Vec<Node> = (0..2).map(|_| start(&cluster.url(), true, plan)).collect();
+    for n in &nodes {
+        assert!(n.wait_metric("sluicegate_cluster_redis_up", 1.0, Duration::from_secs(5)));
+    }
+    let refs: Vec<&Node> = nodes.iter().collect();
+    let (ok, _, _) = admitted(&refs, 100, Duration::from_secs(1), 5);
+    assert!((450..=550).contains(&ok), "admitted {ok} of 500 in 5 s");
+    // The limit's key lives on one of the masters.
+    let found = cluster
+        .nodes
+        .iter()
+        .any(|n| n.cli(&["-c", "exists", "sg:{shop}:*:p"]).trim() == "1");
+    assert!(found, "the bucket is in the cluster");
+}
+
+/// The numbers of docs/benchmarks.md: three gateways, 10 s, several plans
+/// offered 1.5 times their rate: admitted against the plan, and Redis
+/// calls (heartbeats included) per 1,000 requests and per 1,000 admitted.
+/// Run with `--ignored --nocapture`.
+#[test]
+#[ignore]
+fn accuracy_table() {
+    let plans = [
+        (20u64, 4),
+        (100, 20),
+        (300, 60),
+        (1000, 200),
+        (100, 100),
+        (1000, 1000),
+    ];
+    for (rate, burst) in plans {
+        let redis = RedisServer::start();
+        let plan = format!("rate: {rate}/s, burst: {burst}, scope: global");
+        let nodes: Vec<Node> = (0..3).map(|_| start(&redis.url(), false, &plan)).collect();
+        for n in &nodes {
+            assert!(n.wait_metric("sluicegate_cluster_instances", 3.0, Duration::from_secs(5)));
+        }
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let (ok, limited, made) = admitted(&refs, rate / 2, Duration::from_secs(2), 10);
+        eprintln!(
+            "| {rate}/s | {burst} | {} | {ok} | {:+.1}% | {} | {:.0} | {:.0} |",
+            rate * 10,
+            (ok as f64 / (rate * 10) as f64 - 1.0) * 100.0,
+            ok + limited,
+            made * 1000.0 / (ok + limited) as f64,
+            made * 1000.0 / ok as f64,
+        );
+    }
+}
