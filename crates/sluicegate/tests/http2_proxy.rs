@@ -212,10 +212,13 @@ fn gateway_answers_and_policy_apply_to_streams() {
     // is refused by the plan.
     let (_, status, _, _) = curl(&[h2, &format!("{base}/keyed/~demo-key-0123456789/b")]);
     assert_eq!(status, 429);
-    // A body over the limit.
-    let big = "x".repeat(5000);
-    let (_, status, _, _) = curl(&[h2, "--data-binary", &big, &format!("{base}/open/c")]);
-    assert_eq!(status, 413);
+    // A body over the limit: see
+    // `the_body_size_limit_holds_for_streams_with_and_without_a_length`
+    // below, with nghttp. curl 7.88 cannot be used for
+    // it: when the body is still coming as the 413 goes out, the stream
+    // ends with RST_STREAM(NO_ERROR) after the answer, which it reports as
+    // a framing error without the status (so this check failed now and
+    // then, by timing).
 }
 
 #[test]
