@@ -23,9 +23,9 @@ pub(super) struct Bucket([KeyRec; 4]);
 /// the hash's bucket and stops at the first bucket with an empty place:
 /// usually one cache line, where a control-byte table such as hashbrown's
 /// reads its control group first and then the record, two misses in a row
-/// at a million keys. Records are never removed (a new config builds a
-/// new table), so a key is never past a bucket that had room.
-#[derive(Debug)]
+/// at a million keys. Records are never removed (a change builds the
+/// shard's table again), so a key is never past a bucket that had room.
+#[derive(Debug, Clone)]
 pub(super) struct KeyTable {
     pub(super) buckets: Vec<Bucket>,
     mask: usize,
@@ -56,6 +56,14 @@ impl KeyTable {
             }
             b = (b + 1) & self.mask;
         }
+    }
+
+    /// Every record in the table.
+    pub(super) fn records(&self) -> impl Iterator<Item = &KeyRec> {
+        self.buckets
+            .iter()
+            .flat_map(|b| b.0.iter())
+            .filter(|r| r.tag != 0)
     }
 
     /// Every record whose tag is the hash's, in probe order.

@@ -12,7 +12,7 @@ pub(super) const NONE: u32 = u32::MAX;
 
 /// What one app may do and which plans it runs under; apps with the same
 /// rules share one.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Policy {
     /// Allowed service indices (sorted); `None` means every service.
     pub(super) services: Option<Box<[u32]>>,
@@ -36,6 +36,7 @@ pub(super) type PolicyKey<'c> = (
 );
 
 /// An app's JWT algorithm and verification key.
+#[derive(Clone)]
 pub struct JwtKeyRt {
     pub alg: jsonwebtoken::Algorithm,
     pub key: jsonwebtoken::DecodingKey,

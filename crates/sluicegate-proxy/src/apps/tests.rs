@@ -1,7 +1,10 @@
 //! The apps table: keys, fingerprints, slots kept across reloads, rules.
 
+use super::keys::{KeyRec, KeyTable};
+use super::table::{split_index, SHARDS};
 use super::*;
 use crate::snapshot::Shared;
+use sluicegate_config::App;
 use std::time::{Instant, SystemTime};
 
 fn config(services: &[&str], apps: &str, log: &str) -> sluicegate_config::Config {
@@ -102,7 +105,10 @@ fn apps_with_the_same_rules_share_one_policy() {
     let shared = Shared::new(&config(&["s1"], &apps, "off")).unwrap();
     let t = shared.snapshot.load().apps.clone();
     assert_eq!(t.len(), 1000);
-    assert_eq!(t.policies.len(), 1);
+    // One policy in each shard that has apps (they are spread by id).
+    assert!(t.app_shards.iter().all(|s| s.policies.len() <= 1));
+    let shards = t.app_shards.iter().filter(|s| !s.apps.is_empty()).count();
+    assert!(shards > SHARDS / 2, "{shards} shards hold apps");
     assert_eq!(t.by_key(b"key-00000999").unwrap().id(), "app999");
 }
 
@@ -129,8 +135,8 @@ fn slots_follow_apps_across_reloads_and_are_reused_only_when_unreachable() {
     assert!(!charge(&t2, "b", 0), "b's s2 bucket kept, found by name");
     assert!(charge(&t2, "c", 0));
     assert!(t2.by_id("a").is_none());
-    let a_slot = t1.apps[t1.find_id("a").unwrap() as usize].slot;
-    assert_ne!(t2.apps[t2.find_id("c").unwrap() as usize].slot, a_slot);
+    let a_slot = t1.rec(t1.find_id("a").unwrap()).slot;
+    assert_ne!(t2.rec(t2.find_id("c").unwrap()).slot, a_slot);
     assert_eq!(shared.registry.lock().unwrap().live_slots(), 4);
 
     // While the first table lives (a request in flight holds it), a's
@@ -139,7 +145,7 @@ fn slots_follow_apps_across_reloads_and_are_reused_only_when_unreachable() {
         .reload(&config(&["s2", "s1"], &format!("{B}{C}{A}"), "off"))
         .unwrap();
     let t3 = shared.snapshot.load().apps.clone();
-    assert_ne!(t3.apps[t3.find_id("a").unwrap() as usize].slot, a_slot);
+    assert_ne!(t3.rec(t3.find_id("a").unwrap()).slot, a_slot);
     drop((first, t1, t2, t3));
     shared
         .reload(&config(&["s2", "s1"], &format!("{B}{C}"), "off"))
@@ -166,4 +172,122 @@ fn a_failed_reload_gives_its_new_slots_back() {
     assert!(shared.reload(&bad).is_err());
     assert_eq!(shared.registry.lock().unwrap().live_slots(), before);
     assert!(shared.snapshot.load().apps.by_id("a").is_some());
+}
+
+/// An app as a config's `apps` item decodes it.
+fn app(yaml_item: &str) -> App {
+    config(&["s1", "s2"], yaml_item, "off").apps.remove(0)
+}
+
+fn many(n: usize) -> String {
+    (0..n)
+        .map(|i| format!("  - {{ id: app{i}, keys: [key-{i:08}], plan: gold }}\n"))
+        .collect()
+}
+
+#[test]
+fn a_change_of_one_app_copies_only_the_shards_it_touches() {
+    let shared = Shared::new(&config(&["s1", "s2"], &many(3000), "off")).unwrap();
+    let before = shared.snapshot.load_full();
+    let t1 = before.apps.clone();
+    assert!(charge(&t1, "app7", 0));
+    assert!(!charge(&t1, "app7", 0), "app7's bucket is spent");
+    let new7 = app("  - { id: app7, keys: [new-key-of-app7], plan: gold }\n");
+    let added = app("  - { id: fresh, keys: [key-of-fresh-1], plan: silver }\n");
+    let generation = shared
+        .apply_apps(&[
+            AppChange::Upsert(&new7),
+            AppChange::Upsert(&added),
+            AppChange::Remove("app9"),
+        ])
+        .unwrap();
+    let after = shared.snapshot.load_full();
+    assert_eq!(after.generation, generation);
+    assert_eq!(generation, before.generation + 1);
+    let t2 = after.apps.clone();
+    // The routes and router are the same; most shards too.
+    assert!(Arc::ptr_eq(&before.routes, &after.routes));
+    assert!(Arc::ptr_eq(&before.router, &after.router));
+    assert!(same(&t1.app_shards, &t2.app_shards) >= SHARDS - 3);
+    assert!(same(&t1.key_shards, &t2.key_shards) >= SHARDS - 4);
+    // The old key is gone, the new one finds the app, which kept its slot.
+    assert!(t2.by_key(b"key-00000007").is_none());
+    assert_eq!(t2.by_key(b"new-key-of-app7").unwrap().id(), "app7");
+    assert!(!charge(&t2, "app7", 0), "app7 kept its spent bucket");
+    assert_eq!(t2.by_key(b"key-of-fresh-1").unwrap().id(), "fresh");
+    assert!(t2.by_id("app9").is_none() && t2.by_key(b"key-00000009").is_none());
+    assert_eq!(t2.len(), 3000);
+    // Every other app is where it was.
+    for i in (0..3000).filter(|i| ![7, 9].contains(i)) {
+        let a = t2.by_key(format!("key-{i:08}").as_bytes()).unwrap();
+        assert_eq!(a.id(), format!("app{i}"));
+        assert_eq!(
+            a.slot() as *const _,
+            t1.by_id(&format!("app{i}")).unwrap().slot() as *const _
+        );
+    }
+    // The old table still answers for requests that hold it.
+    assert_eq!(t1.by_key(b"key-00000007").unwrap().id(), "app7");
+    assert_eq!(t2.iter().count(), 3000);
+    // A whole reload afterwards starts from the changed table.
+    shared
+        .reload(&config(&["s1", "s2"], &many(10), "off"))
+        .unwrap();
+    let t3 = shared.snapshot.load().apps.clone();
+    assert_eq!(t3.len(), 10);
+    assert!(
+        !charge(&t3, "app7", 0),
+        "app7's bucket kept across the reload"
+    );
+}
+
+#[test]
+fn a_change_is_checked_as_a_config_would_be() {
+    let shared = Shared::new(&config(&["s1", "s2"], &many(50), "off")).unwrap();
+    let live = shared.registry.lock().unwrap().live_slots();
+    let taken = app("  - { id: thief, keys: [key-00000003], plan: gold }\n");
+    let err = shared.apply_apps(&[AppChange::Upsert(&taken)]).unwrap_err();
+    assert_eq!(
+        err,
+        DeltaError::Invalid(vec![(
+            "thief".into(),
+            "keys[0]".into(),
+            "key already given to another app".into()
+        )])
+    );
+    assert_eq!(
+        shared.registry.lock().unwrap().live_slots(),
+        live,
+        "slots given back"
+    );
+    assert!(shared.snapshot.load().apps.by_id("thief").is_none());
+    // Two apps of one change may not share a key either.
+    let a = app("  - { id: x1, keys: [shared-key-0001] }\n");
+    let b = app("  - { id: x2, keys: [shared-key-0001] }\n");
+    assert!(matches!(
+        shared.apply_apps(&[AppChange::Upsert(&a), AppChange::Upsert(&b)]),
+        Err(DeltaError::Invalid(_))
+    ));
+    // A key given up by one app in the change may go to another.
+    let moved = app("  - { id: app4, keys: [other-key-0004] }\n");
+    let gets = app("  - { id: heir, keys: [key-00000004] }\n");
+    shared
+        .apply_apps(&[AppChange::Upsert(&moved), AppChange::Upsert(&gets)])
+        .unwrap();
+    let t = shared.snapshot.load().apps.clone();
+    assert_eq!(t.by_key(b"key-00000004").unwrap().id(), "heir");
+    assert_eq!(t.by_key(b"other-key-0004").unwrap().id(), "app4");
+    // Removing an app frees its slot once no table names it.
+    let before = shared.registry.lock().unwrap().live_slots();
+    drop(t);
+    shared.apply_apps(&[AppChange::Remove("heir")]).unwrap();
+    shared.apply_apps(&[AppChange::Remove("app5")]).unwrap();
+    assert!(shared.registry.lock().unwrap().live_slots() < before);
+    let t = shared.snapshot.load().apps.clone();
+    assert!(split_index(t.find_id("app6").unwrap()).0 < SHARDS);
+    assert_eq!(t.len(), 49);
+}
+
+fn same<T>(a: &[Arc<T>], b: &[Arc<T>]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| Arc::ptr_eq(x, y)).count()
 }

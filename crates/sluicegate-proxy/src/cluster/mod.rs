@@ -69,7 +69,7 @@ impl Globals {
 
 /// A global limit of the snapshot: its Redis key, whose counters it
 /// charges, and its numbers.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct GlobalRt {
     pub key: Arc<str>,
     pub holder: Holder,
@@ -77,7 +77,7 @@ pub(crate) struct GlobalRt {
 }
 
 /// Where a global limit's [`LimitState`] lives.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Holder {
     /// An app's slot in the snapshot's apps table.
     App(u32),

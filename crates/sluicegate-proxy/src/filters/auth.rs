@@ -10,7 +10,7 @@ use std::sync::Arc;
 use sluicegate_config::AppKeySources;
 
 use super::{Answer, Filter, Refuse, ReqCx};
-use crate::apps::{AppRef, AppTable};
+use crate::apps::AppRef;
 use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
 use crate::transport::tls::identity::ClientIdentity;
@@ -21,7 +21,6 @@ use crate::transport::tls::identity::ClientIdentity;
 /// upstream who called in `X-App-Id`.
 #[derive(Debug)]
 pub struct AppKeyAuth {
-    pub apps: Arc<AppTable>,
     /// Shared by every app-key route of a snapshot: one copy stays in
     /// cache, where a copy per route would be one more miss per request.
     pub sources: Arc<AppKeySources>,
@@ -89,7 +88,7 @@ impl Filter for AppKeyAuth {
         let Some(key) = key.filter(|k| !k.is_empty()) else {
             return Err(Self::refuse_401());
         };
-        let Some(app) = self.apps.by_key(key) else {
+        let Some(app) = cx.apps.by_key(key) else {
             return Err(Self::refuse_401());
         };
         admit_app(app, cx, Some(crate::apps::fingerprint(key)))
@@ -144,7 +143,6 @@ impl MtlsIndex {
 /// No certificate, or one that names no app: 401.
 #[derive(Debug)]
 pub struct MtlsAuth {
-    pub apps: Arc<AppTable>,
     pub index: Arc<MtlsIndex>,
 }
 
@@ -163,7 +161,7 @@ impl Filter for MtlsAuth {
         };
         let who = cx.identity.ok_or_else(refuse)?;
         let id = self.index.app_id(who).ok_or_else(refuse)?;
-        let app = self.apps.by_id(id).ok_or_else(refuse)?;
+        let app = cx.apps.by_id(id).ok_or_else(refuse)?;
         admit_app(app, cx, None)
     }
 }
@@ -195,7 +193,6 @@ fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Re
 /// `none`), not expired and already valid (with the configured leeway),
 /// and with the configured `iss` and `aud`. Any failure: 401.
 pub struct JwtAuth {
-    pub apps: Arc<AppTable>,
     pub app_claim: String,
     /// Checks per algorithm: HS256, RS256, ES256.
     validations: [jsonwebtoken::Validation; 3],
@@ -210,7 +207,7 @@ impl Debug for JwtAuth {
 }
 
 impl JwtAuth {
-    pub fn new(apps: Arc<AppTable>, s: &sluicegate_config::JwtSettings) -> JwtAuth {
+    pub fn new(s: &sluicegate_config::JwtSettings) -> JwtAuth {
         use jsonwebtoken::{Algorithm, Validation};
         let make = |alg| {
             let mut v = Validation::new(alg);
@@ -237,7 +234,6 @@ impl JwtAuth {
             v
         };
         JwtAuth {
-            apps,
             app_claim: s.app_claim.clone(),
             validations: [
                 make(Algorithm::HS256),
@@ -296,7 +292,7 @@ impl Filter for JwtAuth {
         };
         let app = self
             .claimed_app(token)
-            .and_then(|id| self.apps.by_id(&id))
+            .and_then(|id| cx.apps.by_id(&id))
             .ok_or_else(|| Self::refuse(true))?;
         let Some(key) = app.jwt() else {
             return Err(Self::refuse(true));

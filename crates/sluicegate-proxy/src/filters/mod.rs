@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::apps::AppRef;
+use crate::apps::{AppRef, AppTable};
 use crate::proto::fields::Fields;
 use crate::proto::head::RequestHead;
 use crate::proto::response::ErrorKind;
@@ -103,6 +103,9 @@ pub struct ReqCx<'a> {
     pub client: IpAddr,
     /// Who the connection's client certificate names, if it sent one.
     pub(crate) identity: Option<&'a ClientIdentity>,
+    /// The apps table of the request's snapshot (what auth filters look
+    /// keys and ids up in: a snapshot can change its apps alone).
+    pub apps: &'a Arc<AppTable>,
 }
 
 /// What a filter waits for before it decides: it owns or borrows from the

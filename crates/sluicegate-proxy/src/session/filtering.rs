@@ -4,8 +4,10 @@
 //! before it decides otherwise; the first refusal is returned.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
+use crate::apps::AppTable;
 use crate::filters::{Filters, Refuse, ReqCx};
 use crate::route::target::Target;
 use crate::runtime::worker::Bufs;
@@ -21,6 +23,8 @@ pub(super) struct Facts<'a> {
     pub(super) now: Instant,
     pub(super) client: IpAddr,
     pub(super) identity: Option<&'a ClientIdentity>,
+    /// The apps of the request's snapshot.
+    pub(super) apps: &'a Arc<AppTable>,
 }
 
 /// The filters' view of the request in `bufs`.
@@ -45,6 +49,7 @@ fn filter_cx<'a>(route: &RouteRt, bufs: &'a mut Bufs, f: &Facts<'a>) -> ReqCx<'a
         now: f.now,
         client: f.client,
         identity: f.identity,
+        apps: f.apps,
     }
 }
 
@@ -156,6 +161,7 @@ mod tests {
             .unwrap();
         let mut head = RequestHead::default();
         let mut edits = Edits::default();
+        let apps = crate::apps::AppTable::empty();
         let refused = rt.block_on(async {
             let mut cx = ReqCx {
                 raw: b"GET / HTTP/1.1\r\n\r\n",
@@ -169,6 +175,7 @@ mod tests {
                 now: Instant::now(),
                 client: IpAddr::from([127, 0, 0, 1]),
                 identity: None,
+                apps: &apps,
             };
             run_filters(filters, &mut cx).await
         });

@@ -145,6 +145,7 @@ impl Conn<'_> {
             now: started,
             client,
             identity: self.identity.as_deref(),
+            apps: &snap.apps,
         };
         let refused = if route.filters.waits() {
             request_filters_waiting(route, bufs, &facts).await

@@ -260,23 +260,19 @@ fn compile_routes(
         }
         if r.auth == Auth::AppKey {
             filters.push(Box::new(AppKeyAuth {
-                apps: apps.clone(),
                 sources: app_key_sources.clone(),
             }));
             filters.push(Box::new(PlanLimit));
         }
         if r.auth == Auth::Jwt {
-            filters.push(Box::new(JwtAuth::new(apps.clone(), &config.jwt)));
+            filters.push(Box::new(JwtAuth::new(&config.jwt)));
             filters.push(Box::new(PlanLimit));
         }
         if r.auth == Auth::Mtls {
             let index = mtls_index
                 .get_or_insert_with(|| Arc::new(MtlsIndex::new(&config.apps)))
                 .clone();
-            filters.push(Box::new(MtlsAuth {
-                apps: apps.clone(),
-                index,
-            }));
+            filters.push(Box::new(MtlsAuth { index }));
             filters.push(Box::new(PlanLimit));
         }
         // Last, so a policy can also drop what an earlier filter left.
@@ -346,9 +342,9 @@ fn compile_routes(
     });
     Ok(Snapshot {
         globals,
-        router,
+        router: Arc::new(router),
         services: services_in_order,
-        routes,
+        routes: routes.into(),
         limits: config.limits.clone(),
         timeouts: config.timeouts.clone(),
         busy_poll: config.busy_poll,

@@ -87,10 +87,12 @@ pub struct RouteRt {
 /// Everything a request needs, immutable once published.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub router: Router,
+    /// The router and routes are shared with the snapshots made from this
+    /// one by a change of apps alone (see [`Shared::apply_apps`]).
+    pub router: Arc<Router>,
     /// Every service, in config order (the health checker walks them).
     pub services: Vec<Arc<ServiceRt>>,
-    pub routes: Vec<RouteRt>,
+    pub routes: Arc<[RouteRt]>,
     pub limits: Limits,
     pub timeouts: ClientTimeouts,
     /// `busy_poll`: how long workers poll after a request; zero: off.

@@ -8,10 +8,61 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use sluicegate_config::Config;
 
+use std::collections::HashSet;
+
 use super::compile::compile;
 use super::{Registry, Snapshot};
+use crate::apps::{AppChange, AppTable, DeltaError};
+use crate::cluster::{GlobalRt, Globals, Holder};
 use crate::observe::metrics::GlobalMetrics;
 use crate::upstream::endpoint::EndpointState;
+
+/// The global limits of `cur` with those of the changed apps replaced by
+/// what `table` has for them (route limits and other apps' are kept).
+fn changed_globals(
+    cur: &Snapshot,
+    table: &Arc<AppTable>,
+    changes: &[AppChange<'_>],
+) -> Arc<Globals> {
+    if cur.globals.list.is_empty() && table.global_slots().next().is_none() {
+        return cur.globals.clone();
+    }
+    let mut old: HashSet<u32> = HashSet::new();
+    for c in changes {
+        let id = match c {
+            AppChange::Upsert(a) => a.id.as_str(),
+            AppChange::Remove(id) => id,
+        };
+        old.extend(cur.apps.slots_of_id(id));
+    }
+    let mut list: Vec<GlobalRt> = cur
+        .globals
+        .list
+        .iter()
+        .filter(|g| !matches!(g.holder, Holder::App(s) if old.contains(&s)))
+        .cloned()
+        .collect();
+    for c in changes {
+        if let AppChange::Upsert(a) = c {
+            if let Some(app) = table.by_id(&a.id) {
+                list.extend(
+                    table
+                        .global_slots_of(app.index)
+                        .map(|(key, slot, plan)| GlobalRt {
+                            key: key.into(),
+                            holder: Holder::App(slot),
+                            plan: plan.clone(),
+                        }),
+                );
+            }
+        }
+    }
+    let any_app = list.iter().any(|g| matches!(g.holder, Holder::App(_)));
+    Arc::new(Globals {
+        apps: any_app.then(|| table.clone()),
+        list,
+    })
+}
 
 /// Process-wide state: the current snapshot, the registry, global counters.
 #[derive(Debug)]
@@ -48,6 +99,45 @@ impl Shared {
                 Err(e)
             }
         }
+    }
+
+    /// Publishes a snapshot that is the running one with `changes` made
+    /// to its apps: the router, routes, services and listeners are shared,
+    /// only the shards of the apps table those apps touch are new, and
+    /// apps keep their slots (plan state and counters) as on a reload.
+    /// On error the running snapshot stays; [`DeltaError::NeedsFull`]
+    /// asks for a whole reload instead.
+    pub fn apply_apps(&self, changes: &[AppChange<'_>]) -> Result<u64, DeltaError> {
+        let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = self.snapshot.load_full();
+        let services: Vec<&str> = cur.services.iter().map(|s| &*s.name).collect();
+        let generation = reg.generation + 1;
+        let (table, delta) =
+            cur.apps
+                .with_changes(changes, &services, &mut reg.slots, generation)?;
+        let table = Arc::new(table);
+        let globals = changed_globals(&cur, &table, changes);
+        let snap = Snapshot {
+            router: cur.router.clone(),
+            services: cur.services.clone(),
+            routes: cur.routes.clone(),
+            limits: cur.limits.clone(),
+            timeouts: cur.timeouts.clone(),
+            busy_poll: cur.busy_poll,
+            access_log: cur.access_log.clone(),
+            ip: cur.ip.clone(),
+            generation,
+            apps: table.clone(),
+            listeners: cur.listeners.clone(),
+            trusted_proxies: cur.trusted_proxies.clone(),
+            globals,
+        };
+        reg.generation = generation;
+        reg.slots.published_delta(&table, delta);
+        reg.apps = Some(table);
+        self.snapshot.store(Arc::new(snap));
+        self.global.reloads_ok.fetch_add(1, Ordering::Relaxed);
+        Ok(generation)
     }
 
     /// The live counters of the running snapshot (see `observe::live`).
