@@ -70,6 +70,11 @@ impl Reloader {
         if let Some(doc) = &self.doc {
             return Ok(doc.clone());
         }
+        if self.etcd.is_some() {
+            let doc = Arc::new(self.etcd_document());
+            self.doc = Some(doc.clone());
+            return Ok(doc);
+        }
         let text = match &self.text {
             Some(t) => t.clone(),
             None => std::fs::read_to_string(&self.path)

@@ -445,9 +445,9 @@ impl AppsDecoder {
         cx: &mut Cx,
         path: Path<'_>,
         services: &HashMap<&str, Pos>,
-        plans: &[Plan],
+        plans: &[&str],
     ) -> Vec<App> {
-        let plan_names: HashMap<&str, ()> = plans.iter().map(|p| (p.name.as_str(), ())).collect();
+        let plan_names: HashMap<&str, ()> = plans.iter().map(|p| (*p, ())).collect();
         for r in &self.refs {
             let app = &self.out[r.app as usize];
             let p = path.index(r.app as usize);

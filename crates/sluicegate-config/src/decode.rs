@@ -125,7 +125,8 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     if let Some(node) = f.get("apps") {
         apps.list(cx, node, path.key("apps"));
     }
-    config.apps = apps.finish(cx, path.key("apps"), &names, &config.plans);
+    let plan_names: Vec<&str> = config.plans.iter().map(|p| p.name.as_str()).collect();
+    config.apps = apps.finish(cx, path.key("apps"), &names, &plan_names);
     if let Some(node) = f.get("app_key") {
         config.app_key = apps::app_key(cx, node, path.key("app_key"));
     }

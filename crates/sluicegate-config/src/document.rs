@@ -154,6 +154,48 @@ impl Document {
     }
 }
 
+/// Decodes `apps`, a JSON list of app objects, alone: as a config whose
+/// services and plans have these names decodes its `apps` list (the same
+/// rules and messages), each problem at its JSON path (`$.apps[0].plan`).
+/// Ids and keys are checked against each other only: whoever applies the
+/// apps checks them against the apps already running.
+pub fn decode_apps(
+    apps: &serde_json::Value,
+    services: &[&str],
+    plans: &[&str],
+) -> Result<Vec<crate::App>, Vec<Problem>> {
+    let mut root = Node {
+        pos: Pos { line: 0, col: 0 },
+        value: Value::Map(vec![yaml::Entry {
+            key: json::scalar("apps", true),
+            value: json::to_node(apps),
+        }]),
+    };
+    let mut table = Paths::default();
+    table.number(&mut root, 0, Seg::Root);
+    let mut cx = reader::Cx {
+        lookup: |_, _| Ok(None),
+        ..reader::Cx::default()
+    };
+    let Value::Map(entries) = &root.value else {
+        unreachable!("made a map above")
+    };
+    let root_path = reader::Path::Root;
+    let path = root_path.key("apps");
+    let mut decoder = apps::AppsDecoder::new();
+    decoder.list(&mut cx, &entries[0].value, path);
+    let nowhere = Pos { line: 0, col: 0 };
+    let services: std::collections::HashMap<&str, Pos> =
+        services.iter().map(|s| (*s, nowhere)).collect();
+    let out = decoder.finish(&mut cx, path, &services, plans);
+    if cx.errors.is_empty() {
+        return Ok(out);
+    }
+    let mut errors = cx.errors;
+    errors.sort_by_key(|e| (e.line, e.col));
+    Err(errors.iter().map(|e| table.problem(e)).collect())
+}
+
 /// How a node hangs from its parent.
 enum Seg {
     Root,

@@ -31,7 +31,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use apps::valid_key;
-pub use document::{Document, Problem};
+pub use document::{decode_apps, Document, Problem};
 pub use model::*;
 pub use source::{ConfigSource, EtcdSource, EtcdTls};
 pub use units::{parse_duration, parse_size};

@@ -24,6 +24,7 @@ pub(crate) mod upstream;
 
 pub mod fuzzing;
 
+pub use apps::{AppChange, DeltaError};
 pub use observe::live;
 pub use proto::response::reason;
 pub use runtime::server::{AcceptSwitch, Gateway};

@@ -260,3 +260,99 @@ fn an_invalid_object_from_etcdctl_is_refused_and_reported() {
     )));
     assert!(serves(ports, "/good", "good"));
 }
+
+/// The status of `GET path` with app key `key`.
+fn status_with_key(ports: Ports, path: &str, key: &str) -> u16 {
+    sluicegate_testkit::try_http_get(ports.addr(), path, &[("X-App-Key", key)])
+        .map_or(0, |r| r.status)
+}
+
+#[test]
+fn apps_changed_in_etcd_apply_in_place_keeping_their_plan_state() {
+    if skip() {
+        return;
+    }
+    let etcd = Etcd::start().unwrap();
+    etcd.ctl(&["put", "/sg/plans/two", r#"{"rate":"1/m","burst":2}"#]);
+    etcd.ctl(&[
+        "put",
+        "/sg/routes/api",
+        r#"{"match":{"path_prefix":"/api"},"auth":"app_key","respond":{"status":200,"body":"ok"}}"#,
+    ]);
+    etcd.ctl(&[
+        "put",
+        "/sg/apps/a1",
+        r#"{"keys":["key-a1-00000001"],"plan":"two"}"#,
+    ]);
+    etcd.ctl(&["put", "/sg/apps/a2", r#"{"keys":["key-a2-00000001"]}"#]);
+    let dir = tempfile::tempdir().unwrap();
+    let (ports, gw) = gateway(&etcd, dir.path());
+    assert!(wait_until(Duration::from_secs(10), || status_with_key(
+        ports,
+        "/api",
+        "key-a2-00000001"
+    ) == 200));
+    // a1 spends one of its plan's two requests.
+    assert_eq!(status_with_key(ports, "/api", "key-a1-00000001"), 200);
+
+    // a1's key changes: applied in place, its plan state kept.
+    etcd.ctl(&[
+        "put",
+        "/sg/apps/a1",
+        r#"{"keys":["key-a1-00000002"],"plan":"two"}"#,
+    ]);
+    assert!(wait_until(Duration::from_secs(10), || status_with_key(
+        ports,
+        "/api",
+        "key-a1-00000002"
+    ) != 401));
+    assert_eq!(status_with_key(ports, "/api", "key-a1-00000001"), 401);
+    assert_eq!(
+        status_with_key(ports, "/api", "key-a1-00000002"),
+        429,
+        "a1's second request was spent by the wait; its third is over the plan"
+    );
+    assert!(
+        gw.stderr().contains("apps changed in place"),
+        "{}",
+        gw.stderr()
+    );
+
+    // A key another app holds, or an unknown plan: refused and reported,
+    // the running apps stay.
+    etcd.ctl(&["put", "/sg/apps/a3", r#"{"keys":["key-a2-00000001"]}"#]);
+    etcd.ctl(&[
+        "put",
+        "/sg/apps/a4",
+        r#"{"keys":["key-a4-00000001"],"plan":"gold"}"#,
+    ]);
+    assert!(wait_until(Duration::from_secs(10), || gauge(
+        ports,
+        "sluicegate_etcd_rejected_objects_total"
+    ) == Some(2.0)));
+    let resp = admin_common::call(ports, "GET", "/reloads", &[], "");
+    let text = serde_json::to_string(&admin_common::json(&resp)).unwrap();
+    assert!(
+        text.contains("etcd:apps/a3") && text.contains("etcd:apps/a4"),
+        "{text}"
+    );
+    assert!(text.contains("key already given to another app"), "{text}");
+    assert!(text.contains("unknown plan"), "{text}");
+    assert_eq!(status_with_key(ports, "/api", "key-a2-00000001"), 200);
+    assert_eq!(status_with_key(ports, "/api", "key-a4-00000001"), 401);
+
+    // Removed: its key no longer opens the route.
+    etcd.ctl(&["del", "/sg/apps/a2"]);
+    assert!(wait_until(Duration::from_secs(10), || status_with_key(
+        ports,
+        "/api",
+        "key-a2-00000001"
+    ) == 401));
+    // The config read back through the API shows the apps in force.
+    let resp = admin_common::call(ports, "GET", "/apps", &[], "");
+    let text = serde_json::to_string(&admin_common::json(&resp)).unwrap();
+    assert!(
+        text.contains("\"a1\"") && !text.contains("\"a2\""),
+        "{text}"
+    );
+}

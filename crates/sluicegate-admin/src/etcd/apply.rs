@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use sluicegate_config::Document;
+use sluicegate_proxy::AppChange;
 
 use super::objects::{self, assemble, diff, split};
 use super::{cache, Batch, Objects};
@@ -177,6 +178,20 @@ impl Reloader {
         let started = Instant::now();
         let changes = undo.len();
         let mut applied = None;
+        if let Some(generation) = self.apply_app_delta(objects, &undo) {
+            tracing::info!(
+                revision = top,
+                changes,
+                generation,
+                apply_ms = started.elapsed().as_secs_f64() * 1e3,
+                "etcd source: apps changed in place"
+            );
+            self.history
+                .push(Source::Etcd, true, generation, Vec::new());
+            // The document is made again from the objects when next read.
+            self.doc = None;
+            undo.clear();
+        }
         if !undo.is_empty() {
             match self.try_objects(objects) {
                 Ok(done) => applied = Some(done),
@@ -246,6 +261,76 @@ impl Reloader {
         mode.good = good;
         // Written by the cache thread, off this lock; it keeps the newest.
         let _ = mode.cache_tx.send((top, mode.good.clone()));
+    }
+
+    /// Applies changes that are all to apps in place of a whole reload:
+    /// the changed apps are decoded alone (with the running services and
+    /// plans, by the file's rules) and the running snapshot gets a new
+    /// apps table sharing every shard they do not touch. `None`: not such
+    /// a change (another kind of object, the file's apps in force before
+    /// or after, an app with `mtls`), or it does not validate; the whole
+    /// config is then built and checked as usual, which also reports why.
+    fn apply_app_delta(
+        &mut self,
+        objects: &Objects,
+        undo: &[(String, Option<serde_json::Value>)],
+    ) -> Option<u64> {
+        const APPS: &str = "apps/";
+        if undo.is_empty() || !undo.iter().all(|(k, _)| k.starts_with(APPS)) {
+            return None;
+        }
+        let mtls = |v: &serde_json::Value| v.get("mtls").is_some();
+        if undo
+            .iter()
+            .any(|(_, before)| before.as_ref().is_some_and(mtls))
+        {
+            return None;
+        }
+        // The etcd apps replace the file's only while there is one: an
+        // emptied or first apps list changes which apps are in force.
+        let changed: std::collections::HashSet<&str> =
+            undo.iter().map(|(k, _)| k.as_str()).collect();
+        let others = objects
+            .range(APPS.to_string()..)
+            .take_while(|(k, _)| k.starts_with(APPS))
+            .any(|(k, _)| !changed.contains(k.as_str()));
+        let before = others || undo.iter().any(|(_, b)| b.is_some());
+        let after = others || undo.iter().any(|(k, _)| objects.contains_key(k));
+        if !before || !after {
+            return None;
+        }
+        let mut items = Vec::new();
+        let mut removed = Vec::new();
+        for (key, _) in undo {
+            let name = &key[APPS.len()..];
+            match objects.get(key) {
+                None => removed.push(name),
+                Some(serde_json::Value::Object(fields)) if !fields.contains_key("mtls") => {
+                    let mut fields = fields.clone();
+                    fields.insert("id".to_string(), serde_json::Value::from(name));
+                    items.push(serde_json::Value::Object(fields));
+                }
+                Some(_) => return None,
+            }
+        }
+        let snap = self.shared.snapshot.load_full();
+        let services: Vec<&str> = snap.services.iter().map(|s| &*s.name).collect();
+        let plans: Vec<&str> = snap.apps.plan_names().collect();
+        let apps =
+            sluicegate_config::decode_apps(&serde_json::Value::Array(items), &services, &plans)
+                .ok()?;
+        let changes: Vec<AppChange<'_>> = apps
+            .iter()
+            .map(AppChange::Upsert)
+            .chain(removed.into_iter().map(AppChange::Remove))
+            .collect();
+        self.shared.apply_apps(&changes).ok()
+    }
+
+    /// The running config's document, made from the objects.
+    pub(crate) fn etcd_document(&self) -> Document {
+        let mode = self.mode();
+        assemble(&mode.base, &mode.good).0
     }
 
     /// SIGHUP, SIGUSR2 or a change of the file in etcd mode: reads the
