@@ -322,6 +322,41 @@ mod tests {
     }
 
     #[test]
+    fn apps_decode_alone_as_in_a_whole_config() {
+        let apps = json!([
+            { "id": "a", "keys": ["key-of-a-0001"], "plan": "gold", "services": ["web"] },
+            { "id": "b", "keys": ["key-of-b-0001"], "plans_by_service": { "web": "gold" } }
+        ]);
+        let alone = decode_apps(&apps, &["web"], &["gold"]).unwrap();
+        let mut whole = base();
+        whole["plans"] = json!({ "gold": { "rate": "1/s" } });
+        whole["apps"] = apps;
+        let cfg = Document::from_json(&whole).decode_offline().unwrap();
+        assert_eq!(alone, cfg.apps);
+        // The same problems, at the same paths, as in a whole config.
+        let bad = json!([
+            { "id": "a", "keys": ["short"], "plan": "silver", "services": ["nope"] },
+            { "id": "b", "keys": ["key-of-b-0001", "key-of-b-0001"], "colour": 1 }
+        ]);
+        let alone = decode_apps(&bad, &["web"], &["gold"]).unwrap_err();
+        whole["apps"] = bad;
+        let in_whole = problems(whole);
+        assert_eq!(alone, in_whole);
+        let paths: Vec<&str> = alone.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "$.apps[0].keys[0]",
+                "$.apps[0].plan",
+                "$.apps[0].services[0]",
+                "$.apps[1].keys[1]",
+                "$.apps[1].colour"
+            ],
+            "{alone:?}"
+        );
+    }
+
+    #[test]
     fn a_valid_json_document_decodes_like_its_yaml() {
         let doc = Document::from_json(&base());
         let from_json = doc.decode_offline().unwrap();

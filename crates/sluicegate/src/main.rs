@@ -337,6 +337,7 @@ fn serve(
         (cfg, stamp, text),
         on_apply,
     )));
+    Reloader::locked(&reloader).on_settled(Box::new(give_back_free_memory));
     // In etcd mode the cached config is applied now, and the watch starts.
     let etcd = source.map(|sluicegate_config::ConfigSource::Etcd(e)| {
         sluicegate_admin::etcd::start(&reloader, e, rt.handle())

@@ -88,11 +88,13 @@ impl Reloader {
         }
     }
 
+    /// The document of an applied config is not kept: at a million apps
+    /// its tree is larger than the running snapshot. The admin API makes
+    /// it again from the objects when it first reads it after a change.
     fn keep_doc(&mut self, doc: Document) {
-        if self.keep_text {
-            self.text = None;
-            self.doc = Some(Arc::new(doc));
-        }
+        drop(doc);
+        self.text = None;
+        self.doc = None;
     }
 
     /// Applies every batch the watch queued. Returns whether one was.

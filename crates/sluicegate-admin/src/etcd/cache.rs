@@ -82,7 +82,9 @@ mod tests {
         let path = dir.join("c.json");
         let _ = std::fs::remove_file(&path);
         assert!(load(&path).is_none());
-        let objects: Objects = [("routes/a".to_string(), json!({"service": "x"}))].into();
+        let objects: Objects = [("routes/a".to_string(), json!({"service": "x"}))]
+            .into_iter()
+            .collect();
         save(&path, 42, &objects);
         assert_eq!(load(&path), Some((42, objects)));
         std::fs::write(&path, "{").unwrap();

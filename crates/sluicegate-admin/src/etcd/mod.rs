@@ -9,7 +9,7 @@ mod cache;
 mod objects;
 mod watch;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -20,7 +20,10 @@ use sluicegate_config::{Document, EtcdSource};
 use crate::reload::Reloader;
 
 /// One object's key under the prefix (`routes/web`) and its JSON value.
-pub(crate) type Objects = BTreeMap<String, serde_json::Value>;
+/// A persistent map: a copy is shared until changed and a change copies
+/// a path of nodes, so the cache writer can hold the objects of a
+/// million apps while the next change is made.
+pub(crate) type Objects = imbl::OrdMap<String, serde_json::Value>;
 
 /// What the watch saw, waiting to be applied under the reloader's lock.
 #[derive(Debug)]

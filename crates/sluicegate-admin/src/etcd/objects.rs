@@ -206,8 +206,12 @@ mod tests {
 
     #[test]
     fn diff_puts_changed_and_deletes_gone() {
-        let old: Objects = [("a".into(), json!(1)), ("b".into(), json!(2))].into();
-        let new: Objects = [("a".into(), json!(1)), ("c".into(), json!(3))].into();
+        let old: Objects = [("a".to_string(), json!(1)), ("b".to_string(), json!(2))]
+            .into_iter()
+            .collect();
+        let new: Objects = [("a".to_string(), json!(1)), ("c".to_string(), json!(3))]
+            .into_iter()
+            .collect();
         let (puts, deletes) = diff(&old, &new);
         assert_eq!(puts, [("c".to_string(), json!(3))]);
         assert_eq!(deletes, ["b"]);

@@ -112,7 +112,12 @@ fn apply(w: &Watch) {
         return;
     }
     let r = w.reloader.clone();
-    tokio::task::spawn_blocking(move || Reloader::locked(&r).drain_etcd());
+    tokio::task::spawn_blocking(move || {
+        let mut r = Reloader::locked(&r);
+        if r.drain_etcd() {
+            (r.settled)();
+        }
+    });
 }
 
 /// Lists if needed, then follows the watch until it stops.
