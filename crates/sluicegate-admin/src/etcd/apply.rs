@@ -180,11 +180,12 @@ impl Reloader {
         let started = Instant::now();
         let changes = undo.len();
         let mut applied = None;
-        if let Some(generation) = self.apply_app_delta(objects, &undo) {
+        if let Some((generation, decode_ms)) = self.apply_app_delta(objects, &undo) {
             tracing::info!(
                 revision = top,
                 changes,
                 generation,
+                decode_ms,
                 apply_ms = started.elapsed().as_secs_f64() * 1e3,
                 "etcd source: apps changed in place"
             );
@@ -272,12 +273,14 @@ impl Reloader {
     /// a change (another kind of object, the file's apps in force before
     /// or after, an app with `mtls`), or it does not validate; the whole
     /// config is then built and checked as usual, which also reports why.
+    /// Returns the new generation and the milliseconds spent decoding.
     fn apply_app_delta(
         &mut self,
         objects: &Objects,
         undo: &[(String, Option<serde_json::Value>)],
-    ) -> Option<u64> {
+    ) -> Option<(u64, f64)> {
         const APPS: &str = "apps/";
+        let started = Instant::now();
         if undo.is_empty() || !undo.iter().all(|(k, _)| k.starts_with(APPS)) {
             return None;
         }
@@ -326,7 +329,9 @@ impl Reloader {
             .map(AppChange::Upsert)
             .chain(removed.into_iter().map(AppChange::Remove))
             .collect();
-        self.shared.apply_apps(&changes).ok()
+        let decode_ms = started.elapsed().as_secs_f64() * 1e3;
+        let generation = self.shared.apply_apps(&changes).ok()?;
+        Some((generation, decode_ms))
     }
 
     /// The running config's document, made from the objects.

@@ -326,6 +326,11 @@ impl AppTable {
         self.len == 0
     }
 
+    /// Whether any plan is `scope: global`.
+    pub(crate) fn has_global_plans(&self) -> bool {
+        self.plans.iter().any(|p| p.global.is_some())
+    }
+
     /// The names of the plans, in config order.
     pub fn plan_names(&self) -> impl Iterator<Item = &str> {
         self.plans.iter().map(|p| &*p.name)
@@ -356,10 +361,11 @@ impl AppTable {
     /// limit (the app, the service of a `plans_by_service` entry or `*`,
     /// the plan), the slot and the plan.
     pub(crate) fn global_slots(&self) -> impl Iterator<Item = (String, u32, &PlanRt)> + '_ {
+        // Without a global plan no app is walked (a million of them).
         let any = self.plans.iter().any(|p| p.global.is_some());
-        self.indices()
-            .filter(move |_| any)
-            .flat_map(|a| self.global_slots_of(a))
+        any.then(|| self.indices().flat_map(|a| self.global_slots_of(a)))
+            .into_iter()
+            .flatten()
     }
 
     /// [`AppTable::global_slots`] of app `index` alone.

@@ -24,7 +24,7 @@ fn changed_globals(
     table: &Arc<AppTable>,
     changes: &[AppChange<'_>],
 ) -> Arc<Globals> {
-    if cur.globals.list.is_empty() && table.global_slots().next().is_none() {
+    if cur.globals.list.is_empty() && !table.has_global_plans() {
         return cur.globals.clone();
     }
     let mut old: HashSet<u32> = HashSet::new();
