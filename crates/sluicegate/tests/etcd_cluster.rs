@@ -355,4 +355,54 @@ fn apps_changed_in_etcd_apply_in_place_keeping_their_plan_state() {
         text.contains("\"a1\"") && !text.contains("\"a2\""),
         "{text}"
     );
+
+    // Admin API writes of one app go to etcd as one key and are applied
+    // in place: no whole config is built for them.
+    let rebuilds = |gw: &sluicegate_testkit::Gateway| {
+        gw.stderr()
+            .matches("config document built and decoded")
+            .count()
+    };
+    let before = rebuilds(&gw);
+    let call =
+        |method: &str, path: &str, body: &str| admin_common::call(ports, method, path, &[], body);
+    let resp = call(
+        "PUT",
+        "/apps/a5",
+        r#"{"keys":["key-a5-00000001"],"plan":"two"}"#,
+    );
+    assert_eq!(resp.status, 201, "{}", resp.body_str());
+    assert_eq!(status_with_key(ports, "/api", "key-a5-00000001"), 200);
+    assert!(etcd
+        .ctl(&["get", "/sg/apps/a5"])
+        .contains("key-a5-00000001"));
+    // Problems are at the body's paths, with the file's messages.
+    let resp = call("PUT", "/apps/a6", r#"{"keys":["key-a1-00000002"]}"#);
+    assert_eq!(resp.status, 400, "{}", resp.body_str());
+    let text = resp.body_str();
+    assert!(
+        text.contains("$.keys[0]") && text.contains("key already given to another app"),
+        "{text}"
+    );
+    let resp = call("PATCH", "/apps/a5", r#"{"plan":"gold"}"#);
+    assert_eq!(resp.status, 400, "{}", resp.body_str());
+    assert!(resp.body_str().contains("$.plan") && resp.body_str().contains("unknown plan"));
+    // A read shows the key's fingerprint; sent back, it keeps the key.
+    let shown = admin_common::json(&call("GET", "/apps/a5", ""));
+    let fp = shown["keys"][0].as_str().unwrap().to_string();
+    assert!(fp.starts_with("sha256:"), "{shown}");
+    let resp = call(
+        "PATCH",
+        "/apps/a5",
+        &format!(r#"{{"keys":["{fp}"],"plan":null}}"#),
+    );
+    assert_eq!(resp.status, 200, "{}", resp.body_str());
+    assert_eq!(status_with_key(ports, "/api", "key-a5-00000001"), 200);
+    // A stale If-Match is 412 and changes nothing.
+    let resp = admin_common::call(ports, "DELETE", "/apps/a5", &[("If-Match", "\"1\"")], "");
+    assert_eq!(resp.status, 412, "{}", resp.body_str());
+    let resp = call("DELETE", "/apps/a5", "");
+    assert_eq!(resp.status, 200, "{}", resp.body_str());
+    assert_eq!(status_with_key(ports, "/api", "key-a5-00000001"), 401);
+    assert_eq!(rebuilds(&gw), before, "{}", gw.stderr());
 }

@@ -146,15 +146,19 @@ pub(crate) async fn write_edit(
     .await;
     match done {
         Err(resp) | Ok(Err(resp)) => *resp,
-        Ok(Ok((status, mut body, revision))) => {
-            if let Some(obj) = body.as_object_mut() {
-                obj.insert("revision".to_string(), revision.into());
-            }
-            let mut resp = (status, Json(body)).into_response();
-            resp.headers_mut().insert(header::ETAG, etag_of(revision));
-            resp
-        }
+        Ok(Ok((status, body, revision))) => written(status, body, revision),
     }
+}
+
+/// The answer to an applied write: its status and body, with the new
+/// revision in the body and as the `ETag`.
+pub(crate) fn written(status: StatusCode, mut body: serde_json::Value, revision: u64) -> Response {
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("revision".to_string(), revision.into());
+    }
+    let mut resp = (status, Json(body)).into_response();
+    resp.headers_mut().insert(header::ETAG, etag_of(revision));
+    resp
 }
 
 pub(crate) fn write_error(e: WriteError) -> Response {

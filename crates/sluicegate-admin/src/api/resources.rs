@@ -22,7 +22,9 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use sluicegate_config::Document;
 
-use super::common::{json_body, on_reloader, problems, write_edit};
+use super::common::{
+    if_match, json_body, on_reloader, problems, writable, write_edit, write_error, written,
+};
 use super::{patch, secrets};
 use crate::history::Issue;
 use crate::state::{error, etag_of, AdminState};
@@ -275,6 +277,11 @@ async fn put_one(
         Ok(v) => v,
         Err(resp) => return *resp,
     };
+    if kind.section == "apps" {
+        if let Some(resp) = write_app(&state, &headers, &name, AppOp::Put(value.clone())).await {
+            return resp;
+        }
+    }
     write_edit(&state, &headers, move |doc| {
         let mut item = named(kind, &name, value)?;
         let mut all = items(doc, kind);
@@ -309,6 +316,11 @@ async fn patch_one(
         Ok(v) => v,
         Err(resp) => return *resp,
     };
+    if kind.section == "apps" {
+        if let Some(resp) = write_app(&state, &headers, &name, AppOp::Patch(value.clone())).await {
+            return resp;
+        }
+    }
     write_edit(&state, &headers, move |doc| {
         let mut all = items(doc, kind);
         let known = secrets::known(doc.get("apps").as_ref());
@@ -333,6 +345,11 @@ async fn delete_one(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    if kind.section == "apps" {
+        if let Some(resp) = write_app(&state, &headers, &name, AppOp::Delete).await {
+            return resp;
+        }
+    }
     write_edit(&state, &headers, move |doc| {
         let mut all = items(doc, kind);
         let before = all.len();
@@ -344,6 +361,81 @@ async fn delete_one(
         Ok((StatusCode::OK, json!({ "deleted": name })))
     })
     .await
+}
+
+/// A write of one app.
+enum AppOp {
+    Put(Value),
+    Patch(Value),
+    Delete,
+}
+
+/// A write of one app in etcd mode, checked and written alone (as one
+/// key, applied in place: no whole document is built, so it costs the
+/// same with a million apps as with ten); problems are at the body's
+/// paths. `None`: the write needs the whole document (file mode, the
+/// file's apps in force, an app with `mtls`, or no such app to patch or
+/// delete), and the caller takes the usual way.
+async fn write_app(
+    state: &AdminState,
+    headers: &HeaderMap,
+    name: &str,
+    op: AppOp,
+) -> Option<Response> {
+    let kind = KINDS[2];
+    if let Err(resp) = writable(state) {
+        return Some(*resp);
+    }
+    let cond = if_match(headers);
+    let name = name.to_string();
+    let done = on_reloader(state, move |r| {
+        r.etcd.as_ref()?;
+        let old = r.etcd_app(&name);
+        let known = secrets::known(old.clone().map(|o| Value::Array(vec![o])).as_ref());
+        let (status, new, body) = match op {
+            AppOp::Delete => {
+                old.as_ref()?;
+                (StatusCode::OK, None, json!({ "deleted": name }))
+            }
+            AppOp::Put(value) => {
+                let status = if old.is_some() {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                };
+                let mut item = match named(kind, &name, value) {
+                    Ok(item) => item,
+                    Err(resp) => return Some(Err(resp)),
+                };
+                secrets::restore_app(&mut item, &known);
+                (status, Some(item), json!({ "name": name }))
+            }
+            AppOp::Patch(value) => {
+                let mut item = old.clone()?;
+                patch::merge(&mut item, &value);
+                let mut item = match named(kind, &name, item) {
+                    Ok(item) => item,
+                    Err(resp) => return Some(Err(resp)),
+                };
+                secrets::restore_app(&mut item, &known);
+                (StatusCode::OK, Some(item), json!({ "name": name }))
+            }
+        };
+        if !r.app_alone(&name, new.as_ref()) {
+            return None;
+        }
+        Some(
+            r.write_app_etcd(&name, new, cond.as_ref())
+                .map(|revision| (status, body, revision))
+                .map_err(|e| Box::new(write_error(e))),
+        )
+    })
+    .await;
+    match done {
+        Err(resp) | Ok(Some(Err(resp))) => Some(*resp),
+        Ok(None) => None,
+        Ok(Some(Ok((status, body, revision)))) => Some(written(status, body, revision)),
+    }
 }
 
 /// The settings: every top-level key but the resource sections.

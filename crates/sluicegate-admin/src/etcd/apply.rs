@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use sluicegate_config::Document;
-use sluicegate_proxy::AppChange;
+use sluicegate_proxy::{AppChange, DeltaError};
 
 use super::objects::{self, assemble, diff, split};
 use super::{cache, Batch, Objects};
@@ -334,6 +334,109 @@ impl Reloader {
         Some((generation, decode_ms))
     }
 
+    /// Whether a change of app `name` to `new` (`None`: removed) can be
+    /// written and applied alone: etcd mode, etcd's apps in force before
+    /// and after it, and no `mtls` in the old or new object.
+    pub(crate) fn app_alone(&self, name: &str, new: Option<&serde_json::Value>) -> bool {
+        const APPS: &str = "apps/";
+        let Some(mode) = self.etcd.as_deref() else {
+            return false;
+        };
+        let key = format!("{APPS}{name}");
+        let mtls = |v: &serde_json::Value| v.get("mtls").is_some();
+        if mode.good.get(&key).is_some_and(mtls) || new.is_some_and(mtls) {
+            return false;
+        }
+        // Another app than this one: at most two keys looked at.
+        let other = mode
+            .good
+            .range(APPS.to_string()..)
+            .take_while(|(k, _)| k.starts_with(APPS))
+            .any(|(k, _)| *k != key);
+        let before = mode.good.contains_key(&key) || other;
+        let after = new.is_some() || other;
+        before && after
+    }
+
+    /// The object of app `name` in etcd (without its id), if there is one.
+    pub(crate) fn etcd_app(&self, name: &str) -> Option<serde_json::Value> {
+        self.etcd
+            .as_deref()?
+            .good
+            .get(&format!("apps/{name}"))
+            .cloned()
+    }
+
+    /// An admin API write of one app in etcd mode (see [`Self::app_alone`]):
+    /// checked alone by the file's rules against the running services,
+    /// plans and other apps' keys, then written as one key in a
+    /// transaction comparing the revision, and applied in place when the
+    /// watch brings it back. Problems are at the body's JSON paths.
+    pub(crate) fn write_app_etcd(
+        &mut self,
+        name: &str,
+        new: Option<serde_json::Value>,
+        if_match: Option<&IfMatch>,
+    ) -> Result<u64, WriteError> {
+        let revision = self.revision();
+        if if_match.is_some_and(|m| !m.matches(revision)) {
+            return Err(WriteError::Stale);
+        }
+        let key = format!("apps/{name}");
+        let Some(mut object) = new else {
+            return self.commit_etcd(Vec::new(), vec![key]);
+        };
+        if let Err(issues) = self.check_app(name, &object) {
+            self.history
+                .push(Source::Api, false, revision, issues.clone());
+            return Err(WriteError::Invalid(issues));
+        }
+        if let Some(fields) = object.as_object_mut() {
+            fields.remove("id");
+        }
+        self.commit_etcd(vec![(key, object)], Vec::new())
+    }
+
+    /// Problems of app object `object` named `name`, as a change alone.
+    fn check_app(&self, name: &str, object: &serde_json::Value) -> Result<(), Vec<Issue>> {
+        let mut item = object.clone();
+        if let Some(fields) = item.as_object_mut() {
+            fields.insert("id".to_string(), serde_json::Value::from(name));
+        }
+        let snap = self.shared.snapshot.load_full();
+        let services: Vec<&str> = snap.services.iter().map(|s| &*s.name).collect();
+        let plans: Vec<&str> = snap.apps.plan_names().collect();
+        let list = serde_json::Value::Array(vec![item]);
+        let apps =
+            sluicegate_config::decode_apps(&list, &services, &plans).map_err(|problems| {
+                problems
+                    .into_iter()
+                    .map(|p| Issue {
+                        path: body_path(&p.path),
+                        message: p
+                            .message
+                            .strip_prefix("apps[0].")
+                            .unwrap_or(&p.message)
+                            .to_string(),
+                    })
+                    .collect::<Vec<_>>()
+            })?;
+        match self.shared.check_apps(&[AppChange::Upsert(&apps[0])]) {
+            Ok(()) | Err(DeltaError::NeedsFull) => Ok(()),
+            Err(DeltaError::Invalid(list)) => Err(list
+                .into_iter()
+                .map(|(_, field, message)| Issue {
+                    path: if field.is_empty() {
+                        "$".to_string()
+                    } else {
+                        format!("$.{field}")
+                    },
+                    message,
+                })
+                .collect()),
+        }
+    }
+
     /// The running config's document, made from the objects.
     pub(crate) fn etcd_document(&self) -> Document {
         let mode = self.mode();
@@ -400,8 +503,21 @@ impl Reloader {
         }
         let mode = self.mode();
         let (puts, deletes) = diff(&mode.good, &split(&mode.base, &doc));
+        self.commit_etcd(puts, deletes)
+    }
+
+    /// Writes `puts` and `deletes` to etcd in one transaction that holds
+    /// only if nothing under the prefix changed since the revision this
+    /// gateway runs (otherwise `Stale`); returns once the watch has
+    /// brought the change back and it is applied here.
+    fn commit_etcd(
+        &mut self,
+        puts: Vec<(String, serde_json::Value)>,
+        deletes: Vec<String>,
+    ) -> Result<u64, WriteError> {
+        let mode = self.mode();
         if puts.is_empty() && deletes.is_empty() {
-            return Ok(revision);
+            return Ok(self.revision());
         }
         let prefix = mode.source.prefix.clone();
         let seen = mode.revision();
@@ -458,6 +574,14 @@ impl Reloader {
             self.drain_etcd();
         }
         Ok(self.revision())
+    }
+}
+
+/// `$.apps[0].keys[1]` as a path in the app's own object: `$.keys[1]`.
+fn body_path(path: &str) -> String {
+    match path.strip_prefix("$.apps[0]") {
+        Some(rest) => format!("${rest}"),
+        None => path.to_string(),
     }
 }
 

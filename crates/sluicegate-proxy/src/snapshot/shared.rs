@@ -140,6 +140,20 @@ impl Shared {
         Ok(generation)
     }
 
+    /// Checks `changes` as [`Shared::apply_apps`] would make them (ids,
+    /// keys against every other app's, JWT keys) without publishing.
+    pub fn check_apps(&self, changes: &[AppChange<'_>]) -> Result<(), DeltaError> {
+        let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = self.snapshot.load_full();
+        let services: Vec<&str> = cur.services.iter().map(|s| &*s.name).collect();
+        let generation = reg.generation + 1;
+        let (_, delta) = cur
+            .apps
+            .with_changes(changes, &services, &mut reg.slots, generation)?;
+        reg.slots.abandoned_delta(delta);
+        Ok(())
+    }
+
     /// The live counters of the running snapshot (see `observe::live`).
     pub fn live(&self) -> crate::observe::live::Counts {
         let unrouted =
