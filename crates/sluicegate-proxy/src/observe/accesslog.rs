@@ -138,6 +138,22 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(b"}\n");
 }
 
+/// The longest target a refused request's line holds, in bytes: a bad
+/// target may be as long as the head limit, and its escaped form up to six
+/// times that.
+pub const REFUSED_TARGET_MAX: usize = 1024;
+
+/// Appends the line of a request refused before routing: `e` (its method
+/// and path empty when the head could not be parsed, no route, no time)
+/// and the listener it came on.
+pub fn format_refused(out: &mut Vec<u8>, e: &Entry<'_>, listener: std::net::SocketAddr) {
+    use std::io::Write as _;
+    format(out, e);
+    // Reopen the object: the line ends with `}\n`.
+    out.truncate(out.len() - 2);
+    let _ = write!(out, ",\"listener\":\"{listener}\"}}\n");
+}
+
 /// Text the config or the parser has already checked: route, service and
 /// app names (`[A-Za-z0-9_.-]`), endpoints (`host:port`, the host a checked
 /// name or an IP literal), the client's IP and the method (an HTTP token).

@@ -31,6 +31,9 @@ pub struct EndpointState {
     pub requests: AtomicU64,
     /// Attempts it got as a retry after another endpoint failed.
     pub retries: AtomicU64,
+    /// Time from the request sent to the response head, per response
+    /// (`sluicegate_upstream_response_seconds`).
+    pub response_time: crate::observe::metrics::Histogram,
     /// Set by the active health checks; balancers skip unhealthy endpoints.
     pub healthy: std::sync::atomic::AtomicBool,
     /// Consecutive passed and failed health checks.
@@ -77,6 +80,7 @@ impl EndpointState {
             connect_errors: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            response_time: Default::default(),
             healthy: std::sync::atomic::AtomicBool::new(true),
             health_oks: std::sync::atomic::AtomicU32::new(0),
             health_fails: std::sync::atomic::AtomicU32::new(0),
