@@ -64,7 +64,8 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                         ep.addr,
                         ep.weight,
                         svc.max_connections_per_endpoint,
-                    ))
+                    )
+                    .of_service(name.clone()))
                 }
             };
             breakers.push((state.clone(), svc.breaker.clone(), svc.ejection.clone()));

@@ -14,6 +14,9 @@ pub struct EndpointState {
     pub id: usize,
     /// As written in the config; used in logs and metrics labels.
     pub name: String,
+    /// The service it belongs to (an endpoint's state is kept per
+    /// service), named in log lines about it.
+    pub service: Arc<str>,
     pub addr: SocketAddr,
     pub weight: u32,
     /// `max_connections_per_endpoint`: in-flight requests allowed at once.
@@ -69,6 +72,7 @@ impl EndpointState {
         EndpointState {
             id,
             name,
+            service: Arc::from(""),
             addr,
             weight: weight.max(1),
             max,
@@ -87,6 +91,12 @@ impl EndpointState {
             breaker: crate::upstream::breaker::Breaker::default(),
             eject: crate::upstream::eject::Ejection::default(),
         }
+    }
+
+    /// The same, of service `service`.
+    pub fn of_service(mut self, service: Arc<str>) -> Self {
+        self.service = service;
+        self
     }
 
     pub fn in_flight(&self) -> usize {

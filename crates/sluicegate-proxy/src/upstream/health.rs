@@ -151,7 +151,6 @@ pub async fn run(shared: Arc<Shared>) {
                         st.next_due = Some(now + check.interval);
                         let (ep, check) = (ep.clone(), check.clone());
                         let (tls, protocol) = (svc.tls.clone(), svc.protocol);
-                        let service = svc.name.clone();
                         running.spawn(async move {
                             let ok = if check.grpc_service.is_some() {
                                 grpc::probe(ep.clone(), tls, protocol, check.clone()).await
@@ -161,7 +160,7 @@ pub async fn run(shared: Arc<Shared>) {
                                     Some(t) => probe_tls(ep.clone(), t.clone(), check.clone()).await,
                                 }
                             };
-                            record(&service, &ep, ok, &check);
+                            record(&ep, ok, &check);
                             ep.id
                         });
                     }
@@ -179,7 +178,7 @@ pub async fn run(shared: Arc<Shared>) {
 
 /// Applies one result to the endpoint's flag; the counts of consecutive
 /// results live on the endpoint, so a reload keeps them too.
-fn record(service: &str, ep: &Arc<EndpointState>, ok: bool, check: &HealthCheck) {
+fn record(ep: &Arc<EndpointState>, ok: bool, check: &HealthCheck) {
     let (streak, flip_at, now_healthy) = if ok {
         ep.health_fails.store(0, Ordering::Relaxed);
         (
@@ -198,9 +197,9 @@ fn record(service: &str, ep: &Arc<EndpointState>, ok: bool, check: &HealthCheck)
     if streak >= flip_at && ep.is_healthy() != now_healthy {
         ep.healthy.store(now_healthy, Ordering::Relaxed);
         if now_healthy {
-            tracing::warn!(service = %service, endpoint = %ep.name, "endpoint healthy again, back in rotation");
+            tracing::warn!(service = %ep.service, endpoint = %ep.name, "endpoint healthy again, back in rotation");
         } else {
-            tracing::warn!(service = %service, endpoint = %ep.name, failures = streak, "endpoint unhealthy, out of rotation");
+            tracing::warn!(service = %ep.service, endpoint = %ep.name, failures = streak, "endpoint unhealthy, out of rotation");
         }
     }
 }
