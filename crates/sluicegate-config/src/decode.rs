@@ -8,9 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::{
-    AccessLog, ClientTimeouts, Config, Limits, LogConfig, LogFormat, ReloadConfig,
-};
+use crate::model::{AccessLog, ClientTimeouts, Config, Limits, LogConfig, LogFormat, ReloadConfig};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{Node, Pos};
 use crate::{apps, listen, route, service};

@@ -1,7 +1,9 @@
 //! The JSON-lines access log on the real binary: one line per request in a
 //! file (fields checked with serde_json), on stdout, nothing with
 //! `access: off`, and switching the log on and off by reload. Requests on
-//! HTTP/2 streams are logged alike, with `"proto":"HTTP/2"`.
+//! HTTP/2 streams are logged alike, with `"proto":"HTTP/2"`. Requests
+//! refused before routing (400, 408, 431) get a line each, with the
+//! listener, and a flood of them writes bounded lines.
 
 mod ops_common;
 
@@ -309,7 +311,10 @@ fn refused_requests_each_write_one_line() {
     // The good request's line has no listener field: only refusals do.
     let hello = find(&lines, "/hello");
     assert!(hello.get("listener").is_none(), "{hello}");
-    assert_eq!(metric(ports, "sluicegate_unrouted_responses_total{code=\"431\"}"), 1.0);
+    assert_eq!(
+        metric(ports, "sluicegate_unrouted_responses_total{code=\"431\"}"),
+        1.0
+    );
 }
 
 /// A flood of malformed requests writes one bounded line each: a bad
@@ -327,8 +332,16 @@ fn a_flood_of_refused_requests_writes_bounded_lines() {
     let req = format!("GET {target}\x01 HTTP/1.1\r\nHost: a\r\n\r\n");
     let bad = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "%2f".repeat(500));
     for i in 0..N {
-        let bytes = if i % 2 == 0 { req.as_bytes() } else { bad.as_bytes() };
-        assert_eq!(raw_status(ports.listen, bytes, false), Some(400), "request {i}");
+        let bytes = if i % 2 == 0 {
+            req.as_bytes()
+        } else {
+            bad.as_bytes()
+        };
+        assert_eq!(
+            raw_status(ports.listen, bytes, false),
+            Some(400),
+            "request {i}"
+        );
     }
     let flushed = wait_until(Duration::from_secs(5), || log_lines(&log).len() >= N);
     check(&gw, flushed, &format!("{} lines", log_lines(&log).len()));

@@ -27,7 +27,12 @@ fn expressions(d: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for p in d["panels"].as_array().unwrap() {
         for t in p["targets"].as_array().into_iter().flatten() {
-            out.push(t["expr"].as_str().expect("a target without expr").to_string());
+            out.push(
+                t["expr"]
+                    .as_str()
+                    .expect("a target without expr")
+                    .to_string(),
+            );
         }
     }
     for v in d["templating"]["list"].as_array().into_iter().flatten() {
@@ -82,13 +87,19 @@ fn exported(text: &str) -> BTreeSet<String> {
 #[test]
 fn dashboard_is_importable_json() {
     let d = dashboard();
-    assert!(d["schemaVersion"].as_u64().is_some_and(|v| v >= 30), "schemaVersion");
+    assert!(
+        d["schemaVersion"].as_u64().is_some_and(|v| v >= 30),
+        "schemaVersion"
+    );
     assert!(d["title"].is_string() && d["uid"].is_string());
     let panels = d["panels"].as_array().unwrap();
     assert!(panels.len() >= 10);
     let mut ids = BTreeSet::new();
     for p in panels {
-        assert!(ids.insert(p["id"].as_u64().expect("panel id")), "duplicate id in {p}");
+        assert!(
+            ids.insert(p["id"].as_u64().expect("panel id")),
+            "duplicate id in {p}"
+        );
         for k in ["h", "w", "x", "y"] {
             assert!(p["gridPos"][k].is_u64(), "gridPos.{k} in {p}");
         }

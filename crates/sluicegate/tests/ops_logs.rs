@@ -42,9 +42,7 @@ fn json_log_is_one_object_a_line_and_health_lines_name_the_service() {
     let stderr = gw.stderr();
     let lines: Vec<Value> = stderr
         .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}"))
-        })
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}")))
         .collect();
     assert!(lines.len() >= 3, "{stderr}");
     for l in &lines {
@@ -54,7 +52,11 @@ fn json_log_is_one_object_a_line_and_health_lines_name_the_service() {
     }
     let unhealthy = lines
         .iter()
-        .find(|l| l["message"].as_str().is_some_and(|m| m.contains("unhealthy")))
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("unhealthy"))
+        })
         .unwrap();
     assert_eq!(unhealthy["service"], "shop", "{unhealthy}");
     assert_eq!(
@@ -87,6 +89,9 @@ fn text_log_is_the_default_and_names_the_service() {
         .find(|l| l.contains("endpoint unhealthy"))
         .unwrap();
     assert!(line.contains("service=shop"), "{line}");
-    assert!(line.contains(&format!("endpoint=127.0.0.1:{dead}")), "{line}");
+    assert!(
+        line.contains(&format!("endpoint=127.0.0.1:{dead}")),
+        "{line}"
+    );
     assert!(!line.starts_with('{'), "{line}");
 }

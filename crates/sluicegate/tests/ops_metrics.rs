@@ -1,7 +1,9 @@
 //! The admin listener on the real binary: `/metrics` request counts by
-//! route and status class (on HTTP/1.1 and HTTP/2 streams alike), the
-//! latency histogram, upstream connect errors, the client connection
-//! gauge, reload counters; `/healthz` and its `config_generation`.
+//! route and status class and by exact code (on HTTP/1.1 and HTTP/2
+//! streams alike), the latency histogram, upstream response times by
+//! service and endpoint, upstream connect errors, the client connection
+//! gauge, reload counters, the process gauges and build info; `/healthz`
+//! and its `config_generation`.
 
 mod ops_common;
 
@@ -422,6 +424,10 @@ fn process_metrics_describe_the_gateway_process() {
         now = get(&metrics(ports), "process_open_fds");
         now >= fds + 20.0
     });
-    check(&gw, grew, &format!("open fds {fds} -> {now} with 20 connections"));
+    check(
+        &gw,
+        grew,
+        &format!("open fds {fds} -> {now} with 20 connections"),
+    );
     drop(conns);
 }

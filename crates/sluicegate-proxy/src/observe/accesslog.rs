@@ -151,7 +151,7 @@ pub fn format_refused(out: &mut Vec<u8>, e: &Entry<'_>, listener: std::net::Sock
     format(out, e);
     // Reopen the object: the line ends with `}\n`.
     out.truncate(out.len() - 2);
-    let _ = write!(out, ",\"listener\":\"{listener}\"}}\n");
+    let _ = writeln!(out, ",\"listener\":\"{listener}\"}}");
 }
 
 /// Text the config or the parser has already checked: route, service and

@@ -91,7 +91,10 @@ pub fn render(out: &mut String) {
     let p = Process::read();
     let mut family = |name: &str, kind: &str, help: &str, v: Option<String>| {
         if let Some(v) = v {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
         }
     };
     family(
@@ -160,7 +163,10 @@ mod tests {
             }
         );
         assert_eq!(stat_fields("1234 (a"), None);
-        assert_eq!(boot_time("cpu 1 2\nbtime 1700000000\n"), Some(1_700_000_000));
+        assert_eq!(
+            boot_time("cpu 1 2\nbtime 1700000000\n"),
+            Some(1_700_000_000)
+        );
     }
 
     #[test]
@@ -175,6 +181,9 @@ mod tests {
             .unwrap()
             .as_secs_f64();
         let start = p.start_time_seconds.unwrap();
-        assert!(start <= now + 1.0 && start > now - 86_400.0, "{start} {now}");
+        assert!(
+            start <= now + 1.0 && start > now - 86_400.0,
+            "{start} {now}"
+        );
     }
 }

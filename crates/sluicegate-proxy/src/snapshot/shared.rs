@@ -280,7 +280,8 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
                 get(e)
             );
         }
-    }    render_response_times(out, eps);
+    }
+    render_response_times(out, eps);
 }
 
 /// Upstream response times: one histogram per service (its endpoints'
@@ -322,11 +323,7 @@ fn render_response_times(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)
         if counts.iter().all(|&c| c == 0) {
             continue;
         }
-        let l = format!(
-            "service=\"{}\",endpoint=\"{}\"",
-            label(svc),
-            label(&e.name)
-        );
+        let l = format!("service=\"{}\",endpoint=\"{}\"", label(svc), label(&e.name));
         render_histogram(out, name, &l, &counts, sum_us);
     }
 }
