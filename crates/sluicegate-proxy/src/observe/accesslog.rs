@@ -384,6 +384,40 @@ mod tests {
     }
 
     #[test]
+    fn refused_line_is_json_with_the_listener() {
+        let mut out = Vec::new();
+        let e = Entry {
+            client: "127.0.0.1",
+            method: b"",
+            target: b"",
+            status: 431,
+            route: "",
+            service: "",
+            endpoint: "",
+            bytes_in: 20_000,
+            bytes_out: 120,
+            total_us: 0,
+            upstream_us: None,
+            app: None,
+            key_fp: None,
+            tls: None,
+            http2: false,
+        };
+        format_refused(&mut out, &e, "127.0.0.1:8080".parse().unwrap());
+        format_refused(&mut out, &e, "[::1]:443".parse().unwrap());
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["status"], 431);
+        assert_eq!(lines[0]["listener"], "127.0.0.1:8080");
+        assert_eq!(lines[1]["listener"], "[::1]:443");
+        assert!(text.ends_with("}\n"));
+    }
+
+    #[test]
     fn line_is_json() {
         let mut out = Vec::new();
         format(
