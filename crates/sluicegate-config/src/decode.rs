@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::model::{AccessLog, ClientTimeouts, Config, Limits, LogConfig, ReloadConfig};
+use crate::model::{AccessLog, ClientTimeouts, Config, Limits, LogConfig, LogFormat, ReloadConfig};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{Node, Pos};
 use crate::{apps, listen, route, service};
@@ -274,7 +274,7 @@ fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTim
 const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
 fn log(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut LogConfig) {
-    let Some(f) = fields(cx, node, path, "log", &["level", "access"]) else {
+    let Some(f) = fields(cx, node, path, "log", &["level", "format", "access"]) else {
         return;
     };
     if let Some(node) = f.get("level") {
@@ -287,6 +287,16 @@ fn log(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut LogConfig) {
             } else {
                 cx.expected(node, p, EXPECTED);
             }
+        }
+    }
+    if let Some(node) = f.get("format") {
+        let p = path.key("format");
+        const EXPECTED: &str = "text or json";
+        match reader::scalar(cx, node, p, EXPECTED) {
+            Some("text") => out.format = LogFormat::Text,
+            Some("json") => out.format = LogFormat::Json,
+            Some(_) => cx.expected(node, p, EXPECTED),
+            None => {}
         }
     }
     if let Some(node) = f.get("access") {

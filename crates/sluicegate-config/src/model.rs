@@ -181,13 +181,25 @@ impl Default for ClientTimeouts {
 pub struct LogConfig {
     /// tracing level filter: error, warn, info, debug, trace.
     pub level: String,
+    /// How the gateway's own log lines are written (not the access log,
+    /// always JSON lines).
+    pub format: LogFormat,
     pub access: AccessLog,
+}
+
+/// `log.format`: plain text lines (the default) or one JSON object a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             level: "info".to_string(),
+            format: LogFormat::Text,
             access: AccessLog::Off,
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use sluicegate_admin::history::Source;
 use sluicegate_admin::{Overrides, Reloader};
-use sluicegate_config::Config;
+use sluicegate_config::{Config, LogFormat};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -141,13 +141,34 @@ fn run(args: RunArgs) -> ExitCode {
     };
     overrides.apply(&mut cfg);
     let (filter_layer, filter_handle) = reload::Layer::new(level_filter(&cfg.log.level));
+    // One logger, to stderr: text lines, or (`log.format: json`) one JSON
+    // object a line with the event's fields at the top level.
+    let format = cfg.log.format;
+    let (text_layer, json_layer) = match format {
+        LogFormat::Text => (
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_ansi(std::io::stderr().is_terminal()),
+            ),
+            None,
+        ),
+        LogFormat::Json => (
+            None,
+            Some(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_span_list(false)
+                    .with_writer(std::io::stderr),
+            ),
+        ),
+    };
     tracing_subscriber::registry()
         .with(filter_layer)
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal()),
-        )
+        .with(text_layer)
+        .with(json_layer)
         .init();
     let handover_path = args
         .handover_socket
@@ -323,9 +344,16 @@ fn serve(
         tracing::warn!(error = %e, "no graceful restart for this process");
     }
     let watch = cfg.reload.clone();
+    let started_format = cfg.log.format;
     let on_apply = Box::new(move |c: &Config| {
         if let Err(e) = filter.reload(level_filter(&c.log.level)) {
             tracing::warn!(error = %e, "log level not changed");
+        }
+        if c.log.format != started_format {
+            tracing::warn!(
+                format = ?c.log.format,
+                "log.format changed: the log keeps its format until a restart"
+            );
         }
     });
     let read_only = cfg.admin.as_ref().is_some_and(|a| a.read_only);

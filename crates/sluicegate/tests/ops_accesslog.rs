@@ -1,7 +1,9 @@
 //! The JSON-lines access log on the real binary: one line per request in a
 //! file (fields checked with serde_json), on stdout, nothing with
 //! `access: off`, and switching the log on and off by reload. Requests on
-//! HTTP/2 streams are logged alike, with `"proto":"HTTP/2"`.
+//! HTTP/2 streams are logged alike, with `"proto":"HTTP/2"`. Requests
+//! refused before routing (400, 408, 431) get a line each, with the
+//! listener, and a flood of them writes bounded lines.
 
 mod ops_common;
 
@@ -208,4 +210,148 @@ fn access_off_writes_nothing_and_reload_switches_it() {
     let after = log_lines(&log);
     assert_eq!(after.len(), before, "access: off still logged: {after:#?}");
     assert!(!gw.stdout().contains("\"path\""));
+}
+
+/// Sends `bytes` on a fresh connection (then, with `stall`, keeps it open
+/// without sending more) and returns the status of the answer.
+fn raw_status(port: u16, bytes: &[u8], stall: bool) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(local(port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(bytes).unwrap();
+    if !stall {
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    }
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+fn refused_config(ports: Ports, access: &str) -> String {
+    format!(
+        "{}reload: {{ watch: false }}\nlog: {{ access: \"{access}\" }}\n\
+         limits: {{ max_header_bytes: 2048 }}\ntimeouts: {{ client_header: 300ms }}\n\
+         routes:\n{}",
+        ports.head(),
+        respond_route("hello", "/hello", "hi there")
+    )
+}
+
+/// Requests refused before routing (bad framing 400, a bad path 400,
+/// CONNECT's authority target 400, a slow head 408, a head too large 431, and a bad path on
+/// an HTTP/2 stream) each get one line with their status, the client and
+/// the listener, and the method and path when the head was parsed.
+#[test]
+fn refused_requests_each_write_one_line() {
+    let dir = ScratchDir::new("access-refused");
+    let log = dir.path().join("access.log");
+    let ports = Ports::new();
+    let gw = start(ports, &refused_config(ports, log.to_str().unwrap()));
+    let port = ports.listen;
+
+    let framing = b"POST /f HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
+    assert_eq!(raw_status(port, framing, false), Some(400));
+    let bad_path = b"GET /a%2fb HTTP/1.1\r\nHost: a\r\n\r\n";
+    assert_eq!(raw_status(port, bad_path, false), Some(400));
+    let connect = b"CONNECT example.test:443 HTTP/1.1\r\nHost: example.test:443\r\n\r\n";
+    // An authority-form target is refused as a bad target.
+    assert_eq!(raw_status(port, connect, false), Some(400));
+    assert_eq!(
+        raw_status(port, b"GET /slow HTTP/1.1\r\nHost:", true),
+        Some(408)
+    );
+    let big = format!(
+        "GET /big HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(4096)
+    );
+    assert_eq!(raw_status(port, big.as_bytes(), false), Some(431));
+    let h2 = Proto::H2c.get(ports.addr(), "/h2%2fbad", &[]);
+    assert_eq!(h2.status, 400);
+    // A good request between them is logged as before.
+    assert_eq!(http_get(ports.addr(), "/hello", &[]).status, 200);
+
+    let flushed = wait_until(Duration::from_secs(3), || log_lines(&log).len() >= 7);
+    check(&gw, flushed, &format!("log has {:?}", log_lines(&log)));
+    std::thread::sleep(Duration::from_millis(400));
+    let lines = log_lines(&log);
+    assert_eq!(lines.len(), 7, "one line per request: {lines:#?}");
+    let listener = format!("127.0.0.1:{port}");
+    let refused: Vec<&Value> = lines.iter().filter(|l| l["path"] != "/hello").collect();
+    for l in &refused {
+        assert_eq!(l["client"], "127.0.0.1", "{l}");
+        assert_eq!(l["listener"], listener.as_str(), "{l}");
+        assert_eq!(l["route"], "", "{l}");
+        assert!(l["upstream_ms"].is_null(), "{l}");
+        assert!(l["bytes_out"].as_u64().is_some_and(|n| n > 0), "{l}");
+    }
+    let status_of = |method: &str, path: &str| -> Vec<u64> {
+        refused
+            .iter()
+            .filter(|l| l["method"] == method && l["path"] == path)
+            .map(|l| l["status"].as_u64().unwrap())
+            .collect()
+    };
+    // Heads that could not be parsed: no method, no path.
+    let mut unparsed = status_of("", "");
+    unparsed.sort_unstable();
+    assert_eq!(unparsed, [400, 408, 431], "{refused:#?}");
+    assert_eq!(status_of("GET", "/a%2fb"), [400], "{refused:#?}");
+    assert_eq!(
+        status_of("CONNECT", "example.test:443"),
+        [400],
+        "{refused:#?}"
+    );
+    let h2_line = refused
+        .iter()
+        .find(|l| l["path"] == "/h2%2fbad")
+        .unwrap_or_else(|| panic!("no line for the HTTP/2 stream: {refused:#?}"));
+    assert_eq!(h2_line["status"], 400);
+    assert_eq!(h2_line["proto"], "HTTP/2");
+    // The good request's line has no listener field: only refusals do.
+    let hello = find(&lines, "/hello");
+    assert!(hello.get("listener").is_none(), "{hello}");
+    assert_eq!(
+        metric(ports, "sluicegate_unrouted_responses_total{code=\"431\"}"),
+        1.0
+    );
+}
+
+/// A flood of malformed requests writes one bounded line each: a bad
+/// target as long as the head limit allows is cut in the log, so no
+/// request makes a line much longer than a normal one.
+#[test]
+fn a_flood_of_refused_requests_writes_bounded_lines() {
+    let dir = ScratchDir::new("access-flood");
+    let log = dir.path().join("access.log");
+    let ports = Ports::new();
+    let gw = start(ports, &refused_config(ports, log.to_str().unwrap()));
+    const N: usize = 200;
+    // Control bytes escape to six each: the worst case for the log.
+    let target = format!("/{}", "%01".repeat(600));
+    let req = format!("GET {target}\x01 HTTP/1.1\r\nHost: a\r\n\r\n");
+    let bad = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "%2f".repeat(500));
+    for i in 0..N {
+        let bytes = if i % 2 == 0 {
+            req.as_bytes()
+        } else {
+            bad.as_bytes()
+        };
+        assert_eq!(
+            raw_status(ports.listen, bytes, false),
+            Some(400),
+            "request {i}"
+        );
+    }
+    let flushed = wait_until(Duration::from_secs(5), || log_lines(&log).len() >= N);
+    check(&gw, flushed, &format!("{} lines", log_lines(&log).len()));
+    std::thread::sleep(Duration::from_millis(400));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().count(), N);
+    let longest = text.lines().map(str::len).max().unwrap();
+    // 1024 target bytes (plain here) plus the other fields.
+    assert!(longest < 1024 + 400, "a line of {longest} bytes");
+    for l in log_lines(&log) {
+        assert_eq!(l["status"], 400, "{l}");
+    }
 }

@@ -1,7 +1,9 @@
 //! The admin listener on the real binary: `/metrics` request counts by
-//! route and status class (on HTTP/1.1 and HTTP/2 streams alike), the
-//! latency histogram, upstream connect errors, the client connection
-//! gauge, reload counters; `/healthz` and its `config_generation`.
+//! route and status class and by exact code (on HTTP/1.1 and HTTP/2
+//! streams alike), the latency histogram, upstream response times by
+//! service and endpoint, upstream connect errors, the client connection
+//! gauge, reload counters, the process gauges and build info; `/healthz`
+//! and its `config_generation`.
 
 mod ops_common;
 
@@ -12,6 +14,10 @@ use sluicegate_testkit::{free_port, http_get, KeepAliveClient, Proto, TestUpstre
 
 fn requests(route: &str, class: &str) -> String {
     format!("sluicegate_requests_total{{route=\"{route}\",class=\"{class}\"}}")
+}
+
+fn responses(route: &str, code: &str) -> String {
+    format!("sluicegate_responses_total{{route=\"{route}\",code=\"{code}\"}}")
 }
 
 fn duration_count(route: &str) -> String {
@@ -112,6 +118,40 @@ fn counted(proto: Proto) {
             "sluicegate_unrouted_requests_total{class=\"4xx\"}".to_string(),
             1.0,
         ),
+        // Exact codes: each one seen, nothing else.
+        (responses("api", "200"), 4.0),
+        (responses("api", "404"), 1.0),
+        (responses("api", "429"), 1.0),
+        (responses("api", "503"), 1.0),
+        (responses("hello", "200"), 2.0),
+        (responses("dead", "502"), 2.0),
+        (
+            "sluicegate_unrouted_responses_total{code=\"404\"}".to_string(),
+            1.0,
+        ),
+        // Upstream response times, by service and by endpoint.
+        (
+            "sluicegate_upstream_service_response_seconds_count{service=\"api\"}".to_string(),
+            7.0,
+        ),
+        (
+            "sluicegate_upstream_service_response_seconds_count{service=\"gone\"}".to_string(),
+            0.0,
+        ),
+        (
+            format!(
+                "sluicegate_upstream_response_seconds_count{{service=\"api\",endpoint=\"127.0.0.1:{}\"}}",
+                up.port()
+            ),
+            7.0,
+        ),
+        (
+            format!(
+                "sluicegate_upstream_response_seconds_bucket{{service=\"api\",endpoint=\"127.0.0.1:{}\",le=\"+Inf\"}}",
+                up.port()
+            ),
+            7.0,
+        ),
     ];
     let mut text = String::new();
     let settled = wait_until(Duration::from_secs(3), || {
@@ -133,6 +173,19 @@ fn counted(proto: Proto) {
         );
     }
     assert_eq!(up.requests_seen(), 7);
+    // Only codes that were answered have a series; an endpoint that never
+    // answered has no histogram of its own.
+    let codes = text
+        .lines()
+        .filter(|l| l.starts_with("sluicegate_responses_total{"))
+        .count();
+    assert_eq!(codes, 6, "{text}");
+    assert!(
+        !text.contains(&format!(
+            "sluicegate_upstream_response_seconds_count{{service=\"gone\",endpoint=\"127.0.0.1:{dead}\"}}"
+        )),
+        "{text}"
+    );
 
     // The histogram's buckets are cumulative and end at the count.
     let buckets: Vec<f64> = text
@@ -179,6 +232,16 @@ fn metrics_is_prometheus_text_with_type_lines() {
         "sluicegate_upstream_in_flight gauge",
         "sluicegate_config_reloads_total counter",
         "sluicegate_config_reload_failures_total counter",
+        "sluicegate_responses_total counter",
+        "sluicegate_upstream_response_seconds histogram",
+        "sluicegate_upstream_service_response_seconds histogram",
+        "sluicegate_config_generation gauge",
+        "sluicegate_build_info gauge",
+        "process_cpu_seconds_total counter",
+        "process_resident_memory_bytes gauge",
+        "process_open_fds gauge",
+        "process_max_fds gauge",
+        "process_start_time_seconds gauge",
     ] {
         assert!(
             text.contains(&format!("# TYPE {family}\n")),
@@ -313,4 +376,58 @@ fn in_flight_gauge_counts_a_slow_request() {
     assert_eq!(slow.join().unwrap(), 200);
     let idle = wait_until(Duration::from_secs(3), || metric(ports, &series) == 0.0);
     check(&gw, idle, "in-flight gauge not back to 0");
+}
+
+/// The process families read /proc of the gateway itself: descriptors
+/// follow its open connections, memory and CPU are its own, the start
+/// time is when it started; `sluicegate_build_info` names its version.
+#[test]
+fn process_metrics_describe_the_gateway_process() {
+    let ports = Ports::new();
+    let yaml = format!(
+        "{}reload: {{ watch: false }}\nroutes:\n{}",
+        ports.head(),
+        respond_route("hello", "/hello", "hi")
+    );
+    let before_start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let gw = start(ports, &yaml);
+    let text = metrics(ports);
+    let get = |text: &str, name: &str| {
+        sample(text, name).unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let start_time = get(&text, "process_start_time_seconds");
+    assert!(
+        (start_time - before_start).abs() < 5.0,
+        "started at {start_time}, test began {before_start}"
+    );
+    let rss = get(&text, "process_resident_memory_bytes");
+    assert!(rss > 1e6 && rss < 4e9, "rss {rss}");
+    assert!(get(&text, "process_cpu_seconds_total") >= 0.0);
+    let max = get(&text, "process_max_fds");
+    let fds = get(&text, "process_open_fds");
+    assert!(fds >= 3.0 && fds < max, "{fds} of {max}");
+    let version = format!(
+        "sluicegate_build_info{{version=\"{}\",",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(text.contains(&version), "{text}");
+
+    // 20 open client connections: 20 more descriptors in the gateway.
+    let conns: Vec<_> = (0..20)
+        .map(|_| std::net::TcpStream::connect(ports.addr()).unwrap())
+        .collect();
+    let mut now = 0.0;
+    let grew = wait_until(Duration::from_secs(3), || {
+        now = get(&metrics(ports), "process_open_fds");
+        now >= fds + 20.0
+    });
+    check(
+        &gw,
+        grew,
+        &format!("open fds {fds} -> {now} with 20 connections"),
+    );
+    drop(conns);
 }

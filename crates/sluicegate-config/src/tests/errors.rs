@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::{error, errors, ok};
+use crate::LogFormat;
 
 const L: &str = "listen: 127.0.0.1:8080\n";
 
@@ -111,6 +112,14 @@ fn wrong_types_name_expected_and_found() {
     assert_eq!(
         error(&with("log: { level: loud }")),
         "2:15: log.level: expected one of error, warn, info, debug, trace, found \"loud\""
+    );
+    assert_eq!(
+        error(&with("log: { format: yaml }")),
+        "2:16: log.format: expected text or json, found \"yaml\""
+    );
+    assert_eq!(
+        ok(&with("log: { format: json }")).log.format,
+        LogFormat::Json
     );
     assert_eq!(
         error(&with("log: { access: true }")),

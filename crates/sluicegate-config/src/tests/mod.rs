@@ -104,6 +104,7 @@ fn full_example_parses_to_the_expected_model() {
         },
         log: LogConfig {
             level: "debug".into(),
+            format: LogFormat::Text,
             access: AccessLog::File("/var/log/sluicegate/access.log".into()),
         },
         reload: ReloadConfig {

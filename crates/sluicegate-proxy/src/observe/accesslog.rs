@@ -138,6 +138,22 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
     out.extend_from_slice(b"}\n");
 }
 
+/// The longest target a refused request's line holds, in bytes: a bad
+/// target may be as long as the head limit, and its escaped form up to six
+/// times that.
+pub const REFUSED_TARGET_MAX: usize = 1024;
+
+/// Appends the line of a request refused before routing: `e` (its method
+/// and path empty when the head could not be parsed, no route, no time)
+/// and the listener it came on.
+pub fn format_refused(out: &mut Vec<u8>, e: &Entry<'_>, listener: std::net::SocketAddr) {
+    use std::io::Write as _;
+    format(out, e);
+    // Reopen the object: the line ends with `}\n`.
+    out.truncate(out.len() - 2);
+    let _ = writeln!(out, ",\"listener\":\"{listener}\"}}");
+}
+
 /// Text the config or the parser has already checked: route, service and
 /// app names (`[A-Za-z0-9_.-]`), endpoints (`host:port`, the host a checked
 /// name or an IP literal), the client's IP and the method (an HTTP token).
@@ -365,6 +381,40 @@ mod tests {
     #[should_panic]
     fn names_needing_escapes_are_caught_in_debug_builds() {
         name(&mut Vec::new(), b"a\"b");
+    }
+
+    #[test]
+    fn refused_line_is_json_with_the_listener() {
+        let mut out = Vec::new();
+        let e = Entry {
+            client: "127.0.0.1",
+            method: b"",
+            target: b"",
+            status: 431,
+            route: "",
+            service: "",
+            endpoint: "",
+            bytes_in: 20_000,
+            bytes_out: 120,
+            total_us: 0,
+            upstream_us: None,
+            app: None,
+            key_fp: None,
+            tls: None,
+            http2: false,
+        };
+        format_refused(&mut out, &e, "127.0.0.1:8080".parse().unwrap());
+        format_refused(&mut out, &e, "[::1]:443".parse().unwrap());
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["status"], 431);
+        assert_eq!(lines[0]["listener"], "127.0.0.1:8080");
+        assert_eq!(lines[1]["listener"], "[::1]:443");
+        assert!(text.ends_with("}\n"));
     }
 
     #[test]

@@ -84,7 +84,7 @@ pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
                     ActionRt::Proxy { service, .. } => Some(service.name.to_string()),
                     ActionRt::Respond { .. } => None,
                 },
-                status: std::array::from_fn(|i| m.status[i].load(Ordering::Relaxed)),
+                status: m.status.classes(),
                 buckets,
                 total_us,
                 upstream_us: m.upstream_us.load(Ordering::Relaxed),

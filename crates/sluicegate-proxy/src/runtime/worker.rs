@@ -238,6 +238,23 @@ impl Worker {
         }
     }
 
+    /// Appends the line of a request refused before routing (see
+    /// [`accesslog::format_refused`]).
+    #[cold]
+    pub(crate) fn append_refused_log(
+        &self,
+        sink: &Arc<Sink>,
+        entry: &accesslog::Entry<'_>,
+        listener: std::net::SocketAddr,
+    ) {
+        let mut buf = self.log_buf_for(sink);
+        accesslog::format_refused(&mut buf, entry, listener);
+        if buf.len() >= accesslog::FLUSH_AT {
+            sink.write(&buf);
+            buf.clear();
+        }
+    }
+
     /// True once the worker started draining.
     pub fn shutting_down(&self) -> bool {
         self.deadlines.shutting_down()

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::conn::Conn;
 use crate::filters::{Answer, Refuse};
+use crate::observe::accesslog;
 use crate::proto::codec::BodyKind;
 use crate::proto::fields::Fields;
 use crate::proto::response::{self, ErrorKind};
@@ -33,25 +34,70 @@ pub(super) enum Local<'a> {
 }
 
 impl Conn<'_> {
-    /// Answers an error before any route was chosen; the caller closes.
-    /// True when the answer was written.
+    /// Answers an error before any route was chosen, and logs it; the
+    /// caller closes. `parsed`: the head in `bufs.req` is this request's
+    /// (its method and target go in the log line). True when the answer
+    /// was written.
     pub(super) async fn fail_early(
         &self,
         snap: &Snapshot,
         bufs: &mut Bufs,
         kind: ErrorKind,
+        parsed: bool,
     ) -> bool {
         bufs.out.clear();
         response::error(&mut bufs.out, kind, true, false, false);
         self.worker.shared.global.unrouted.record(kind.status());
         let limit = snap.timeouts.client_write;
-        match write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await {
-            Ok(()) => true,
-            Err(e) => {
-                client_write_failed(self.worker, &e);
-                false
-            }
-        }
+        let written =
+            match write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await {
+                Ok(()) => true,
+                Err(e) => {
+                    client_write_failed(self.worker, &e);
+                    false
+                }
+            };
+        self.log_refused(snap, bufs, kind.status(), parsed, written);
+        written
+    }
+
+    /// The access log line of a request refused before routing (a
+    /// malformed or too large head, a slow one, a bad target): what is
+    /// known of it, and the listener. It costs what a routed request's
+    /// line costs (the target is cut at [`accesslog::REFUSED_TARGET_MAX`]
+    /// bytes), and the refusal closes the connection, so a flood of bad
+    /// requests writes no more log than as many good ones.
+    #[cold]
+    fn log_refused(&self, snap: &Snapshot, bufs: &Bufs, status: u16, parsed: bool, written: bool) {
+        let Some(sink) = &snap.access_log else { return };
+        let raw = bufs.inb.filled();
+        let (method, target): (&[u8], &[u8]) = if parsed {
+            let t = &raw[bufs.req.target.clone()];
+            (
+                &raw[bufs.req.method.clone()],
+                &t[..t.len().min(accesslog::REFUSED_TARGET_MAX)],
+            )
+        } else {
+            (b"", b"")
+        };
+        let entry = accesslog::Entry {
+            client: &self.peer_ip,
+            method,
+            target,
+            status,
+            route: "",
+            service: "",
+            endpoint: "",
+            bytes_in: raw.len() as u64,
+            bytes_out: if written { bufs.out.len() as u64 } else { 0 },
+            total_us: 0,
+            upstream_us: None,
+            app: None,
+            key_fp: None,
+            tls: self.tls,
+            http2: matches!(self.client, crate::transport::stream::Stream::H2(_)),
+        };
+        self.worker.append_refused_log(sink, &entry, self.listener);
     }
 
     /// Refuses a request the client may still be sending (a head over the
@@ -60,8 +106,14 @@ impl Conn<'_> {
     /// before the close. Closing with its bytes unread would reset the
     /// connection, and a reset can destroy the answer before the client
     /// reads it.
-    pub(super) async fn refuse_and_close(&self, snap: &Snapshot, bufs: &mut Bufs, kind: ErrorKind) {
-        if self.fail_early(snap, bufs, kind).await {
+    pub(super) async fn refuse_and_close(
+        &self,
+        snap: &Snapshot,
+        bufs: &mut Bufs,
+        kind: ErrorKind,
+        parsed: bool,
+    ) {
+        if self.fail_early(snap, bufs, kind, parsed).await {
             self.client.shutdown_write();
             linger(
                 &self.worker.deadlines,

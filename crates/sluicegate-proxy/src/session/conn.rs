@@ -41,6 +41,9 @@ pub struct Conn<'w> {
     /// (inline: an IPv4 address takes no allocation, nor does its copy
     /// for each HTTP/2 stream).
     pub peer_ip: CompactString,
+    /// The listener's address (named in the log lines of refused
+    /// requests).
+    pub(super) listener: SocketAddr,
     /// TLS version and cipher, on a TLS connection.
     pub tls: Option<(&'static str, &'static str)>,
     /// Every request is answered with a redirect to HTTPS.
@@ -310,7 +313,8 @@ impl Conn<'_> {
                         Err(ReadError::Timeout) => {
                             if !bufs.inb.is_empty() {
                                 // A slow client gets no extra time: no linger.
-                                self.fail_early(snap, bufs, ErrorKind::RequestTimeout).await;
+                                self.fail_early(snap, bufs, ErrorKind::RequestTimeout, false)
+                                    .await;
                             }
                             return Next::Close;
                         }
@@ -327,7 +331,7 @@ impl Conn<'_> {
                         HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
                         HeadError::ExpectationFailed => ErrorKind::ExpectationFailed,
                     };
-                    self.refuse_and_close(snap, bufs, kind).await;
+                    self.refuse_and_close(snap, bufs, kind, false).await;
                     return Next::Close;
                 }
             }

@@ -56,6 +56,7 @@ type H2Connection = h2::server::Connection<H2Io, Bytes>;
 struct Shared {
     peer: SocketAddr,
     peer_ip: CompactString,
+    listener: SocketAddr,
     tls: Option<(&'static str, &'static str)>,
     redirect_https: bool,
     identity: Option<Box<ClientIdentity>>,
@@ -139,6 +140,7 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
     let shared = Rc::new(Shared {
         peer: p.client,
         peer_ip: p.client.ip().to_compact_string(),
+        listener: listener.addr,
         tls: listener.tls.is_some().then_some(p.tls),
         redirect_https: listener.redirect_https,
         identity: p.identity,
@@ -282,6 +284,7 @@ async fn serve_one(worker: &Rc<Worker>, shared: &Shared, exchange: Exchange, mut
         client: Stream::H2(Box::new(exchange)),
         peer: shared.peer,
         peer_ip: shared.peer_ip.clone(),
+        listener: shared.listener,
         tls: shared.tls,
         redirect_https: shared.redirect_https,
         identity: shared.identity.clone(),

@@ -61,12 +61,12 @@ impl Conn<'_> {
         let target = match Target::parse(raw, req) {
             Ok(t) => t,
             Err(kind) => {
-                self.refuse_and_close(snap, bufs, kind).await;
+                self.refuse_and_close(snap, bufs, kind, true).await;
                 return Next::Close;
             }
         };
         if method == b"CONNECT" {
-            self.refuse_and_close(snap, bufs, ErrorKind::MethodNotAllowed)
+            self.refuse_and_close(snap, bufs, ErrorKind::MethodNotAllowed, true)
                 .await;
             return Next::Close;
         }
@@ -81,7 +81,7 @@ impl Conn<'_> {
             Ok(n) => n,
             Err(crate::route::path::BadPath(why)) => {
                 tracing::debug!(peer = %self.peer, why, "bad request path");
-                self.refuse_and_close(snap, bufs, ErrorKind::BadRequest)
+                self.refuse_and_close(snap, bufs, ErrorKind::BadRequest, true)
                     .await;
                 return Next::Close;
             }

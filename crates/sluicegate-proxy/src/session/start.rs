@@ -100,6 +100,7 @@ pub(crate) async fn serve_stream(
         client: p.stream,
         peer: p.client,
         peer_ip: p.client.ip().to_compact_string(),
+        listener: listener.addr,
         tls,
         redirect_https: listener.redirect_https,
         h2c: listener.http2.is_some() && listener.tls.is_none(),

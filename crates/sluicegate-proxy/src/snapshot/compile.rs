@@ -58,13 +58,16 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
                 _ => {
                     let id = reg.next_endpoint_id;
                     reg.next_endpoint_id += 1;
-                    Arc::new(EndpointState::new(
-                        id,
-                        ep.name.clone(),
-                        ep.addr,
-                        ep.weight,
-                        svc.max_connections_per_endpoint,
-                    ))
+                    Arc::new(
+                        EndpointState::new(
+                            id,
+                            ep.name.clone(),
+                            ep.addr,
+                            ep.weight,
+                            svc.max_connections_per_endpoint,
+                        )
+                        .of_service(name.clone()),
+                    )
                 }
             };
             breakers.push((state.clone(), svc.breaker.clone(), svc.ejection.clone()));

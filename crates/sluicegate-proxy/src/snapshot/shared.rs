@@ -156,8 +156,7 @@ impl Shared {
 
     /// The live counters of the running snapshot (see `observe::live`).
     pub fn live(&self) -> crate::observe::live::Counts {
-        let unrouted =
-            std::array::from_fn(|i| self.global.unrouted.status[i].load(Ordering::Relaxed));
+        let unrouted = self.global.unrouted.classes();
         crate::observe::live::read(&self.snapshot.load(), unrouted)
     }
 
@@ -170,6 +169,14 @@ impl Shared {
     pub fn render_metrics(&self) -> String {
         let mut out = String::with_capacity(8192);
         crate::observe::metrics::render_global(&mut out, &self.global);
+        crate::observe::process::render(&mut out);
+        let _ = std::fmt::Write::write_fmt(
+            &mut out,
+            format_args!(
+                "# HELP sluicegate_config_generation Generation of the running config (1 at start, one more per reload or API change).\n# TYPE sluicegate_config_generation gauge\nsluicegate_config_generation {}\n",
+                self.snapshot.load().generation
+            ),
+        );
         crate::cluster::render_metrics(&mut out);
         let Ok(reg) = self.registry.lock() else {
             return out;
@@ -287,5 +294,50 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
                 get(e)
             );
         }
+    }
+    render_response_times(out, eps);
+}
+
+/// Upstream response times: one histogram per service (its endpoints'
+/// summed), and one per endpoint that has answered. An endpoint costs 16
+/// series only once used, so a service of many endpoints that are never
+/// picked adds none; the per-service family is the one to graph when
+/// endpoints come and go.
+fn render_response_times(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
+    use crate::observe::metrics::{label, render_histogram, BUCKETS_US};
+    use std::fmt::Write as _;
+    let name = "sluicegate_upstream_service_response_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time from a request sent upstream to its response head, by service.\n# TYPE {name} histogram"
+    );
+    let mut i = 0;
+    while i < eps.len() {
+        let svc = &eps[i].0;
+        let mut counts = [0u64; BUCKETS_US.len() + 1];
+        let mut sum_us = 0;
+        while i < eps.len() && eps[i].0 == *svc {
+            let (c, s) = eps[i].1.response_time.read();
+            for (t, v) in counts.iter_mut().zip(c) {
+                *t += v;
+            }
+            sum_us += s;
+            i += 1;
+        }
+        let l = format!("service=\"{}\"", label(svc));
+        render_histogram(out, name, &l, &counts, sum_us);
+    }
+    let name = "sluicegate_upstream_response_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time from a request sent upstream to its response head, by service and endpoint (endpoints that have answered).\n# TYPE {name} histogram"
+    );
+    for (svc, e) in eps {
+        let (counts, sum_us) = e.response_time.read();
+        if counts.iter().all(|&c| c == 0) {
+            continue;
+        }
+        let l = format!("service=\"{}\",endpoint=\"{}\"", label(svc), label(&e.name));
+        render_histogram(out, name, &l, &counts, sum_us);
     }
 }

@@ -68,7 +68,7 @@ impl<'a> Verdict<'a> {
         self.pending = None;
         let now = crate::apps::limit::mono_ns(Instant::now());
         if ep.breaker.record(self.admit, false, now) {
-            tracing::warn!(endpoint = %ep.name, "circuit opened: endpoint out of rotation");
+            tracing::warn!(service = %ep.service, endpoint = %ep.name, "circuit opened: endpoint out of rotation");
         }
     }
 

@@ -187,6 +187,7 @@ async fn answer(
         admit.succeeded(c.ep);
     }
     let upstream_us = sent_at.elapsed().as_micros() as u64;
+    c.ep.response_time.observe(upstream_us);
     let res_body = bufs.res_framing.body;
     let close = c.close
         || c.down.worker.shutting_down()

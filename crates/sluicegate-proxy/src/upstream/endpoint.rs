@@ -14,6 +14,9 @@ pub struct EndpointState {
     pub id: usize,
     /// As written in the config; used in logs and metrics labels.
     pub name: String,
+    /// The service it belongs to (an endpoint's state is kept per
+    /// service), named in log lines about it.
+    pub service: Arc<str>,
     pub addr: SocketAddr,
     pub weight: u32,
     /// `max_connections_per_endpoint`: in-flight requests allowed at once.
@@ -31,6 +34,9 @@ pub struct EndpointState {
     pub requests: AtomicU64,
     /// Attempts it got as a retry after another endpoint failed.
     pub retries: AtomicU64,
+    /// Time from the request sent to the response head, per response
+    /// (`sluicegate_upstream_response_seconds`).
+    pub response_time: crate::observe::metrics::Histogram,
     /// Set by the active health checks; balancers skip unhealthy endpoints.
     pub healthy: std::sync::atomic::AtomicBool,
     /// Consecutive passed and failed health checks.
@@ -66,6 +72,7 @@ impl EndpointState {
         EndpointState {
             id,
             name,
+            service: Arc::from(""),
             addr,
             weight: weight.max(1),
             max,
@@ -77,12 +84,19 @@ impl EndpointState {
             connect_errors: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            response_time: Default::default(),
             healthy: std::sync::atomic::AtomicBool::new(true),
             health_oks: std::sync::atomic::AtomicU32::new(0),
             health_fails: std::sync::atomic::AtomicU32::new(0),
             breaker: crate::upstream::breaker::Breaker::default(),
             eject: crate::upstream::eject::Ejection::default(),
         }
+    }
+
+    /// The same, of service `service`.
+    pub fn of_service(mut self, service: Arc<str>) -> Self {
+        self.service = service;
+        self
     }
 
     pub fn in_flight(&self) -> usize {

@@ -475,6 +475,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     };
     let head_at = Instant::now();
     let upstream_us = head_at.duration_since(sent_at).as_micros() as u64;
+    ep.response_time.observe(upstream_us);
     if service.balancer.reads_latency() {
         ep.ewma.observe(epoch_us(head_at), upstream_us as f64);
     }

@@ -197,9 +197,9 @@ fn record(ep: &Arc<EndpointState>, ok: bool, check: &HealthCheck) {
     if streak >= flip_at && ep.is_healthy() != now_healthy {
         ep.healthy.store(now_healthy, Ordering::Relaxed);
         if now_healthy {
-            tracing::warn!(endpoint = %ep.name, "endpoint healthy again, back in rotation");
+            tracing::warn!(service = %ep.service, endpoint = %ep.name, "endpoint healthy again, back in rotation");
         } else {
-            tracing::warn!(endpoint = %ep.name, failures = streak, "endpoint unhealthy, out of rotation");
+            tracing::warn!(service = %ep.service, endpoint = %ep.name, failures = streak, "endpoint unhealthy, out of rotation");
         }
     }
 }
