@@ -140,11 +140,13 @@ pub struct AppTable {
     pub generation: u64,
 }
 
-/// An app of a table.
+/// An app of a table, with its shard and record found once.
 #[derive(Debug, Clone, Copy)]
 pub struct AppRef<'a> {
     pub table: &'a Arc<AppTable>,
     pub index: u32,
+    shard: &'a AppShard,
+    rec: &'a AppRec,
 }
 
 /// The plan that applies to a call and the slot it charges.
@@ -155,12 +157,23 @@ pub struct Charge<'a> {
 }
 
 impl<'a> AppRef<'a> {
+    fn new(table: &'a Arc<AppTable>, index: u32) -> AppRef<'a> {
+        let (s, p) = split_index(index);
+        let shard = &*table.app_shards[s];
+        AppRef {
+            table,
+            index,
+            shard,
+            rec: &shard.apps[p],
+        }
+    }
+
     fn shard(&self) -> &'a AppShard {
-        &self.table.app_shards[split_index(self.index).0]
+        self.shard
     }
 
     fn rec(&self) -> &'a AppRec {
-        &self.shard().apps[split_index(self.index).1]
+        self.rec
     }
 
     fn policy(&self) -> &'a Policy {
@@ -168,7 +181,8 @@ impl<'a> AppRef<'a> {
     }
 
     pub fn id(&self) -> &'a str {
-        self.table.id(self.index)
+        let r = self.rec;
+        &self.shard.text[r.id as usize..][..r.id_len as usize]
     }
 
     /// The app's own slot (its metrics).
@@ -280,7 +294,7 @@ impl AppTable {
     /// The app with this id.
     pub fn by_id<'a>(self: &'a Arc<Self>, id: &str) -> Option<AppRef<'a>> {
         let index = self.find_id(id)?;
-        Some(AppRef { table: self, index })
+        Some(AppRef::new(self, index))
     }
 
     /// The app holding `key`. Every candidate under the key's hash is
@@ -296,13 +310,10 @@ impl AppTable {
             std::hint::black_box(self.rec(r.app).policy);
             std::hint::black_box(self.slot(r.slot).requests.load(Ordering::Relaxed));
             if bool::from(shard.key(r).ct_eq(key)) {
-                found = Some(AppRef {
-                    table: self,
-                    index: r.app,
-                });
+                found = Some(r.app);
             }
         }
-        found
+        found.map(|index| AppRef::new(self, index))
     }
 
     /// Every slot of the app with this id (none if there is none).
