@@ -356,6 +356,28 @@ fn apps_changed_in_etcd_apply_in_place_keeping_their_plan_state() {
         "{text}"
     );
 
+    // Read from the objects: paged and filtered as from a document.
+    let page = admin_common::json(&admin_common::call(
+        ports,
+        "GET",
+        "/apps?name=a1&limit=5",
+        &[],
+        "",
+    ));
+    assert_eq!(page["total"], 1, "{page}");
+    assert_eq!(page["items"][0]["id"], "a1", "{page}");
+    assert!(
+        page["items"][0]["keys"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"),
+        "{page}"
+    );
+    let plan = admin_common::json(&admin_common::call(ports, "GET", "/plans/two", &[], ""));
+    assert_eq!(plan["name"], "two", "{plan}");
+    let resp = admin_common::call(ports, "GET", "/apps/a2", &[], "");
+    assert_eq!(resp.status, 404, "{}", resp.body_str());
+
     // Admin API writes of one app go to etcd as one key and are applied
     // in place: no whole config is built for them.
     let rebuilds = |gw: &sluicegate_testkit::Gateway| {

@@ -119,6 +119,19 @@ fn items(doc: &Document, kind: Kind) -> Vec<(String, Value)> {
     }
 }
 
+/// An object kept in etcd as the API shows it: with its name (`name` or
+/// `id` in a list kind; `name` first for a plan).
+fn with_name(kind: Kind, name: String, object: Value) -> Value {
+    let mut shown = Map::new();
+    shown.insert(kind.key.unwrap_or("name").to_string(), Value::String(name));
+    if let Value::Object(fields) = object {
+        for (k, v) in fields {
+            shown.entry(k).or_insert(v);
+        }
+    }
+    Value::Object(shown)
+}
+
 /// Writes `items` back as `kind`'s section (removed when empty).
 fn store(doc: &mut Document, kind: Kind, items: Vec<(String, Value)>) {
     if items.is_empty() {
@@ -203,12 +216,30 @@ async fn list(
             return *bad("$", &message);
         }
     };
+    let limit = page.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
+    let offset = page.offset.unwrap_or(0);
+    // In etcd mode a page is read from the objects: no document of a
+    // million apps is made to show a hundred.
+    let filter = page.name.clone();
+    let from_etcd = on_reloader(&state, move |r| {
+        let got = r.etcd_page(kind.section, filter.as_deref(), offset, limit);
+        (got, r.revision())
+    })
+    .await;
+    if let Ok((Some((total, got)), revision)) = from_etcd {
+        let page_items: Vec<Value> = got
+            .into_iter()
+            .map(|(name, v)| shown(kind, with_name(kind, name, v)))
+            .collect();
+        return with_etag(
+            json!({ "items": page_items, "total": total, "offset": offset, "limit": limit }),
+            revision,
+        );
+    }
     let (doc, revision) = match running(&state).await {
         Ok(r) => r,
         Err(resp) => return *resp,
     };
-    let limit = page.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_LIMIT);
-    let offset = page.offset.unwrap_or(0);
     let all: Vec<(String, Value)> = items(&doc, kind)
         .into_iter()
         .filter(|(name, _)| page.name.as_deref().is_none_or(|n| name.contains(n)))
@@ -232,6 +263,17 @@ async fn get_one(
     State(state): State<AdminState>,
     Path(name): Path<String>,
 ) -> Response {
+    let wanted = name.clone();
+    let from_etcd = on_reloader(&state, move |r| {
+        (r.etcd_item(kind.section, &wanted), r.revision())
+    })
+    .await;
+    if let Ok((Some(got), revision)) = from_etcd {
+        return match got {
+            Some(v) => with_etag(shown(kind, with_name(kind, name, v)), revision),
+            None => *missing(kind, &name),
+        };
+    }
     let (doc, revision) = match running(&state).await {
         Ok(r) => r,
         Err(resp) => return *resp,
