@@ -14,6 +14,7 @@ use sluicegate_config::{App, Config};
 use super::keys::{KeyRec, KeyTable};
 use super::limit::PlanRt;
 use super::policy::{jwt_key, policy, PolicyKey, NONE};
+use super::slab::{pack, Slab};
 use super::table::{
     index_of, shard_of, split_index, AppRec, AppShard, AppTable, KeyShard, PLACE_BITS, SHARDS,
 };
@@ -88,13 +89,13 @@ struct NewKey<'a> {
     slot: u32,
 }
 
-fn text_at(text: &mut String, s: &str) -> Result<(u32, u16), String> {
-    let at = u32::try_from(text.len())
+/// Where `s` goes in a text of `before` bytes (checked to fit).
+fn text_place(before: usize, s: &str) -> Result<(u32, u16), String> {
+    let at = u32::try_from(before)
         .ok()
         .filter(|at| at.checked_add(s.len() as u32).is_some())
         .ok_or("apps: ids and keys of one shard exceed 4 GiB")?;
     let len = u16::try_from(s.len()).map_err(|_| "apps: an id or key is too long")?;
-    text.push_str(s);
     Ok((at, len))
 }
 
@@ -112,8 +113,9 @@ impl AppShard {
             .ok()
             .filter(|p| *p < 1 << PLACE_BITS)
             .ok_or("apps: too many apps in one shard")?;
-        (rec.id, rec.id_len) = text_at(&mut self.text, id)?;
-        self.apps.push(rec);
+        (rec.id, rec.id_len) = text_place(self.text.len(), id)?;
+        self.text.push_str(id);
+        self.apps.make_mut().push(rec);
         let AppShard {
             by_id, apps, text, ..
         } = self;
@@ -169,7 +171,7 @@ impl AppShard {
 impl KeyShard {
     fn build<'k>(keys: impl Iterator<Item = NewKey<'k>>, n: usize) -> Result<KeyShard, String> {
         let mut shard = KeyShard {
-            text: String::new(),
+            text: Slab::default(),
             table: KeyTable::with_capacity(n),
             len: 0,
         };
@@ -181,7 +183,8 @@ impl KeyShard {
 
     fn insert(&mut self, k: NewKey<'_>) -> Result<(), String> {
         let key = std::str::from_utf8(k.key).map_err(|_| "apps: a key is not ASCII")?;
-        let (at, len) = text_at(&mut self.text, key)?;
+        let (at, len) = text_place(self.text.len(), key)?;
+        self.text.make_mut().extend_from_slice(key.as_bytes());
         self.table.insert(
             k.hash,
             KeyRec {
@@ -202,7 +205,7 @@ fn empties() -> (Arc<AppShard>, Arc<KeyShard>) {
     (
         Arc::new(AppShard::default()),
         Arc::new(KeyShard {
-            text: String::new(),
+            text: Slab::default(),
             table: KeyTable::with_capacity(0),
             len: 0,
         }),
@@ -236,7 +239,7 @@ impl AppTable {
         let mut shards: Vec<AppShard> = counts
             .iter()
             .map(|&n| AppShard {
-                apps: Vec::with_capacity(n),
+                apps: Slab::Own(Vec::with_capacity(n)),
                 text: String::with_capacity(n * 16),
                 by_id: hashbrown::HashTable::with_capacity(n),
                 ..AppShard::default()
@@ -282,6 +285,26 @@ impl AppTable {
                 });
             }
         }
+        let mut built_keys: Vec<Option<KeyShard>> = keys
+            .into_iter()
+            .map(|list| {
+                let n = list.len();
+                (n > 0)
+                    .then(|| KeyShard::build(list.into_iter(), n))
+                    .transpose()
+            })
+            .collect::<Result<_, String>>()?;
+        // What a request reads at random (key buckets, key text, app
+        // records) goes into one block per kind: a few large allocations
+        // on huge pages, where 256 small ones each would be on 4 KiB pages.
+        pack(shards.iter_mut().map(|s| &mut s.apps));
+        pack(
+            built_keys
+                .iter_mut()
+                .flatten()
+                .map(|k| &mut k.table.buckets),
+        );
+        pack(built_keys.iter_mut().flatten().map(|k| &mut k.text));
         let (empty_apps, empty_keys) = empties();
         let app_shards = shards
             .into_iter()
@@ -293,16 +316,10 @@ impl AppTable {
                 }
             })
             .collect();
-        let key_shards = keys
+        let key_shards = built_keys
             .into_iter()
-            .map(|list| {
-                if list.is_empty() {
-                    return Ok(empty_keys.clone());
-                }
-                let n = list.len();
-                KeyShard::build(list.into_iter(), n).map(Arc::new)
-            })
-            .collect::<Result<_, String>>()?;
+            .map(|k| k.map_or_else(|| empty_keys.clone(), Arc::new))
+            .collect();
         Ok(AppTable {
             app_shards,
             key_shards,
@@ -396,7 +413,7 @@ impl AppTable {
                 (AppChange::Remove(_), None) => {}
                 (AppChange::Remove(_), Some(p)) => {
                     delta.dropped.extend(shard.slots_of(p as usize));
-                    shard.apps[p as usize].id_len = 0;
+                    shard.apps.make_mut()[p as usize].id_len = 0;
                     if let Ok(e) = shard.by_id.find_entry(hash, |&a| a == p) {
                         e.remove();
                     }
@@ -442,7 +459,7 @@ impl AppTable {
                         Some(p) => {
                             let old = shard.apps[p as usize];
                             (rec.id, rec.id_len) = (old.id, old.id_len);
-                            shard.apps[p as usize] = rec;
+                            shard.apps.make_mut()[p as usize] = rec;
                             p
                         }
                         None => {

@@ -1,6 +1,8 @@
 //! The apps table's key index: key records by keyed hash, four to a
 //! cache-line bucket, with linear probing.
 
+use super::slab::Slab;
+
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct KeyRec {
     pub(super) at: u32,
@@ -27,7 +29,7 @@ pub(super) struct Bucket([KeyRec; 4]);
 /// shard's table again), so a key is never past a bucket that had room.
 #[derive(Debug, Clone)]
 pub(super) struct KeyTable {
-    pub(super) buckets: Vec<Bucket>,
+    pub(super) buckets: Slab<Bucket>,
     mask: usize,
 }
 
@@ -36,7 +38,7 @@ impl KeyTable {
     pub(super) fn with_capacity(n: usize) -> KeyTable {
         let buckets = n.div_ceil(3).max(1).next_power_of_two();
         KeyTable {
-            buckets: vec![Bucket::default(); buckets],
+            buckets: Slab::Own(vec![Bucket::default(); buckets]),
             mask: buckets - 1,
         }
     }
@@ -49,8 +51,9 @@ impl KeyTable {
     pub(super) fn insert(&mut self, hash: u64, mut rec: KeyRec) {
         rec.tag = Self::tag(hash);
         let mut b = hash as usize & self.mask;
+        let buckets = self.buckets.make_mut();
         loop {
-            if let Some(place) = self.buckets[b].0.iter_mut().find(|r| r.tag == 0) {
+            if let Some(place) = buckets[b].0.iter_mut().find(|r| r.tag == 0) {
                 *place = rec;
                 return;
             }

@@ -20,6 +20,7 @@ mod keys;
 pub(crate) mod lease;
 pub(crate) mod limit;
 mod policy;
+mod slab;
 mod table;
 
 pub use build::{AppChange, Delta, DeltaError};

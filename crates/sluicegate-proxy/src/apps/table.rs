@@ -13,6 +13,7 @@ use subtle::ConstantTimeEq;
 use super::keys::KeyTable;
 use super::limit::{LimitState, PlanRt};
 use super::policy::{JwtKeyRt, Policy};
+use super::slab::Slab;
 use super::{slot_in, AppSlot};
 
 /// Shards of each kind: a change copies about 1/256 of the apps and of
@@ -68,7 +69,7 @@ impl AppRec {
 pub(super) struct AppShard {
     /// The ids, back to back (ASCII).
     pub(super) text: String,
-    pub(super) apps: Vec<AppRec>,
+    pub(super) apps: Slab<AppRec>,
     /// Places in `apps`, by keyed hash of the id (JWTs name their app).
     pub(super) by_id: HashTable<u32>,
     /// Rules shared by the shard's apps that have the same.
@@ -117,14 +118,14 @@ impl AppShard {
 #[derive(Debug, Clone)]
 pub(super) struct KeyShard {
     /// The keys, back to back (ASCII).
-    pub(super) text: String,
+    pub(super) text: Slab<u8>,
     pub(super) table: KeyTable,
     pub(super) len: usize,
 }
 
 impl KeyShard {
     pub(super) fn key(&self, r: &super::keys::KeyRec) -> &[u8] {
-        &self.text.as_bytes()[r.at as usize..][..r.len as usize]
+        &self.text[r.at as usize..][..r.len as usize]
     }
 }
 
