@@ -72,8 +72,8 @@ pub struct Reloader {
     /// like a change to the config file.
     files: Vec<(PathBuf, Option<Stamp>)>,
     on_apply: Box<dyn Fn(&Config) + Send>,
-    /// Called once a config (or a change to one) is applied and what it
-    /// was built from is dropped: the binary gives free memory back there.
+    /// Called once a whole config from etcd is applied and what it was
+    /// built from is dropped: the binary gives free memory back there.
     pub(crate) settled: Box<dyn Fn() + Send>,
     /// The running config's text, kept only when the admin API may ask for
     /// it (an admin listener is configured), and its tree once asked for.
@@ -170,8 +170,8 @@ impl Reloader {
     }
 
     /// The running config's revision (the snapshot's generation).
-    /// Sets what runs once a change from etcd is applied and its parts
-    /// dropped (the binary gives free memory back to the system).
+    /// Sets what runs once a whole config from etcd is applied and its
+    /// parts dropped (the binary gives free memory back to the system).
     pub fn on_settled(&mut self, f: Box<dyn Fn() + Send>) {
         self.settled = f;
     }

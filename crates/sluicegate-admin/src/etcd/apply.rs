@@ -240,6 +240,7 @@ impl Reloader {
             let revision = self.revision();
             self.history.push(Source::Etcd, false, revision, refused);
         }
+        let applied_whole = applied.is_some();
         if let Some((doc, cfg)) = applied {
             let validated = started.elapsed();
             let published = self.publish(&cfg, Source::Etcd).is_ok();
@@ -260,10 +261,17 @@ impl Reloader {
                 }
             }
         }
+        let whole = applied_whole;
         let mode = self.mode_mut();
         mode.good = good;
         // Written by the cache thread, off this lock; it keeps the newest.
         let _ = mode.cache_tx.send((top, mode.good.clone()));
+        // A whole config was built (its document and decoded config are
+        // dropped by now): give the memory back. Not after a change in
+        // place, which frees next to nothing.
+        if whole {
+            (self.settled)();
+        }
     }
 
     /// Applies changes that are all to apps in place of a whole reload:

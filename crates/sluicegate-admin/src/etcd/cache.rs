@@ -4,33 +4,66 @@
 //! is down serves what it last applied (then catches up from `R + 1`).
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Sender};
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::Objects;
 use crate::persist;
 
+/// The longest wait between two writes of the cache.
+const PACE_MAX: Duration = Duration::from_secs(30);
+
 /// Starts the thread that writes the cache at `path`: it takes the newest
 /// of what was sent since its last write, so a burst of changes costs one
 /// write, and the reloader's lock is never held while the file is written.
+/// Writes are paced (see inside): the cache may lag the running config by
+/// up to five times a write's duration, at most [`PACE_MAX`].
 pub(crate) fn writer(path: PathBuf) -> Sender<(u64, Arc<Objects>)> {
     let (tx, rx) = channel::<(u64, Arc<Objects>)>();
     let spawned = std::thread::Builder::new()
         .name("etcd-cache".to_string())
         .spawn(move || {
-            while let Ok(mut newest) = rx.recv() {
+            let mut pending: Option<(u64, Arc<Objects>)> = None;
+            loop {
+                let mut newest = match pending.take() {
+                    Some(p) => p,
+                    None => match rx.recv() {
+                        Ok(m) => m,
+                        Err(_) => return,
+                    },
+                };
                 while let Ok(more) = rx.try_recv() {
                     newest = more;
                 }
-                let t = std::time::Instant::now();
+                let t = Instant::now();
                 save(&path, newest.0, &newest.1);
+                let took = t.elapsed();
                 tracing::info!(
                     revision = newest.0,
-                    cache_ms = t.elapsed().as_secs_f64() * 1e3,
+                    cache_ms = took.as_secs_f64() * 1e3,
                     "etcd source: cache written"
                 );
+                // Paced: at a million objects a write takes a second of
+                // CPU, and changes may come every few milliseconds. The
+                // next write waits four times as long as this one took
+                // (this thread then uses at most a fifth of a core), and
+                // writes the newest of what came meanwhile.
+                let until = t + (took * 5).min(PACE_MAX);
+                while let Some(left) = until.checked_duration_since(Instant::now()) {
+                    match rx.recv_timeout(left) {
+                        Ok(more) => pending = Some(more),
+                        Err(RecvTimeoutError::Timeout) => break,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            if let Some((revision, objects)) = pending.take() {
+                                save(&path, revision, &objects);
+                            }
+                            return;
+                        }
+                    }
+                }
             }
         });
     if let Err(e) = spawned {

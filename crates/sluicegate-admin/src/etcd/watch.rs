@@ -112,12 +112,7 @@ fn apply(w: &Watch) {
         return;
     }
     let r = w.reloader.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut r = Reloader::locked(&r);
-        if r.drain_etcd() {
-            (r.settled)();
-        }
-    });
+    tokio::task::spawn_blocking(move || Reloader::locked(&r).drain_etcd());
 }
 
 /// Lists if needed, then follows the watch until it stops.

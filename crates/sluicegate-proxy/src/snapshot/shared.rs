@@ -109,6 +109,7 @@ impl Shared {
     /// asks for a whole reload instead.
     pub fn apply_apps(&self, changes: &[AppChange<'_>]) -> Result<u64, DeltaError> {
         let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let started = std::time::Instant::now();
         let cur = self.snapshot.load_full();
         let services: Vec<&str> = cur.services.iter().map(|s| &*s.name).collect();
         let generation = reg.generation + 1;
@@ -116,6 +117,7 @@ impl Shared {
             cur.apps
                 .with_changes(changes, &services, &mut reg.slots, generation)?;
         let table = Arc::new(table);
+        let table_ms = started.elapsed().as_secs_f64() * 1e3;
         let globals = changed_globals(&cur, &table, changes);
         let snap = Snapshot {
             router: cur.router.clone(),
@@ -137,6 +139,14 @@ impl Shared {
         reg.apps = Some(table);
         self.snapshot.store(Arc::new(snap));
         self.global.reloads_ok.fetch_add(1, Ordering::Relaxed);
+        drop(cur);
+        tracing::info!(
+            generation,
+            changes = changes.len(),
+            table_ms,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "apps changed: new apps table published"
+        );
         Ok(generation)
     }
 
