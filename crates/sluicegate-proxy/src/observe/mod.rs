@@ -3,3 +3,5 @@
 pub(crate) mod accesslog;
 pub mod live;
 pub(crate) mod metrics;
+pub mod otlp;
+pub mod trace;

@@ -19,6 +19,9 @@ pub struct Shared {
     pub snapshot: ArcSwap<Snapshot>,
     pub registry: Mutex<Registry>,
     pub global: GlobalMetrics,
+    /// The queue of sampled requests' spans, when `tracing` was configured
+    /// at start (its exporter runs for the whole process).
+    pub(crate) tracer: Option<Arc<crate::observe::trace::Tracer>>,
 }
 
 impl Shared {
@@ -30,6 +33,10 @@ impl Shared {
             snapshot: ArcSwap::from_pointee(snap),
             registry: Mutex::new(registry),
             global: GlobalMetrics::default(),
+            tracer: config
+                .tracing
+                .as_ref()
+                .map(|t| Arc::new(crate::observe::trace::Tracer::new(t.queue))),
         }))
     }
 
@@ -66,6 +73,9 @@ impl Shared {
     pub fn render_metrics(&self) -> String {
         let mut out = String::with_capacity(8192);
         crate::observe::metrics::render_global(&mut out, &self.global);
+        if let Some(t) = &self.tracer {
+            t.render(&mut out);
+        }
         crate::cluster::render_metrics(&mut out);
         let Ok(reg) = self.registry.lock() else {
             return out;
