@@ -103,7 +103,7 @@ pub struct TracingConfig {
 /// `tracing.otlp`: the collector spans are exported to, over OTLP/gRPC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtlpConfig {
-    /// `http://host:port` (or `https://`).
+    /// `http://host:port` (plain gRPC).
     pub endpoint: String,
     /// Each export call's deadline (default 10s).
     pub timeout: Duration,

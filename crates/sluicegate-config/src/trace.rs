@@ -94,9 +94,13 @@ fn otlp(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<OtlpConfig> {
     let p = path.key("endpoint");
     const EXPECTED: &str = "an OTLP/gRPC URL like http://127.0.0.1:4317";
     let url = reader::string(cx, n, p)?;
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
+    if url.starts_with("https://") {
+        let msg =
+            "the OTLP export is plain gRPC: use http:// (a local collector can forward over TLS)";
+        cx.at(n.pos, p, msg);
+        return None;
+    }
+    let rest = url.strip_prefix("http://");
     let authority = rest.map(|r| r.split('/').next().unwrap_or_default());
     if authority.is_none_or(|a| a.is_empty() || a.contains(char::is_whitespace) || a.contains('@'))
     {

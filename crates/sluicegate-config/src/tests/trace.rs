@@ -61,6 +61,10 @@ fn mistakes_are_named_with_their_key() {
         "{BASE}tracing: {{ otlp: {{ endpoint: \"127.0.0.1:4317\" }} }}\n"
     ));
     assert!(e[0].contains("tracing.otlp.endpoint"), "{e:?}");
+    let e = errors(&format!(
+        "{BASE}tracing: {{ otlp: {{ endpoint: \"https://c:4317\" }} }}\n"
+    ));
+    assert!(e[0].contains("plain gRPC"), "{e:?}");
     let e = errors(&format!("{BASE}tracing: {{ service_name: x }}\n"));
     assert!(e[0].contains("otlp"), "{e:?}");
     let e = errors(&format!("{BASE}request_id: {{ header: \"x request\" }}\n"));
