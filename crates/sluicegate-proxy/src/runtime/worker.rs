@@ -74,7 +74,7 @@ pub struct Worker {
     pub(crate) relay_buf: RefCell<Vec<u8>>,
     /// Request ids this worker makes: a random prefix of its own and a
     /// counter ([`crate::proto::request_id::RequestId::make`]).
-    id_prefix: u64,
+    id_prefix: [u8; 16],
     id_next: Cell<u64>,
 }
 
@@ -146,7 +146,7 @@ impl Worker {
             free: RefCell::new(Vec::new()),
             free_low: Cell::new(0),
             relay_buf: RefCell::new(Vec::new()),
-            id_prefix: fastrand::u64(..),
+            id_prefix: crate::proto::request_id::hex16(fastrand::u64(..)),
             id_next: Cell::new(0),
         }
     }
@@ -156,7 +156,7 @@ impl Worker {
     pub(crate) fn make_request_id(&self, id: &mut crate::proto::request_id::RequestId) {
         let n = self.id_next.get().wrapping_add(1);
         self.id_next.set(n);
-        id.make(self.id_prefix, n);
+        id.make(&self.id_prefix, n);
     }
 
     pub(crate) fn take_bufs(&self) -> Box<Bufs> {
