@@ -374,3 +374,33 @@ fn request_ids_from_trusted_proxies_are_kept() {
     let r = http_get(ports.addr(), "/api/x?header=x-correlation-id:theirs", &[]);
     assert_eq!(r.header_all("x-correlation-id").len(), 1, "{:?}", r.headers);
 }
+
+#[test]
+fn the_sampling_ratio_follows_a_reload() {
+    let collector = Collector::start("print");
+    let up = TestUpstream::start();
+    let ports = Ports::new();
+    let gw = start(
+        ports,
+        &config(ports, up.port(), &tracing(&collector, "0"), ""),
+    );
+    assert_eq!(http_get(ports.addr(), "/api/x", &[]).status, 200);
+    assert_eq!(up.last_request().unwrap().header("traceparent"), None);
+    let before = generation(ports);
+    gw.write_config(&config(ports, up.port(), &tracing(&collector, "1"), ""));
+    gw.reload_signal();
+    check(
+        &gw,
+        wait_generation_above(ports, before, Duration::from_secs(5)),
+        "reload",
+    );
+    assert_eq!(http_get(ports.addr(), "/api/y", &[]).status, 200);
+    let seen = up.last_request().unwrap();
+    let (trace, span_id, _) = traceparent(seen.header("traceparent").expect("a traceparent"));
+    let span = collector.take(1).remove(0);
+    assert_eq!(
+        (span["trace_id"].as_str(), span["span_id"].as_str()),
+        (Some(&*trace), Some(&*span_id))
+    );
+    assert_eq!(span["attributes"]["url.path"], "/api/y");
+}
