@@ -12,6 +12,8 @@ from pathlib import Path
 
 from .procs import HarnessError
 
+REPO = Path(__file__).resolve().parent.parent.parent
+
 PEER_FILES = ("nginx-upstream.conf", "haproxy.cfg", "nginx-proxy.conf")
 # Needed only when a TLS target runs.
 TLS_PEER_FILES = ("haproxy-tls.cfg", "nginx-proxy-tls.conf")
@@ -37,12 +39,21 @@ PACKAGES = {
 # peer of sluicegate-log.
 ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-global",
                "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
-               "sluicegate-tls", "haproxy-tls", "nginx-tls")
+               "sluicegate-tls", "haproxy-tls", "nginx-tls",
+               "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100")
 # sluicegate-global (run only when named) is sluicegate-auth with the plan
 # `scope: global`, its leases taken from a redis-server the harness starts on
 # the load generator's CPU.
+# sluicegate-trace0, -trace1 and -trace100 (run only when named) are the
+# sluicegate target with `tracing` at sampling ratio 0, 0.01 and 1, exporting
+# to an OTLP/gRPC sink that discards (the test collector,
+# crates/sluicegate/tests/fixtures/otlp/collector.py, in the test venv that
+# scripts/test-venv makes) on the load generator's CPU.
+TRACE_TARGETS = {"sluicegate-trace0": 0.0, "sluicegate-trace1": 0.01,
+                 "sluicegate-trace100": 1.0}
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
-                        if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global"))
+                        if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global")
+                        and t not in TRACE_TARGETS)
 # The targets terminating TLS: the TLS scenarios run these and only these,
 # the plain scenarios never do. The peers' TLS configs are the shared
 # templates haproxy-tls.cfg and nginx-proxy-tls.conf; sluicegate-tls is the
@@ -179,7 +190,7 @@ def haproxy_maxconn(cfg_path):
 
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
-                    tls=None, protocol=None, admin_port=None, redis_port=None):
+                    tls=None, protocol=None, admin_port=None, redis_port=None, trace=None):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -190,7 +201,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     (`h2c` for the h2c upstream; unset, HTTP/1.1). With `admin_port`, an
     admin listener (the admin API, no token) on that loopback port. With
     `redis_port` (and `auth`), the plan is `scope: global`, counted in that
-    Redis."""
+    Redis. With `trace` ((ratio, OTLP port)), `tracing` samples that share
+    of requests and exports their spans to that port."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -203,6 +215,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         "reload: { watch: false }\n"
         f"log: {{ level: warn, access: {access} }}\n"
         + (f'admin: {{ listen: "127.0.0.1:{admin_port}" }}\n' if admin_port else "")
+        + (f"tracing: {{ sampling: {{ ratio: {trace[0]} }}, "
+           f'otlp: {{ endpoint: "http://127.0.0.1:{trace[1]}" }} }}\n' if trace else "")
         + "services:\n"
         "  - name: upstream\n"
         f'    endpoints: ["127.0.0.1:{upstream_port}"]\n'
@@ -428,6 +442,27 @@ class Launcher:
     def upstream_proc_of(self, kind="http1"):
         return self.upstreams[kind].extra["upstream_proc"]
 
+    def otlp_sink(self, port, d):
+        """The OTLP/gRPC sink of the trace targets on 127.0.0.1:`port`, on
+        the load generator's CPU: the test collector in `discard` mode, run
+        by the test venv's Python (scripts/test-venv makes it once)."""
+        venv = subprocess.run([str(REPO / "scripts" / "test-venv")], capture_output=True,
+                              text=True, check=False)
+        if venv.returncode != 0:
+            raise HarnessError("scripts/test-venv failed: " + venv.stderr.strip()[-400:])
+        python = os.path.join(venv.stdout.strip(), "bin", "python")
+        script = REPO / "crates" / "sluicegate" / "tests" / "fixtures" / "otlp" / "collector.py"
+        proc = self.reg.spawn("otlp-sink", [python, str(script), str(port), "discard"],
+                              os.path.join(d, "otlp-sink.log"), cpu=self.load_cpu)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return proc
+            except OSError:
+                time.sleep(0.1)
+        raise HarnessError(f"the OTLP sink did not listen on {port}")
+
     def start(self, name, upstream="http1"):
         """Start target `name` in front of the upstream of kind `upstream`."""
         if name == "direct":
@@ -462,12 +497,18 @@ class Launcher:
                                                 "--bind", "127.0.0.1", "--save", "",
                                                 "--appendonly", "no", "--dir", d],
                                os.path.join(d, "redis.log"), cpu=self.load_cpu)
+            trace = None
+            if name in TRACE_TARGETS:
+                sink_port = free_port()
+                extra["sink_proc"] = self.otlp_sink(sink_port, d)
+                trace = (TRACE_TARGETS[name], sink_port)
             busy = BUSY_POLL if name == "sluicegate-busy" else None
             fwd = name == "sluicegate-fwd"
             if self.admin:
                 extra["admin_port"] = free_port()
             Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls,
-                                                 protocol, extra.get("admin_port"), redis_port))
+                                                 protocol, extra.get("admin_port"), redis_port,
+                                                 trace))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]
@@ -518,3 +559,5 @@ class Launcher:
             self.reg.kill(target.proc)
         if target.extra.get("redis_proc") is not None:
             self.reg.kill(target.extra["redis_proc"])
+        if target.extra.get("sink_proc") is not None:
+            self.reg.kill(target.extra["sink_proc"])

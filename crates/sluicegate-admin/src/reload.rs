@@ -127,6 +127,8 @@ struct RestartOnly {
     listen: Vec<std::net::SocketAddr>,
     workers: Option<usize>,
     admin: Option<sluicegate_config::AdminConfig>,
+    /// The span exporter's settings (all of `tracing` but its sampling).
+    tracing: Option<(sluicegate_config::OtlpConfig, String, usize)>,
 }
 
 impl RestartOnly {
@@ -135,6 +137,10 @@ impl RestartOnly {
             listen: c.listen.iter().map(|l| l.addr).collect(),
             workers: c.workers,
             admin: c.admin.clone(),
+            tracing: c
+                .tracing
+                .as_ref()
+                .map(|t| (t.otlp.clone(), t.service_name.clone(), t.queue)),
         }
     }
 }
@@ -283,7 +289,9 @@ impl Reloader {
         // racing with this reload triggers one more.
         self.files = stamped(tls_files(cfg));
         if RestartOnly::of(cfg) != self.running {
-            tracing::warn!("listen, workers and admin changes take effect on restart only");
+            tracing::warn!(
+                "listen, workers, admin and tracing (but tracing.sampling) changes take effect on restart only"
+            );
         }
         match self.shared.reload(cfg) {
             Ok(generation) => {

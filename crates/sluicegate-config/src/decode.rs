@@ -33,6 +33,8 @@ const TOP_KEYS: &[&str] = &[
     "http2",
     "config_source",
     "cluster",
+    "request_id",
+    "tracing",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -59,6 +61,8 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         http2: Default::default(),
         config_source: None,
         cluster: Default::default(),
+        request_id: Default::default(),
+        tracing: None,
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -138,6 +142,12 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     }
     if let Some(node) = f.get("cluster") {
         config.cluster = crate::cluster::cluster(cx, node, path.key("cluster"));
+    }
+    if let Some(node) = f.get("request_id") {
+        config.request_id = crate::trace::request_id(cx, node, path.key("request_id"));
+    }
+    if let Some(node) = f.get("tracing") {
+        config.tracing = crate::trace::tracing(cx, node, path.key("tracing"));
     }
     if config.cluster.redis.is_none() {
         global_needs_redis(cx, &f, &config);

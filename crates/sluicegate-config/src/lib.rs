@@ -21,6 +21,7 @@ mod route;
 mod service;
 mod source;
 mod tls;
+mod trace;
 mod units;
 mod yaml;
 
@@ -34,6 +35,7 @@ pub use apps::valid_key;
 pub use document::{decode_apps, Document, Problem};
 pub use model::*;
 pub use source::{ConfigSource, EtcdSource, EtcdTls};
+pub use trace::MAX_REQUEST_ID_HEADER;
 pub use units::{parse_duration, parse_size};
 
 /// One problem in a config, with the 1-based line and column of the offending node.

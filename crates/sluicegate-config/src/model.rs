@@ -65,6 +65,48 @@ pub struct Config {
     pub config_source: Option<crate::source::ConfigSource>,
     /// State shared by a fleet of instances (`scope: global` limits).
     pub cluster: ClusterConfig,
+    /// The header that carries each request's id.
+    pub request_id: RequestIdConfig,
+    /// Spans of sampled requests exported over OTLP; `None`: no tracing
+    /// (`traceparent` is passed on untouched).
+    pub tracing: Option<TracingConfig>,
+}
+
+/// `request_id`: every request has an id, kept from a trusted proxy or made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestIdConfig {
+    /// The header name, lower case (default `x-request-id`).
+    pub header: String,
+}
+
+impl Default for RequestIdConfig {
+    fn default() -> Self {
+        RequestIdConfig {
+            header: "x-request-id".to_string(),
+        }
+    }
+}
+
+/// `tracing`: W3C trace context and OpenTelemetry spans.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// `service.name` of the exported spans (default `sluicegate`).
+    pub service_name: String,
+    /// Share of requests without a parent that are sampled, 0 to 1 (a
+    /// client's `traceparent` decides for its own requests).
+    pub ratio: f64,
+    pub otlp: OtlpConfig,
+    /// Spans waiting for export at most; more are dropped and counted.
+    pub queue: usize,
+}
+
+/// `tracing.otlp`: the collector spans are exported to, over OTLP/gRPC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpConfig {
+    /// `http://host:port` (plain gRPC).
+    pub endpoint: String,
+    /// Each export call's deadline (default 10s).
+    pub timeout: Duration,
 }
 
 /// `cluster`: what the instances of a fleet share.

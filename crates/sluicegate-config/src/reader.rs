@@ -83,8 +83,8 @@ impl Cx {
     }
 }
 
-/// Most keys a schema mapping may have (the top level has sixteen).
-const MAX_FIELDS: usize = 20;
+/// Most keys a schema mapping may have (the top level has twenty-one).
+const MAX_FIELDS: usize = 24;
 
 /// A schema mapping's values by key, after unknown and duplicate keys were
 /// reported. Null values count as absent.

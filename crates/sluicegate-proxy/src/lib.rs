@@ -34,6 +34,18 @@ pub use snapshot::carry::{
 pub use snapshot::{Shared, Snapshot};
 pub use upstream::health::run as run_health_checks;
 
+/// Exports the spans of sampled requests to `cfg`'s collector until the
+/// process ends (see `observe::otlp`); returns at once when `shared` was
+/// made without `tracing`.
+pub async fn run_trace_export(
+    shared: std::sync::Arc<Shared>,
+    cfg: sluicegate_config::TracingConfig,
+) {
+    if let Some(t) = shared.tracer.clone() {
+        observe::otlp::run(t, cfg).await;
+    }
+}
+
 /// Reads and checks every file the config names for TLS (listeners'
 /// certificates, keys and client CAs; services' CAs and client
 /// certificates), as a start or reload would, without starting anything.

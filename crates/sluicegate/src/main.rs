@@ -242,6 +242,7 @@ fn serve(
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let shared = sluicegate_proxy::Shared::new(&cfg)?;
     let cfg_redis = cfg.cluster.redis.clone();
+    let cfg_tracing = cfg.tracing.clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -391,6 +392,10 @@ fn serve(
         if let Some(redis) = redis {
             let s = shared.clone();
             tokio::spawn(sluicegate_proxy::cluster::run(move || s.globals(), redis));
+        }
+        // And the export of sampled requests' spans.
+        if let Some(t) = cfg_tracing {
+            tokio::spawn(sluicegate_proxy::run_trace_export(shared.clone(), t));
         }
         let mut tick = tokio::time::interval(watch.poll_interval.max(Duration::from_millis(50)));
         loop {

@@ -6,6 +6,7 @@ mod errors;
 mod hostile;
 mod resilience;
 mod tls;
+mod trace;
 
 use std::time::Duration;
 
@@ -260,6 +261,8 @@ fn full_example_parses_to_the_expected_model() {
         http2: Http2Settings::default(),
         config_source: None,
         cluster: ClusterConfig::default(),
+        request_id: RequestIdConfig::default(),
+        tracing: None,
     };
     assert_eq!(ok(FULL), expected);
 }

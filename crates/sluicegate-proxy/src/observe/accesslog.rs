@@ -74,6 +74,27 @@ pub struct Entry<'a> {
     /// The request came on an HTTP/2 stream (`"proto":"HTTP/2"`; absent
     /// for HTTP/1.x).
     pub http2: bool,
+    /// The request's id (`request_id.header`: kept from a trusted proxy,
+    /// else made), and its trace id when the request was sampled.
+    pub request_id: &'a [u8],
+    pub trace_id: Option<&'a [u8; 16]>,
+}
+
+/// The request id (a kept one is visible ASCII without `"` or `\\`, but
+/// escaped all the same) and the trace id.
+fn request_ids(out: &mut Vec<u8>, e: &Entry<'_>) {
+    out.extend_from_slice(b",\"request_id\":\"");
+    escape(out, e.request_id);
+    out.push(b'"');
+    if let Some(t) = e.trace_id {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        out.extend_from_slice(b",\"trace_id\":\"");
+        for b in t {
+            out.push(HEX[(b >> 4) as usize]);
+            out.push(HEX[(b & 15) as usize]);
+        }
+        out.push(b'"');
+    }
 }
 
 /// Appends `e` as one JSON line to `out`.
@@ -135,6 +156,7 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
     if e.http2 {
         out.extend_from_slice(b",\"proto\":\"HTTP/2\"");
     }
+    request_ids(out, e);
     out.extend_from_slice(b"}\n");
 }
 
@@ -400,6 +422,8 @@ mod tests {
             upstream_us: None,
             app: None,
             key_fp: None,
+            request_id: b"req-1",
+            trace_id: None,
             tls: None,
             http2: false,
         };
@@ -438,14 +462,22 @@ mod tests {
                 key_fp: Some(0x00ab_cdef),
                 tls: None,
                 http2: false,
+                request_id: b"req-7",
+                trace_id: Some(&[0xab; 16]),
             },
         );
         let s = String::from_utf8(out).unwrap();
         assert!(s.ends_with("}\n"));
+        assert!(
+            s.ends_with(
+                ",\"request_id\":\"req-7\",\"trace_id\":\"abababababababababababababababab\"}\n"
+            ),
+            "{s}"
+        );
         assert!(s.contains("\"path\":\"/a\\\"b\\u0001\u{fffd}\""), "{s}");
         assert!(
             s.contains(
-                "\"duration_ms\":1.234,\"upstream_ms\":null,\"app\":\"shop\",\"key\":\"00abcdef\"}"
+                "\"duration_ms\":1.234,\"upstream_ms\":null,\"app\":\"shop\",\"key\":\"00abcdef\","
             ),
             "{s}"
         );

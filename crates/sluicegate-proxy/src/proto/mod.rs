@@ -11,4 +11,5 @@ pub(crate) mod codec;
 pub(crate) mod fields;
 pub(crate) mod head;
 pub(crate) mod http2;
+pub(crate) mod request_id;
 pub(crate) mod response;

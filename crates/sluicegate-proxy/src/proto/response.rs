@@ -1,8 +1,10 @@
 //! Responses the gateway writes itself: status lines, and errors as a
-//! small JSON body `{"error": "...", "status": N}` that never carries
-//! internal detail.
+//! small JSON body `{"error": "...", "status": N, "request_id": "..."}`
+//! that never carries internal detail, with the request id in its header
+//! too.
 
 use crate::proto::fields::Fields;
+use crate::proto::request_id::RequestId;
 
 /// Where a failure came from; each kind maps to one status code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,8 +170,15 @@ pub fn content_length(out: &mut Vec<u8>, n: u64) {
 
 /// Appends a complete error response. `head_only` leaves the body out
 /// (for HEAD requests) while keeping its length.
-pub fn error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, head_only: bool, grpc: bool) {
-    error_with(out, kind, close, head_only, grpc, &[]);
+pub fn error(
+    out: &mut Vec<u8>,
+    kind: ErrorKind,
+    close: bool,
+    head_only: bool,
+    grpc: bool,
+    rid: &RequestId,
+) {
+    error_with(out, kind, close, head_only, grpc, &[], rid);
 }
 
 /// [`error`] with extra header fields (a filter's, say). A 503 for a
@@ -183,9 +192,10 @@ pub fn error_with(
     head_only: bool,
     grpc: bool,
     extra: &[&Fields],
+    rid: &RequestId,
 ) {
     if grpc {
-        return grpc_error(out, kind, close, extra);
+        return grpc_error(out, kind, close, extra, rid);
     }
     let status = kind.status();
     let mut body = Vec::with_capacity(64);
@@ -193,6 +203,12 @@ pub fn error_with(
     body.extend_from_slice(kind.message().as_bytes());
     body.extend_from_slice(b"\",\"status\":");
     body.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    if !rid.value().is_empty() {
+        // Visible ASCII without `"` or `\\` (RequestId::keep): no escapes.
+        body.extend_from_slice(b",\"request_id\":\"");
+        body.extend_from_slice(rid.value());
+        body.push(b'"');
+    }
     body.extend_from_slice(b"}\n");
     status_line(out, status);
     out.extend_from_slice(b"content-type: application/json\r\n");
@@ -203,6 +219,7 @@ pub fn error_with(
     for fields in extra {
         fields.write_h1(out);
     }
+    rid.write_h1(out);
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     }
@@ -215,7 +232,7 @@ pub fn error_with(
 /// An error as gRPC's trailers-only answer: `200`, `content-type:
 /// application/grpc`, `grpc-status` and `grpc-message` in the head, no
 /// body (over HTTP/2, one HEADERS frame that ends the stream).
-fn grpc_error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, extra: &[&Fields]) {
+fn grpc_error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, extra: &[&Fields], rid: &RequestId) {
     status_line(out, 200);
     out.extend_from_slice(b"content-type: application/grpc\r\ngrpc-status: ");
     out.extend_from_slice(itoa::Buffer::new().format(kind.grpc_status()).as_bytes());
@@ -227,6 +244,7 @@ fn grpc_error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, extra: &[&Fields]
     for fields in extra {
         fields.write_h1(out);
     }
+    rid.write_h1(out);
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     }
@@ -240,7 +258,14 @@ mod tests {
     #[test]
     fn error_body_is_small_json() {
         let mut out = Vec::new();
-        error(&mut out, ErrorKind::UpstreamFailed, true, false, false);
+        error(
+            &mut out,
+            ErrorKind::UpstreamFailed,
+            true,
+            false,
+            false,
+            &RequestId::default(),
+        );
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 502 Bad Gateway\r\n"));
         assert!(s.contains("connection: close\r\n"));
@@ -250,9 +275,38 @@ mod tests {
     }
 
     #[test]
+    fn the_request_id_is_in_the_head_and_the_body() {
+        let mut rid = RequestId::default();
+        rid.set_name(b"x-request-id");
+        assert!(rid.keep(b"abc-1"));
+        let mut out = Vec::new();
+        error(&mut out, ErrorKind::NoRoute, false, false, false, &rid);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("\r\nx-request-id: abc-1\r\n"), "{s}");
+        assert!(
+            s.ends_with(
+                "\r\n\r\n{\"error\":\"no route\",\"status\":404,\"request_id\":\"abc-1\"}\n"
+            ),
+            "{s}"
+        );
+        let mut out = Vec::new();
+        error(&mut out, ErrorKind::NoRoute, false, false, true, &rid);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains("x-request-id: abc-1\r\n"));
+    }
+
+    #[test]
     fn a_grpc_request_gets_a_trailers_only_status() {
         let mut out = Vec::new();
-        error(&mut out, ErrorKind::TooManyRequests, false, false, true);
+        error(
+            &mut out,
+            ErrorKind::TooManyRequests,
+            false,
+            false,
+            true,
+            &RequestId::default(),
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ngrpc-status: 8\r\n\

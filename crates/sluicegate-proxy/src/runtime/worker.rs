@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::filters::Edits;
 use crate::observe::accesslog::{self, Sink};
+use crate::observe::trace::Ids;
 use crate::proto::codec::{RequestFraming, ResponseFraming};
 use crate::proto::head::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
@@ -71,6 +72,10 @@ pub struct Worker {
     /// What tunnels read into and write on from at once, without an await
     /// in between ([`BUF_SIZE`] once the first tunnel carries bytes).
     pub(crate) relay_buf: RefCell<Vec<u8>>,
+    /// Request ids this worker makes: a random prefix of its own and a
+    /// counter ([`crate::proto::request_id::RequestId::make`]).
+    id_prefix: [u8; 16],
+    id_next: Cell<u64>,
 }
 
 /// What the upstream side uses of the client's connection: its stream,
@@ -122,6 +127,8 @@ pub struct Bufs {
     /// A tunnel the current request opened (a `101`), for the session to
     /// run in a task of its own; never set otherwise.
     pub(crate) upgraded: Option<Box<Upgraded>>,
+    /// The current request's id, and its span when sampled.
+    pub ids: Ids,
 }
 
 impl Worker {
@@ -139,7 +146,17 @@ impl Worker {
             free: RefCell::new(Vec::new()),
             free_low: Cell::new(0),
             relay_buf: RefCell::new(Vec::new()),
+            id_prefix: crate::proto::request_id::hex16(fastrand::u64(..)),
+            id_next: Cell::new(0),
         }
+    }
+
+    /// Makes a new request id into `id`.
+    #[inline]
+    pub(crate) fn make_request_id(&self, id: &mut crate::proto::request_id::RequestId) {
+        let n = self.id_next.get().wrapping_add(1);
+        self.id_next.set(n);
+        id.make(&self.id_prefix, n);
     }
 
     pub(crate) fn take_bufs(&self) -> Box<Bufs> {
@@ -164,6 +181,7 @@ impl Worker {
                 grpc_status: None,
                 edits: Edits::default(),
                 upgraded: None,
+                ids: Ids::default(),
             })
         })
     }

@@ -46,7 +46,11 @@ impl Conn<'_> {
         parsed: bool,
     ) -> bool {
         bufs.out.clear();
-        response::error(&mut bufs.out, kind, true, false, false);
+        // No head to read one from: a new id.
+        bufs.ids.sampled = None;
+        bufs.ids.rid.set_name(&snap.request_id_header);
+        self.worker.make_request_id(&mut bufs.ids.rid);
+        response::error(&mut bufs.out, kind, true, false, false, &bufs.ids.rid);
         self.worker.shared.global.unrouted.record(kind.status());
         let limit = snap.timeouts.client_write;
         let written =
@@ -96,6 +100,9 @@ impl Conn<'_> {
             key_fp: None,
             tls: self.tls,
             http2: matches!(self.client, crate::transport::stream::Stream::H2(_)),
+            // The id the refusal's body and header carried.
+            request_id: bufs.ids.rid.value(),
+            trace_id: None,
         };
         self.worker.append_refused_log(sink, &entry, self.listener);
     }
@@ -152,6 +159,7 @@ impl Conn<'_> {
             Local::Fixed(status, head, body) => {
                 bufs.out.extend_from_slice(head);
                 bufs.edits.response_headers.write_h1(&mut bufs.out);
+                bufs.ids.rid.write_h1(&mut bufs.out);
                 if let Some(o) = &bufs.edits.response_ops {
                     o.fields.write_h1(&mut bufs.out);
                 }
@@ -175,7 +183,8 @@ impl Conn<'_> {
                 let before = bufs.out.len();
                 // Filters' response fields (CORS) go on refusals too.
                 let extra = [extra, &bufs.edits.response_headers];
-                response::error_with(&mut bufs.out, kind, close, is_head, bufs.grpc, &extra);
+                let rid = &bufs.ids.rid;
+                response::error_with(&mut bufs.out, kind, close, is_head, bufs.grpc, &extra, rid);
                 if bufs.grpc {
                     bufs.grpc_status = Some(kind.grpc_status());
                 }

@@ -119,6 +119,8 @@ impl Conn<'_> {
         } else {
             self.trusted_client(snap, raw, req)
         };
+        // Its id and trace context (session/ids.rs).
+        self.request_ids(snap, bufs, target.path.clone());
 
         // 2. Gate: answers before any route's policy.
         let found = match found {
@@ -132,6 +134,9 @@ impl Conn<'_> {
                 self.worker.shared.global.unrouted.record(outcome.status);
                 let total_us = self.finish(started);
                 self.log(snap, bufs, method_len, "", "", &outcome, total_us);
+                if bufs.ids.sampled.is_some() {
+                    self.end_span(bufs, ("", ""), &outcome, total_us);
+                }
                 return outcome.next();
             }
         };
@@ -218,6 +223,10 @@ impl Conn<'_> {
                             // An open tunnel: its own task runs it, then
                             // records this request (6).
                             let log = logging.then_some(method_len);
+                            if bufs.ids.sampled.is_some() {
+                                let names = (&*route.name, svc);
+                                self.end_span(bufs, names, &outcome, super::ids::since(started));
+                            }
                             self.hand_off(t, bufs, found.index, log, &outcome, started);
                             return Next::Tunnel;
                         }
@@ -241,6 +250,9 @@ impl Conn<'_> {
             route.metrics.record_grpc(bufs.grpc_status);
         }
         self.log(snap, bufs, method_len, &route.name, svc, &outcome, total_us);
+        if bufs.ids.sampled.is_some() {
+            self.end_span(bufs, (&route.name, svc), &outcome, total_us);
+        }
         outcome.next()
     }
 
@@ -306,6 +318,7 @@ impl Conn<'_> {
                 app: bufs.edits.app,
                 key_fp: bufs.edits.key_fp,
                 tls: self.tls,
+                request_id: bufs.ids.rid.value().into(),
             })
         });
         let guards = std::mem::take(&mut bufs.edits.guards);
@@ -370,6 +383,8 @@ impl Conn<'_> {
                 key_fp: bufs.edits.key_fp,
                 tls: self.tls,
                 http2: matches!(self.client, crate::transport::stream::Stream::H2(_)),
+                request_id: bufs.ids.rid.value(),
+                trace_id: bufs.ids.sampled.as_ref().map(|s| &s.trace_id),
             },
         );
     }

@@ -15,6 +15,7 @@ pub(crate) mod conn;
 mod filtering;
 mod grpc;
 mod h2;
+mod ids;
 mod lifecycle;
 pub(crate) mod park;
 pub(crate) mod parkset;

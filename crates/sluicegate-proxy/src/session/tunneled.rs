@@ -44,6 +44,7 @@ pub(super) struct LogFacts {
     pub app: Option<u32>,
     pub key_fp: Option<u32>,
     pub tls: Option<(&'static str, &'static str)>,
+    pub request_id: Box<[u8]>,
 }
 
 /// Runs a tunnel to its end, then records its request: route metrics and
@@ -103,6 +104,8 @@ pub(super) async fn relay_and_record(
         key_fp: log.key_fp,
         tls: log.tls,
         http2: matches!(client, Stream::H2(_)),
+        request_id: &log.request_id,
+        trace_id: None,
     };
     worker.append_log(sink, &entry);
 }

@@ -357,5 +357,10 @@ fn compile_routes(
         apps,
         listeners,
         trusted_proxies: config.trusted_proxies.clone(),
+        request_id_header: config.request_id.header.as_bytes().into(),
+        sampler: config
+            .tracing
+            .as_ref()
+            .map(|t| crate::observe::trace::Sampler::new(t.ratio)),
     })
 }

@@ -108,6 +108,10 @@ pub struct Snapshot {
     pub(crate) listeners: Vec<Arc<ListenerRt>>,
     /// Peers whose `X-Forwarded-For` names the client.
     pub(crate) trusted_proxies: Vec<sluicegate_config::Cidr>,
+    /// The header that carries request ids (`request_id.header`), lower case.
+    pub(crate) request_id_header: Box<[u8]>,
+    /// How requests are sampled for tracing; `None` without `tracing`.
+    pub(crate) sampler: Option<crate::observe::trace::Sampler>,
     /// The `scope: global` limits, for the Redis plane.
     pub(crate) globals: Arc<crate::cluster::Globals>,
 }

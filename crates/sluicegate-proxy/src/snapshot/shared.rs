@@ -70,6 +70,9 @@ pub struct Shared {
     pub snapshot: ArcSwap<Snapshot>,
     pub registry: Mutex<Registry>,
     pub global: GlobalMetrics,
+    /// The queue of sampled requests' spans, when `tracing` was configured
+    /// at start (its exporter runs for the whole process).
+    pub(crate) tracer: Option<Arc<crate::observe::trace::Tracer>>,
 }
 
 impl Shared {
@@ -81,6 +84,10 @@ impl Shared {
             snapshot: ArcSwap::from_pointee(snap),
             registry: Mutex::new(registry),
             global: GlobalMetrics::default(),
+            tracer: config
+                .tracing
+                .as_ref()
+                .map(|t| Arc::new(crate::observe::trace::Tracer::new(t.queue))),
         }))
     }
 
@@ -133,6 +140,8 @@ impl Shared {
             listeners: cur.listeners.clone(),
             trusted_proxies: cur.trusted_proxies.clone(),
             globals,
+            request_id_header: cur.request_id_header.clone(),
+            sampler: cur.sampler,
         };
         reg.generation = generation;
         reg.slots.published_delta(&table, delta);
@@ -187,6 +196,9 @@ impl Shared {
                 self.snapshot.load().generation
             ),
         );
+        if let Some(t) = &self.tracer {
+            t.render(&mut out);
+        }
         crate::cluster::render_metrics(&mut out);
         let Ok(reg) = self.registry.lock() else {
             return out;

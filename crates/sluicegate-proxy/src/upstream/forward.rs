@@ -145,6 +145,7 @@ fn prepare(
         }),
         ep,
         &bufs.edits,
+        &bufs.ids,
         upgrading
             .then(|| bufs.req.upgrade.clone())
             .flatten()

@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::transport::stream::Stream;
 
 use crate::filters::{Edits, HeaderOpsRt};
+use crate::observe::trace::Ids;
 use crate::proto::bytes;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestFraming};
 use crate::proto::head::{HeaderRef, RequestHead};
@@ -52,6 +53,7 @@ pub(crate) fn write_request_head(
     forwarded: Option<Forwarded<'_>>,
     ep: &EndpointState,
     edits: &Edits,
+    ids: &Ids,
     upgrade: Option<&[u8]>,
 ) {
     out.clear();
@@ -100,6 +102,7 @@ pub(crate) fn write_request_head(
         });
     }
     edits.request_headers.write_h1(out);
+    ids.write_upstream_h1(out);
     if let (Some(_), Some(h)) = (&forwarded, t.host(raw)) {
         out.extend_from_slice(b"x-forwarded-host: ");
         out.extend_from_slice(h);
@@ -228,7 +231,8 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     out.extend_from_slice(b"\r\n");
     let body = framing.body;
     let ops = bufs.edits.response_ops.as_deref();
-    let keep = kept(raw, body, res.status, ops, bufs.edits.cors);
+    let rid = &bufs.ids.rid;
+    let keep = kept(raw, body, res.status, ops, bufs.edits.cors, rid.name());
     let (len, crlf) = (framing.len, framing.crlf);
     codec::append_header_lines(out, raw, &res.headers, len, crlf, keep);
     if let Some(o) = ops {
@@ -242,6 +246,7 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
         _ => {}
     }
     bufs.edits.response_headers.write_h1(out);
+    rid.write_h1(out);
     if close {
         out.extend_from_slice(b"connection: close\r\n");
     } else if client_minor == 0 {
@@ -255,13 +260,15 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
 /// hop-by-hop ones nor those the gateway rewrites (a length without a body,
 /// of HEAD or 304, still describes the resource and is kept), nor those
 /// the route's header ops drop, nor the upstream's CORS fields where the
-/// route answers CORS itself.
+/// route answers CORS itself, nor the upstream's request id field
+/// (`rid_name`: the gateway sends the request's own).
 fn kept<'a>(
     raw: &'a [u8],
     body: BodyKind,
     status: u16,
     ops: Option<&'a HeaderOpsRt>,
     cors: bool,
+    rid_name: &'a [u8],
 ) -> impl Fn(&HeaderRef) -> bool + 'a {
     let keep_length = body == BodyKind::None && status != 204 && status >= 200;
     move |h| {
@@ -269,6 +276,7 @@ fn kept<'a>(
         (!h.skip || (keep_length && bytes::eq_lower(name, b"content-length")))
             && !ops.is_some_and(|o| o.drops(name))
             && !(cors && name.len() > 15 && name[..15].eq_ignore_ascii_case(b"access-control-"))
+            && !(name.len() == rid_name.len() && name.eq_ignore_ascii_case(rid_name))
     }
 }
 
@@ -283,7 +291,15 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
     let res = &bufs.res;
     let framing = bufs.res_framing;
     let ops = bufs.edits.response_ops.as_deref();
-    let keep = kept(raw, framing.body, res.status, ops, bufs.edits.cors);
+    let rid = &bufs.ids.rid;
+    let keep = kept(
+        raw,
+        framing.body,
+        res.status,
+        ops,
+        bufs.edits.cors,
+        rid.name(),
+    );
     let shared = ::bytes::Bytes::copy_from_slice(&raw[..framing.len]);
     let mut fields = http::HeaderMap::with_capacity(res.headers.len() + 2);
     for h in res.headers.iter().filter(|h| keep(h)) {
@@ -319,6 +335,7 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
         .response_headers
         .iter()
         .for_each(|(n, v)| add(n, v));
+    add(rid.name(), rid.value());
     let _ = x.answer(res.status, fields, body);
     drop(keep);
     bufs.out.clear();

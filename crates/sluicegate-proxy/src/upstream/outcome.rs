@@ -54,7 +54,8 @@ pub(super) async fn fail<'s>(
 ) -> Outcome<'s> {
     let close = close || kind.closes();
     bufs.out.clear();
-    response::error(&mut bufs.out, kind, close, bufs.is_head, bufs.grpc);
+    let rid = &bufs.ids.rid;
+    response::error(&mut bufs.out, kind, close, bufs.is_head, bufs.grpc, rid);
     if bufs.grpc {
         bufs.grpc_status = Some(kind.grpc_status());
     }

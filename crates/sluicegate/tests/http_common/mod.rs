@@ -198,16 +198,31 @@ pub fn assert_json_error(resp: &Response, status: u16) {
     assert_json_error_body(&body, status);
 }
 
-/// Checks a body is `{"error":"...","status":N}` without internal detail.
+/// Checks a body is `{"error":"...","status":N,"request_id":"..."}`
+/// without internal detail.
 pub fn assert_json_error_body(body: &str, status: u16) {
     let trimmed = body.trim();
     assert!(
         trimmed.starts_with("{\"error\":\""),
         "body is not the JSON error shape: {body:?}"
     );
+    let doc: serde_json::Value = serde_json::from_str(trimmed)
+        .unwrap_or_else(|e| panic!("body is not JSON ({e}): {body:?}"));
+    let mut keys: Vec<&str> = doc
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["error", "request_id", "status"], "{body:?}");
+    assert_eq!(
+        doc["status"], status,
+        "body does not say status {status}: {body:?}"
+    );
     assert!(
-        trimmed.ends_with(&format!(",\"status\":{status}}}")),
-        "body does not end with the status {status}: {body:?}"
+        doc["request_id"].as_str().is_some_and(|id| !id.is_empty()),
+        "{body:?}"
     );
     let lower = trimmed.to_ascii_lowercase();
     for leak in [
