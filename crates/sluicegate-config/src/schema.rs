@@ -86,6 +86,20 @@ fn choice(d: &str, values: &[&str]) -> ObjectBuilder {
     string(d).enum_values(Some(values.iter().copied()))
 }
 
+/// A pattern matching one of `words` in any case (JSON Schema's regexes
+/// have no case-insensitive flag).
+fn any_case(words: &[&str]) -> String {
+    let alts: Vec<String> = words
+        .iter()
+        .map(|w| {
+            w.chars()
+                .map(|c| format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase()))
+                .collect()
+        })
+        .collect();
+    format!("^({})$", alts.join("|"))
+}
+
 fn with_default(b: ObjectBuilder, v: Value) -> S {
     b.default(Some(v)).into()
 }
@@ -877,7 +891,7 @@ fn top(k: &str) -> Option<S> {
         "busy_poll" => any_of(
             "How long a worker polls after a request instead of sleeping: off, or a duration up to 1s.",
             vec![
-                choice("Off.", &["off"]).into(),
+                choice("Off.", &["off", "Off", "OFF"]).into(),
                 ObjectBuilder::new().schema_type(Type::Boolean).enum_values(Some([false])).into(),
                 r("Duration"),
             ],
@@ -916,7 +930,10 @@ fn top(k: &str) -> Option<S> {
         "log" => object("The gateway's log.", decode::LOG_KEYS, &[], |k| {
             Some(match k {
                 "level" => with_default(
-                    choice("Level of the gateway's own log.", &["error", "warn", "info", "debug", "trace"]),
+                    pattern(
+                        "Level of the gateway's own log: error, warn, info, debug or trace (any case).",
+                        &any_case(&["error", "warn", "info", "debug", "trace"]),
+                    ),
                     json!("info"),
                 ),
                 "access" => any_of(
