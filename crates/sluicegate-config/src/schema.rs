@@ -28,6 +28,14 @@ type S = RefOr<Schema>;
 
 /// The letters of a name (services, routes, apps, plans).
 const NAME: &str = r"^[A-Za-z0-9_.\-]+$";
+/// An HTTP token (header names, protocol names), as `reader::is_token`.
+const TOKEN: &str = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$";
+/// A header value: no control character but tab.
+const HEADER_VALUE: &str = r"^[^\u0000-\u0008\u000A-\u001F\u007F]*$";
+/// A request path: from `/`, without `?`, `#`, spaces or control characters.
+const PATH: &str = r"^/[^?#\s\u0000-\u001F\u007F]*$";
+/// An address block, `ADDR/LEN` or one address.
+const BLOCK: &str = r"^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$";
 /// A rate: `N/s`, `N/min`, `N/h`, `N/day` (and their longer spellings).
 const RATE: &str = r"^\s*[0-9]+\s*/\s*(s|sec|second|m|min|minute|h|hour|d|day)\s*$";
 /// A quota: `N/minute`, `N/hour`, `N/day`, `N/month`.
@@ -152,7 +160,7 @@ fn scalar(d: &str) -> S {
 }
 
 fn file(d: &str) -> S {
-    string(d).min_length(Some(1)).into()
+    pattern(d, r"^[^\u0000]+$").min_length(Some(1)).into()
 }
 
 /// The object a decoder reads with `fields(.., keys)`: one property per
@@ -247,11 +255,27 @@ fn methods(d: &str) -> S {
 }
 
 fn header_map(d: &str) -> S {
-    map_of(d, scalar("The header's value."))
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(d))
+        .property_names(Some(pattern("A header name.", TOKEN).build()))
+        .additional_properties(Some(AdditionalProperties::RefOr(
+            ObjectBuilder::new()
+                .schema_type(utoipa::openapi::schema::SchemaType::from_iter([
+                    Type::String,
+                    Type::Integer,
+                    Type::Number,
+                    Type::Boolean,
+                ]))
+                .description(Some("The header's value (no control characters)."))
+                .pattern(Some(HEADER_VALUE))
+                .into(),
+        )))
+        .into()
 }
 
 fn header_names(d: &str) -> S {
-    list(d, string("A header name."))
+    list(d, pattern("A header name.", TOKEN))
 }
 
 fn header_ops() -> S {
@@ -276,7 +300,7 @@ fn ip_rules() -> S {
         policy::IP_KEYS,
         &[],
         |k| {
-            let block = string("An address block ADDR/LEN, or one address.");
+            let block = pattern("An address block ADDR/LEN, or one address.", BLOCK);
             Some(match k {
                 "allow" => list("When not empty, only these blocks are let in.", block),
                 "deny" => list("These blocks are refused with 403.", block),
@@ -482,7 +506,7 @@ fn health() -> S {
                     ),
                     json!("http"),
                 ),
-                "path" => with_default(pattern("What an http check requests.", "^/"), json!("/")),
+                "path" => with_default(pattern("What an http check requests.", PATH), json!("/")),
                 "service" => with_default(
                     string("grpc only: the service asked about (\"\": the whole server).")
                         .max_length(Some(1024)),
@@ -538,9 +562,13 @@ fn route() -> S {
                     &[],
                     |k| {
                         Some(match k {
-                            "host" => string("The request's host without port: example.com or *.example.com.").into(),
-                            "path" => pattern("The path must equal this.", "^/").into(),
-                            "path_prefix" => pattern("The path must start with this, segment by segment.", "^/").into(),
+                            "host" => pattern(
+                                "The request's host without port: example.com or *.example.com.",
+                                r"^(\*\.)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*\.?$",
+                            )
+                            .into(),
+                            "path" => pattern("The path must equal this.", PATH).into(),
+                            "path_prefix" => pattern("The path must start with this, segment by segment.", PATH).into(),
                             "path_regex" => string("The path must match this regular expression.").into(),
                             "methods" => methods("The request's method must be one of these."),
                             "headers" => header_map("Each header must be present with exactly this value."),
@@ -597,8 +625,11 @@ fn route() -> S {
                     &["origins"],
                     |k| {
                         Some(match k {
-                            "origins" => list("scheme://host[:port], scheme://*.suffix or *.", string("An origin.")),
-                            "methods" => list("Methods a preflight may ask for (default GET, HEAD, POST).", string("A method.")),
+                            "origins" => list(
+                                "scheme://host[:port], scheme://*.suffix or *.",
+                                pattern("An origin.", r"^(\*|[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#]+)$"),
+                            ),
+                            "methods" => list("Methods a preflight may ask for (default GET, HEAD, POST).", pattern("A method.", "^[A-Za-z]+$")),
                             "headers" => header_names("Request headers a preflight may ask for."),
                             "expose_headers" => header_names("Response headers the page may read."),
                             "credentials" => boolean("Allow credentials (not with origin *).", false).into(),
@@ -618,14 +649,18 @@ fn route() -> S {
                     |k| {
                         Some(match k {
                             "regex" => string("A regular expression.").into(),
-                            "replacement" => string("The replacement; $1 and ${name} name capture groups.").into(),
+                            "replacement" => pattern(
+                                "The replacement; $1 and ${name} name capture groups. No spaces, control characters, ? or #.",
+                                r"^[^?#\s\u0000-\u001F\u007F]*$",
+                            )
+                            .into(),
                             _ => return None,
                         })
                     },
                 ),
                 "upgrade" => ArrayBuilder::new()
                     .description(Some("Protocols a client may switch to by Upgrade (not h2c); [] allows none."))
-                    .items(string("A protocol name."))
+                    .items(pattern("A protocol name.", TOKEN))
                     .default(Some(json!(["websocket"])))
                     .into(),
                 _ => return None,
@@ -719,8 +754,8 @@ fn app() -> S {
                 "plan" => name("The plan for services not in plans_by_service."),
                 "plans_by_service" => map_of("A plan per service name.", r("Name")),
                 "services" => list("The services the app may call (default: all).", r("Name")),
-                "methods" => list("The methods the app may use (default: all).", string("A method.")),
-                "paths" => list("Path prefixes the app may call (default: all).", pattern("A path prefix.", "^/")),
+                "methods" => list("The methods the app may use (default: all).", pattern("A method.", "^[A-Za-z]+$")),
+                "paths" => list("Path prefixes the app may call (default: all).", pattern("A path prefix.", PATH)),
                 "jwt" => object(
                     "How the app's tokens are checked: alg and one key source.",
                     jwt::APP_JWT_KEYS,
@@ -963,7 +998,7 @@ fn top(k: &str) -> Option<S> {
             &[],
             |k| {
                 Some(match k {
-                    "header" => with_default(string("Header carrying the key, or off."), json!("X-App-Key")),
+                    "header" => with_default(pattern("Header carrying the key, or off.", TOKEN), json!("X-App-Key")),
                     "query" => with_default(string("Query parameter carrying the key, or off."), json!("app_key")),
                     "path_segment" => boolean("Accept /prefix/~KEY/rest.", true).into(),
                     _ => return None,
@@ -985,7 +1020,7 @@ fn top(k: &str) -> Option<S> {
         }),
         "trusted_proxies" => list(
             "Proxies whose X-Forwarded-For is believed (address blocks).",
-            string("An address block ADDR/LEN, or one address."),
+            pattern("An address block ADDR/LEN, or one address.", BLOCK),
         ),
         "http2" => object("Client HTTP/2 connections.", http2::HTTP2_KEYS, &[], |k| {
             Some(match k {

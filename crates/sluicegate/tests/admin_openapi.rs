@@ -215,6 +215,16 @@ fn the_examples_validate_against_the_resource_schemas() {
         ),
         ("App", json!({ "id": "a", "keys": ["short"] })),
         ("PlanItem", json!({ "name": "p", "rate": "fast" })),
+        ("Route", json!({ "name": "r", "upgrade": [""] })),
+        (
+            "Route",
+            json!({ "name": "r", "rewrite": { "regex": "a", "replacement": "a b" } }),
+        ),
+        (
+            "Route",
+            json!({ "name": "r", "request_headers": { "set": { "x a": "1" } } }),
+        ),
+        ("Route", json!({ "name": "r", "match": { "path": "/a?b" } })),
         ("Settings", json!({ "listen": "127.0.0.1:1", "routes": [] })),
         ("Config", json!({ "services": [] })),
     ] {
