@@ -9,7 +9,7 @@ use crate::model::{App, AppKeySources, LimitKey, Plan, Quota, QuotaWindow, Rate,
 use crate::reader::{self, duplicates, fields, Cx, Path, Seen};
 use crate::yaml::{quote, Node, Pos};
 
-const PLAN_KEYS: &[&str] = &[
+pub(crate) const PLAN_KEYS: &[&str] = &[
     "rate",
     "burst",
     "quota",
@@ -19,7 +19,7 @@ const PLAN_KEYS: &[&str] = &[
 ];
 /// The keys that set a limit (the others qualify them).
 const PLAN_LIMITS: &[&str] = &["rate", "burst", "quota", "concurrency"];
-const APP_KEYS: &[&str] = &[
+pub(crate) const APP_KEYS: &[&str] = &[
     "id",
     "keys",
     "plan",
@@ -30,8 +30,9 @@ const APP_KEYS: &[&str] = &[
     "jwt",
     "mtls",
 ];
-const APP_KEY_KEYS: &[&str] = &["header", "query", "path_segment"];
-const ROUTE_LIMIT_KEYS: &[&str] = &["rate", "burst", "concurrency", "per", "scope", "on_failure"];
+pub(crate) const APP_KEY_KEYS: &[&str] = &["header", "query", "path_segment"];
+pub(crate) const ROUTE_LIMIT_KEYS: &[&str] =
+    &["rate", "burst", "concurrency", "per", "scope", "on_failure"];
 
 /// Decodes a route's `limit`.
 pub(crate) fn route_limit(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<RouteLimit> {

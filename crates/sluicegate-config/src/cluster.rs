@@ -6,8 +6,8 @@ use crate::model::{ClusterConfig, OnFailure, RedisConfig, Scope};
 use crate::reader::{self, fields, Cx, Fields, Path};
 use crate::yaml::{quote, Node};
 
-const CLUSTER_KEYS: &[&str] = &["redis"];
-const REDIS_KEYS: &[&str] = &["url", "tls", "password_file", "cluster"];
+pub(crate) const CLUSTER_KEYS: &[&str] = &["redis"];
+pub(crate) const REDIS_KEYS: &[&str] = &["url", "tls", "password_file", "cluster"];
 
 /// Decodes `cluster`.
 pub(crate) fn cluster(cx: &mut Cx, node: &Node, path: Path<'_>) -> ClusterConfig {

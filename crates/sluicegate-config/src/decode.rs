@@ -13,7 +13,7 @@ use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{Node, Pos};
 use crate::{apps, listen, route, service};
 
-const TOP_KEYS: &[&str] = &[
+pub(crate) const TOP_KEYS: &[&str] = &[
     "listen",
     "admin",
     "workers",
@@ -216,14 +216,15 @@ fn busy_poll(cx: &mut Cx, node: &Node, path: Path<'_>) -> Duration {
 const MIN_HEADER_BYTES: u64 = 1024;
 const MAX_HEADER_BYTES: u64 = 1024 * 1024;
 
+pub(crate) const LIMITS_KEYS: &[&str] = &[
+    "max_connections",
+    "max_header_bytes",
+    "max_body_bytes",
+    "max_tunnels",
+];
+
 fn limits(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Limits) {
-    const KEYS: &[&str] = &[
-        "max_connections",
-        "max_header_bytes",
-        "max_body_bytes",
-        "max_tunnels",
-    ];
-    let Some(f) = fields(cx, node, path, "limits", KEYS) else {
+    let Some(f) = fields(cx, node, path, "limits", LIMITS_KEYS) else {
         return;
     };
     if let Some(node) = f.get("max_connections") {
@@ -259,17 +260,18 @@ fn limits(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Limits) {
     }
 }
 
+pub(crate) const TIMEOUTS_KEYS: &[&str] = &[
+    "client_header",
+    "client_body",
+    "keepalive",
+    "drain",
+    "client_write",
+    "tls_handshake",
+    "tunnel_idle",
+];
+
 fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTimeouts) {
-    const KEYS: &[&str] = &[
-        "client_header",
-        "client_body",
-        "keepalive",
-        "drain",
-        "client_write",
-        "tls_handshake",
-        "tunnel_idle",
-    ];
-    let Some(f) = fields(cx, node, path, "timeouts", KEYS) else {
+    let Some(f) = fields(cx, node, path, "timeouts", TIMEOUTS_KEYS) else {
         return;
     };
     reader::duration_field(cx, &f, path, "client_header", &mut out.client_header);
@@ -283,8 +285,10 @@ fn client_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ClientTim
 
 const LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace"];
 
+pub(crate) const LOG_KEYS: &[&str] = &["level", "format", "access"];
+
 fn log(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut LogConfig) {
-    let Some(f) = fields(cx, node, path, "log", &["level", "format", "access"]) else {
+    let Some(f) = fields(cx, node, path, "log", LOG_KEYS) else {
         return;
     };
     if let Some(node) = f.get("level") {
@@ -336,8 +340,10 @@ fn access_log(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<AccessLog> {
     }
 }
 
+pub(crate) const RELOAD_KEYS: &[&str] = &["watch", "poll_interval"];
+
 fn reload(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut ReloadConfig) {
-    let Some(f) = fields(cx, node, path, "reload", &["watch", "poll_interval"]) else {
+    let Some(f) = fields(cx, node, path, "reload", RELOAD_KEYS) else {
         return;
     };
     if let Some(node) = f.get("watch") {

@@ -9,7 +9,7 @@ use crate::yaml::{quote, Node};
 /// Longest gRPC service name a health check asks about, in bytes.
 const MAX_GRPC_SERVICE: usize = 1024;
 
-const HEALTH_KEYS: &[&str] = &[
+pub(crate) const HEALTH_KEYS: &[&str] = &[
     "type",
     "path",
     "service",

@@ -9,16 +9,17 @@ const MIN_WINDOW: u64 = 65_535;
 /// The largest window HTTP/2 allows (2^31 - 1).
 const MAX_WINDOW: u64 = (1 << 31) - 1;
 
+pub(crate) const HTTP2_KEYS: &[&str] = &[
+    "max_concurrent_streams",
+    "stream_window",
+    "connection_window",
+    "max_streams_per_second",
+];
+
 /// `http2: { max_concurrent_streams, stream_window, connection_window,
 /// max_streams_per_second }`, each optional.
 pub(crate) fn http2(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut Http2Settings) {
-    const KEYS: &[&str] = &[
-        "max_concurrent_streams",
-        "stream_window",
-        "connection_window",
-        "max_streams_per_second",
-    ];
-    let Some(f) = fields(cx, node, path, "http2", KEYS) else {
+    let Some(f) = fields(cx, node, path, "http2", HTTP2_KEYS) else {
         return;
     };
     if let Some(n) = f.get("max_concurrent_streams") {

@@ -4,13 +4,15 @@ use crate::model::{AppJwt, JwtAlg, JwtKey, JwtSettings};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node};
 
-const APP_JWT_KEYS: &[&str] = &[
+pub(crate) const APP_JWT_KEYS: &[&str] = &[
     "alg",
     "secret",
     "secret_file",
     "public_key",
     "public_key_file",
 ];
+
+pub(crate) const JWT_KEYS: &[&str] = &["issuer", "audience", "app_claim", "leeway"];
 
 /// Decodes an app's `jwt`: the algorithm and one key source (files are
 /// read now, so a missing file is a config error with its line).
@@ -102,13 +104,7 @@ pub(crate) fn app_jwt(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<AppJwt
 /// Decodes the top-level `jwt` settings.
 pub(crate) fn jwt_settings(cx: &mut Cx, node: &Node, path: Path<'_>) -> JwtSettings {
     let mut out = JwtSettings::default();
-    let Some(f) = fields(
-        cx,
-        node,
-        path,
-        "jwt",
-        &["issuer", "audience", "app_claim", "leeway"],
-    ) else {
+    let Some(f) = fields(cx, node, path, "jwt", JWT_KEYS) else {
         return out;
     };
     if let Some(n) = f.get("issuer") {

@@ -18,6 +18,7 @@ mod policy;
 mod reader;
 mod resilience;
 mod route;
+pub mod schema;
 mod service;
 mod source;
 mod tls;

@@ -14,7 +14,7 @@ use crate::model::{
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos, Value};
 
-const LISTENER_KEYS: &[&str] = &[
+pub(crate) const LISTENER_KEYS: &[&str] = &[
     "addr",
     "tls",
     "proxy_protocol",
@@ -22,14 +22,17 @@ const LISTENER_KEYS: &[&str] = &[
     "http2",
     "h2c",
 ];
-const TLS_KEYS: &[&str] = &[
+pub(crate) const TLS_KEYS: &[&str] = &[
     "certificates",
     "default",
     "client_ca",
     "client_auth",
     "min_version",
 ];
-const CERT_KEYS: &[&str] = &["cert", "key"];
+pub(crate) const CERT_KEYS: &[&str] = &["cert", "key"];
+
+pub(crate) const ADMIN_KEYS: &[&str] = &["listen", "tokens", "read_only", "tls"];
+pub(crate) const ADMIN_TOKEN_KEYS: &[&str] = &["token_file", "role"];
 
 /// A listen address: an IP literal and a port (port 0 picks a free port).
 pub(crate) fn socket_addr(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<SocketAddr> {
@@ -315,13 +318,7 @@ pub(crate) fn admin(
     path: Path<'_>,
     listen: &[Listener],
 ) -> Option<AdminConfig> {
-    let f = fields(
-        cx,
-        node,
-        path,
-        "admin",
-        &["listen", "tokens", "read_only", "tls"],
-    )?;
+    let f = fields(cx, node, path, "admin", ADMIN_KEYS)?;
     // The same shape as a listener's `tls`: certificates, default,
     // client_ca, client_auth, min_version.
     let tls = match f.get("tls") {
@@ -376,7 +373,7 @@ fn admin_tokens(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<AdminTok
     let mut ok = true;
     for (i, item) in items.iter().enumerate() {
         let p = path.index(i);
-        let Some(f) = fields(cx, item, p, "admin token", &["token_file", "role"]) else {
+        let Some(f) = fields(cx, item, p, "admin token", ADMIN_TOKEN_KEYS) else {
             ok = false;
             continue;
         };

@@ -8,7 +8,7 @@ use crate::model::{Cidr, Cors, HeaderOps, IpRules, OriginMatch};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
-const OPS_KEYS: &[&str] = &["set", "add", "remove"];
+pub(crate) const OPS_KEYS: &[&str] = &["set", "add", "remove"];
 
 /// Headers a policy may not touch: framing and hop-by-hop headers, Host
 /// and the X-Forwarded-* headers are the gateway's to write, and X-App-Id
@@ -101,7 +101,8 @@ pub(crate) fn header_ops(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Hea
     ok.then_some(out)
 }
 
-const CORS_KEYS: &[&str] = &[
+pub(crate) const IP_KEYS: &[&str] = &["allow", "deny"];
+pub(crate) const CORS_KEYS: &[&str] = &[
     "origins",
     "methods",
     "headers",
@@ -245,7 +246,7 @@ fn origin(text: &str) -> Result<OriginMatch, String> {
 
 /// Decodes `ip: { allow: [...], deny: [...] }`.
 pub(crate) fn ip_rules(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<IpRules> {
-    let f = fields(cx, node, path, "ip", &["allow", "deny"])?;
+    let f = fields(cx, node, path, "ip", IP_KEYS)?;
     let mut ok = true;
     let mut out = IpRules::default();
     for (key, list) in [("allow", &mut out.allow), ("deny", &mut out.deny)] {

@@ -7,15 +7,15 @@ use crate::model::{Breaker, Ejection, Retries};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node};
 
-const RETRY_KEYS: &[&str] = &["attempts", "on", "budget"];
-const BREAKER_KEYS: &[&str] = &[
+pub(crate) const RETRY_KEYS: &[&str] = &["attempts", "on", "budget"];
+pub(crate) const BREAKER_KEYS: &[&str] = &[
     "errors",
     "window",
     "open_for",
     "half_open_requests",
     "on_5xx",
 ];
-const EJECTION_KEYS: &[&str] = &["base", "max"];
+pub(crate) const EJECTION_KEYS: &[&str] = &["base", "max"];
 const RETRY_ON: &str =
     "connect, reset, timeout, a status from 500 to 599, or grpc:STATUS (e.g. grpc:unavailable)";
 

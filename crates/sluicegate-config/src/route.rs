@@ -8,11 +8,11 @@ use crate::model::{Action, Auth, HeaderOps, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
-mod matcher;
+pub(crate) mod matcher;
 
 use matcher::{any, match_};
 
-const ROUTE_KEYS: &[&str] = &[
+pub(crate) const ROUTE_KEYS: &[&str] = &[
     "name",
     "match",
     "service",
@@ -28,7 +28,9 @@ const ROUTE_KEYS: &[&str] = &[
     "upgrade",
 ];
 
-const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
+pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
+
+pub(crate) const REWRITE_KEYS: &[&str] = &["regex", "replacement"];
 
 /// Decodes the routes list, in file order. `services` holds every defined
 /// service name; `client_ca` says whether some listener asks clients for a
@@ -357,7 +359,7 @@ fn respond_action(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Action> {
 
 /// Decodes `rewrite: { regex, replacement }`.
 fn rewrite(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<crate::model::Rewrite> {
-    let f = fields(cx, node, path, "rewrite", &["regex", "replacement"])?;
+    let f = fields(cx, node, path, "rewrite", REWRITE_KEYS)?;
     let re = f.require(cx, path, "regex").and_then(|n| {
         let p = path.key("regex");
         let text = reader::string(cx, n, p)?;

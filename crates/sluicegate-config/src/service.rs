@@ -7,7 +7,7 @@ use crate::model::{Balance, Endpoint, HashKey, Service, UpstreamProtocol, Upstre
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
-const SERVICE_KEYS: &[&str] = &[
+pub(crate) const SERVICE_KEYS: &[&str] = &[
     "name",
     "endpoints",
     "balance",
@@ -293,7 +293,7 @@ fn endpoint<'n>(
         );
         return None;
     }
-    let f = fields(cx, node, path, "endpoint", &["addr", "weight"])?;
+    let f = fields(cx, node, path, "endpoint", ENDPOINT_KEYS)?;
     let weight = match f.get("weight") {
         None => Some(1),
         Some(w) => reader::int_in(cx, w, path.key("weight"), 1, MAX_WEIGHT)
@@ -413,15 +413,18 @@ fn parse_hash_key(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<HashKey> {
     key
 }
 
+pub(crate) const SERVICE_TIMEOUT_KEYS: &[&str] = &[
+    "connect",
+    "response_header",
+    "response_body",
+    "idle",
+    "request",
+];
+
+pub(crate) const ENDPOINT_KEYS: &[&str] = &["addr", "weight"];
+
 fn upstream_timeouts(cx: &mut Cx, node: &Node, path: Path<'_>, out: &mut UpstreamTimeouts) {
-    const KEYS: &[&str] = &[
-        "connect",
-        "response_header",
-        "response_body",
-        "idle",
-        "request",
-    ];
-    let Some(f) = fields(cx, node, path, "service timeouts", KEYS) else {
+    let Some(f) = fields(cx, node, path, "service timeouts", SERVICE_TIMEOUT_KEYS) else {
         return;
     };
     reader::duration_field(cx, &f, path, "connect", &mut out.connect);

@@ -41,12 +41,14 @@ pub struct EtcdTls {
 
 /// Decodes `config_source`.
 pub(crate) fn config_source(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<ConfigSource> {
-    let f = fields(cx, node, path, "config_source", &["etcd"])?;
+    let f = fields(cx, node, path, "config_source", SOURCE_KEYS)?;
     let etcd = f.require(cx, path, "etcd")?;
     etcd_source(cx, etcd, path.key("etcd")).map(ConfigSource::Etcd)
 }
 
-const KEYS: &[&str] = &[
+pub(crate) const SOURCE_KEYS: &[&str] = &["etcd"];
+pub(crate) const ETCD_TLS_KEYS: &[&str] = &["ca", "cert", "key"];
+pub(crate) const ETCD_KEYS: &[&str] = &[
     "endpoints",
     "prefix",
     "tls",
@@ -56,7 +58,7 @@ const KEYS: &[&str] = &[
 ];
 
 fn etcd_source(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdSource> {
-    let f = fields(cx, node, path, "config_source.etcd", KEYS)?;
+    let f = fields(cx, node, path, "config_source.etcd", ETCD_KEYS)?;
     let before = cx.errors.len();
     let endpoints = f
         .require(cx, path, "endpoints")
@@ -151,13 +153,7 @@ fn prefix(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
 }
 
 fn tls(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdTls> {
-    let f = fields(
-        cx,
-        node,
-        path,
-        "config_source.etcd.tls",
-        &["ca", "cert", "key"],
-    )?;
+    let f = fields(cx, node, path, "config_source.etcd.tls", ETCD_TLS_KEYS)?;
     let mut file = |name: &str| {
         f.get(name)
             .and_then(|n| reader::file_path(cx, n, path.key(name)))

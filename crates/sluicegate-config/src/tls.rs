@@ -10,8 +10,8 @@ use crate::reader::{self, fields, Cx, Path};
 use crate::reader::{duplicates, Seen};
 use crate::yaml::{quote, Node, Pos, Value};
 
-const UPSTREAM_TLS_KEYS: &[&str] = &["sni", "verify", "ca", "client_cert", "client_key"];
-const MTLS_KEYS: &[&str] = &["names", "sha256"];
+pub(crate) const UPSTREAM_TLS_KEYS: &[&str] = &["sni", "verify", "ca", "client_cert", "client_key"];
+pub(crate) const MTLS_KEYS: &[&str] = &["names", "sha256"];
 
 /// A service's `tls`: `true` or `{}` (TLS with the defaults), `false` (no
 /// TLS) or a mapping. `Some(None)` is "no TLS"; `None`, an error.

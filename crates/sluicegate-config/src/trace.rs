@@ -8,10 +8,10 @@ use crate::model::{OtlpConfig, RequestIdConfig, TracingConfig};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node};
 
-const REQUEST_ID_KEYS: &[&str] = &["header"];
-const TRACING_KEYS: &[&str] = &["service_name", "sampling", "otlp", "queue"];
-const SAMPLING_KEYS: &[&str] = &["ratio"];
-const OTLP_KEYS: &[&str] = &["endpoint", "timeout"];
+pub(crate) const REQUEST_ID_KEYS: &[&str] = &["header"];
+pub(crate) const TRACING_KEYS: &[&str] = &["service_name", "sampling", "otlp", "queue"];
+pub(crate) const SAMPLING_KEYS: &[&str] = &["ratio"];
+pub(crate) const OTLP_KEYS: &[&str] = &["endpoint", "timeout"];
 
 /// Longest request id header name accepted.
 pub const MAX_REQUEST_ID_HEADER: usize = 48;

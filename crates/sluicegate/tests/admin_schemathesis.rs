@@ -14,9 +14,10 @@ use std::process::Command;
 use ops_common::*;
 
 /// What every answer is checked for. Not `positive_data_acceptance` nor
-/// `negative_data_rejection`: the document gives an item's body as any
-/// object, and the config's own rules (the same as a file's) decide what
-/// is valid, so a body schemathesis thinks valid is often a `400`.
+/// `negative_data_rejection`: the schemas give each field's form, but the
+/// rules between fields (a route has a service or a response, the service
+/// it names exists) are the config decoder's, so a body schemathesis
+/// thinks valid is often a `400`.
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,ignored_auth,unsupported_method";
 
 #[test]

@@ -2,18 +2,18 @@
 //!
 //! Built with utoipa from the code: the schemas are derived from the types
 //! the handlers answer with (the history's `Entry` and `Issue`, and the
-//! bodies below), and the per-resource paths come from the same table of
-//! kinds the router is built from, so a resource routed is a resource
-//! documented.
+//! bodies below), the config's and each resource's schemas come from the
+//! config crate (`sluicegate_config::schema`, built from the decoders' key
+//! lists), and the per-resource paths come from the same table of kinds
+//! the router is built from, so a resource routed is a resource documented.
 
 use serde::Serialize;
-use serde_json::Value;
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
 use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::schema::{ArrayItems, ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
-    ContentBuilder, Header, ObjectBuilder, OpenApi as Doc, Ref, RefOr, Required, ResponseBuilder,
-    Schema, Type,
+    ContentBuilder, Header, OpenApi as Doc, Ref, RefOr, Required, ResponseBuilder,
 };
 use utoipa::{OpenApi, ToSchema};
 
@@ -43,14 +43,35 @@ struct Written {
     revision: u64,
 }
 
-/// A page of a list.
+/// One certificate of a listener (`GET /certificates`).
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
-struct Page {
-    items: Vec<Value>,
+struct Certificate {
+    /// The listener's address.
+    listener: String,
+    /// The JSON path of the entry in the config.
+    path: String,
+    /// The certificate chain's file.
+    cert: String,
+    /// Its private key's file.
+    key: String,
+    /// Served to clients that send no name, or one no certificate covers.
+    default: bool,
+}
+
+/// The listeners' certificates.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct Certificates {
+    items: Vec<Certificate>,
     total: usize,
-    offset: usize,
-    limit: usize,
+}
+
+/// `POST /config/validate` on a valid config.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct Valid {
+    valid: bool,
 }
 
 /// The reload history, newest first.
@@ -74,7 +95,19 @@ struct Health {
         title = "Sluicegate admin API",
         description = "Read and change the running config of a Sluicegate gateway. See docs/admin-api.md."
     ),
-    components(schemas(Error, Problems, Written, Page, Reloads, Health, Entry, Issue, Source))
+    components(schemas(
+        Error,
+        Problems,
+        Written,
+        Reloads,
+        Health,
+        Entry,
+        Issue,
+        Source,
+        Certificate,
+        Certificates,
+        Valid
+    ))
 )]
 struct Base;
 
@@ -84,8 +117,10 @@ struct Op<'a> {
     method: HttpMethod,
     id: String,
     summary: String,
-    /// The request body's content types, if it takes one.
+    /// The request body's content types, if it takes one, and its schema
+    /// (`None`: a JSON merge patch, any object).
     body: &'a [&'a str],
+    body_schema: Option<&'a str>,
     /// The success status, what it answers, and its schema.
     ok: (&'a str, &'a str, Option<&'a str>),
     /// Error statuses besides the auth ones.
@@ -101,6 +136,67 @@ fn schema_ref(name: &str) -> RefOr<Schema> {
 fn any_object() -> RefOr<Schema> {
     RefOr::T(Schema::Object(
         ObjectBuilder::new().schema_type(Type::Object).build(),
+    ))
+}
+
+/// A JSON merge patch (RFC 7396): the fields to change, `null` to remove
+/// one. What results must be valid as a whole.
+fn merge_patch() -> RefOr<Schema> {
+    RefOr::T(Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "A JSON merge patch (RFC 7396): the fields to change, null to remove one; the result must be valid.",
+            ))
+            .build(),
+    ))
+}
+
+/// The item schema of a resource section, from the config crate.
+fn item_schema(section: &str) -> &'static str {
+    match section {
+        "services" => "Service",
+        "routes" => "Route",
+        "apps" => "App",
+        _ => "PlanItem",
+    }
+}
+
+/// The name of the schema of a page of `section`.
+fn page_name(section: &str) -> &'static str {
+    match section {
+        "services" => "ServicePage",
+        "routes" => "RoutePage",
+        "apps" => "AppPage",
+        _ => "PlanPage",
+    }
+}
+
+/// A page of a section's items.
+fn page_schema(item: &str) -> RefOr<Schema> {
+    let int = |d: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0.0))
+            .description(Some(d))
+    };
+    RefOr::T(Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(format!("A page of the {item} items.")))
+            .property(
+                "items",
+                utoipa::openapi::schema::ArrayBuilder::new()
+                    .items(ArrayItems::RefOrSchema(Box::new(schema_ref(item)))),
+            )
+            .property("total", int("items in all (after the name filter)"))
+            .property("offset", int("items skipped"))
+            .property("limit", int("items at most on this page"))
+            .required("items")
+            .required("total")
+            .required("offset")
+            .required("limit")
+            .build(),
     ))
 }
 
@@ -167,10 +263,11 @@ fn add(doc: &mut Doc, op: Op<'_>) {
     if !op.body.is_empty() {
         let mut rb = RequestBodyBuilder::new().required(Some(Required::True));
         for ct in op.body {
-            rb = rb.content(
-                *ct,
-                ContentBuilder::new().schema(Some(any_object())).build(),
-            );
+            let schema = match op.body_schema {
+                Some(name) => schema_ref(name),
+                None => merge_patch(),
+            };
+            rb = rb.content(*ct, ContentBuilder::new().schema(Some(schema)).build());
         }
         b = b.request_body(Some(rb.build()));
     }
@@ -200,7 +297,7 @@ fn add(doc: &mut Doc, op: Op<'_>) {
                 )))),
         );
     }
-    if op.ok.2 == Some("Page") {
+    if op.ok.2.is_some_and(|s| s.ends_with("Page")) {
         for (name, what) in [
             ("limit", "items at most (default 100, at most 1000)"),
             ("offset", "items skipped (default 0)"),
@@ -249,6 +346,17 @@ pub(crate) fn document() -> Doc {
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
         );
     }
+    if let Some(c) = doc.components.as_mut() {
+        for (name, schema) in sluicegate_config::schema::components() {
+            c.schemas.insert(name.to_string(), schema);
+        }
+        for section in super::resources::SECTIONS {
+            c.schemas.insert(
+                page_name(section).to_string(),
+                page_schema(item_schema(section)),
+            );
+        }
+    }
     // Relative: the admin listener that serves this document.
     doc.servers = Some(vec![utoipa::openapi::Server::new("/")]);
     const WRITE: &[&str] = &["400", "405", "412", "413"];
@@ -262,6 +370,7 @@ pub(crate) fn document() -> Doc {
             id: "metrics".into(),
             summary: "Prometheus metrics".into(),
             body: &[],
+            body_schema: None,
             ok: ("200", "metrics in the Prometheus text format", Some("text")),
             errors: &[],
             auth: false,
@@ -272,6 +381,7 @@ pub(crate) fn document() -> Doc {
             id: "healthz".into(),
             summary: "Liveness and the config revision".into(),
             body: &[],
+            body_schema: None,
             ok: ("200", "serving", Some("Health")),
             errors: &[],
             auth: false,
@@ -282,6 +392,7 @@ pub(crate) fn document() -> Doc {
             id: "openapi".into(),
             summary: "This document".into(),
             body: &[],
+            body_schema: None,
             ok: ("200", "the OpenAPI 3.1 document", None),
             errors: &[],
             auth: false,
@@ -292,7 +403,8 @@ pub(crate) fn document() -> Doc {
             id: "getConfig".into(),
             summary: "The whole config (JSON, or YAML by Accept); app keys as fingerprints".into(),
             body: &[],
-            ok: ("200", "the config", None),
+            body_schema: None,
+            ok: ("200", "the config", Some("Config")),
             errors: &[],
             auth: true,
         },
@@ -302,6 +414,7 @@ pub(crate) fn document() -> Doc {
             id: "putConfig".into(),
             summary: "Replace the whole config atomically".into(),
             body: json_yaml,
+            body_schema: Some("Config"),
             ok: ("200", "applied", Some("Written")),
             errors: WRITE,
             auth: true,
@@ -312,7 +425,8 @@ pub(crate) fn document() -> Doc {
             id: "validateConfig".into(),
             summary: "Check a whole config without applying it".into(),
             body: json_yaml,
-            ok: ("200", "valid", None),
+            body_schema: Some("Config"),
+            ok: ("200", "valid", Some("Valid")),
             errors: &["400", "413"],
             auth: true,
         },
@@ -322,6 +436,7 @@ pub(crate) fn document() -> Doc {
             id: "reloads".into(),
             summary: "The reload history, newest first".into(),
             body: &[],
+            body_schema: None,
             ok: ("200", "the history", Some("Reloads")),
             errors: &[],
             auth: true,
@@ -332,7 +447,8 @@ pub(crate) fn document() -> Doc {
             id: "getSettings".into(),
             summary: "Every top-level setting".into(),
             body: &[],
-            ok: ("200", "the settings", None),
+            body_schema: None,
+            ok: ("200", "the settings", Some("Settings")),
             errors: &[],
             auth: true,
         },
@@ -342,6 +458,7 @@ pub(crate) fn document() -> Doc {
             id: "putSettings".into(),
             summary: "Replace the settings".into(),
             body: json_only,
+            body_schema: Some("Settings"),
             ok: ("200", "applied", Some("Written")),
             errors: WRITE,
             auth: true,
@@ -352,6 +469,7 @@ pub(crate) fn document() -> Doc {
             id: "patchSettings".into(),
             summary: "Merge-patch the settings".into(),
             body: json_only,
+            body_schema: None,
             ok: ("200", "applied", Some("Written")),
             errors: WRITE,
             auth: true,
@@ -362,7 +480,8 @@ pub(crate) fn document() -> Doc {
             id: "certificates".into(),
             summary: "The listeners' certificates".into(),
             body: &[],
-            ok: ("200", "the certificates", None),
+            body_schema: None,
+            ok: ("200", "the certificates", Some("Certificates")),
             errors: &[],
             auth: true,
         },
@@ -371,6 +490,8 @@ pub(crate) fn document() -> Doc {
         add(&mut doc, op);
     }
     for section in super::resources::SECTIONS {
+        let item = item_schema(section);
+        let page = page_name(section);
         let one = format!("/{section}/{{name}}");
         let all = format!("/{section}");
         let ops = [
@@ -379,18 +500,20 @@ pub(crate) fn document() -> Doc {
                 HttpMethod::Get,
                 "list",
                 "A page of",
-                ("200", "a page", Some("Page")),
+                ("200", "a page", Some(page)),
                 &["400"][..],
                 &[][..],
+                None,
             ),
             (
                 one.as_str(),
                 HttpMethod::Get,
                 "get",
                 "One of",
-                ("200", "the item", None),
+                ("200", "the item", Some(item)),
                 &["404"][..],
                 &[][..],
+                None,
             ),
             (
                 one.as_str(),
@@ -400,6 +523,7 @@ pub(crate) fn document() -> Doc {
                 ("200", "replaced", Some("Written")),
                 WRITE,
                 json_only,
+                Some(item),
             ),
             (
                 one.as_str(),
@@ -409,6 +533,7 @@ pub(crate) fn document() -> Doc {
                 ("200", "applied", Some("Written")),
                 WRITE_ONE,
                 json_only,
+                None,
             ),
             (
                 one.as_str(),
@@ -418,9 +543,10 @@ pub(crate) fn document() -> Doc {
                 ("200", "deleted", Some("Written")),
                 WRITE_ONE,
                 &[][..],
+                None,
             ),
         ];
-        for (path, method, verb, what, ok, errors, body) in ops {
+        for (path, method, verb, what, ok, errors, body, body_schema) in ops {
             add(
                 &mut doc,
                 Op {
@@ -429,6 +555,7 @@ pub(crate) fn document() -> Doc {
                     id: format!("{verb}{}{}", section[..1].to_uppercase(), &section[1..]),
                     summary: format!("{what} the {section}"),
                     body,
+                    body_schema,
                     ok,
                     errors,
                     auth: true,

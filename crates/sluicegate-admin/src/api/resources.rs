@@ -34,7 +34,7 @@ const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
 /// The top-level keys that are resources of their own (not settings).
-pub(crate) const SECTIONS: [&str; 4] = ["services", "routes", "apps", "plans"];
+pub(crate) const SECTIONS: [&str; 4] = sluicegate_config::schema::SECTIONS;
 
 /// A kind of named resource: its top-level key and where its name is.
 #[derive(Clone, Copy)]

@@ -8,7 +8,7 @@ use crate::model::{HostMatch, Match, PathMatch};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
-const MATCH_KEYS: &[&str] = &[
+pub(crate) const MATCH_KEYS: &[&str] = &[
     "host",
     "path",
     "path_prefix",
@@ -17,7 +17,7 @@ const MATCH_KEYS: &[&str] = &[
     "headers",
 ];
 
-const PATH_KEYS: &[&str] = &["path", "path_prefix", "path_regex"];
+pub(crate) const PATH_KEYS: &[&str] = &["path", "path_prefix", "path_regex"];
 
 pub(super) fn any() -> Match {
     Match {
