@@ -33,6 +33,7 @@ const TOP_KEYS: &[&str] = &[
     "http2",
     "config_source",
     "cluster",
+    "dns",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -59,6 +60,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         http2: Default::default(),
         config_source: None,
         cluster: Default::default(),
+        dns: Default::default(),
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -134,6 +136,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     }
     if let Some(node) = f.get("ip") {
         config.ip = crate::policy::ip_rules(cx, node, path.key("ip")).unwrap_or_default();
+    }
+    if let Some(node) = f.get("dns") {
+        config.dns = crate::discovery::dns(cx, node, path.key("dns"));
     }
     if let Some(node) = f.get("cluster") {
         config.cluster = crate::cluster::cluster(cx, node, path.key("cluster"));

@@ -65,6 +65,8 @@ pub struct Config {
     pub config_source: Option<crate::source::ConfigSource>,
     /// State shared by a fleet of instances (`scope: global` limits).
     pub cluster: ClusterConfig,
+    /// How host names of endpoints and `discovery` are resolved.
+    pub dns: DnsSettings,
 }
 
 /// `cluster`: what the instances of a fleet share.
