@@ -375,11 +375,7 @@ mod tests {
             let from_file = crate::parse(&text).map_err(|e| e.len());
             let doc = Document::from_yaml(&text).unwrap();
             let via_json = Document::from_json(&doc.to_json());
-            assert_eq!(
-                via_json.decode().map_err(|e| e.len()),
-                from_file,
-                "{name}"
-            );
+            assert_eq!(via_json.decode().map_err(|e| e.len()), from_file, "{name}");
             let written = via_json.to_yaml();
             assert_eq!(
                 crate::parse(&written).map_err(|e| e.len()),

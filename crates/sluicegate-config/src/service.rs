@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use crate::model::{Balance, Discovery, DnsName, Endpoint, HashKey, Service, UpstreamProtocol, UpstreamTimeouts};
+use crate::model::{
+    Balance, Discovery, DnsName, Endpoint, HashKey, Service, UpstreamProtocol, UpstreamTimeouts,
+};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
@@ -271,7 +273,10 @@ fn endpoints(cx: &mut Cx, node: &Node, path: Path<'_>) -> (Vec<Endpoint>, Vec<Dn
             cx.at(
                 addr_node.pos,
                 p,
-                format_args!("duplicate endpoint {} (same as endpoints[{first}])", quote(&key)),
+                format_args!(
+                    "duplicate endpoint {} (same as endpoints[{first}])",
+                    quote(&key)
+                ),
             );
             continue;
         }

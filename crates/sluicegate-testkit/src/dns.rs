@@ -69,7 +69,8 @@ impl DnsServer {
             stop: AtomicBool::new(false),
             queries: AtomicU64::new(0),
         });
-        udp.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        udp.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
         tcp.set_nonblocking(true).unwrap();
         let s = state.clone();
         let t1 = std::thread::spawn(move || {

@@ -125,7 +125,9 @@ fn a_records_added_and_removed_under_load_fail_no_request() {
         route("orders")
     ));
     assert!(
-        wait_until(Duration::from_secs(5), || http_get(gw.addr(), "/", &[]).status == 200),
+        wait_until(Duration::from_secs(5), || http_get(gw.addr(), "/", &[])
+            .status
+            == 200),
         "the name never resolved: {}",
         gw.gw.stderr()
     );
@@ -151,7 +153,11 @@ fn a_records_added_and_removed_under_load_fail_no_request() {
     thread::sleep(Duration::from_millis(600));
     load.reset();
     thread::sleep(Duration::from_millis(400));
-    assert!(load.count("b") > 0 && load.count("c") > 0, "{:?}", load.seen);
+    assert!(
+        load.count("b") > 0 && load.count("c") > 0,
+        "{:?}",
+        load.seen
+    );
     dns.set_failing(false);
     step(&["127.0.0.2"], "a");
     thread::sleep(Duration::from_millis(300));
@@ -216,7 +222,10 @@ fn srv_records_give_ports_and_weights_and_an_unchanged_answer_changes_nothing() 
         port,
         target: "host.test".into(),
     };
-    dns.set_srv("_http._tcp.orders.test", &[srv(a.port(), 1), srv(b.port(), 3)]);
+    dns.set_srv(
+        "_http._tcp.orders.test",
+        &[srv(a.port(), 1), srv(b.port(), 3)],
+    );
     let admin = free_port();
     let gw = Gw::start(&format!(
         "admin: {{ listen: \"127.0.0.1:{admin}\" }}\n{}services:\n  - name: orders\n    discovery: {{ dns_srv: _http._tcp.orders.test }}\n{}",
@@ -230,7 +239,11 @@ fn srv_records_give_ports_and_weights_and_an_unchanged_answer_changes_nothing() 
         }
         ids.len() == 2
     };
-    assert!(wait_until(Duration::from_secs(5), both), "{}", gw.gw.stderr());
+    assert!(
+        wait_until(Duration::from_secs(5), both),
+        "{}",
+        gw.gw.stderr()
+    );
     let mut counts: HashMap<String, usize> = HashMap::new();
     let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
     for _ in 0..400 {
@@ -243,7 +256,8 @@ fn srv_records_give_ports_and_weights_and_an_unchanged_answer_changes_nothing() 
 
     // The same answer again and again: asked, but nothing published.
     let changes = || {
-        let m = String::from_utf8_lossy(&http_get(("127.0.0.1", admin), "/metrics", &[]).body).into_owned();
+        let m = String::from_utf8_lossy(&http_get(("127.0.0.1", admin), "/metrics", &[]).body)
+            .into_owned();
         m.lines()
             .find_map(|l| l.strip_prefix("sluicegate_discovery_changes_total "))
             .and_then(|v| v.trim().parse::<u64>().ok())

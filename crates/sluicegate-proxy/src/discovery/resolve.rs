@@ -21,7 +21,11 @@ const MAX_WEIGHT: u32 = 1000;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum Query {
     /// A host's addresses, each an endpoint on `port` with `weight`.
-    Host { host: String, port: u16, weight: u32 },
+    Host {
+        host: String,
+        port: u16,
+        weight: u32,
+    },
     /// An SRV name.
     Srv(String),
 }

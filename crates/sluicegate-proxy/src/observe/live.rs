@@ -81,7 +81,9 @@ pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
             RouteCounts {
                 name: r.name.to_string(),
                 service: match &r.action {
-                    ActionRt::Proxy { service, .. } => Some(snap.service(*service).name.to_string()),
+                    ActionRt::Proxy { service, .. } => {
+                        Some(snap.service(*service).name.to_string())
+                    }
                     ActionRt::Respond { .. } => None,
                 },
                 status: std::array::from_fn(|i| m.status[i].load(Ordering::Relaxed)),

@@ -299,8 +299,11 @@ fn compile_routes(
         .iter()
         .map(|s| (s.name.clone(), Arc::new(s.clone())))
         .collect();
-    reg.discovered
-        .retain(|name, _| reg.service_cfg.get(name).is_some_and(|s| !s.discovery.is_empty()));
+    reg.discovered.retain(|name, _| {
+        reg.service_cfg
+            .get(name)
+            .is_some_and(|s| !s.discovery.is_empty())
+    });
     reg.dns = config.dns.clone();
     reg.generation += 1;
     let services_in_order = config

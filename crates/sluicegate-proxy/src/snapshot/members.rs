@@ -129,7 +129,13 @@ impl Shared {
         let services: Arc<[Arc<ServiceRt>]> = cur
             .services
             .iter()
-            .map(|s| if Arc::ptr_eq(s, &old) { rt.clone() } else { s.clone() })
+            .map(|s| {
+                if Arc::ptr_eq(s, &old) {
+                    rt.clone()
+                } else {
+                    s.clone()
+                }
+            })
             .collect();
         reg.endpoint_order = services
             .iter()
