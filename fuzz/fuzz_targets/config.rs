@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        if let Err(errors) = sluicegate_config::parse_offline(text) {
+        if let Err(errors) = sluicegate_config::parse(text) {
             assert!(!errors.is_empty());
             for e in errors {
                 assert!(e.line >= 1 && e.col >= 1, "{e}");

@@ -35,6 +35,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "cluster",
     "request_id",
     "tracing",
+    "dns",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -63,6 +64,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         cluster: Default::default(),
         request_id: Default::default(),
         tracing: None,
+        dns: Default::default(),
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -139,6 +141,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     }
     if let Some(node) = f.get("ip") {
         config.ip = crate::policy::ip_rules(cx, node, path.key("ip")).unwrap_or_default();
+    }
+    if let Some(node) = f.get("dns") {
+        config.dns = crate::discovery::dns(cx, node, path.key("dns"));
     }
     if let Some(node) = f.get("cluster") {
         config.cluster = crate::cluster::cluster(cx, node, path.key("cluster"));

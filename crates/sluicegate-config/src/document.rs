@@ -127,23 +127,10 @@ impl Document {
     /// Decodes the document as the file decoder does (the same rules and
     /// messages), with every problem at the JSON path of its field.
     pub fn decode(&self) -> Result<Config, Vec<Problem>> {
-        self.decode_with(reader::system_lookup)
-    }
-
-    /// [`Document::decode`] without asking a resolver (host names of
-    /// endpoints are then errors).
-    pub fn decode_offline(&self) -> Result<Config, Vec<Problem>> {
-        self.decode_with(|_, _| Ok(None))
-    }
-
-    fn decode_with(&self, lookup: reader::Lookup) -> Result<Config, Vec<Problem>> {
         let mut root = self.root.clone();
         let mut table = Paths::default();
         table.number(&mut root, 0, Seg::Root);
-        let mut cx = reader::Cx {
-            lookup,
-            ..reader::Cx::default()
-        };
+        let mut cx = reader::Cx::default();
         let config = decode::config(&mut cx, Some(&root), apps::AppsDecoder::new());
         if cx.errors.is_empty() {
             return Ok(config);
@@ -173,10 +160,7 @@ pub fn decode_apps(
     };
     let mut table = Paths::default();
     table.number(&mut root, 0, Seg::Root);
-    let mut cx = reader::Cx {
-        lookup: |_, _| Ok(None),
-        ..reader::Cx::default()
-    };
+    let mut cx = reader::Cx::default();
     let Value::Map(entries) = &root.value else {
         unreachable!("made a map above")
     };
@@ -310,7 +294,7 @@ mod tests {
     use serde_json::json;
 
     fn problems(doc: serde_json::Value) -> Vec<Problem> {
-        Document::from_json(&doc).decode_offline().unwrap_err()
+        Document::from_json(&doc).decode().unwrap_err()
     }
 
     fn base() -> serde_json::Value {
@@ -331,7 +315,7 @@ mod tests {
         let mut whole = base();
         whole["plans"] = json!({ "gold": { "rate": "1/s" } });
         whole["apps"] = apps;
-        let cfg = Document::from_json(&whole).decode_offline().unwrap();
+        let cfg = Document::from_json(&whole).decode().unwrap();
         assert_eq!(alone, cfg.apps);
         // The same problems, at the same paths, as in a whole config.
         let bad = json!([
@@ -359,8 +343,8 @@ mod tests {
     #[test]
     fn a_valid_json_document_decodes_like_its_yaml() {
         let doc = Document::from_json(&base());
-        let from_json = doc.decode_offline().unwrap();
-        let from_yaml = crate::parse_offline(&doc.to_yaml()).unwrap();
+        let from_json = doc.decode().unwrap();
+        let from_yaml = crate::parse(&doc.to_yaml()).unwrap();
         assert_eq!(from_json, from_yaml);
     }
 
@@ -423,12 +407,12 @@ mod tests {
         let mut doc =
             Document::from_yaml("listen: 127.0.0.1:1\nreload: { watch: \"true\" }\n").unwrap();
         // A quoted "true" is a string, which `watch` refuses, from YAML or JSON.
-        assert!(doc.decode_offline().is_err());
+        assert!(doc.decode().is_err());
         let as_json = doc.to_json();
         assert_eq!(as_json["reload"]["watch"], json!("true"));
-        assert!(Document::from_json(&as_json).decode_offline().is_err());
+        assert!(Document::from_json(&as_json).decode().is_err());
         doc.set("reload", Some(&json!({ "watch": true })));
-        assert!(doc.decode_offline().is_ok());
+        assert!(doc.decode().is_ok());
         doc.set("reload", None);
         assert_eq!(doc.keys(), ["listen"]);
         assert_eq!(doc.get("listen"), Some(json!("127.0.0.1:1")));
@@ -462,17 +446,13 @@ mod tests {
         texts.push(("config.md".to_string(), yaml.to_string()));
         assert!(texts.len() >= 3);
         for (name, text) in texts {
-            let from_file = crate::parse_offline(&text).map_err(|e| e.len());
+            let from_file = crate::parse(&text).map_err(|e| e.len());
             let doc = Document::from_yaml(&text).unwrap();
             let via_json = Document::from_json(&doc.to_json());
-            assert_eq!(
-                via_json.decode_offline().map_err(|e| e.len()),
-                from_file,
-                "{name}"
-            );
+            assert_eq!(via_json.decode().map_err(|e| e.len()), from_file, "{name}");
             let written = via_json.to_yaml();
             assert_eq!(
-                crate::parse_offline(&written).map_err(|e| e.len()),
+                crate::parse(&written).map_err(|e| e.len()),
                 from_file,
                 "{name}: {written}"
             );

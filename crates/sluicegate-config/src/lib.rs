@@ -8,6 +8,7 @@
 mod apps;
 mod cluster;
 mod decode;
+mod discovery;
 pub mod document;
 mod health;
 mod http2;
@@ -58,22 +59,9 @@ impl std::error::Error for ConfigError {}
 /// Parses and validates a config. On failure returns every problem found,
 /// sorted by position (a YAML syntax error stops parsing and comes alone).
 pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
-    parse_with(text, reader::system_lookup)
-}
-
-/// [`parse`] without asking any resolver: an endpoint given by host name
-/// is an error (it does not resolve). For fuzzing and other checks that
-/// must not touch the network.
-pub fn parse_offline(text: &str) -> Result<Config, Vec<ConfigError>> {
-    parse_with(text, |_, _| Ok(None))
-}
-
-/// `parse` with host names of endpoints looked up by `lookup`.
-pub(crate) fn parse_with(text: &str, lookup: reader::Lookup) -> Result<Config, Vec<ConfigError>> {
-    let mut cx = reader::Cx {
-        lookup,
-        ..reader::Cx::default()
-    };
+    // Never asks a resolver: host names of endpoints are checked for form
+    // here and resolved by the discovery plane while serving.
+    let mut cx = reader::Cx::default();
     // Apps are decoded as the parser completes each one: their tree is
     // never built whole (a million apps would take most of a gigabyte).
     let mut apps = apps::AppsDecoder::new();

@@ -70,6 +70,8 @@ pub struct Config {
     /// Spans of sampled requests exported over OTLP; `None`: no tracing
     /// (`traceparent` is passed on untouched).
     pub tracing: Option<TracingConfig>,
+    /// How host names of endpoints and `discovery` are resolved.
+    pub dns: DnsSettings,
 }
 
 /// `request_id`: every request has an id, kept from a trusted proxy or made.

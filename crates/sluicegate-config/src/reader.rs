@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -43,19 +42,10 @@ impl fmt::Display for Path<'_> {
     }
 }
 
-/// The errors found so far, and how host names are looked up.
+/// The errors found so far.
+#[derive(Default)]
 pub(crate) struct Cx {
     pub errors: Vec<ConfigError>,
-    pub lookup: Lookup,
-}
-
-impl Default for Cx {
-    fn default() -> Self {
-        Cx {
-            errors: Vec::new(),
-            lookup: system_lookup,
-        }
-    }
 }
 
 impl Cx {
@@ -364,14 +354,6 @@ pub(crate) fn is_name(text: &str) -> bool {
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-/// Looks a host name up: the first address for `(host, port)`, if any.
-pub(crate) type Lookup = fn(&str, u16) -> std::io::Result<Option<SocketAddr>>;
-
-/// The system resolver (`getaddrinfo` through std's `ToSocketAddrs`).
-pub(crate) fn system_lookup(host: &str, port: u16) -> std::io::Result<Option<SocketAddr>> {
-    Ok((host, port).to_socket_addrs()?.next())
 }
 
 /// Checks one header entry: a token name (as `name`, compared

@@ -20,8 +20,8 @@ use utoipa::openapi::schema::{
 use utoipa::openapi::{Ref, RefOr};
 
 use crate::{
-    apps, cluster, decode, health, http2, jwt, listen, policy, resilience, route, service, source,
-    tls, trace,
+    apps, cluster, decode, discovery, health, http2, jwt, listen, policy, resilience, route,
+    service, source, tls, trace,
 };
 
 type S = RefOr<Schema>;
@@ -316,7 +316,11 @@ fn service() -> S {
     object(
         "A service: a named set of backend endpoints and how requests are spread over them.",
         service::SERVICE_KEYS,
-        &["name", "endpoints"],
+        // `endpoints` may be left out with `discovery` (the decoder then
+        // checks that one of the two is given; the schema cannot say so
+        // without nesting the properties, and with discovery leave the
+        // list out rather than empty: the schema wants one item at least).
+        &["name"],
         |k| {
             Some(match k {
                 "name" => name("Unique among services; routes name it."),
@@ -443,6 +447,21 @@ fn service() -> S {
                             },
                         ),
                     ],
+                ),
+                "discovery" => object(
+                    "Endpoints found in DNS SRV records (ports and weights from the records).",
+                    discovery::DISCOVERY_KEYS,
+                    &["dns_srv"],
+                    |k| {
+                        Some(match k {
+                            "dns_srv" => pattern(
+                                "The SRV name, e.g. _http._tcp.orders.example.",
+                                r"^[A-Za-z0-9_.\-]+\.[A-Za-z0-9_.\-]+$",
+                            )
+                            .into(),
+                            _ => return None,
+                        })
+                    },
                 ),
                 "protocol" => with_default(
                     choice(
@@ -1063,6 +1082,22 @@ fn top(k: &str) -> Option<S> {
                             _ => return None,
                         })
                     }),
+                    _ => return None,
+                })
+            },
+        ),
+        "dns" => object(
+            "How endpoints given by host name and discovery.dns_srv are resolved.",
+            discovery::DNS_KEYS,
+            &[],
+            |k| {
+                Some(match k {
+                    "servers" => list(
+                        "Name servers (IP:port); none: those of /etc/resolv.conf.",
+                        string("IP:port, e.g. 127.0.0.1:53 or [::1]:53.").min_length(Some(1)),
+                    ),
+                    "min_ttl" => dur("Shortest time an answer is kept (at least 10ms).", Some("1s")),
+                    "max_ttl" => dur("Longest time an answer is kept.", Some("5m")),
                     _ => return None,
                 })
             },

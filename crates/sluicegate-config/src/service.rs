@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use crate::model::{Balance, Endpoint, HashKey, Service, UpstreamProtocol, UpstreamTimeouts};
+use crate::model::{
+    Balance, Discovery, DnsName, Endpoint, HashKey, Service, UpstreamProtocol, UpstreamTimeouts,
+};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
@@ -21,6 +23,7 @@ pub(crate) const SERVICE_KEYS: &[&str] = &[
     "forwarded_headers",
     "tls",
     "protocol",
+    "discovery",
 ];
 
 /// Default for `max_connections_per_endpoint`.
@@ -28,10 +31,6 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_ENDPOINT: usize = 512;
 
 /// Largest endpoint weight.
 pub const MAX_WEIGHT: u64 = 1000;
-
-/// Addresses already resolved in this load, so that an endpoint used by many
-/// services is looked up once.
-type ResolveCache = HashMap<String, Result<SocketAddr, String>>;
 
 /// Decodes the services list. Every service that has a name is entered in
 /// `names` (name -> position) even when it has other problems, so that
@@ -46,10 +45,9 @@ pub(crate) fn services<'n>(
         return Vec::new();
     };
     names.reserve(items.len());
-    let mut cache = ResolveCache::new();
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        if let Some(service) = service(cx, item, path.index(i), names, &mut cache) {
+        if let Some(service) = service(cx, item, path.index(i), names) {
             out.push(service);
         }
     }
@@ -61,16 +59,32 @@ fn service<'n>(
     node: &'n Node,
     path: Path<'_>,
     names: &mut HashMap<&'n str, Pos>,
-    cache: &mut ResolveCache,
 ) -> Option<Service> {
     let f = fields(cx, node, path, "service", SERVICE_KEYS)?;
     let name = f
         .require(cx, path, "name")
         .and_then(|n| service_name(cx, n, path.key("name"), names));
-    let endpoints = f
-        .require(cx, path, "endpoints")
-        .map(|n| endpoints(cx, n, path.key("endpoints"), cache))
-        .unwrap_or_default();
+    let dns_srv = match f.get("discovery") {
+        None => Some(None),
+        Some(n) => crate::discovery::discovery(cx, n, path.key("discovery")),
+    };
+    // With discovery the list may be absent or empty.
+    let (endpoints, dns_names) = match f.get("endpoints") {
+        None if f.get("discovery").is_some() => Default::default(),
+        None => {
+            f.require(cx, path, "endpoints");
+            Default::default()
+        }
+        Some(n) => {
+            let found = endpoints(cx, n, path.key("endpoints"));
+            let empty = n.as_scalar().is_none()
+                && matches!(&n.value, crate::yaml::Value::List(s) if s.is_empty());
+            if empty && f.get("discovery").is_none() {
+                cx.at(n.pos, path.key("endpoints"), "needs at least one endpoint");
+            }
+            found
+        }
+    };
 
     let mut balance = Balance::RoundRobin;
     let mut balance_ok = true;
@@ -156,6 +170,10 @@ fn service<'n>(
     Some(Service {
         name: name?,
         endpoints,
+        discovery: Discovery {
+            names: dns_names,
+            dns_srv: dns_srv?,
+        },
         balance,
         hash_key,
         max_connections_per_endpoint,
@@ -234,113 +252,105 @@ fn service_name<'n>(
     Some(name.to_string())
 }
 
-fn endpoints(cx: &mut Cx, node: &Node, path: Path<'_>, cache: &mut ResolveCache) -> Vec<Endpoint> {
+/// The `endpoints` list: IP addresses as they are, host names to resolve
+/// while serving.
+fn endpoints(cx: &mut Cx, node: &Node, path: Path<'_>) -> (Vec<Endpoint>, Vec<DnsName>) {
     let Some(items) = reader::list(cx, node, path, "a list of endpoints") else {
-        return Vec::new();
+        return Default::default();
     };
-    if items.is_empty() {
-        cx.at(node.pos, path, "needs at least one endpoint");
-    }
-    let mut seen: HashMap<SocketAddr, usize> = HashMap::with_capacity(items.len());
-    let mut out = Vec::with_capacity(items.len());
+    let mut seen: HashMap<String, usize> = HashMap::with_capacity(items.len());
+    let mut out = (Vec::with_capacity(items.len()), Vec::new());
     for (i, item) in items.iter().enumerate() {
         let p = path.index(i);
-        let Some((endpoint, addr_node)) = endpoint(cx, item, p, cache) else {
+        let Some((endpoint, addr_node)) = endpoint(cx, item, p) else {
             continue;
         };
-        if let Some(first) = seen.get(&endpoint.addr) {
+        let key = match &endpoint {
+            Target::Addr(e) => e.addr.to_string(),
+            Target::Name(n) => format!("{}:{}", n.host.to_ascii_lowercase(), n.port),
+        };
+        if let Some(first) = seen.get(&key) {
             cx.at(
                 addr_node.pos,
                 p,
                 format_args!(
-                    "duplicate endpoint {} (same address {} as endpoints[{first}])",
-                    quote(&endpoint.name),
-                    endpoint.addr
+                    "duplicate endpoint {} (same as endpoints[{first}])",
+                    quote(&key)
                 ),
             );
             continue;
         }
-        seen.insert(endpoint.addr, i);
-        out.push(endpoint);
+        seen.insert(key, i);
+        match endpoint {
+            Target::Addr(e) => out.0.push(e),
+            Target::Name(n) => out.1.push(n),
+        }
     }
     out
 }
 
+/// An endpoint entry: an address, or a host name resolved while serving.
+enum Target {
+    Addr(Endpoint),
+    Name(DnsName),
+}
+
 /// One endpoint: `"host:port"` or `{ addr: "host:port", weight: N }`.
 /// Returns it with the node holding its address.
-fn endpoint<'n>(
-    cx: &mut Cx,
-    node: &'n Node,
-    path: Path<'_>,
-    cache: &mut ResolveCache,
-) -> Option<(Endpoint, &'n Node)> {
-    if node.as_scalar().is_some() {
-        let (name, addr) = endpoint_addr(cx, node, path, cache)?;
-        return Some((
-            Endpoint {
-                name,
-                addr,
-                weight: 1,
-            },
-            node,
-        ));
-    }
-    if !matches!(node.value, crate::yaml::Value::Map(_)) {
-        cx.expected(
-            node,
-            path,
-            "an address host:port or a mapping with addr and weight",
-        );
-        return None;
-    }
-    let f = fields(cx, node, path, "endpoint", ENDPOINT_KEYS)?;
-    let weight = match f.get("weight") {
-        None => Some(1),
-        Some(w) => reader::int_in(cx, w, path.key("weight"), 1, MAX_WEIGHT)
-            .and_then(|w| u32::try_from(w).ok()),
-    };
-    let addr_node = f.require(cx, path, "addr")?;
-    let (name, addr) = endpoint_addr(cx, addr_node, path.key("addr"), cache)?;
-    let weight = weight?;
-    Some((Endpoint { name, addr, weight }, addr_node))
-}
-
-fn endpoint_addr(
-    cx: &mut Cx,
-    node: &Node,
-    path: Path<'_>,
-    cache: &mut ResolveCache,
-) -> Option<(String, SocketAddr)> {
-    let text = reader::scalar(cx, node, path, "an address host:port")?.trim();
-    let result = match text.parse::<SocketAddr>() {
-        // IP literals need no lookup, so no cache entry either.
-        Ok(_) => resolve(text, cx.lookup),
-        Err(_) => match cache.get(text) {
-            Some(r) => r.clone(),
-            None => {
-                let r = resolve(text, cx.lookup);
-                cache.insert(text.to_string(), r.clone());
-                r
-            }
-        },
-    };
-    match result {
-        Ok(addr) => Some((text.to_string(), addr)),
-        Err(reason) => {
-            cx.at(node.pos, path, reason);
-            None
+fn endpoint<'n>(cx: &mut Cx, node: &'n Node, path: Path<'_>) -> Option<(Target, &'n Node)> {
+    let (addr_node, addr_path, weight) = if node.as_scalar().is_some() {
+        (node, path, Some(1))
+    } else {
+        if !matches!(node.value, crate::yaml::Value::Map(_)) {
+            cx.expected(
+                node,
+                path,
+                "an address host:port or a mapping with addr and weight",
+            );
+            return None;
         }
-    }
+        let f = fields(cx, node, path, "endpoint", ENDPOINT_KEYS)?;
+        let weight = match f.get("weight") {
+            None => Some(1),
+            Some(w) => reader::int_in(cx, w, path.key("weight"), 1, MAX_WEIGHT)
+                .and_then(|w| u32::try_from(w).ok()),
+        };
+        (f.require(cx, path, "addr")?, path.key("addr"), weight)
+    };
+    let text = reader::scalar(cx, addr_node, addr_path, "an address host:port")?.trim();
+    let target = match parse_target(text) {
+        Ok(t) => t,
+        Err(reason) => {
+            cx.at(addr_node.pos, addr_path, reason);
+            return None;
+        }
+    };
+    let weight = weight?;
+    let target = match target {
+        Ok(addr) => Target::Addr(Endpoint {
+            name: text.to_string(),
+            addr,
+            weight,
+        }),
+        Err((host, port)) => Target::Name(DnsName {
+            host: host.to_string(),
+            port,
+            weight,
+        }),
+    };
+    Some((target, addr_node))
 }
 
-/// Resolves `host:port`: an IP literal as it is, a host name with `lookup`.
-pub(crate) fn resolve(text: &str, lookup: reader::Lookup) -> Result<SocketAddr, String> {
+/// Reads `host:port`: an IP literal as an address, a host name (checked
+/// for form only, never looked up) as `Err((host, port))`.
+#[allow(clippy::type_complexity)]
+pub(crate) fn parse_target(text: &str) -> Result<Result<SocketAddr, (&str, u16)>, String> {
     let bad = |why: &str| format!("bad address {}: {why}", quote(text));
     if let Ok(addr) = text.parse::<SocketAddr>() {
         if addr.port() == 0 {
             return Err(bad("port 0 is not allowed"));
         }
-        return Ok(addr);
+        return Ok(Ok(addr));
     }
     let Some((host, port)) = text.rsplit_once(':') else {
         return Err(bad(
@@ -355,17 +365,14 @@ pub(crate) fn resolve(text: &str, lookup: reader::Lookup) -> Result<SocketAddr, 
         Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) => p,
         _ => return Err(bad("the port must be a number from 1 to 65535")),
     };
+    let host = host.strip_suffix('.').unwrap_or(host);
     if !reader::is_host_name(host) {
         return Err(bad("expected an IP address or a host name before the ':'"));
     }
     if host.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         return Err(bad("not a valid IPv4 address"));
     }
-    match lookup(host, port) {
-        Ok(Some(addr)) => Ok(addr),
-        Ok(None) => Err(format!("cannot resolve {}: no addresses", quote(text))),
-        Err(e) => Err(format!("cannot resolve {}: {e}", quote(text))),
-    }
+    Ok(Err((host, port)))
 }
 
 const BALANCE_NAMES: &[(&str, Balance)] = &[
@@ -439,23 +446,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resolves_literals_and_names() {
+    fn literals_and_names() {
         assert_eq!(
-            resolve("127.0.0.1:9001", reader::system_lookup),
-            Ok("127.0.0.1:9001".parse().unwrap())
+            parse_target("127.0.0.1:9001"),
+            Ok(Ok("127.0.0.1:9001".parse().unwrap()))
         );
         assert_eq!(
-            resolve("[::1]:9001", reader::system_lookup),
-            Ok("[::1]:9001".parse().unwrap())
+            parse_target("[::1]:9001"),
+            Ok(Ok("[::1]:9001".parse().unwrap()))
         );
-        let local = resolve("localhost:9001", reader::system_lookup).unwrap();
-        assert!(local.ip().is_loopback(), "{local}");
-        assert_eq!(local.port(), 9001);
+        // Never looked up, however it would resolve.
+        assert_eq!(parse_target("localhost:9001"), Ok(Err(("localhost", 9001))));
+        assert_eq!(
+            parse_target("nosuchhost.invalid.:80"),
+            Ok(Err(("nosuchhost.invalid", 80)))
+        );
     }
 
     #[test]
     fn bad_addresses() {
-        let err = |s: &str| resolve(s, reader::system_lookup).unwrap_err();
+        let err = |s: &str| parse_target(s).unwrap_err();
         assert!(err("127.0.0.1").contains("expected host:port"));
         assert!(err("127.0.0.1:0").contains("port 0"));
         assert!(err("::1:80").contains("brackets"));
@@ -466,9 +476,6 @@ mod tests {
         assert!(err(":80").contains("IP address or a host name"));
         assert!(err("a b:80").contains("IP address or a host name"));
         assert!(err("1.2.3:80").contains("IPv4"));
-        assert!(
-            err("nosuchhost.invalid:80").starts_with("cannot resolve \"nosuchhost.invalid:80\": ")
-        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! (a folder uses those listed after it, never one before it):
 //! `runtime` (workers, listeners, deadlines), `session` (per-connection
 //! drivers), `upstream` (forwarding, pools, balancing, health), `filters`,
-//! `cluster` (global limits leased from Redis) and `apps` (the request
+//! `cluster` (global limits leased from Redis), `discovery` (endpoints
+//! re-resolved from DNS in the background) and `apps` (the request
 //! phases), `route`, `observe` (metrics, access
 //! log), `transport` (streams and socket I/O), `proto` (HTTP/1.1 codec,
 //! gateway answers, HTTP/2 streams as HTTP/1.1 messages). `snapshot` ties the runtime tables together. See
@@ -12,6 +13,7 @@
 
 pub(crate) mod apps;
 pub mod cluster;
+pub mod discovery;
 pub(crate) mod filters;
 pub(crate) mod observe;
 pub(crate) mod proto;

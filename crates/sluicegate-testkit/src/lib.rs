@@ -7,6 +7,8 @@
 //! - [`haproxy`]: [`Haproxy`], Debian's HAProxy with a test's config, as a peer.
 //! - [`redis`]: [`RedisServer`] and [`RedisCluster`], Debian's `redis-server`
 //!   on free loopback ports.
+//! - [`dns`]: [`DnsServer`], an authoritative DNS server on a free loopback
+//!   port (UDP and TCP) answering A, AAAA and SRV from a table the test changes.
 //! - [`gateway`]: [`Gateway`], the sluicegate binary run from a YAML string.
 //! - [`client`]: blocking helpers ([`http_get`], [`raw_exchange`],
 //!   [`KeepAliveClient`]) with a 5 s default timeout.
@@ -19,6 +21,7 @@
 
 pub mod client;
 pub mod curl;
+pub mod dns;
 pub mod gateway;
 pub mod haproxy;
 pub mod nginx;
@@ -30,6 +33,7 @@ pub use client::{
     http_get, http_request, raw_exchange, try_http_get, try_http_request, KeepAliveClient, Response,
 };
 pub use curl::{curl_request, Proto};
+pub use dns::{DnsServer, Srv};
 pub use gateway::{free_port, Gateway};
 pub use haproxy::Haproxy;
 pub use nginx::Nginx;

@@ -388,6 +388,8 @@ fn serve(
         }
         // Health checks run here, once per process, not in the workers.
         tokio::spawn(sluicegate_proxy::run_health_checks(shared.clone()));
+        // And DNS discovery of endpoints (a no-op without names to resolve).
+        tokio::spawn(sluicegate_proxy::discovery::run(shared.clone()));
         // So do the leases of global limits from Redis.
         if let Some(redis) = redis {
             let s = shared.clone();

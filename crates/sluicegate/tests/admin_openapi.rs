@@ -208,7 +208,7 @@ fn the_examples_validate_against_the_resource_schemas() {
     for (schema, value) in [
         ("Route", json!({ "name": "r", "colour": "blue" })),
         ("Route", json!({ "name": "r", "auth": "password" })),
-        ("Service", json!({ "name": "s" })),
+        ("Service", json!({ "name": "s", "endpoints": [] })),
         (
             "Service",
             json!({ "name": "s", "endpoints": ["127.0.0.1:1"], "balance": "random" }),

@@ -11,7 +11,10 @@ use super::UpstreamTls;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Service {
     pub name: String,
+    /// Endpoints given as IP addresses (host names are in `discovery`).
     pub endpoints: Vec<Endpoint>,
+    /// Names resolved while serving: every address found is an endpoint.
+    pub discovery: Discovery,
     pub balance: Balance,
     /// Only for `Balance::Hash`; defaults to `HashKey::ClientIp`.
     pub hash_key: HashKey,
@@ -153,6 +156,55 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     /// Relative weight, >= 1.
     pub weight: u32,
+}
+
+/// What a service resolves while serving (never when the config loads).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Discovery {
+    /// `endpoints` given as `host:port`: each A and AAAA address of the
+    /// host is an endpoint on that port, with the entry's weight.
+    pub names: Vec<DnsName>,
+    /// `discovery.dns_srv`: an SRV name whose records give the targets,
+    /// ports and weights.
+    pub dns_srv: Option<String>,
+}
+
+impl Discovery {
+    /// Nothing to resolve: the endpoints are all IP addresses.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty() && self.dns_srv.is_none()
+    }
+}
+
+/// An endpoint given by host name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsName {
+    pub host: String,
+    pub port: u16,
+    /// Relative weight of each of its addresses, >= 1.
+    pub weight: u32,
+}
+
+/// `dns`: how the discovery plane resolves names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSettings {
+    /// Name servers asked; empty: those of /etc/resolv.conf.
+    pub servers: Vec<SocketAddr>,
+    /// Shortest time an answer is kept before it is asked again (a
+    /// smaller TTL is raised to it); also the wait after a failed lookup.
+    pub min_ttl: Duration,
+    /// Longest time an answer is kept (a larger TTL is lowered to it).
+    pub max_ttl: Duration,
+}
+
+impl Default for DnsSettings {
+    fn default() -> Self {
+        DnsSettings {
+            servers: Vec::new(),
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(300),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,12 +19,12 @@ fn unknown_key_lists_the_expected_ones() {
         all,
         [
             "3:5: services[0]: missing required key \"endpoints\"",
-            "4:5: unknown key \"endpoint\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, ejection, forwarded_headers, tls, protocol)",
+            "4:5: unknown key \"endpoint\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, ejection, forwarded_headers, tls, protocol, discovery)",
         ]
     );
     assert_eq!(
         error("listne: 127.0.0.1:8080\nlisten: 127.0.0.1:8081\n"),
-        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, http2, config_source, cluster, request_id, tracing)"
+        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, http2, config_source, cluster, request_id, tracing, dns)"
     );
     assert!(error(&with("limits: { max_conns: 1 }")).starts_with(
         "2:11: unknown key \"max_conns\" in limits (expected one of: max_connections,"
@@ -127,7 +127,7 @@ fn wrong_types_name_expected_and_found() {
     );
     assert_eq!(
         error("- a\n- b\n"),
-        "1:1: expected a mapping with keys listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, http2, config_source, cluster, request_id, tracing, found a list"
+        "1:1: expected a mapping with keys listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, http2, config_source, cluster, request_id, tracing, dns, found a list"
     );
 }
 
@@ -212,22 +212,56 @@ fn addresses() {
         error(&with("admin: { listen: \"127.0.0.1:8080\" }")),
         "2:18: admin.listen: 127.0.0.1:8080 is already used by listen[0]"
     );
-    let text = with("services:\n  - name: s\n    endpoints:\n      - 127.0.0.1:9001\n      - { addr: \"127.0.0.1:9001\", weight: 2 }\n      - nosuchhost.invalid:80\n      - { addr: 127.0.0.1:9003, weight: 1001 }\n      - 127.0.0.1\n");
+    let text = with("services:\n  - name: s\n    endpoints:\n      - 127.0.0.1:9001\n      - { addr: \"127.0.0.1:9001\", weight: 2 }\n      - nosuchhost.invalid:80\n      - { addr: 127.0.0.1:9003, weight: 1001 }\n      - 127.0.0.1\n      - NoSuchHost.invalid:80\n");
     let all = errors(&text);
+    // A host name is checked for form only: resolved while serving.
     assert_eq!(all.len(), 4, "{all:#?}");
-    assert_eq!(all[0], "6:17: services[0].endpoints[1]: duplicate endpoint \"127.0.0.1:9001\" (same address 127.0.0.1:9001 as endpoints[0])");
-    assert!(
-        all[1].starts_with(
-            "7:9: services[0].endpoints[2]: cannot resolve \"nosuchhost.invalid:80\": "
-        ),
-        "{}",
-        all[1]
-    );
+    assert_eq!(all[0], "6:17: services[0].endpoints[1]: duplicate endpoint \"127.0.0.1:9001\" (same as endpoints[0])");
     assert_eq!(
-        all[2],
+        all[1],
         "8:41: services[0].endpoints[3].weight: expected an integer from 1 to 1000, found \"1001\""
     );
-    assert_eq!(all[3], "9:9: services[0].endpoints[4]: bad address \"127.0.0.1\": expected host:port, e.g. 127.0.0.1:9001 or backend.local:9001");
+    assert_eq!(all[2], "9:9: services[0].endpoints[4]: bad address \"127.0.0.1\": expected host:port, e.g. 127.0.0.1:9001 or backend.local:9001");
+    assert_eq!(all[3], "10:9: services[0].endpoints[5]: duplicate endpoint \"nosuchhost.invalid:80\" (same as endpoints[2])");
+}
+
+#[test]
+fn discovery_and_dns() {
+    let ok = ok(&with("dns: { servers: [\"127.0.0.1:5353\", \"[::1]:53\"], min_ttl: 100ms, max_ttl: 30s }\nservices:\n  - name: s\n    endpoints: [\"orders.internal:8080\", { addr: \"10.0.0.1:80\", weight: 3 }]\n  - name: t\n    discovery: { dns_srv: _http._tcp.orders.example }\n"));
+    assert_eq!(ok.dns.servers.len(), 2);
+    assert_eq!(ok.dns.min_ttl, Duration::from_millis(100));
+    assert_eq!(ok.dns.max_ttl, Duration::from_secs(30));
+    let s = &ok.services[0];
+    assert_eq!(s.endpoints.len(), 1);
+    assert_eq!(
+        s.discovery.names,
+        vec![crate::DnsName {
+            host: "orders.internal".into(),
+            port: 8080,
+            weight: 1
+        }]
+    );
+    assert_eq!(
+        ok.services[1].discovery.dns_srv.as_deref(),
+        Some("_http._tcp.orders.example")
+    );
+    assert!(ok.services[1].endpoints.is_empty());
+    assert_eq!(
+        error(&with("dns: { servers: [\"localhost:53\"] }")),
+        "2:18: dns.servers[0]: bad address \"localhost:53\" (expected IP:port, e.g. 127.0.0.1:53 or [::1]:53)"
+    );
+    assert_eq!(
+        error(&with("dns: { min_ttl: 5s, max_ttl: 1s }")),
+        "2:30: dns.max_ttl: must not be shorter than min_ttl"
+    );
+    assert_eq!(
+        error(&with("services:\n  - name: s\n    discovery: { dns_srv: \"not a name\" }\n")),
+        "4:27: services[0].discovery.dns_srv: bad SRV name \"not a name\": expected e.g. _http._tcp.orders.example"
+    );
+    assert_eq!(
+        error(&with("services:\n  - name: s\n    endpoints: []\n")),
+        "4:16: services[0].endpoints: needs at least one endpoint"
+    );
 }
 
 #[test]
@@ -452,7 +486,7 @@ services:
             "6:50: limits.max_body_bytes: size must be greater than zero, found \"0\"",
             "7:20: timeouts.drain: expected a duration like 250ms, 1s, 2m, 1h or 1m30s, found 10 (add a unit, e.g. 10s)",
             "10:17: services[0].endpoints[0]: bad address \"127.0.0.1:0\": port 0 is not allowed",
-            "11:5: unknown key \"colour\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, ejection, forwarded_headers, tls, protocol)",
+            "11:5: unknown key \"colour\" in service (expected one of: name, endpoints, balance, hash_key, max_connections_per_endpoint, timeouts, health, retries, breaker, ejection, forwarded_headers, tls, protocol, discovery)",
         ]
     );
 }

@@ -127,6 +127,7 @@ fn full_example_parses_to_the_expected_model() {
                         weight: 2,
                     },
                 ],
+                discovery: Default::default(),
                 balance: Balance::Hash,
                 hash_key: HashKey::Header("x-user-id".into()),
                 max_connections_per_endpoint: 64,
@@ -152,6 +153,7 @@ fn full_example_parses_to_the_expected_model() {
                     addr: "[::1]:9003".parse().unwrap(),
                     weight: 1,
                 }],
+                discovery: Default::default(),
                 balance: Balance::RoundRobin,
                 hash_key: HashKey::ClientIp,
                 max_connections_per_endpoint: 512,
@@ -263,6 +265,7 @@ fn full_example_parses_to_the_expected_model() {
         cluster: ClusterConfig::default(),
         request_id: RequestIdConfig::default(),
         tracing: None,
+        dns: Default::default(),
     };
     assert_eq!(ok(FULL), expected);
 }
@@ -345,10 +348,11 @@ fn accepted_spellings() {
             headers: vec![]
         }
     );
-    // Host names in endpoints are resolved at load time.
+    // Host names in endpoints are resolved while serving, not at load.
     let c = ok("listen: 127.0.0.1:1\nservices: [{ name: s, endpoints: [\"localhost:9001\"], balance: hash, hash_key: path }]\n");
-    assert_eq!(c.services[0].endpoints[0].name, "localhost:9001");
-    assert!(c.services[0].endpoints[0].addr.ip().is_loopback());
+    assert!(c.services[0].endpoints.is_empty());
+    assert_eq!(c.services[0].discovery.names[0].host, "localhost");
+    assert_eq!(c.services[0].discovery.names[0].port, 9001);
     assert_eq!(c.services[0].hash_key, HashKey::Path);
 }
 
@@ -385,11 +389,11 @@ fn load_reports_the_path() {
 }
 
 #[test]
-fn parse_offline_never_resolves_host_names() {
+fn parse_never_resolves_host_names() {
     let text = "listen: 127.0.0.1:8080\nservices:\n  - name: s\n    endpoints: [\"backend.example:80\", \"127.0.0.1:81\"]\nroutes:\n  - name: all\n    service: s\n";
     let t0 = std::time::Instant::now();
-    let errors = crate::parse_offline(text).unwrap_err();
+    let c = crate::parse(text).unwrap();
     assert!(t0.elapsed() < Duration::from_secs(1));
-    assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].message.contains("backend.example"), "{errors:?}");
+    assert_eq!(c.services[0].discovery.names[0].host, "backend.example");
+    assert_eq!(c.services[0].endpoints[0].name, "127.0.0.1:81");
 }

@@ -537,6 +537,6 @@ fn hostile_listeners_and_tls_never_panic() {
         "listen: 127.0.0.1:1\nroutes: [{ name: r, respond: {}, auth: mtls }]",
     ];
     for text in inputs {
-        assert!(crate::parse_offline(text).is_err(), "{text}");
+        assert!(crate::parse(text).is_err(), "{text}");
     }
 }

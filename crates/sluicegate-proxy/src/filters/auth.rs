@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_client_certificate_names_its_app() {
-        let cfg = sluicegate_config::parse_offline(
+        let cfg = sluicegate_config::parse(
             "listen: [{ addr: \"127.0.0.1:9\", tls: { certificates: [{ cert: c, key: k }], client_ca: ca } }]\n\
              apps:\n\
              - { id: plain }\n\

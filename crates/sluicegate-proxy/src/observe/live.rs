@@ -81,7 +81,9 @@ pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
             RouteCounts {
                 name: r.name.to_string(),
                 service: match &r.action {
-                    ActionRt::Proxy { service, .. } => Some(service.name.to_string()),
+                    ActionRt::Proxy { service, .. } => {
+                        Some(snap.service(*service).name.to_string())
+                    }
                     ActionRt::Respond { .. } => None,
                 },
                 status: m.status.classes(),
@@ -110,7 +112,7 @@ pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
     apps.truncate(MAX_APPS);
     let now = crate::apps::limit::mono_ns(Instant::now());
     let mut endpoints = Vec::new();
-    for svc in &snap.services {
+    for svc in snap.services.iter() {
         for e in &svc.endpoints {
             endpoints.push(EndpointNow {
                 service: svc.name.to_string(),

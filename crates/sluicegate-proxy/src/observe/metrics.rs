@@ -263,6 +263,8 @@ pub struct GlobalMetrics {
     pub unrouted: StatusCounts,
     pub reloads_ok: AtomicU64,
     pub reloads_failed: AtomicU64,
+    /// Endpoint sets changed by the discovery plane.
+    pub discoveries: AtomicU64,
 }
 
 /// Escapes a label value for the Prometheus text format.
@@ -426,6 +428,13 @@ pub fn render_global(out: &mut String, g: &GlobalMetrics) {
         "Configuration reloads refused (invalid config).",
         "counter",
         g.reloads_failed.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_discovery_changes_total",
+        "Endpoint sets of services changed by DNS discovery.",
+        "counter",
+        g.discoveries.load(Ordering::Relaxed),
     );
     out.push_str("# HELP sluicegate_unrouted_requests_total Requests answered before a route was chosen (malformed, no route), by status class.\n");
     out.push_str("# TYPE sluicegate_unrouted_requests_total counter\n");

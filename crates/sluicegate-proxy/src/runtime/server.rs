@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn a_held_gateway_queues_connections_and_serves_them_once_resumed() {
-        let cfg = sluicegate_config::parse_offline(
+        let cfg = sluicegate_config::parse(
             "listen: [\"127.0.0.1:0\"]\nroutes:\n  - { name: r, match: { path: / }, respond: { status: 200, body: hi } }\n",
         )
         .unwrap();

@@ -289,7 +289,7 @@ mod tests {
     use super::*;
 
     fn worker() -> Worker {
-        let cfg = sluicegate_config::parse_offline("listen: [\"127.0.0.1:9\"]\n").unwrap();
+        let cfg = sluicegate_config::parse("listen: [\"127.0.0.1:9\"]\n").unwrap();
         Worker::new(Shared::new(&cfg).unwrap())
     }
 

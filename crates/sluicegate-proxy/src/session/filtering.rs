@@ -30,7 +30,7 @@ pub(super) struct Facts<'a> {
 /// The filters' view of the request in `bufs`.
 fn filter_cx<'a>(route: &RouteRt, bufs: &'a mut Bufs, f: &Facts<'a>) -> ReqCx<'a> {
     let service = match &route.action {
-        ActionRt::Proxy { service, .. } => Some(service.index),
+        ActionRt::Proxy { service, .. } => Some(*service),
         ActionRt::Respond { .. } => None,
     };
     let Bufs {

@@ -205,6 +205,7 @@ impl Conn<'_> {
                     upgrade,
                 } => {
                     let strip = if *strip_prefix { found.prefix_len } else { 0 };
+                    let service = snap.service(*service);
                     svc = &service.name;
                     let down = self.downstream();
                     let cx = forward::Request {

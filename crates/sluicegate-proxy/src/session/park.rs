@@ -225,7 +225,7 @@ routes:
     /// A worker with its deadline sweeper and park set running, as
     /// `runtime::server` starts them (call inside [`runtime`]).
     async fn worker() -> Rc<Worker> {
-        let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
+        let cfg = sluicegate_config::parse(CONFIG).unwrap();
         let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
         tokio::task::spawn_local({
             let w = worker.clone();

@@ -30,7 +30,7 @@ fn runtime() -> tokio::runtime::LocalRuntime {
 /// A worker on [`CONFIG`] with its deadline sweeper running (call inside
 /// [`runtime`]).
 fn worker() -> Rc<Worker> {
-    let cfg = sluicegate_config::parse_offline(CONFIG).unwrap();
+    let cfg = sluicegate_config::parse(CONFIG).unwrap();
     let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
     tokio::task::spawn_local({
         let w = worker.clone();
@@ -286,7 +286,7 @@ fn a_tunnel_runs_in_its_own_task_and_the_counts_follow_it() {
             "listen: [\"127.0.0.1:9\"]\nservices:\n  - name: s\n    endpoints: [\"{up}\"]\n\
              routes:\n  - name: ws\n    service: s\n"
         );
-        let cfg = sluicegate_config::parse_offline(&cfg).unwrap();
+        let cfg = sluicegate_config::parse(&cfg).unwrap();
         let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
         tokio::task::spawn_local({
             let w = worker.clone();

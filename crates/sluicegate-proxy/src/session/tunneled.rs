@@ -84,7 +84,7 @@ pub(super) async fn relay_and_record(
         return;
     };
     let service = match &route.action {
-        ActionRt::Proxy { service, .. } => &*service.name,
+        ActionRt::Proxy { service, .. } => &*snap.service(*service).name,
         ActionRt::Respond { .. } => "",
     };
     let (method, target) = (&log.line[..log.method_len], &log.line[log.method_len + 1..]);

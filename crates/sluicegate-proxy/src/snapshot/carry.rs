@@ -99,7 +99,7 @@ impl Shared {
             line: String::new(),
             done: Exported::default(),
         };
-        for svc in &snap.services {
+        for svc in snap.services.iter() {
             for e in &svc.endpoints {
                 let key = |l: &mut String, what: &str| {
                     l.push_str(what);
@@ -207,7 +207,7 @@ impl Shared {
         let snap = self.snapshot.load_full();
         let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         let mut endpoints: HashMap<(&str, &str), (&Arc<EndpointState>, bool)> = HashMap::new();
-        for svc in &snap.services {
+        for svc in snap.services.iter() {
             for e in &svc.endpoints {
                 endpoints.insert((&svc.name, &e.name), (e, svc.health.is_some()));
             }

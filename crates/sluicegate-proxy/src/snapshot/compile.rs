@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluicegate_config::{Action, Auth, Balance, Config, HashKey, LimitKey, Plan};
+use sluicegate_config::{Action, Auth, Config, LimitKey, Plan};
 
 use super::{ActionRt, Registry, RouteRt, ServiceRt, Snapshot};
 use crate::apps::limit::PlanRt;
@@ -21,17 +21,9 @@ use crate::observe::metrics::RouteMetrics;
 use crate::route::router::Router;
 use crate::transport::listener::ListenerRt;
 use crate::transport::tls::client::UpstreamTlsRt;
-use crate::upstream::balancer::{Balancer, BalancerState};
+use crate::upstream::balancer::BalancerState;
 use crate::upstream::budget::RetryBudget;
 use crate::upstream::endpoint::EndpointState;
-
-fn balancer_fingerprint(balance: Balance, key: &HashKey, eps: &[Arc<EndpointState>]) -> String {
-    let mut s = format!("{balance:?}/{key:?}");
-    for e in eps {
-        s.push_str(&format!("/{}*{}", e.name, e.weight));
-    }
-    s
-}
 
 /// Builds a snapshot from a validated config, reusing registry state.
 pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> {
@@ -46,42 +38,18 @@ pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> 
     let mut breakers = Vec::new();
     for (index, svc) in config.services.iter().enumerate() {
         let name: Arc<str> = svc.name.as_str().into();
-        let mut eps = Vec::with_capacity(svc.endpoints.len());
-        for ep in &svc.endpoints {
-            let key = (
-                svc.name.clone(),
-                ep.name.clone(),
-                svc.max_connections_per_endpoint,
-            );
-            let state = match reg.endpoints.get(&key) {
-                Some(s) if s.addr == ep.addr && s.weight == ep.weight.max(1) => s.clone(),
-                _ => {
-                    let id = reg.next_endpoint_id;
-                    reg.next_endpoint_id += 1;
-                    Arc::new(
-                        EndpointState::new(
-                            id,
-                            ep.name.clone(),
-                            ep.addr,
-                            ep.weight,
-                            svc.max_connections_per_endpoint,
-                        )
-                        .of_service(name.clone()),
-                    )
-                }
-            };
+        let discovered = match reg.discovered.get(&svc.name) {
+            Some(d) if !svc.discovery.is_empty() => d.clone(),
+            _ => Vec::new(),
+        };
+        let m = super::members::build(svc, &discovered, reg);
+        for (key, state) in m.keys.into_iter().zip(&m.eps) {
             breakers.push((state.clone(), svc.breaker.clone(), svc.ejection.clone()));
             endpoint_order.push((name.clone(), state.clone()));
             live_endpoints.insert(key, state.clone());
-            eps.push(state);
         }
-        let fp = balancer_fingerprint(svc.balance, &svc.hash_key, &eps);
-        let bstate = match reg.balancers.get(&svc.name) {
-            Some((old_fp, st)) if *old_fp == fp => st.clone(),
-            _ => Arc::new(BalancerState::default()),
-        };
-        live_balancers.insert(svc.name.clone(), (fp, bstate.clone()));
-        let balancer = Balancer::new(svc.balance, &svc.hash_key, &eps, bstate);
+        live_balancers.insert(svc.name.clone(), (m.fingerprint, m.bstate));
+        let (eps, balancer) = (m.eps, m.balancer);
         let tokens = reg
             .budgets
             .get(&svc.name)
@@ -201,7 +169,7 @@ fn compile_routes(
             } => ActionRt::Proxy {
                 service: services
                     .get(service.as_str())
-                    .cloned()
+                    .map(|s| s.index)
                     .ok_or_else(|| format!("route {}: unknown service {service}", r.name))?,
                 strip_prefix: *strip_prefix,
                 upgrade: r.upgrade.iter().map(|u| u.as_str().into()).collect(),
@@ -326,6 +294,17 @@ fn compile_routes(
     reg.route_limits = live_route_limits;
     reg.route_order = route_order;
     reg.endpoint_order = endpoint_order;
+    reg.service_cfg = config
+        .services
+        .iter()
+        .map(|s| (s.name.clone(), Arc::new(s.clone())))
+        .collect();
+    reg.discovered.retain(|name, _| {
+        reg.service_cfg
+            .get(name)
+            .is_some_and(|s| !s.discovery.is_empty())
+    });
+    reg.dns = config.dns.clone();
     reg.generation += 1;
     let services_in_order = config
         .services

@@ -14,6 +14,7 @@
 
 pub mod carry;
 mod compile;
+mod members;
 mod shared;
 
 pub use shared::Shared;
@@ -57,7 +58,10 @@ pub struct ServiceRt {
 #[derive(Debug)]
 pub enum ActionRt {
     Proxy {
-        service: Arc<ServiceRt>,
+        /// The service's place in [`Snapshot::services`]: a change of a
+        /// service's endpoints (discovery) replaces that entry alone and
+        /// shares the routes.
+        service: u32,
         strip_prefix: bool,
         /// Protocols a client may upgrade to (lower-cased `Upgrade` tokens).
         upgrade: Box<[Box<str>]>,
@@ -90,8 +94,9 @@ pub struct Snapshot {
     /// The router and routes are shared with the snapshots made from this
     /// one by a change of apps alone (see [`Shared::apply_apps`]).
     pub router: Arc<Router>,
-    /// Every service, in config order (the health checker walks them).
-    pub services: Vec<Arc<ServiceRt>>,
+    /// Every service, in config order (the health checker walks them);
+    /// routes name them by place.
+    pub services: Arc<[Arc<ServiceRt>]>,
     pub routes: Arc<[RouteRt]>,
     pub limits: Limits,
     pub timeouts: ClientTimeouts,
@@ -117,6 +122,35 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The service at `index` (an [`ActionRt::Proxy`]'s).
+    #[inline]
+    pub fn service(&self, index: u32) -> &Arc<ServiceRt> {
+        &self.services[index as usize]
+    }
+
+    /// This snapshot again under `generation`, every part shared: what a
+    /// change made in place (an apps table, a service's endpoints)
+    /// starts from, replacing the part it changes.
+    pub(crate) fn next(&self, generation: u64) -> Snapshot {
+        Snapshot {
+            router: self.router.clone(),
+            services: self.services.clone(),
+            routes: self.routes.clone(),
+            limits: self.limits.clone(),
+            timeouts: self.timeouts.clone(),
+            busy_poll: self.busy_poll,
+            access_log: self.access_log.clone(),
+            ip: self.ip.clone(),
+            generation,
+            apps: self.apps.clone(),
+            listeners: self.listeners.clone(),
+            trusted_proxies: self.trusted_proxies.clone(),
+            request_id_header: self.request_id_header.clone(),
+            sampler: self.sampler,
+            globals: self.globals.clone(),
+        }
+    }
+
     /// The settings of the listener configured at `addr`.
     pub(crate) fn listener(&self, addr: SocketAddr) -> Option<&Arc<ListenerRt>> {
         self.listeners.iter().find(|l| l.addr == addr)
@@ -127,7 +161,14 @@ impl Snapshot {
 #[derive(Debug, Default)]
 pub struct Registry {
     /// (service, endpoint name, max in flight) -> state.
-    endpoints: HashMap<(String, String, usize), Arc<EndpointState>>,
+    endpoints: HashMap<members::EndpointKey, Arc<EndpointState>>,
+    /// Each service's config as last compiled (a discovered endpoint set
+    /// is built from it), and the `dns` settings.
+    service_cfg: HashMap<String, Arc<sluicegate_config::Service>>,
+    dns: sluicegate_config::DnsSettings,
+    /// service -> the endpoints the discovery plane last published for it
+    /// (a reload keeps them).
+    discovered: HashMap<String, Vec<sluicegate_config::Endpoint>>,
     next_endpoint_id: usize,
     /// service -> (balance kind and endpoint list it was built for, state).
     balancers: HashMap<String, (String, Arc<BalancerState>)>,

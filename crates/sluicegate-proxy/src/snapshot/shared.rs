@@ -127,21 +127,9 @@ impl Shared {
         let table_ms = started.elapsed().as_secs_f64() * 1e3;
         let globals = changed_globals(&cur, &table, changes);
         let snap = Snapshot {
-            router: cur.router.clone(),
-            services: cur.services.clone(),
-            routes: cur.routes.clone(),
-            limits: cur.limits.clone(),
-            timeouts: cur.timeouts.clone(),
-            busy_poll: cur.busy_poll,
-            access_log: cur.access_log.clone(),
-            ip: cur.ip.clone(),
-            generation,
             apps: table.clone(),
-            listeners: cur.listeners.clone(),
-            trusted_proxies: cur.trusted_proxies.clone(),
             globals,
-            request_id_header: cur.request_id_header.clone(),
-            sampler: cur.sampler,
+            ..cur.next(generation)
         };
         reg.generation = generation;
         reg.slots.published_delta(&table, delta);

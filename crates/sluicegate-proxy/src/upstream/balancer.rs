@@ -116,6 +116,10 @@ impl Balancer {
     ) -> Option<usize> {
         let n = endpoints.len();
         let ok = |i: usize| usable(&endpoints[i]);
+        // A service whose names have not resolved yet has no endpoints.
+        if n == 0 {
+            return None;
+        }
         if n == 1 {
             return ok(0).then_some(0);
         }

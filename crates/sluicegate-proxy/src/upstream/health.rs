@@ -133,7 +133,7 @@ pub async fn run(shared: Arc<Shared>) {
                 let snap = shared.snapshot.load_full();
                 let now = Instant::now();
                 let mut live = std::collections::HashSet::new();
-                for svc in &snap.services {
+                for svc in snap.services.iter() {
                     let Some(check) = &svc.health else {
                         // Checks removed by a reload: back to healthy.
                         for ep in &svc.endpoints {

@@ -1,0 +1,176 @@
+//! A service's endpoint set: its endpoint states (kept across snapshots by
+//! service, endpoint name and in-flight limit, so pools, health, ejection
+//! and breaker state stay), its balancer (kept while the set and weights
+//! are unchanged), and [`Shared::apply_endpoints`], which publishes a set
+//! found by the discovery plane without compiling the config again.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use sluicegate_config::{Endpoint, Service};
+
+use super::{Registry, ServiceRt, Shared, Snapshot};
+use crate::upstream::balancer::{Balancer, BalancerState};
+use crate::upstream::budget::RetryBudget;
+use crate::upstream::endpoint::EndpointState;
+
+/// Registry key of an endpoint's state: (service, endpoint name, max in flight).
+pub(super) type EndpointKey = (String, String, usize);
+
+/// The endpoints of one service as built for a snapshot.
+pub(super) struct Members {
+    pub keys: Vec<EndpointKey>,
+    pub eps: Vec<Arc<EndpointState>>,
+    pub balancer: Balancer,
+    /// What the balancer's state was built for, and that state.
+    pub fingerprint: String,
+    pub bstate: Arc<BalancerState>,
+}
+
+fn balancer_fingerprint(svc: &Service, eps: &[Arc<EndpointState>]) -> String {
+    let mut s = format!("{:?}/{:?}", svc.balance, svc.hash_key);
+    for e in eps {
+        s.push_str(&format!("/{}*{}", e.name, e.weight));
+    }
+    s
+}
+
+/// The endpoints of `svc`: those of its config, then `discovered` (the
+/// discovery plane's last answer), each with the state the registry kept
+/// for the same name and address, or a new one.
+pub(super) fn build(svc: &Service, discovered: &[Endpoint], reg: &mut Registry) -> Members {
+    let all = svc.endpoints.iter().chain(discovered);
+    let mut keys = Vec::with_capacity(svc.endpoints.len() + discovered.len());
+    let mut eps = Vec::with_capacity(keys.capacity());
+    for ep in all {
+        let key = (
+            svc.name.clone(),
+            ep.name.clone(),
+            svc.max_connections_per_endpoint,
+        );
+        let state = match reg.endpoints.get(&key) {
+            Some(s) if s.addr == ep.addr && s.weight == ep.weight.max(1) => s.clone(),
+            _ => {
+                let id = reg.next_endpoint_id;
+                reg.next_endpoint_id += 1;
+                Arc::new(
+                    EndpointState::new(
+                        id,
+                        ep.name.clone(),
+                        ep.addr,
+                        ep.weight,
+                        svc.max_connections_per_endpoint,
+                    )
+                    .of_service(svc.name.as_str().into()),
+                )
+            }
+        };
+        keys.push(key);
+        eps.push(state);
+    }
+    let fingerprint = balancer_fingerprint(svc, &eps);
+    let bstate = match reg.balancers.get(&svc.name) {
+        Some((old, st)) if *old == fingerprint => st.clone(),
+        _ => Arc::new(BalancerState::default()),
+    };
+    let balancer = Balancer::new(svc.balance, &svc.hash_key, &eps, bstate.clone());
+    Members {
+        keys,
+        eps,
+        balancer,
+        fingerprint,
+        bstate,
+    }
+}
+
+impl Shared {
+    /// Publishes `found` as the discovered endpoints of service `service`
+    /// (sorted by name, as the discovery plane hands them): a snapshot
+    /// that is the running one with that service's entry replaced, the
+    /// routes, router and apps shared. Endpoints still present keep their
+    /// state; requests in flight to a removed one finish on the snapshot
+    /// they started with. Returns false when nothing changed (an unchanged
+    /// answer, or a service no longer configured).
+    pub fn apply_endpoints(&self, service: &str, found: Vec<Endpoint>) -> bool {
+        let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(cfg) = reg.service_cfg.get(service).cloned() else {
+            return false;
+        };
+        if reg.discovered.get(service) == Some(&found) {
+            return false;
+        }
+        let cur = self.snapshot.load_full();
+        let Some(old) = cur.services.iter().find(|s| &*s.name == service).cloned() else {
+            return false;
+        };
+        let m = build(&cfg, &found, &mut reg);
+        reg.endpoints.retain(|k, _| k.0 != service);
+        for (k, e) in m.keys.into_iter().zip(&m.eps) {
+            e.breaker.configure(cfg.breaker.as_ref());
+            e.eject.configure(cfg.ejection.as_ref());
+            reg.endpoints.insert(k, e.clone());
+        }
+        reg.balancers
+            .insert(service.to_string(), (m.fingerprint, m.bstate));
+        let tokens = reg
+            .budgets
+            .entry(service.to_string())
+            .or_insert_with(RetryBudget::fresh_tokens)
+            .clone();
+        let rt = Arc::new(ServiceRt {
+            name: old.name.clone(),
+            index: old.index,
+            endpoints: m.eps,
+            balancer: m.balancer,
+            timeouts: old.timeouts.clone(),
+            health: old.health.clone(),
+            retries: RetryBudget::with_tokens(cfg.retries.clone(), tokens),
+            forwarded_headers: old.forwarded_headers,
+            tls: old.tls.clone(),
+            protocol: old.protocol,
+        });
+        let services: Arc<[Arc<ServiceRt>]> = cur
+            .services
+            .iter()
+            .map(|s| {
+                if Arc::ptr_eq(s, &old) {
+                    rt.clone()
+                } else {
+                    s.clone()
+                }
+            })
+            .collect();
+        reg.endpoint_order = services
+            .iter()
+            .flat_map(|s| s.endpoints.iter().map(|e| (s.name.clone(), e.clone())))
+            .collect();
+        reg.discovered.insert(service.to_string(), found);
+        reg.generation += 1;
+        let snap = Snapshot {
+            services,
+            ..cur.next(reg.generation)
+        };
+        self.snapshot.store(Arc::new(snap));
+        self.global.discoveries.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// What the discovery plane resolves: the `dns` settings and each
+    /// service with names to resolve, from the config in force.
+    pub fn discovery_targets(
+        &self,
+    ) -> (
+        sluicegate_config::DnsSettings,
+        Vec<(String, sluicegate_config::Discovery)>,
+    ) {
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<_> = reg
+            .service_cfg
+            .values()
+            .filter(|s| !s.discovery.is_empty())
+            .map(|s| (s.name.clone(), s.discovery.clone()))
+            .collect();
+        list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        (reg.dns.clone(), list)
+    }
+}
