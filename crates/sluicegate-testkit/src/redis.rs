@@ -23,15 +23,21 @@ pub struct RedisServer {
     dir: TempDir,
     child: Option<Child>,
     cluster: bool,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// A plain server (no persistence).
     pub fn start() -> RedisServer {
-        RedisServer::start_with(false)
+        RedisServer::start_with(false, &[])
     }
 
-    fn start_with(cluster: bool) -> RedisServer {
+    /// A plain server with more command-line options (`--requirepass X`).
+    pub fn start_args(extra: &[&str]) -> RedisServer {
+        RedisServer::start_with(false, extra)
+    }
+
+    fn start_with(cluster: bool, extra: &[&str]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("sluicegate-redis-")
             .tempdir()
@@ -41,6 +47,7 @@ impl RedisServer {
             dir,
             child: None,
             cluster,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         r.restart();
         r
@@ -53,7 +60,8 @@ impl RedisServer {
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
-            .arg(self.dir.path());
+            .arg(self.dir.path())
+            .args(&self.extra);
         if self.cluster {
             cmd.args(["--cluster-enabled", "yes", "--cluster-config-file"])
                 .arg(self.dir.path().join("nodes.conf"));
@@ -134,7 +142,7 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(true)).collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(true, &[])).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))

@@ -323,10 +323,19 @@ fn serve(
         tracing::warn!(error = %e, "no graceful restart for this process");
     }
     let watch = cfg.reload.clone();
+    // The Redis plane follows `cluster.redis` through reloads.
+    let (redis_tx, redis_rx) = tokio::sync::watch::channel(cfg_redis);
     let on_apply = Box::new(move |c: &Config| {
         if let Err(e) = filter.reload(level_filter(&c.log.level)) {
             tracing::warn!(error = %e, "log level not changed");
         }
+        redis_tx.send_if_modified(|r| {
+            let changed = *r != c.cluster.redis;
+            if changed {
+                r.clone_from(&c.cluster.redis);
+            }
+            changed
+        });
     });
     let read_only = cfg.admin.as_ref().is_some_and(|a| a.read_only);
     let source = cfg.config_source.clone();
@@ -342,9 +351,9 @@ fn serve(
         sluicegate_admin::etcd::start(&reloader, e, rt.handle())
     });
     give_back_free_memory();
-    let redis = cfg_redis;
     let mut handed_over = false;
-    rt.block_on(async {
+    let (plane, background) = rt.block_on(async {
+        let mut background = Vec::new();
         if let Some(listener) = admin {
             let setup = sluicegate_admin::AdminSetup {
                 shared: shared.clone(),
@@ -354,15 +363,15 @@ fn serve(
                 etcd,
                 tls: admin_tls,
             };
-            tokio::spawn(sluicegate_admin::http::serve(listener, setup));
+            background.push(tokio::spawn(sluicegate_admin::http::serve(listener, setup)));
         }
         // Health checks run here, once per process, not in the workers.
-        tokio::spawn(sluicegate_proxy::run_health_checks(shared.clone()));
+        background.push(tokio::spawn(sluicegate_proxy::run_health_checks(
+            shared.clone(),
+        )));
         // So do the leases of global limits from Redis.
-        if let Some(redis) = redis {
-            let s = shared.clone();
-            tokio::spawn(sluicegate_proxy::cluster::run(move || s.globals(), redis));
-        }
+        let s = shared.clone();
+        let plane = sluicegate_proxy::cluster::spawn(move || s.globals(), redis_rx);
         let mut tick = tokio::time::interval(watch.poll_interval.max(Duration::from_millis(50)));
         loop {
             tokio::select! {
@@ -388,12 +397,21 @@ fn serve(
                 }
             }
         }
-        Ok::<(), String>(())
+        Ok::<_, String>((plane, background))
     })?;
     // Close the duplicates first: with them open the listening sockets
     // would keep queueing connections nobody accepts.
     drop(offered.lock().map(|mut o| o.take()));
-    gateway.shutdown();
+    rt.block_on(async {
+        // The admin API (its listener may be a successor's now) and the
+        // health checks stop; the Redis plane keeps leasing for the
+        // requests that drain, then gives back what this process holds.
+        for t in background {
+            t.abort();
+        }
+        let _ = tokio::task::spawn_blocking(move || gateway.shutdown()).await;
+        plane.stop().await;
+    });
     // The socket file is ours unless a successor has replaced it.
     if !handed_over {
         let _ = std::fs::remove_file(&handover.path);
