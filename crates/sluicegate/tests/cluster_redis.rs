@@ -2,7 +2,9 @@
 //! share one plan of 100/s (admitted requests over 10 s within 5% of it), a
 //! quota survives a gateway restart, a Redis restart under load moves the
 //! limit to each instance's local share and back, and a Redis Cluster of
-//! three masters serves the same leases.
+//! three masters serves the same leases. Also: a burst after a pause, a
+//! stopping gateway's lease given back, `cluster.redis` changed by a
+//! reload, `password_file` against `requirepass`, TLS with a private CA.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,8 +12,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sluicegate_testkit::{
-    free_port, http_get, Gateway, KeepAliveClient, RedisCluster, RedisServer,
+    free_port, http_get, Gateway, KeepAliveClient, RedisCluster, RedisServer, RedisTls,
 };
+
+mod ops_common;
+mod tls_common;
 
 const KEY: &str = "key-aaaa-0123456789";
 
@@ -78,6 +83,17 @@ impl Node {
         let body = http_get(("127.0.0.1", self.admin), "/metrics", &[]).body_str();
         body.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// The plane has had its first answer and seen the first snapshot
+    /// (a second heartbeat has begun): a new limit has its credit.
+    fn settled(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.metric("sluicegate_cluster_redis_calls_total") < Some(2.0) {
+            assert!(Instant::now() < deadline, "no second call to redis");
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(self.metric("sluicegate_cluster_redis_up"), Some(1.0));
     }
 
     fn wait_metric(&self, name: &str, want: f64, within: Duration) -> bool {
@@ -427,7 +443,7 @@ fn password_file_against_requirepass() {
     };
     let plan = "rate: 100/s, scope: global, on_failure: deny";
     let node = start_with(&redis_yaml(&good), plan);
-    assert!(node.wait_metric("sluicegate_cluster_redis_up", 1.0, Duration::from_secs(5)));
+    node.settled();
     assert_eq!(burst(node.port, 3), [200, 200, 200]);
     drop(node);
     // A wrong password: Redis counts as unreachable, the log says why and
@@ -438,6 +454,41 @@ fn password_file_against_requirepass() {
     let log = node.gw.stderr() + &node.gw.stdout();
     assert!(log.contains("redis unreachable"), "{log}");
     assert!(log.contains("Password authentication failed"), "{log}");
+}
+
+#[test]
+fn tls_with_a_private_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    tls_common::make_ca(dir.path(), "ca", "Redis Test CA");
+    let san = Some("IP:127.0.0.1");
+    tls_common::make_leaf(dir.path(), "ca", "redis", "redis", san, "serverAuth");
+    let tls = RedisTls {
+        cert: dir.path().join("redis.pem"),
+        key: dir.path().join("redis.key"),
+        ca: dir.path().join("ca.pem"),
+    };
+    let redis = RedisServer::start_tls(tls.clone());
+    let plain = redis.url().replace("rediss://", "redis://");
+    let plan = "rate: 100/s, scope: global, on_failure: deny";
+    // tls: true on a redis:// URL, the test CA trusted.
+    let with_ca = format!(
+        "url: \"{plain}\", tls: true, ca_file: \"{}\"",
+        tls.ca.display()
+    );
+    let node = start_with(&with_ca, plan);
+    node.settled();
+    assert_eq!(burst(node.port, 3), [200, 200, 200]);
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(redis.cli(&["exists", "sg:{shop}:*:p"]).trim(), "1");
+    drop(node);
+    // The system's roots do not know the test CA: the handshake fails,
+    // said in the log, and deny refuses.
+    let node = spawn_node(&format!("url: \"{}\"", redis.url()), plan);
+    assert!(node.wait_metric("sluicegate_cluster_redis_up", 0.0, Duration::from_secs(5)));
+    assert_eq!(burst(node.port, 1), [429]);
+    let log = node.gw.stderr() + &node.gw.stdout();
+    assert!(log.contains("redis unreachable"), "{log}");
+    assert!(log.to_lowercase().contains("certificate"), "{log}");
 }
 
 /// The numbers of docs/benchmarks.md: three gateways, 10 s, several plans

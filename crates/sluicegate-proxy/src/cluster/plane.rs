@@ -74,11 +74,22 @@ async fn connect(cfg: &RedisConfig) -> Result<Conn, String> {
                 .to_string(),
         ),
     };
+    // A private CA instead of the system's roots.
+    let certs = match &cfg.ca_file {
+        None => None,
+        Some(p) => Some(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(std::fs::read(p).map_err(|e| format!("ca_file {}: {e}", p.display()))?),
+        }),
+    };
     let fut = async {
         if cfg.cluster {
             let mut b = redis::cluster::ClusterClient::builder(vec![url.as_str()]);
             if let Some(p) = &password {
                 b = b.password(p.clone());
+            }
+            if let Some(c) = certs {
+                b = b.certs(c);
             }
             let client = b.build()?;
             Ok(Conn::Cluster(client.get_async_connection().await?))
@@ -88,7 +99,10 @@ async fn connect(cfg: &RedisConfig) -> Result<Conn, String> {
                 let settings = info.redis_settings().clone().set_password(p);
                 info = info.set_redis_settings(settings);
             }
-            let client = redis::Client::open(info)?;
+            let client = match certs {
+                Some(c) => redis::Client::build_with_tls(info, c)?,
+                None => redis::Client::open(info)?,
+            };
             Ok(Conn::One(client.get_multiplexed_async_connection().await?))
         }
     };
