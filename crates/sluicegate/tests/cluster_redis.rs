@@ -371,17 +371,7 @@ fn a_stopping_gateway_gives_its_lease_back() {
     // Refilled at 1/s: what is in the bucket is what was not spent.
     let mut node = start(&redis.url(), false, "rate: 1/s, burst: 100, scope: global");
     assert!(node.wait_metric("sluicegate_cluster_instances", 1.0, Duration::from_secs(5)));
-    let mut c = KeepAliveClient::connect(("127.0.0.1", node.port)).unwrap();
-    for _ in 0..30 {
-        let r = c.request("GET", "/x", &[("X-App-Key", KEY)], b"").unwrap();
-        assert_eq!(r.status, 200);
-        thread::sleep(Duration::from_millis(10));
-    }
-    drop(c);
-    // The plane leases ahead of the demand: it holds more than was spent.
-    thread::sleep(Duration::from_millis(100));
-    let held = 100.0 - 30.0 - tokens(&redis);
-    assert!(held >= 5.0, "the lease held {held}");
+    spend_30(&node, &redis);
     // Stopped before the lease would go back for being idle.
     node.gw.terminate();
     assert!(node.gw.wait_exit(Duration::from_secs(10)).is_some());
@@ -394,6 +384,53 @@ fn a_stopping_gateway_gives_its_lease_back() {
     assert!(log.contains("leases given back"), "{log}");
     // And the fleet no longer counts it.
     assert_eq!(redis.cli(&["zcard", "sluicegate:instances"]).trim(), "0");
+}
+
+/// Spends 30 of a bucket of 100 refilled at 1/s, at 100/s: the plane,
+/// leasing ahead of the demand, then holds more than was spent.
+fn spend_30(node: &Node, redis: &RedisServer) {
+    let mut c = KeepAliveClient::connect(("127.0.0.1", node.port)).unwrap();
+    for _ in 0..30 {
+        let r = c.request("GET", "/x", &[("X-App-Key", KEY)], b"").unwrap();
+        assert_eq!(r.status, 200);
+        thread::sleep(Duration::from_millis(10));
+    }
+    thread::sleep(Duration::from_millis(100));
+    let held = 100.0 - 30.0 - tokens(redis);
+    assert!(held >= 5.0, "the lease held {held}");
+}
+
+#[test]
+fn an_upgrade_gives_the_old_process_lease_back() {
+    let redis = RedisServer::start();
+    let plan = "rate: 1/s, burst: 100, scope: global";
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("handover.sock");
+    let extra = ["--handover-socket", sock.to_str().unwrap()];
+    let (port, admin) = (free_port(), free_port());
+    let yaml = config(port, admin, &format!("url: \"{}\"", redis.url()), plan);
+    let mut gw = Gateway::spawn_args(bin(), &yaml, &extra);
+    gw.wait_ready(&[port, admin], Duration::from_secs(10))
+        .unwrap();
+    let mut old = Node { gw, port, admin };
+    old.settled();
+    spend_30(&old, &redis);
+    let upgrade = [extra[0], extra[1], "--upgrade"];
+    let new = Gateway::spawn_args(bin(), &yaml, &upgrade);
+    let exited = old.gw.wait_exit(Duration::from_secs(15));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "{exited:?}\n{}",
+        new.stderr()
+    );
+    // The new process has taken nothing yet (its limits start on credit).
+    let left = tokens(&redis);
+    assert!(left >= 69.0, "after the upgrade the bucket holds {left}");
+    let log = old.gw.stderr() + &old.gw.stdout();
+    assert!(log.contains("leases given back"), "{log}");
+    assert_eq!(redis.cli(&["zcard", "sluicegate:instances"]).trim(), "1");
+    let r = http_get(("127.0.0.1", port), "/x", &[("X-App-Key", KEY)]);
+    assert_eq!(r.status, 200);
 }
 
 #[test]
