@@ -7,7 +7,7 @@ use crate::reader::{self, fields, Cx, Fields, Path};
 use crate::yaml::{quote, Node};
 
 pub(crate) const CLUSTER_KEYS: &[&str] = &["redis"];
-pub(crate) const REDIS_KEYS: &[&str] = &["url", "tls", "password_file", "cluster"];
+pub(crate) const REDIS_KEYS: &[&str] = &["url", "tls", "password_file", "ca_file", "cluster"];
 
 /// Decodes `cluster`.
 pub(crate) fn cluster(cx: &mut Cx, node: &Node, path: Path<'_>) -> ClusterConfig {
@@ -52,6 +52,7 @@ fn redis(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<RedisConfig> {
         url: url.to_string(),
         tls: url.starts_with("rediss://"),
         password_file: None,
+        ca_file: None,
         cluster: false,
     };
     if let Some(n) = f.get("tls") {
@@ -64,6 +65,17 @@ fn redis(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<RedisConfig> {
     }
     if let Some(n) = f.get("password_file") {
         out.password_file = reader::file_path(cx, n, path.key("password_file"));
+    }
+    if let Some(n) = f.get("ca_file") {
+        let p = path.key("ca_file");
+        out.ca_file = reader::file_path(cx, n, p);
+        if !out.tls {
+            cx.at(
+                n.pos,
+                p,
+                "ca_file is for TLS: set tls: true or use a rediss:// URL",
+            );
+        }
     }
     if let Some(n) = f.get("cluster") {
         out.cluster = reader::boolean(cx, n, path.key("cluster")).unwrap_or(false);

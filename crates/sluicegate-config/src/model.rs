@@ -129,6 +129,9 @@ pub struct RedisConfig {
     pub tls: bool,
     /// A file holding the password (read when connecting, never logged).
     pub password_file: Option<PathBuf>,
+    /// PEM certificates of the CAs to trust for Redis's TLS certificate
+    /// instead of the system's roots (read when connecting).
+    pub ca_file: Option<PathBuf>,
     /// The server is a Redis Cluster.
     pub cluster: bool,
 }

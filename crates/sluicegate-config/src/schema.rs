@@ -1167,6 +1167,7 @@ fn top(k: &str) -> Option<S> {
                             "url" => pattern("redis://host[:port][/db] or rediss://..., no password.", "^rediss?://").into(),
                             "tls" => boolean("Speak TLS (true for rediss://).", false).into(),
                             "password_file" => file("File holding the password."),
+                            "ca_file" => file("PEM bundle of the CA that signs Redis's certificate (with tls; default: the system's roots)."),
                             "cluster" => boolean("The server is a Redis Cluster.", false).into(),
                             _ => return None,
                         })

@@ -37,5 +37,5 @@ pub use dns::{DnsServer, Srv};
 pub use gateway::{free_port, Gateway};
 pub use haproxy::Haproxy;
 pub use nginx::Nginx;
-pub use redis::{RedisCluster, RedisServer};
+pub use redis::{RedisCluster, RedisServer, RedisTls};
 pub use upstream::{read_request_head, RawUpstream, SeenRequest, TestUpstream};

@@ -1,7 +1,8 @@
 //! [`RedisServer`]: Debian's `redis-server` on a free loopback port with
 //! its own temporary directory, stopped on drop (and restartable on the
 //! same port); [`RedisCluster`]: three such servers made a Redis Cluster of
-//! three masters by `redis-cli --cluster create`. [`redis_cli`] runs one
+//! three masters by `redis-cli --cluster create`; a TLS-only server with
+//! [`RedisServer::start_tls`]. [`redis_cli`] runs one
 //! command against a port.
 
 use std::path::PathBuf;
@@ -23,37 +24,81 @@ pub struct RedisServer {
     dir: TempDir,
     child: Option<Child>,
     cluster: bool,
+    extra: Vec<String>,
+    tls: Option<RedisTls>,
+}
+
+/// The files of a TLS-only server: its certificate and key, and the CA
+/// that `redis-cli` trusts.
+#[derive(Debug, Clone)]
+pub struct RedisTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
 }
 
 impl RedisServer {
     /// A plain server (no persistence).
     pub fn start() -> RedisServer {
-        RedisServer::start_with(false)
+        RedisServer::start_with(false, &[])
     }
 
-    fn start_with(cluster: bool) -> RedisServer {
+    /// A plain server with more command-line options (`--requirepass X`).
+    pub fn start_args(extra: &[&str]) -> RedisServer {
+        RedisServer::start_with(false, extra)
+    }
+
+    /// A server that speaks TLS only (no plain port), clients not asked
+    /// for a certificate.
+    pub fn start_tls(tls: RedisTls) -> RedisServer {
+        let mut r = RedisServer::new(false, &[]);
+        r.tls = Some(tls);
+        r.restart();
+        r
+    }
+
+    fn start_with(cluster: bool, extra: &[&str]) -> RedisServer {
+        let mut r = RedisServer::new(cluster, extra);
+        r.restart();
+        r
+    }
+
+    fn new(cluster: bool, extra: &[&str]) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("sluicegate-redis-")
             .tempdir()
             .expect("temp dir for redis");
-        let mut r = RedisServer {
+        RedisServer {
             port: port_for(cluster),
             dir,
             child: None,
             cluster,
-        };
-        r.restart();
-        r
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            tls: None,
+        }
     }
 
     /// Starts the server again on the same port (after [`RedisServer::stop`]).
     pub fn restart(&mut self) {
         let bin = redis_server_bin().expect("redis-server is installed (scripts/deps)");
         let mut cmd = Command::new(bin);
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        match &self.tls {
+            None => cmd.args(["--port", &self.port.to_string()]),
+            Some(t) => cmd
+                .args(["--port", "0", "--tls-port", &self.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&t.cert)
+                .arg("--tls-key-file")
+                .arg(&t.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&t.ca)
+                .args(["--tls-auth-clients", "no"]),
+        };
+        cmd.args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
-            .arg(self.dir.path());
+            .arg(self.dir.path())
+            .args(&self.extra);
         if self.cluster {
             cmd.args(["--cluster-enabled", "yes", "--cluster-config-file"])
                 .arg(self.dir.path().join("nodes.conf"));
@@ -89,13 +134,32 @@ impl RedisServer {
         }
     }
 
+    /// `redis://127.0.0.1:PORT`, `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
-    /// Runs `redis-cli -p PORT ARGS...` and returns its output.
+    /// Runs `redis-cli -p PORT ARGS...` (over TLS for a TLS server) and
+    /// returns its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        redis_cli(self.port, args)
+        match &self.tls {
+            None => redis_cli(self.port, args),
+            Some(t) => {
+                let out = Command::new("redis-cli")
+                    .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "--tls"])
+                    .arg("--cacert")
+                    .arg(&t.ca)
+                    .args(args)
+                    .output()
+                    .expect("run redis-cli");
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            }
+        }
     }
 }
 
@@ -134,7 +198,7 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(true)).collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(true, &[])).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))

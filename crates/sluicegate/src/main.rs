@@ -346,6 +346,8 @@ fn serve(
     }
     let watch = cfg.reload.clone();
     let started_format = cfg.log.format;
+    // The Redis plane follows `cluster.redis` through reloads.
+    let (redis_tx, redis_rx) = tokio::sync::watch::channel(cfg_redis);
     let on_apply = Box::new(move |c: &Config| {
         if let Err(e) = filter.reload(level_filter(&c.log.level)) {
             tracing::warn!(error = %e, "log level not changed");
@@ -356,6 +358,13 @@ fn serve(
                 "log.format changed: the log keeps its format until a restart"
             );
         }
+        redis_tx.send_if_modified(|r| {
+            let changed = *r != c.cluster.redis;
+            if changed {
+                r.clone_from(&c.cluster.redis);
+            }
+            changed
+        });
     });
     let read_only = cfg.admin.as_ref().is_some_and(|a| a.read_only);
     let source = cfg.config_source.clone();
@@ -372,9 +381,9 @@ fn serve(
         sluicegate_admin::etcd::start(&reloader, e, rt.handle())
     });
     give_back_free_memory();
-    let redis = cfg_redis;
     let mut handed_over = false;
-    rt.block_on(async {
+    let (plane, background) = rt.block_on(async {
+        let mut background = Vec::new();
         if let Some(listener) = admin {
             let setup = sluicegate_admin::AdminSetup {
                 shared: shared.clone(),
@@ -384,20 +393,25 @@ fn serve(
                 etcd,
                 tls: admin_tls,
             };
-            tokio::spawn(sluicegate_admin::http::serve(listener, setup));
+            background.push(tokio::spawn(sluicegate_admin::http::serve(listener, setup)));
         }
         // Health checks run here, once per process, not in the workers.
-        tokio::spawn(sluicegate_proxy::run_health_checks(shared.clone()));
+        background.push(tokio::spawn(sluicegate_proxy::run_health_checks(
+            shared.clone(),
+        )));
         // And DNS discovery of endpoints (a no-op without names to resolve).
-        tokio::spawn(sluicegate_proxy::discovery::run(shared.clone()));
+        background.push(tokio::spawn(sluicegate_proxy::discovery::run(
+            shared.clone(),
+        )));
         // So do the leases of global limits from Redis.
-        if let Some(redis) = redis {
-            let s = shared.clone();
-            tokio::spawn(sluicegate_proxy::cluster::run(move || s.globals(), redis));
-        }
+        let s = shared.clone();
+        let plane = sluicegate_proxy::cluster::spawn(move || s.globals(), redis_rx);
         // And the export of sampled requests' spans.
         if let Some(t) = cfg_tracing {
-            tokio::spawn(sluicegate_proxy::run_trace_export(shared.clone(), t));
+            background.push(tokio::spawn(sluicegate_proxy::run_trace_export(
+                shared.clone(),
+                t,
+            )));
         }
         let mut tick = tokio::time::interval(watch.poll_interval.max(Duration::from_millis(50)));
         loop {
@@ -424,12 +438,21 @@ fn serve(
                 }
             }
         }
-        Ok::<(), String>(())
+        Ok::<_, String>((plane, background))
     })?;
     // Close the duplicates first: with them open the listening sockets
     // would keep queueing connections nobody accepts.
     drop(offered.lock().map(|mut o| o.take()));
-    gateway.shutdown();
+    rt.block_on(async {
+        // The admin API (its listener may be a successor's now) and the
+        // health checks stop; the Redis plane keeps leasing for the
+        // requests that drain, then gives back what this process holds.
+        for t in background {
+            t.abort();
+        }
+        let _ = tokio::task::spawn_blocking(move || gateway.shutdown()).await;
+        plane.stop().await;
+    });
     // The socket file is ours unless a successor has replaced it.
     if !handed_over {
         let _ = std::fs::remove_file(&handover.path);

@@ -2,7 +2,9 @@
 //! share one plan of 100/s (admitted requests over 10 s within 5% of it), a
 //! quota survives a gateway restart, a Redis restart under load moves the
 //! limit to each instance's local share and back, and a Redis Cluster of
-//! three masters serves the same leases.
+//! three masters serves the same leases. Also: a burst after a pause, a
+//! stopping gateway's lease given back, `cluster.redis` changed by a
+//! reload, `password_file` against `requirepass`, TLS with a private CA.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,8 +12,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sluicegate_testkit::{
-    free_port, http_get, Gateway, KeepAliveClient, RedisCluster, RedisServer,
+    free_port, http_get, Gateway, KeepAliveClient, RedisCluster, RedisServer, RedisTls,
 };
+
+mod ops_common;
+mod tls_common;
 
 const KEY: &str = "key-aaaa-0123456789";
 
@@ -28,8 +33,12 @@ struct Node {
 }
 
 fn start(redis_url: &str, cluster: bool, plan: &str) -> Node {
-    let (port, admin) = (free_port(), free_port());
-    let yaml = format!(
+    start_with(&format!("url: \"{redis_url}\", cluster: {cluster}"), plan)
+}
+
+/// The config of a node: `redis` is the body of `cluster.redis`.
+fn config(port: u16, admin: u16, redis: &str, plan: &str) -> String {
+    format!(
         r#"listen: ["127.0.0.1:{port}"]
 workers: 1
 admin: {{ listen: "127.0.0.1:{admin}" }}
@@ -46,11 +55,13 @@ apps:
   - id: shop
     keys: ["{KEY}"]
     plan: p
-cluster: {{ redis: {{ url: "{redis_url}", cluster: {cluster} }} }}
+cluster: {{ redis: {{ {redis} }} }}
 "#
-    );
-    let gw = Gateway::start(bin(), &yaml, &[port, admin]);
-    let node = Node { gw, port, admin };
+    )
+}
+
+fn start_with(redis: &str, plan: &str) -> Node {
+    let node = spawn_node(redis, plan);
     // The plane has reached Redis once (its first heartbeat).
     let deadline = Instant::now() + Duration::from_secs(5);
     while node.metric("sluicegate_cluster_redis_calls_total") < Some(1.0) {
@@ -60,11 +71,29 @@ cluster: {{ redis: {{ url: "{redis_url}", cluster: {cluster} }} }}
     node
 }
 
+/// A node started, not waited for.
+fn spawn_node(redis: &str, plan: &str) -> Node {
+    let (port, admin) = (free_port(), free_port());
+    let gw = Gateway::start(bin(), &config(port, admin, redis, plan), &[port, admin]);
+    Node { gw, port, admin }
+}
+
 impl Node {
     fn metric(&self, name: &str) -> Option<f64> {
         let body = http_get(("127.0.0.1", self.admin), "/metrics", &[]).body_str();
         body.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// The plane has had its first answer and seen the first snapshot
+    /// (a second heartbeat has begun): a new limit has its credit.
+    fn settled(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.metric("sluicegate_cluster_redis_calls_total") < Some(2.0) {
+            assert!(Instant::now() < deadline, "no second call to redis");
+            thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(self.metric("sluicegate_cluster_redis_up"), Some(1.0));
     }
 
     fn wait_metric(&self, name: &str, want: f64, within: Duration) -> bool {
@@ -292,6 +321,211 @@ fn a_redis_cluster_of_three_masters() {
         .iter()
         .any(|n| n.cli(&["-c", "exists", "sg:{shop}:*:p"]).trim() == "1");
     assert!(found, "the bucket is in the cluster");
+}
+
+/// Sends `count` requests at once on one connection: the statuses.
+fn burst(port: u16, count: usize) -> Vec<u16> {
+    let mut c = KeepAliveClient::connect(("127.0.0.1", port)).unwrap();
+    (0..count)
+        .map(|_| {
+            c.request("GET", "/x", &[("X-App-Key", KEY)], b"")
+                .unwrap()
+                .status
+        })
+        .collect()
+}
+
+/// The bucket of the app's plan in Redis: its tokens.
+fn tokens(redis: &RedisServer) -> f64 {
+    let out = redis.cli(&["hget", "sg:{shop}:*:p", "tok"]);
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no bucket: {out:?}"))
+}
+
+#[test]
+fn a_burst_after_a_pause_is_admitted() {
+    let redis = RedisServer::start();
+    // A slow rate: the burst is what the bucket holds.
+    let node = start(&redis.url(), false, "rate: 10/s, burst: 20, scope: global");
+    assert_eq!(burst(node.port, 1), [200]);
+    thread::sleep(Duration::from_millis(200));
+    // Idle for longer than the plane waits before giving a lease back.
+    thread::sleep(Duration::from_millis(2500));
+    let statuses = burst(node.port, 30);
+    let ok = statuses.iter().filter(|&&s| s == 200).count();
+    assert!(
+        statuses[..20].iter().all(|&s| s == 200),
+        "a burst of 20 after a pause: {statuses:?}"
+    );
+    // Not more than the bucket: its 20, one on credit, what 10/s refills.
+    assert!(ok <= 22, "{ok} of 30 admitted: {statuses:?}");
+    // And the credit is repaid: the bucket in Redis is spent.
+    thread::sleep(Duration::from_millis(100));
+    assert!(tokens(&redis) < 3.0, "bucket left: {}", tokens(&redis));
+}
+
+#[test]
+fn a_stopping_gateway_gives_its_lease_back() {
+    let redis = RedisServer::start();
+    // Refilled at 1/s: what is in the bucket is what was not spent.
+    let mut node = start(&redis.url(), false, "rate: 1/s, burst: 100, scope: global");
+    assert!(node.wait_metric("sluicegate_cluster_instances", 1.0, Duration::from_secs(5)));
+    spend_30(&node, &redis);
+    // Stopped before the lease would go back for being idle.
+    node.gw.terminate();
+    assert!(node.gw.wait_exit(Duration::from_secs(10)).is_some());
+    let left = tokens(&redis);
+    assert!(
+        left >= 69.0,
+        "after the stop the bucket holds {left} (30 spent of 100)"
+    );
+    let log = node.gw.stderr() + &node.gw.stdout();
+    assert!(log.contains("leases given back"), "{log}");
+    // And the fleet no longer counts it.
+    assert_eq!(redis.cli(&["zcard", "sluicegate:instances"]).trim(), "0");
+}
+
+/// Spends 30 of a bucket of 100 refilled at 1/s, at 100/s: the plane,
+/// leasing ahead of the demand, then holds more than was spent.
+fn spend_30(node: &Node, redis: &RedisServer) {
+    let mut c = KeepAliveClient::connect(("127.0.0.1", node.port)).unwrap();
+    for _ in 0..30 {
+        let r = c.request("GET", "/x", &[("X-App-Key", KEY)], b"").unwrap();
+        assert_eq!(r.status, 200);
+        thread::sleep(Duration::from_millis(10));
+    }
+    thread::sleep(Duration::from_millis(100));
+    let held = 100.0 - 30.0 - tokens(redis);
+    assert!(held >= 5.0, "the lease held {held}");
+}
+
+#[test]
+fn an_upgrade_gives_the_old_process_lease_back() {
+    let redis = RedisServer::start();
+    let plan = "rate: 1/s, burst: 100, scope: global";
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("handover.sock");
+    let extra = ["--handover-socket", sock.to_str().unwrap()];
+    let (port, admin) = (free_port(), free_port());
+    let yaml = config(port, admin, &format!("url: \"{}\"", redis.url()), plan);
+    let mut gw = Gateway::spawn_args(bin(), &yaml, &extra);
+    gw.wait_ready(&[port, admin], Duration::from_secs(10))
+        .unwrap();
+    let mut old = Node { gw, port, admin };
+    old.settled();
+    spend_30(&old, &redis);
+    let upgrade = [extra[0], extra[1], "--upgrade"];
+    let new = Gateway::spawn_args(bin(), &yaml, &upgrade);
+    let exited = old.gw.wait_exit(Duration::from_secs(15));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "{exited:?}\n{}",
+        new.stderr()
+    );
+    // The new process has taken nothing yet (its limits start on credit).
+    let left = tokens(&redis);
+    assert!(left >= 69.0, "after the upgrade the bucket holds {left}");
+    let log = old.gw.stderr() + &old.gw.stdout();
+    assert!(log.contains("leases given back"), "{log}");
+    assert_eq!(redis.cli(&["zcard", "sluicegate:instances"]).trim(), "1");
+    let r = http_get(("127.0.0.1", port), "/x", &[("X-App-Key", KEY)]);
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn a_reload_moves_the_leases_to_a_new_redis() {
+    let (first, second) = (RedisServer::start(), RedisServer::start());
+    let plan = "rate: 100/s, burst: 20, scope: global";
+    let node = start(&first.url(), false, plan);
+    assert_eq!(burst(node.port, 1), [200]);
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(first.cli(&["exists", "sg:{shop}:*:p"]).trim(), "1");
+    let redis = format!("url: \"{}\"", second.url());
+    node.gw
+        .write_config(&config(node.port, node.admin, &redis, plan));
+    node.gw.reload_signal();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while second.cli(&["zcard", "sluicegate:instances"]).trim() != "1" {
+        assert!(
+            Instant::now() < deadline,
+            "the plane never reached the new redis"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    // The old Redis is left (heartbeat taken out), the new one leases.
+    assert_eq!(first.cli(&["zcard", "sluicegate:instances"]).trim(), "0");
+    let statuses = burst(node.port, 10);
+    assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(second.cli(&["exists", "sg:{shop}:*:p"]).trim(), "1");
+    let log = node.gw.stderr() + &node.gw.stdout();
+    assert!(log.contains("cluster.redis changed"), "{log}");
+}
+
+#[test]
+fn password_file_against_requirepass() {
+    let redis = RedisServer::start_args(&["--requirepass", "s3cret-pw"]);
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    std::fs::write(&good, "s3cret-pw\n").unwrap();
+    let bad = dir.path().join("bad");
+    std::fs::write(&bad, "wrong\n").unwrap();
+    let redis_yaml = |f: &std::path::Path| {
+        format!(
+            "url: \"{}\", password_file: \"{}\"",
+            redis.url(),
+            f.display()
+        )
+    };
+    let plan = "rate: 100/s, scope: global, on_failure: deny";
+    let node = start_with(&redis_yaml(&good), plan);
+    node.settled();
+    assert_eq!(burst(node.port, 3), [200, 200, 200]);
+    drop(node);
+    // A wrong password: Redis counts as unreachable, the log says why and
+    // which mode is in force, and `deny` refuses.
+    let node = spawn_node(&redis_yaml(&bad), plan);
+    assert!(node.wait_metric("sluicegate_cluster_redis_up", 0.0, Duration::from_secs(5)));
+    assert_eq!(burst(node.port, 1), [429]);
+    let log = node.gw.stderr() + &node.gw.stdout();
+    assert!(log.contains("redis unreachable"), "{log}");
+    assert!(log.contains("Password authentication failed"), "{log}");
+}
+
+#[test]
+fn tls_with_a_private_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    tls_common::make_ca(dir.path(), "ca", "Redis Test CA");
+    let san = Some("IP:127.0.0.1");
+    tls_common::make_leaf(dir.path(), "ca", "redis", "redis", san, "serverAuth");
+    let tls = RedisTls {
+        cert: dir.path().join("redis.pem"),
+        key: dir.path().join("redis.key"),
+        ca: dir.path().join("ca.pem"),
+    };
+    let redis = RedisServer::start_tls(tls.clone());
+    let plain = redis.url().replace("rediss://", "redis://");
+    let plan = "rate: 100/s, scope: global, on_failure: deny";
+    // tls: true on a redis:// URL, the test CA trusted.
+    let with_ca = format!(
+        "url: \"{plain}\", tls: true, ca_file: \"{}\"",
+        tls.ca.display()
+    );
+    let node = start_with(&with_ca, plan);
+    node.settled();
+    assert_eq!(burst(node.port, 3), [200, 200, 200]);
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(redis.cli(&["exists", "sg:{shop}:*:p"]).trim(), "1");
+    drop(node);
+    // The system's roots do not know the test CA: the handshake fails,
+    // said in the log, and deny refuses.
+    let node = spawn_node(&format!("url: \"{}\"", redis.url()), plan);
+    assert!(node.wait_metric("sluicegate_cluster_redis_up", 0.0, Duration::from_secs(5)));
+    assert_eq!(burst(node.port, 1), [429]);
+    let log = node.gw.stderr() + &node.gw.stdout();
+    assert!(log.contains("redis unreachable"), "{log}");
+    assert!(log.to_lowercase().contains("certificate"), "{log}");
 }
 
 /// The numbers of docs/benchmarks.md: three gateways, 10 s, several plans

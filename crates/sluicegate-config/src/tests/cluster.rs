@@ -31,6 +31,7 @@ plans:
             url: "redis://10.0.0.5:6379/2".into(),
             tls: false,
             password_file: Some("/run/redis.pw".into()),
+            ca_file: None,
             cluster: true,
         })
     );
@@ -42,6 +43,22 @@ plans:
         "{BASE}cluster: {{ redis: {{ url: \"rediss://r:6380\" }} }}\n"
     ));
     assert!(tls.cluster.redis.unwrap().tls);
+    let ca = ok(&format!(
+        "{BASE}cluster: {{ redis: {{ url: \"redis://r:6380\", tls: true, ca_file: /etc/redis-ca.pem }} }}\n"
+    ));
+    let r = ca.cluster.redis.unwrap();
+    assert!(r.tls);
+    assert_eq!(r.ca_file, Some("/etc/redis-ca.pem".into()));
+}
+
+#[test]
+fn a_ca_file_needs_tls() {
+    assert_eq!(
+        errors(&format!(
+            "{BASE}cluster: {{ redis: {{ url: \"redis://r\", ca_file: /etc/ca.pem }} }}\n"
+        )),
+        ["10:48: cluster.redis.ca_file: ca_file is for TLS: set tls: true or use a rediss:// URL"]
+    );
 }
 
 #[test]

@@ -18,6 +18,10 @@ pub struct Lease {
     /// This instance's share of what is left of the quota, for counting
     /// locally while Redis is unreachable.
     pub(crate) quota_share: AtomicU64,
+    /// Rate tokens put in `rate` on credit when the limit went idle (its
+    /// share of the burst, not taken from Redis): the next lease repays
+    /// them first. Only the plane reads and writes it.
+    pub(crate) owed: AtomicI64,
 }
 
 impl Lease {
@@ -37,6 +41,7 @@ impl Lease {
         self.quota.store(0, Ordering::Relaxed);
         self.asked.store(0, Ordering::Relaxed);
         self.quota_share.store(0, Ordering::Relaxed);
+        self.owed.store(0, Ordering::Relaxed);
     }
 }
 

@@ -8,7 +8,7 @@
 mod plane;
 mod scripts;
 
-pub use plane::run;
+pub use plane::{spawn, Plane};
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -10,9 +10,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{FromRedisValue, IntoConnectionInfo, ScriptInvocation};
 use sluicegate_config::RedisConfig;
+use tokio::sync::watch;
 
 use super::scripts::Scripts;
 use super::{GlobalRt, Globals, STATE};
+use crate::apps::lease::Lease;
 use crate::apps::limit::window_of;
 
 /// How often the plane looks at every lease.
@@ -24,6 +26,8 @@ const HORIZON: f64 = 0.25;
 const MEASURE: f64 = 0.1;
 /// A limit with no request for this long gives its lease back.
 const IDLE: Duration = Duration::from_secs(1);
+/// Longest wait, at stop, for the leases to be given back.
+const STOP_WAIT: Duration = Duration::from_secs(3);
 /// Longest wait for one call to Redis before it counts as lost.
 const CALL_TIMEOUT: Duration = Duration::from_millis(500);
 /// Heartbeats: how often, and how long an instance counts without one.
@@ -70,11 +74,22 @@ async fn connect(cfg: &RedisConfig) -> Result<Conn, String> {
                 .to_string(),
         ),
     };
+    // A private CA instead of the system's roots.
+    let certs = match &cfg.ca_file {
+        None => None,
+        Some(p) => Some(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(std::fs::read(p).map_err(|e| format!("ca_file {}: {e}", p.display()))?),
+        }),
+    };
     let fut = async {
         if cfg.cluster {
             let mut b = redis::cluster::ClusterClient::builder(vec![url.as_str()]);
             if let Some(p) = &password {
                 b = b.password(p.clone());
+            }
+            if let Some(c) = certs {
+                b = b.certs(c);
             }
             let client = b.build()?;
             Ok(Conn::Cluster(client.get_async_connection().await?))
@@ -84,7 +99,10 @@ async fn connect(cfg: &RedisConfig) -> Result<Conn, String> {
                 let settings = info.redis_settings().clone().set_password(p);
                 info = info.set_redis_settings(settings);
             }
-            let client = redis::Client::open(info)?;
+            let client = match certs {
+                Some(c) => redis::Client::build_with_tls(info, c)?,
+                None => redis::Client::open(info)?,
+            };
             Ok(Conn::One(client.get_multiplexed_async_connection().await?))
         }
     };
@@ -110,38 +128,152 @@ struct KeyState {
     quota_next: Instant,
 }
 
-/// Runs the plane for `cfg` until the process ends; `globals` gives the
-/// global limits of the snapshot in force.
-pub async fn run(globals: impl Fn() -> Arc<Globals>, cfg: RedisConfig) {
-    STATE.configured.store(true, Ordering::Relaxed);
+/// The plane of a process: started once (with or without `cluster.redis`),
+/// told of each config applied, and stopped after the workers have drained,
+/// when it gives back what this process holds.
+pub struct Plane {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the plane on the current runtime. `globals` gives the global
+/// limits of the snapshot in force; `cfg` the `cluster.redis` in force (a
+/// reload that changes it moves the leases to the new Redis).
+pub fn spawn(
+    globals: impl Fn() -> Arc<Globals> + Send + Sync + 'static,
+    cfg: watch::Receiver<Option<RedisConfig>>,
+) -> Plane {
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(run(globals, cfg, stop_rx));
+    Plane { stop, task }
+}
+
+impl Plane {
+    /// Gives back the leases this process holds (what it has not spent
+    /// goes back to the fleet at once, not at expiry) and ends the plane;
+    /// bounded by [`STOP_WAIT`].
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(STOP_WAIT, self.task).await.is_err() {
+            tracing::warn!("redis plane: leases not given back in {STOP_WAIT:?}");
+        }
+    }
+}
+
+/// Why the plane left a Redis.
+enum End {
+    /// `cluster.redis` changed.
+    Changed,
+    /// The process stops.
+    Stop,
+}
+
+async fn run(
+    globals: impl Fn() -> Arc<Globals>,
+    mut cfg: watch::Receiver<Option<RedisConfig>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let me = format!("{}-{:016x}", std::process::id(), fastrand::u64(..));
     let scripts = Scripts::new();
+    loop {
+        let current = cfg.borrow_and_update().clone();
+        let end = match current {
+            Some(c) => {
+                STATE.configured.store(true, Ordering::Relaxed);
+                let end = serve(&globals, &c, &me, &scripts, &mut cfg, &mut stop).await;
+                // Whatever was leased from that Redis is void for the next.
+                let snap = globals();
+                for g in &snap.list {
+                    if let Some(s) = snap.state(g) {
+                        s.lease.reset();
+                    }
+                }
+                end
+            }
+            None => {
+                STATE.configured.store(false, Ordering::Relaxed);
+                STATE.redis_up.store(true, Ordering::Relaxed);
+                ended(&mut cfg, &mut stop).await
+            }
+        };
+        match end {
+            End::Stop => return,
+            End::Changed => {
+                let now = cfg.borrow().clone();
+                tracing::info!(
+                    url = now.as_ref().map(|c| c.url.as_str()),
+                    "cluster.redis changed: global limits are leased from the new redis"
+                );
+            }
+        }
+    }
+}
+
+/// Resolves when the process stops or `cluster.redis` changes.
+async fn ended(
+    cfg: &mut watch::Receiver<Option<RedisConfig>>,
+    stop: &mut watch::Receiver<bool>,
+) -> End {
+    let changed = tokio::select! {
+        _ = stop.wait_for(|s| *s) => return End::Stop,
+        r = cfg.changed() => r.is_ok(),
+    };
+    if !changed {
+        // No more configs: only a stop can end this one.
+        let _ = stop.wait_for(|s| *s).await;
+        return End::Stop;
+    }
+    End::Changed
+}
+
+/// Runs the plane against one Redis until the config changes or the
+/// process stops, then gives back what is held there.
+async fn serve(
+    globals: &impl Fn() -> Arc<Globals>,
+    cfg: &RedisConfig,
+    me: &str,
+    scripts: &Scripts,
+    cfg_rx: &mut watch::Receiver<Option<RedisConfig>>,
+    stop: &mut watch::Receiver<bool>,
+) -> End {
     let mut keys: HashMap<Arc<str>, KeyState> = HashMap::new();
     let mut known: Option<Arc<Globals>> = None;
     loop {
-        let mut conn = match connect(&cfg).await {
+        let conn = tokio::select! {
+            c = connect(cfg) => c,
+            end = ended(cfg_rx, stop) => return end,
+        };
+        let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
                 lost(&globals(), &e);
-                tokio::time::sleep(RETRY).await;
-                continue;
+                tokio::select! {
+                    _ = tokio::time::sleep(RETRY) => continue,
+                    end = ended(cfg_rx, stop) => return end,
+                }
             }
         };
         let mut next_beat = Instant::now();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let err = loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                end = ended(cfg_rx, stop) => {
+                    give_back(&mut conn, scripts, me, &globals(), &keys).await;
+                    return end;
+                }
+            }
             let now = Instant::now();
             if now >= next_beat {
                 let mut inv = scripts.heartbeat.key(INSTANCES_KEY);
-                inv.arg(&me).arg(BEAT_TTL_MS);
+                inv.arg(me).arg(BEAT_TTL_MS);
                 match conn.call::<u64>(&inv).await {
                     Ok(n) => STATE.instances.store(n.max(1), Ordering::Relaxed),
                     Err(e) => break e,
                 }
                 next_beat = now + BEAT;
-                back(&cfg);
+                back(cfg);
             }
             let snap = globals();
             if !known.as_ref().is_some_and(|k| Arc::ptr_eq(k, &snap)) {
@@ -149,16 +281,104 @@ pub async fn run(globals: impl Fn() -> Arc<Globals>, cfg: RedisConfig) {
                 let live: std::collections::HashSet<&str> =
                     snap.list.iter().map(|g| &*g.key).collect();
                 keys.retain(|k, _| live.contains(&**k));
+                // Limits never used yet get their credit, as idle ones do.
+                let n = STATE.instances.load(Ordering::Relaxed).max(1);
+                for g in &snap.list {
+                    if let (Some((_, burst)), Some(s)) = (g.plan.rate, snap.state(g)) {
+                        let l = &s.lease;
+                        if l.asked.load(Ordering::Relaxed) == 0
+                            && l.rate.load(Ordering::Relaxed) == 0
+                            && l.owed.load(Ordering::Relaxed) == 0
+                        {
+                            grant_credit(l, burst, n);
+                        }
+                    }
+                }
                 known = Some(snap.clone());
             }
-            if let Err(e) = lease_all(&mut conn, &scripts, &snap, &mut keys, now).await {
+            if let Err(e) = lease_all(&mut conn, scripts, &snap, &mut keys, now).await {
                 break e;
             }
         };
         STATE.errors.fetch_add(1, Ordering::Relaxed);
         lost(&globals(), &err);
-        tokio::time::sleep(RETRY).await;
+        tokio::select! {
+            _ = tokio::time::sleep(RETRY) => {}
+            end = ended(cfg_rx, stop) => return end,
+        }
     }
+}
+
+/// Gives back every rate token and quota unit this process holds of
+/// Redis's (never what it holds on credit), and takes its heartbeat out;
+/// the counters are left empty. Stops at the first call that fails.
+async fn give_back(
+    conn: &mut Conn,
+    scripts: &Scripts,
+    me: &str,
+    snap: &Globals,
+    keys: &HashMap<Arc<str>, KeyState>,
+) {
+    let mut tokens = 0;
+    let mut units = 0;
+    let result: Result<(), String> = async {
+        for g in &snap.list {
+            let Some(state) = snap.state(g) else {
+                continue;
+            };
+            let lease = &state.lease;
+            if let Some((interval, burst)) = g.plan.rate {
+                let held = lease.rate.swap(0, Ordering::Relaxed);
+                let spare = held - lease.owed.swap(0, Ordering::Relaxed);
+                if spare > 0 {
+                    let mut inv = scripts.take.key(&*g.key);
+                    inv.arg(interval as f64 / 1000.0).arg(burst).arg(-spare);
+                    conn.call::<i64>(&inv).await?;
+                    tokens += spare;
+                }
+            }
+            if let Some((limit, w)) = g.plan.quota {
+                let held = lease.quota.swap(0, Ordering::Relaxed);
+                let win = keys.get(&g.key).map(|k| k.window).unwrap_or(0);
+                if held > 0 && win == window_of(SystemTime::now(), w).0 {
+                    let mut inv = scripts.quota.key(format!("{}:q:{win}", g.key));
+                    inv.arg(limit).arg(-held).arg(0);
+                    conn.call::<(i64, i64)>(&inv).await?;
+                    units += held;
+                }
+            }
+        }
+        // The others count one instance fewer at once (their shares grow).
+        let mut inv = scripts.leave.key(INSTANCES_KEY);
+        inv.arg(me);
+        conn.call::<u64>(&inv).await?;
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => tracing::info!(tokens, units, "redis plane: leases given back"),
+        Err(e) => {
+            tracing::warn!(error = %e, tokens, units, "redis plane: leases not all given back")
+        }
+    }
+}
+
+/// Tops a rate lease's credit up to this instance's share of the burst:
+/// tokens in the counter not taken from Redis, which the next lease
+/// repays first. At most `burst / n` owed at a time, so the fleet admits
+/// at most one burst beyond Redis's bucket before it has paid.
+fn grant_credit(lease: &Lease, burst: u64, n: u64) {
+    let credit = (burst / n).max(1) as i64;
+    let owed = lease.owed.load(Ordering::Relaxed);
+    if owed < credit {
+        lease.rate.fetch_add(credit - owed, Ordering::Relaxed);
+        lease.owed.store(credit, Ordering::Relaxed);
+    }
+}
+
+/// The quota units an idle instance keeps: what it leases at most at once.
+fn reserve(limit: u64, n: u64) -> i64 {
+    (limit / (10 * n)).max(1) as i64
 }
 
 /// Redis answered: leases are back in force.
@@ -202,11 +422,16 @@ async fn lease_all(
             continue;
         };
         // At rest (most limits, most of the time): nothing asked, nothing
-        // held, nothing to do; no lookup, no clock.
+        // held of Redis's but a quota's small reserve, a rate's credit
+        // granted; nothing to do, no lookup, no clock.
         let lease = &state.lease;
+        let owed = lease.owed.load(Ordering::Relaxed);
+        let rate_rest =
+            g.plan.rate.is_none() || (owed > 0 && lease.rate.load(Ordering::Relaxed) <= owed);
+        let kept = g.plan.quota.map_or(0, |(l, _)| reserve(l, n));
         if lease.asked.load(Ordering::Relaxed) == 0
-            && lease.rate.load(Ordering::Relaxed) <= 0
-            && lease.quota.load(Ordering::Relaxed) <= 0
+            && rate_rest
+            && lease.quota.load(Ordering::Relaxed) <= kept
         {
             continue;
         }
@@ -257,24 +482,36 @@ async fn lease_one(
     if let Some((interval, burst)) = g.plan.rate {
         let interval_us = interval as f64 / 1000.0;
         let level = lease.rate.load(Ordering::Relaxed);
+        let owed = lease.owed.load(Ordering::Relaxed);
+        // Tokens held of Redis's (negative: spent on credit, unpaid).
+        let real = level - owed;
         if idle {
-            // Only what is held goes back; a debt stays to be repaid.
-            let spare = level;
-            if spare > 0 {
-                lease.rate.fetch_sub(spare, Ordering::Relaxed);
+            // What is held of Redis's goes back, so the others may use it.
+            if real > 0 {
+                lease.rate.fetch_sub(real, Ordering::Relaxed);
                 let mut inv = scripts.take.key(&*g.key);
-                inv.arg(interval_us).arg(burst).arg(-spare);
+                inv.arg(interval_us).arg(burst).arg(-real);
                 conn.call::<i64>(&inv).await?;
             }
+            // In its place, this instance's share of the burst on credit:
+            // a burst after a pause is admitted at once, and the next
+            // lease pays for it (from the full bucket a pause leaves).
+            grant_credit(lease, burst, n);
         } else if now >= ks.rate_next {
             let cap = (burst / (2 * n)).max(1) as f64;
             let target = (demand * HORIZON).ceil().clamp(1.0, cap) as i64;
-            if level <= 0 || level < (target + 1) / 2 {
-                let want = (target - level).max(1);
+            if real <= 0 || real < (target + 1) / 2 {
+                let want = (target - real).max(1);
                 let mut inv = scripts.take.key(&*g.key);
                 inv.arg(interval_us).arg(burst).arg(want);
                 let got: i64 = conn.call(&inv).await?;
-                lease.rate.fetch_add(got, Ordering::Relaxed);
+                // The credit is repaid first: those tokens are in the
+                // counter already.
+                let repaid = got.min(owed).max(0);
+                if repaid > 0 {
+                    lease.owed.store(owed - repaid, Ordering::Relaxed);
+                }
+                lease.rate.fetch_add(got - repaid, Ordering::Relaxed);
                 if got < want {
                     // Dry: wait for this instance's share to grow back,
                     // but not so long that the bucket overflows.
@@ -308,7 +545,10 @@ async fn lease_one(
             + 60;
         let level = lease.quota.load(Ordering::Relaxed);
         if idle {
-            let spare = level;
+            // A small reserve stays (units of Redis's, so the quota stays
+            // exact): the first requests after a pause are admitted at
+            // once. It goes back at stop.
+            let spare = level - reserve(limit, n);
             if spare > 0 {
                 lease.quota.fetch_sub(spare, Ordering::Relaxed);
                 let mut inv = scripts.quota.key(&key);
@@ -316,7 +556,7 @@ async fn lease_one(
                 conn.call::<(i64, i64)>(&inv).await?;
             }
         } else if now >= ks.quota_next {
-            let cap = (limit / (10 * n)).max(1) as f64;
+            let cap = reserve(limit, n) as f64;
             let target = (demand * HORIZON).ceil().clamp(1.0, cap) as i64;
             if level <= 0 || level < (target + 1) / 2 {
                 let want = (target - level).max(1);

@@ -66,11 +66,19 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
 return redis.call('ZCARD', KEYS[1])
 "#;
 
+/// This instance leaving (a graceful stop): its heartbeat is taken out;
+/// returns how many are left.
+const LEAVE: &str = r#"
+redis.call('ZREM', KEYS[1], ARGV[1])
+return redis.call('ZCARD', KEYS[1])
+"#;
+
 /// The scripts, hashed once (`EVALSHA`, loaded on first use).
 pub(super) struct Scripts {
     pub take: Script,
     pub quota: Script,
     pub heartbeat: Script,
+    pub leave: Script,
 }
 
 impl Scripts {
@@ -79,6 +87,7 @@ impl Scripts {
             take: Script::new(TAKE),
             quota: Script::new(QUOTA),
             heartbeat: Script::new(HEARTBEAT),
+            leave: Script::new(LEAVE),
         }
     }
 }
