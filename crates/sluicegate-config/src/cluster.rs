@@ -1,12 +1,13 @@
 //! `cluster`: the Redis that a fleet's instances share for `scope: global`
-//! limits, and the `scope` and `on_failure` keys of plans and route limits.
+//! limits, the etcd they register in for `discovery.etcd`, and the `scope`
+//! and `on_failure` keys of plans and route limits.
 //! Only the form is checked: `validate` never connects.
 
 use crate::model::{ClusterConfig, OnFailure, RedisConfig, Scope};
 use crate::reader::{self, fields, Cx, Fields, Path};
 use crate::yaml::{quote, Node};
 
-pub(crate) const CLUSTER_KEYS: &[&str] = &["redis"];
+pub(crate) const CLUSTER_KEYS: &[&str] = &["redis", "etcd"];
 pub(crate) const REDIS_KEYS: &[&str] = &["url", "tls", "password_file", "ca_file", "cluster"];
 
 /// Decodes `cluster`.
@@ -17,6 +18,9 @@ pub(crate) fn cluster(cx: &mut Cx, node: &Node, path: Path<'_>) -> ClusterConfig
     };
     if let Some(n) = f.get("redis") {
         out.redis = redis(cx, n, path.key("redis"));
+    }
+    if let Some(n) = f.get("etcd") {
+        out.etcd = crate::source::etcd_connection(cx, n, path.key("etcd"));
     }
     out
 }

@@ -157,7 +157,26 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     if config.cluster.redis.is_none() {
         global_needs_redis(cx, &f, &config);
     }
+    if config.discovery_etcd().is_none() {
+        discovery_needs_etcd(cx, &f, &config);
+    }
     config
+}
+
+/// A service with `discovery.etcd` needs an etcd to read.
+fn discovery_needs_etcd(cx: &mut Cx, f: &reader::Fields<'_>, config: &Config) {
+    for s in config
+        .services
+        .iter()
+        .filter(|s| s.discovery.etcd.is_some())
+    {
+        let pos = f.get("services").map_or(f.pos, |n| n.pos);
+        let msg = format_args!(
+            "service {} has discovery.etcd but neither cluster.etcd nor config_source.etcd is set",
+            crate::yaml::quote(&s.name)
+        );
+        cx.at(pos, Path::Root.key("services"), msg);
+    }
 }
 
 /// A `scope: global` limit without `cluster.redis` has nowhere to count.

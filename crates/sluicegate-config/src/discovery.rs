@@ -1,7 +1,7 @@
 //! `dns` (the resolver the discovery plane asks, and how long answers are
-//! kept) and a service's `discovery` (`dns_srv`). Only the form of names is
-//! checked: `validate` never asks a resolver; names are resolved while
-//! serving.
+//! kept) and a service's `discovery` (`dns_srv`, or `etcd.prefix`). Only
+//! the form of names is checked: `validate` never asks a resolver nor
+//! etcd; names are resolved, and prefixes read, while serving.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,7 +11,15 @@ use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node};
 
 pub(crate) const DNS_KEYS: &[&str] = &["servers", "min_ttl", "max_ttl"];
-pub(crate) const DISCOVERY_KEYS: &[&str] = &["dns_srv"];
+pub(crate) const DISCOVERY_KEYS: &[&str] = &["dns_srv", "etcd"];
+pub(crate) const DISCOVERY_ETCD_KEYS: &[&str] = &["prefix"];
+
+/// A service's `discovery`, decoded: one of the two is set.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    pub dns_srv: Option<String>,
+    pub etcd: Option<String>,
+}
 
 /// Decodes the top-level `dns`.
 pub(crate) fn dns(cx: &mut Cx, node: &Node, path: Path<'_>) -> DnsSettings {
@@ -57,14 +65,34 @@ pub(crate) fn dns(cx: &mut Cx, node: &Node, path: Path<'_>) -> DnsSettings {
     out
 }
 
-/// Decodes a service's `discovery`: the SRV name, if any.
-pub(crate) fn discovery(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Option<String>> {
+/// Decodes a service's `discovery`: an SRV name, or an etcd prefix.
+pub(crate) fn discovery(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Found> {
     let f = fields(cx, node, path, "discovery", DISCOVERY_KEYS)?;
-    let Some(n) = f.get("dns_srv") else {
-        cx.at(node.pos, path, "needs dns_srv");
-        return None;
-    };
-    let p = path.key("dns_srv");
+    match (f.get("dns_srv"), f.get("etcd")) {
+        (None, None) => {
+            cx.at(node.pos, path, "needs dns_srv or etcd");
+            None
+        }
+        (Some(_), Some(_)) => {
+            cx.at(
+                node.pos,
+                path,
+                "give dns_srv or etcd, not both: a service's endpoints come from one of them",
+            );
+            None
+        }
+        (Some(n), None) => dns_srv(cx, n, path.key("dns_srv")).map(|name| Found {
+            dns_srv: Some(name),
+            etcd: None,
+        }),
+        (None, Some(n)) => etcd(cx, n, path.key("etcd")).map(|prefix| Found {
+            dns_srv: None,
+            etcd: Some(prefix),
+        }),
+    }
+}
+
+fn dns_srv(cx: &mut Cx, n: &Node, p: Path<'_>) -> Option<String> {
     let name = reader::string(cx, n, p)?.trim().trim_end_matches('.');
     if !reader::is_host_name(name) || !name.contains('.') {
         cx.at(
@@ -77,5 +105,12 @@ pub(crate) fn discovery(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Opti
         );
         return None;
     }
-    Some(Some(name.to_string()))
+    Some(name.to_string())
+}
+
+/// `discovery.etcd`: `{ prefix: /services/orders/ }`.
+fn etcd(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
+    let f = fields(cx, node, path, "discovery.etcd", DISCOVERY_ETCD_KEYS)?;
+    let n = f.require(cx, path, "prefix")?;
+    crate::source::prefix(cx, n, path.key("prefix"))
 }

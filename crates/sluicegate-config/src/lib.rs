@@ -36,7 +36,8 @@ use std::path::{Path, PathBuf};
 pub use apps::valid_key;
 pub use document::{decode_apps, Document, Problem};
 pub use model::*;
-pub use source::{ConfigSource, EtcdSource, EtcdTls};
+pub use service::MAX_WEIGHT;
+pub use source::{ConfigSource, EtcdConnection, EtcdSource, EtcdTls};
 pub use trace::MAX_REQUEST_ID_HEADER;
 pub use units::{parse_duration, parse_size};
 

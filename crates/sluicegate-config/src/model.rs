@@ -74,6 +74,17 @@ pub struct Config {
     pub dns: DnsSettings,
 }
 
+impl Config {
+    /// The etcd of `discovery.etcd`: `cluster.etcd`, or else the
+    /// connection of `config_source.etcd`.
+    pub fn discovery_etcd(&self) -> Option<&crate::source::EtcdConnection> {
+        self.cluster.etcd.as_ref().or(match &self.config_source {
+            Some(crate::source::ConfigSource::Etcd(e)) => Some(&e.connection),
+            None => None,
+        })
+    }
+}
+
 /// `request_id`: every request has an id, kept from a trusted proxy or made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestIdConfig {
@@ -117,6 +128,9 @@ pub struct ClusterConfig {
     /// Where global limits and quotas are kept; `None`: nowhere (every
     /// limit is then `scope: local`).
     pub redis: Option<RedisConfig>,
+    /// The etcd that services with `discovery.etcd` read their endpoints
+    /// from; `None`: that of `config_source.etcd`, if any.
+    pub etcd: Option<crate::source::EtcdConnection>,
 }
 
 /// `cluster.redis`: a Redis server, or a Redis Cluster.

@@ -449,9 +449,9 @@ fn service() -> S {
                     ],
                 ),
                 "discovery" => object(
-                    "Endpoints found in DNS SRV records (ports and weights from the records).",
+                    "Endpoints found in DNS SRV records (ports and weights from the records), or registered in etcd; one of dns_srv and etcd.",
                     discovery::DISCOVERY_KEYS,
-                    &["dns_srv"],
+                    &[],
                     |k| {
                         Some(match k {
                             "dns_srv" => pattern(
@@ -459,6 +459,17 @@ fn service() -> S {
                                 r"^[A-Za-z0-9_.\-]+\.[A-Za-z0-9_.\-]+$",
                             )
                             .into(),
+                            "etcd" => object(
+                                "Endpoints that register themselves: every key under prefix (with a lease) is one; its value is IP:port or {\"address\": \"IP:port\", \"weight\": N}.",
+                                discovery::DISCOVERY_ETCD_KEYS,
+                                &["prefix"],
+                                |k| {
+                                    Some(match k {
+                                        "prefix" => pattern("The key prefix, starting and ending with /.", "^/(.*/)?$").into(),
+                                        _ => return None,
+                                    })
+                                },
+                            ),
                             _ => return None,
                         })
                     },
@@ -1062,24 +1073,9 @@ fn top(k: &str) -> Option<S> {
                 Some(match k {
                     "etcd" => object("The etcd cluster.", source::ETCD_KEYS, &["endpoints"], |k| {
                         Some(match k {
-                            "endpoints" => ArrayBuilder::new()
-                                .description(Some("etcd client URLs; at least one."))
-                                .min_items(Some(1))
-                                .items(pattern("http://HOST:PORT or https://HOST:PORT.", "^https?://"))
-                                .into(),
                             "prefix" => with_default(pattern("The key prefix, starting and ending with /.", "^/(.*/)?$"), json!("/sluicegate/")),
-                            "tls" => object("TLS to etcd.", source::ETCD_TLS_KEYS, &[], |k| {
-                                Some(match k {
-                                    "ca" => file("PEM bundle that signs etcd's certificate."),
-                                    "cert" => file("Client certificate (with key)."),
-                                    "key" => file("Its private key."),
-                                    _ => return None,
-                                })
-                            }),
-                            "username" => string("etcd user; with password_file.").into(),
-                            "password_file" => file("File holding the user's password."),
                             "cache" => file("Where the last applied config is kept."),
-                            _ => return None,
+                            _ => return etcd_connection_key(k),
                         })
                     }),
                     _ => return None,
@@ -1158,6 +1154,12 @@ fn top(k: &str) -> Option<S> {
         ),
         "cluster" => object("What a fleet shares.", cluster::CLUSTER_KEYS, &[], |k| {
             Some(match k {
+                "etcd" => object(
+                    "The etcd of discovery.etcd (default: that of config_source.etcd).",
+                    source::ETCD_CONNECTION_KEYS,
+                    &["endpoints"],
+                    etcd_connection_key,
+                ),
                 "redis" => object(
                     "The Redis of scope: global limits.",
                     cluster::REDIS_KEYS,
@@ -1176,6 +1178,31 @@ fn top(k: &str) -> Option<S> {
                 _ => return None,
             })
         }),
+        _ => return None,
+    })
+}
+
+/// The keys that say how to reach etcd (`config_source.etcd`, `cluster.etcd`).
+fn etcd_connection_key(k: &str) -> Option<S> {
+    Some(match k {
+        "endpoints" => ArrayBuilder::new()
+            .description(Some("etcd client URLs; at least one."))
+            .min_items(Some(1))
+            .items(pattern(
+                "http://HOST:PORT or https://HOST:PORT.",
+                "^https?://",
+            ))
+            .into(),
+        "tls" => object("TLS to etcd.", source::ETCD_TLS_KEYS, &[], |k| {
+            Some(match k {
+                "ca" => file("PEM bundle that signs etcd's certificate."),
+                "cert" => file("Client certificate (with key)."),
+                "key" => file("Its private key."),
+                _ => return None,
+            })
+        }),
+        "username" => string("etcd user; with password_file.").into(),
+        "password_file" => file("File holding the user's password."),
         _ => return None,
     })
 }
@@ -1321,6 +1348,10 @@ mod tests {
         assert_eq!(
             props(&top["cluster"]["properties"]["redis"]),
             sorted(cluster::REDIS_KEYS)
+        );
+        assert_eq!(
+            props(&top["cluster"]["properties"]["etcd"]),
+            sorted(source::ETCD_CONNECTION_KEYS)
         );
         let certs = &all["ListenerTls"]["properties"]["certificates"]["items"];
         assert_eq!(props(certs), sorted(listen::CERT_KEYS));

@@ -64,8 +64,8 @@ fn service<'n>(
     let name = f
         .require(cx, path, "name")
         .and_then(|n| service_name(cx, n, path.key("name"), names));
-    let dns_srv = match f.get("discovery") {
-        None => Some(None),
+    let found = match f.get("discovery") {
+        None => Some(Default::default()),
         Some(n) => crate::discovery::discovery(cx, n, path.key("discovery")),
     };
     // With discovery the list may be absent or empty.
@@ -85,6 +85,17 @@ fn service<'n>(
             found
         }
     };
+    // Registered endpoints are addresses: a host name beside them would
+    // be resolved by the DNS plane, which publishes the same service.
+    if let (Some(f), Some(n)) = (&found, f.get("endpoints")) {
+        if f.etcd.is_some() && !dns_names.is_empty() {
+            cx.at(
+                n.pos,
+                path.key("endpoints"),
+                "with discovery.etcd, endpoints beside it must be IP:port (a host name here is not resolved)",
+            );
+        }
+    }
 
     let mut balance = Balance::RoundRobin;
     let mut balance_ok = true;
@@ -170,9 +181,13 @@ fn service<'n>(
     Some(Service {
         name: name?,
         endpoints,
-        discovery: Discovery {
-            names: dns_names,
-            dns_srv: dns_srv?,
+        discovery: {
+            let found = found?;
+            Discovery {
+                names: dns_names,
+                dns_srv: found.dns_srv,
+                etcd: found.etcd,
+            }
         },
         balance,
         hash_key,

@@ -1,10 +1,11 @@
 //! `config_source`: where the gateway's services, routes, apps, plans and
 //! settings come from when not from the file alone: `etcd`, with its
-//! endpoints, key prefix, TLS and credentials.
+//! endpoints, key prefix, TLS and credentials; and the connection part of
+//! it, which `cluster.etcd` (the etcd of `discovery.etcd`) shares.
 
 use std::path::PathBuf;
 
-use crate::reader::{self, fields, Cx, Path};
+use crate::reader::{self, fields, Cx, Fields, Path};
 use crate::yaml::Node;
 
 /// `config_source`: the config is kept elsewhere; the file then holds what
@@ -17,17 +18,24 @@ pub enum ConfigSource {
 /// `config_source.etcd`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdSource {
-    /// `http://HOST:PORT` or `https://HOST:PORT`, at least one.
-    pub endpoints: Vec<String>,
+    pub connection: EtcdConnection,
     /// The key prefix every object is under; starts and ends with `/`.
     pub prefix: String,
+    /// Where the last applied config is kept for a start while etcd is
+    /// down; `None`: beside the config file (`FILE.etcd-cache.json`).
+    pub cache: Option<PathBuf>,
+}
+
+/// How to reach an etcd cluster: `config_source.etcd` without its
+/// `prefix` and `cache`, or `cluster.etcd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConnection {
+    /// `http://HOST:PORT` or `https://HOST:PORT`, at least one.
+    pub endpoints: Vec<String>,
     pub tls: Option<EtcdTls>,
     /// Username and the file holding its password (both or neither).
     pub username: Option<String>,
     pub password_file: Option<PathBuf>,
-    /// Where the last applied config is kept for a start while etcd is
-    /// down; `None`: beside the config file (`FILE.etcd-cache.json`).
-    pub cache: Option<PathBuf>,
 }
 
 /// `config_source.etcd.tls`: the CA that signs etcd's certificate, and a
@@ -57,18 +65,48 @@ pub(crate) const ETCD_KEYS: &[&str] = &[
     "cache",
 ];
 
+/// The keys of `cluster.etcd`: those of `config_source.etcd` that say how
+/// to connect.
+pub(crate) const ETCD_CONNECTION_KEYS: &[&str] = &["endpoints", "tls", "username", "password_file"];
+
 fn etcd_source(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdSource> {
     let f = fields(cx, node, path, "config_source.etcd", ETCD_KEYS)?;
+    let before = cx.errors.len();
+    let connection = connection(cx, &f, node, path, "config_source.etcd");
+    let prefix = match f.get("prefix") {
+        None => "/sluicegate/".to_string(),
+        Some(n) => prefix(cx, n, path.key("prefix")).unwrap_or_default(),
+    };
+    let cache = f
+        .get("cache")
+        .and_then(|n| reader::file_path(cx, n, path.key("cache")));
+    (cx.errors.len() == before).then_some(EtcdSource {
+        connection: connection?,
+        prefix,
+        cache,
+    })
+}
+
+/// Decodes `cluster.etcd`.
+pub(crate) fn etcd_connection(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdConnection> {
+    let f = fields(cx, node, path, "cluster.etcd", ETCD_CONNECTION_KEYS)?;
+    connection(cx, &f, node, path, "cluster.etcd")
+}
+
+/// The connection keys of an etcd mapping (`None` if any is wrong).
+fn connection(
+    cx: &mut Cx,
+    f: &Fields<'_>,
+    node: &Node,
+    path: Path<'_>,
+    what: &str,
+) -> Option<EtcdConnection> {
     let before = cx.errors.len();
     let endpoints = f
         .require(cx, path, "endpoints")
         .map(|n| endpoints(cx, n, path.key("endpoints")))
         .unwrap_or_default();
-    let prefix = match f.get("prefix") {
-        None => "/sluicegate/".to_string(),
-        Some(n) => prefix(cx, n, path.key("prefix")).unwrap_or_default(),
-    };
-    let tls = f.get("tls").and_then(|n| tls(cx, n, path.key("tls")));
+    let tls = f.get("tls").and_then(|n| tls(cx, n, path.key("tls"), what));
     let username = f
         .get("username")
         .and_then(|n| reader::string(cx, n, path.key("username")))
@@ -83,9 +121,6 @@ fn etcd_source(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdSource> {
             "username and password_file go together: give both or neither",
         );
     }
-    let cache = f
-        .get("cache")
-        .and_then(|n| reader::file_path(cx, n, path.key("cache")));
     if tls.is_none() && endpoints.iter().any(|e| e.starts_with("https://")) {
         cx.at(
             node.pos,
@@ -93,13 +128,11 @@ fn etcd_source(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdSource> {
             "an https:// endpoint needs tls (at least tls.ca)",
         );
     }
-    (cx.errors.len() == before).then_some(EtcdSource {
+    (cx.errors.len() == before).then_some(EtcdConnection {
         endpoints,
-        prefix,
         tls,
         username,
         password_file,
-        cache,
     })
 }
 
@@ -142,7 +175,7 @@ fn valid_endpoint(text: &str) -> bool {
 }
 
 /// `prefix`: starts and ends with `/`, at least one character between.
-fn prefix(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
+pub(crate) fn prefix(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
     const EXPECTED: &str = "a key prefix that starts and ends with / (like /sluicegate/)";
     let text = reader::scalar(cx, node, path, EXPECTED)?;
     if text.len() < 3 || !text.starts_with('/') || !text.ends_with('/') || text.contains('\0') {
@@ -152,8 +185,9 @@ fn prefix(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
     Some(text.to_string())
 }
 
-fn tls(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdTls> {
-    let f = fields(cx, node, path, "config_source.etcd.tls", ETCD_TLS_KEYS)?;
+fn tls(cx: &mut Cx, node: &Node, path: Path<'_>, what: &str) -> Option<EtcdTls> {
+    let what = format!("{what}.tls");
+    let f = fields(cx, node, path, &what, ETCD_TLS_KEYS)?;
     let mut file = |name: &str| {
         f.get(name)
             .and_then(|n| reader::file_path(cx, n, path.key(name)))
@@ -189,9 +223,9 @@ mod tests {
         let Some(ConfigSource::Etcd(e)) = c.config_source else {
             panic!("no etcd source");
         };
-        assert_eq!(e.endpoints, ["http://127.0.0.1:2379"]);
+        assert_eq!(e.connection.endpoints, ["http://127.0.0.1:2379"]);
         assert_eq!(e.prefix, "/sluicegate/");
-        assert!(e.tls.is_none() && e.username.is_none() && e.cache.is_none());
+        assert!(e.connection.tls.is_none() && e.connection.username.is_none() && e.cache.is_none());
     }
 
     #[test]

@@ -403,6 +403,10 @@ fn serve(
         background.push(tokio::spawn(sluicegate_proxy::discovery::run(
             shared.clone(),
         )));
+        // And of endpoints registered in etcd (`discovery.etcd`).
+        background.push(tokio::spawn(sluicegate_admin::etcd::discover::run(
+            shared.clone(),
+        )));
         // So do the leases of global limits from Redis.
         let s = shared.clone();
         let plane = sluicegate_proxy::cluster::spawn(move || s.globals(), redis_rx);

@@ -8,11 +8,10 @@ mod http_common;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use http_common::load::{id, Load};
 use http_common::{wait_until, Gw};
 use sluicegate_testkit::{free_port, http_get, DnsServer, KeepAliveClient, Srv, TestUpstream};
 
@@ -43,68 +42,6 @@ fn dns_block(dns: &DnsServer) -> String {
 
 fn route(service: &str) -> String {
     format!("routes:\n  - name: all\n    match: {{ path_prefix: / }}\n    service: {service}\n")
-}
-
-fn id(resp: &sluicegate_testkit::Response) -> String {
-    resp.header("x-upstream-id").unwrap_or("-").to_string()
-}
-
-/// Clients sending requests until stopped, counting answers by upstream
-/// id (or by status when not 200) and I/O errors.
-struct Load {
-    stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<HashMap<String, u64>>>,
-    threads: Vec<thread::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(addr: SocketAddr, clients: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let seen = Arc::new(Mutex::new(HashMap::new()));
-        let threads = (0..clients)
-            .map(|_| {
-                let (stop, seen) = (stop.clone(), seen.clone());
-                thread::spawn(move || {
-                    let mut client = KeepAliveClient::connect(addr).unwrap();
-                    while !stop.load(Ordering::Relaxed) {
-                        let key = match client.get("/x") {
-                            Ok(r) if r.status == 200 => id(&r),
-                            Ok(r) => format!("status {}", r.status),
-                            Err(e) => {
-                                client = KeepAliveClient::connect(addr).unwrap();
-                                format!("error {e}")
-                            }
-                        };
-                        *seen.lock().unwrap().entry(key).or_default() += 1;
-                        thread::sleep(Duration::from_millis(2));
-                    }
-                })
-            })
-            .collect();
-        Load {
-            stop,
-            seen,
-            threads,
-        }
-    }
-
-    /// Forgets the counts so far.
-    fn reset(&self) {
-        self.seen.lock().unwrap().clear();
-    }
-
-    fn count(&self, key: &str) -> u64 {
-        self.seen.lock().unwrap().get(key).copied().unwrap_or(0)
-    }
-
-    fn finish(self) -> HashMap<String, u64> {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
-            t.join().unwrap();
-        }
-        let seen = self.seen.lock().unwrap();
-        seen.clone()
-    }
 }
 
 fn failures(seen: &HashMap<String, u64>) -> Vec<(&String, &u64)> {
@@ -156,7 +93,7 @@ fn a_records_added_and_removed_under_load_fail_no_request() {
     assert!(
         load.count("b") > 0 && load.count("c") > 0,
         "{:?}",
-        load.seen
+        load.seen()
     );
     dns.set_failing(false);
     step(&["127.0.0.2"], "a");

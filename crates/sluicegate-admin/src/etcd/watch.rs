@@ -9,22 +9,22 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, EventType, GetOptions, WatchOptions};
+use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 use sluicegate_config::EtcdSource;
 
 use super::{Batch, Change, Inbox, Status};
 use crate::reload::Reloader;
 
 /// Backoff between reconnections: doubles from the first to the last.
-const BACKOFF_FIRST: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+pub(super) const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+pub(super) const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How often progress is asked for when no event comes.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Keys a list reads at once.
 const PAGE: i64 = 10_000;
 /// Largest message taken from etcd (a watch response may carry many
 /// revisions' events after a reconnect).
-const MAX_MESSAGE: usize = 256 << 20;
+pub(super) const MAX_MESSAGE: usize = 256 << 20;
 
 pub(crate) struct Watch {
     pub reloader: Arc<Mutex<Reloader>>,
@@ -50,7 +50,7 @@ pub(crate) async fn run(w: Watch) {
     // The revision last listed while no event came after it.
     let mut listed = None;
     loop {
-        let stop = match connect(&w.source).await {
+        let stop = match super::connect(&w.source.connection).await {
             Ok(client) => {
                 *w.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
                 follow(&w, client, &mut list, &mut listed, &mut backoff).await
@@ -71,37 +71,6 @@ pub(crate) async fn run(w: Watch) {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
-}
-
-async fn connect(source: &EtcdSource) -> Result<Client, String> {
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3));
-    if let (Some(user), Some(file)) = (&source.username, &source.password_file) {
-        let password =
-            std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-        options = options.with_user(user.clone(), password.trim().to_string());
-    }
-    if let Some(tls) = &source.tls {
-        let mut t = etcd_client::TlsOptions::new();
-        if let Some(ca) = &tls.ca {
-            let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
-            t = t.ca_certificate(etcd_client::Certificate::from_pem(pem));
-        }
-        if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
-            let c = std::fs::read(cert).map_err(|e| format!("{}: {e}", cert.display()))?;
-            let k = std::fs::read(key).map_err(|e| format!("{}: {e}", key.display()))?;
-            t = t.identity(etcd_client::Identity::from_pem(c, k));
-        }
-        options = options.with_tls(t);
-    }
-    tokio::time::timeout(
-        Duration::from_secs(3),
-        Client::connect(&source.endpoints, Some(options)),
-    )
-    .await
-    .map_err(|_| "connect timed out".to_string())?
-    .map_err(|e| e.to_string())
 }
 
 /// Has what is queued applied off the runtime thread, under the
@@ -198,7 +167,7 @@ async fn follow(
 /// Every key under `prefix` and its value, listed in pages all read at the
 /// revision of the first (a compaction meanwhile fails the list, which is
 /// then tried again).
-async fn list_prefix(
+pub(super) async fn list_prefix(
     client: &Client,
     prefix: &str,
 ) -> Result<(u64, Vec<(String, Vec<u8>)>), etcd_client::Error> {
@@ -231,7 +200,7 @@ async fn list_prefix(
 }
 
 /// `key` without the prefix, as text.
-fn strip(prefix: &str, key: &[u8]) -> String {
+pub(super) fn strip(prefix: &str, key: &[u8]) -> String {
     let key = String::from_utf8_lossy(key);
     key.strip_prefix(prefix).unwrap_or(&key).to_string()
 }

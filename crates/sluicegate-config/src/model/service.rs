@@ -167,12 +167,20 @@ pub struct Discovery {
     /// `discovery.dns_srv`: an SRV name whose records give the targets,
     /// ports and weights.
     pub dns_srv: Option<String>,
+    /// `discovery.etcd.prefix`: every key under it is an endpoint that
+    /// registered itself (see `cluster.etcd`).
+    pub etcd: Option<String>,
 }
 
 impl Discovery {
-    /// Nothing to resolve: the endpoints are all IP addresses.
+    /// Nothing to discover: the endpoints are all IP addresses.
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty() && self.dns_srv.is_none()
+        !self.uses_dns() && self.etcd.is_none()
+    }
+
+    /// Names for the DNS plane to resolve.
+    pub fn uses_dns(&self) -> bool {
+        !self.names.is_empty() || self.dns_srv.is_some()
     }
 }
 

@@ -265,6 +265,80 @@ fn discovery_and_dns() {
 }
 
 #[test]
+fn discovery_from_etcd() {
+    let text = with("cluster:\n  etcd: { endpoints: [\"http://127.0.0.1:2379\"] }\nservices:\n  - name: s\n    endpoints: [\"10.0.0.1:80\"]\n    discovery: { etcd: { prefix: /services/orders/ } }\n");
+    let c = ok(&text);
+    assert_eq!(
+        c.services[0].discovery.etcd.as_deref(),
+        Some("/services/orders/")
+    );
+    assert!(!c.services[0].discovery.uses_dns());
+    assert_eq!(
+        c.discovery_etcd().map(|e| e.endpoints.clone()),
+        Some(vec!["http://127.0.0.1:2379".to_string()])
+    );
+    // config_source.etcd's connection serves when cluster.etcd is absent.
+    let c = ok(&with("config_source: { etcd: { endpoints: [\"http://127.0.0.1:2379\"] } }\nservices:\n  - name: s\n    discovery: { etcd: { prefix: /services/orders/ } }\n"));
+    assert!(c.discovery_etcd().is_some());
+    assert_eq!(
+        error(&with("services:\n  - name: s\n    discovery: { etcd: { prefix: /services/orders/ } }\n")),
+        "3:3: services: service \"s\" has discovery.etcd but neither cluster.etcd nor config_source.etcd is set"
+    );
+    let cluster = "cluster: { etcd: { endpoints: [\"http://127.0.0.1:2379\"] } }\n";
+    let cases = [
+        (
+            "discovery: { etcd: { prefix: services } }",
+            "services[0].discovery.etcd.prefix: expected a key prefix that starts and ends with /",
+        ),
+        (
+            "discovery: { etcd: {} }",
+            "services[0].discovery.etcd: missing required key \"prefix\"",
+        ),
+        (
+            "discovery: { etcd: { prefix: /a/, ttl: 3 } }",
+            "unknown key \"ttl\" in discovery.etcd",
+        ),
+        (
+            "discovery: {}",
+            "services[0].discovery: needs dns_srv or etcd",
+        ),
+        (
+            "discovery: { dns_srv: _http._tcp.a.example, etcd: { prefix: /a/ } }",
+            "give dns_srv or etcd, not both",
+        ),
+        (
+            "endpoints: [\"orders.internal:80\"]\n    discovery: { etcd: { prefix: /a/ } }",
+            "services[0].endpoints: with discovery.etcd, endpoints beside it must be IP:port",
+        ),
+    ];
+    for (disc, want) in cases {
+        let errs = errors(&with(&format!(
+            "{cluster}services:\n  - name: s\n    {disc}\n"
+        )));
+        assert!(
+            errs.iter().any(|e| e.contains(want)),
+            "{disc}: {errs:?} lacks {want:?}"
+        );
+    }
+    let errs = errors(&with(
+        "cluster: { etcd: { endpoints: [\"https://a:1\"], tls: { cert: c.pem } } }\n",
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("cluster.etcd.tls: cert and key go together")),
+        "{errs:?}"
+    );
+    let errs = errors(&with(
+        "cluster: { etcd: { endpoints: [\"http://a:1\"], prefix: /x/ } }\n",
+    ));
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("unknown key \"prefix\" in cluster.etcd")),
+        "{errs:?}"
+    );
+}
+
+#[test]
 fn durations() {
     assert_eq!(
         error(&with("timeouts: { keepalive: 60 }")),

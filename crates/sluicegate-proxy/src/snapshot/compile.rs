@@ -305,6 +305,7 @@ fn compile_routes(
             .is_some_and(|s| !s.discovery.is_empty())
     });
     reg.dns = config.dns.clone();
+    reg.discovery_etcd = config.discovery_etcd().cloned();
     reg.generation += 1;
     let services_in_order = config
         .services

@@ -155,7 +155,7 @@ impl Shared {
         true
     }
 
-    /// What the discovery plane resolves: the `dns` settings and each
+    /// What the DNS discovery plane resolves: the `dns` settings and each
     /// service with names to resolve, from the config in force.
     pub fn discovery_targets(
         &self,
@@ -167,10 +167,29 @@ impl Shared {
         let mut list: Vec<_> = reg
             .service_cfg
             .values()
-            .filter(|s| !s.discovery.is_empty())
+            .filter(|s| s.discovery.uses_dns())
             .map(|s| (s.name.clone(), s.discovery.clone()))
             .collect();
         list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         (reg.dns.clone(), list)
+    }
+
+    /// What the etcd discovery plane follows: the etcd to read and each
+    /// service with `discovery.etcd` and its prefix, from the config in
+    /// force (sorted by service).
+    pub fn etcd_discovery_targets(
+        &self,
+    ) -> (
+        Option<sluicegate_config::EtcdConnection>,
+        Vec<(String, String)>,
+    ) {
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<_> = reg
+            .service_cfg
+            .values()
+            .filter_map(|s| Some((s.name.clone(), s.discovery.etcd.clone()?)))
+            .collect();
+        list.sort_unstable();
+        (reg.discovery_etcd.clone(), list)
     }
 }

@@ -166,6 +166,8 @@ pub struct Registry {
     /// is built from it), and the `dns` settings.
     service_cfg: HashMap<String, Arc<sluicegate_config::Service>>,
     dns: sluicegate_config::DnsSettings,
+    /// The etcd that `discovery.etcd` prefixes are read from.
+    discovery_etcd: Option<sluicegate_config::EtcdConnection>,
     /// service -> the endpoints the discovery plane last published for it
     /// (a reload keeps them).
     discovered: HashMap<String, Vec<sluicegate_config::Endpoint>>,

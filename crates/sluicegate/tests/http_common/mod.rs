@@ -3,6 +3,8 @@
 //! it over raw sockets with bounded timeouts, and check error bodies.
 #![allow(dead_code)]
 
+pub mod load;
+
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
