@@ -1,0 +1,522 @@
+//! The schemas of the resources the admin API serves one by one: services
+//! (with endpoints and health checks), routes, plans and apps.
+
+use super::*;
+
+pub(super) fn service() -> S {
+    object(
+        "A service: a named set of backend endpoints and how requests are spread over them.",
+        service::SERVICE_KEYS,
+        // `endpoints` may be left out with `discovery` (the decoder then
+        // checks that one of the two is given; the schema cannot say so
+        // without nesting the properties, and with discovery leave the
+        // list out rather than empty: the schema wants one item at least).
+        &["name"],
+        |k| {
+            Some(match k {
+                "name" => name("Unique among services; routes name it."),
+                "endpoints" => ArrayBuilder::new()
+                    .description(Some("The backends; at least one."))
+                    .min_items(Some(1))
+                    .items(ArrayItemsOf(endpoint()))
+                    .into(),
+                "balance" => with_default(
+                    choice(
+                        "How each request's endpoint is picked.",
+                        &["round_robin", "least_conn", "p2c_ewma", "hash"],
+                    ),
+                    json!("round_robin"),
+                ),
+                "hash_key" => with_default(
+                    pattern(
+                        "What balance: hash hashes: client_ip, path or header:NAME. Only with balance: hash.",
+                        "^(client_ip|path|header:.+)$",
+                    ),
+                    json!("client_ip"),
+                ),
+                "max_connections_per_endpoint" => with_default(
+                    int("Requests in flight to one endpoint at once.", 1, None),
+                    json!(512),
+                ),
+                "timeouts" => object(
+                    "Upstream timeouts.",
+                    service::SERVICE_TIMEOUT_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "connect" => dur("To open a connection to an endpoint.", Some("1s")),
+                            "response_header" => dur("From the request sent to the whole response head.", Some("15s")),
+                            "response_body" => dur("Longest pause within a response body.", Some("15s")),
+                            "idle" => dur("How long an idle pooled connection is kept.", Some("60s")),
+                            "request" => dur("From the request's arrival to the response head, retries included.", Some("30s")),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "health" => health(),
+                "retries" => object(
+                    "When a failed attempt is tried again on another endpoint.",
+                    resilience::RETRY_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "attempts" => with_default(int("Tries in all, the first included.", 1, Some(10)), json!(2)),
+                            "on" => list(
+                                "What is tried again: connect, reset, timeout, a status 500-599, or grpc:STATUS.",
+                                any_of(
+                                    "A retry condition.",
+                                    vec![
+                                        choice("A failure kind.", &["connect", "reset", "timeout"]).into(),
+                                        int("An upstream status.", 500, Some(599)).into(),
+                                        pattern("A status, or grpc: and a gRPC status name.", "^([5][0-9][0-9]|grpc:[A-Za-z_]+)$").into(),
+                                    ],
+                                ),
+                            ),
+                            "budget" => with_default(
+                                pattern("Retries allowed as a share of the service's requests, 0% to 100%.", r"^\s*[0-9]+\s*%\s*$"),
+                                json!("20%"),
+                            ),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "breaker" => object(
+                    "A circuit breaker per endpoint.",
+                    resilience::BREAKER_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "errors" => with_default(int("Failures within window that open the circuit.", 1, Some(1_000_000)), json!(5)),
+                            "window" => dur("The span failures are counted over; at least 10ms.", Some("10s")),
+                            "open_for" => dur("How long an open circuit sends nothing; at least 10ms.", Some("10s")),
+                            "half_open_requests" => with_default(int("Probe requests let through after open_for.", 1, Some(1_000_000)), json!(1)),
+                            "on_5xx" => boolean("Count 5xx answers as failures.", false).into(),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "ejection" => any_of(
+                    "An endpoint whose connect fails leaves rotation for a while: true (the defaults), false (off) or the times.",
+                    vec![
+                        boolean("On with the defaults, or off.", true).into(),
+                        object(
+                            "How long a failing endpoint is out.",
+                            resilience::EJECTION_KEYS,
+                            &[],
+                            |k| {
+                                Some(match k {
+                                    "base" => dur("Out of rotation after a failed connect; at least 10ms.", Some("1s")),
+                                    "max" => dur("The longest ejection (doubling per failure in a row); at least base.", Some("30s")),
+                                    _ => return None,
+                                })
+                            },
+                        ),
+                    ],
+                ),
+                "forwarded_headers" => boolean(
+                    "Send X-Forwarded-For, -Proto and -Host upstream (off: none, and the client's dropped).",
+                    true,
+                )
+                .into(),
+                "tls" => any_of(
+                    "Connect to the endpoints over TLS: true (the defaults), false (plain TCP) or the settings.",
+                    vec![
+                        boolean("TLS with the defaults, or plain TCP.", false).into(),
+                        object(
+                            "Upstream TLS settings.",
+                            tls::UPSTREAM_TLS_KEYS,
+                            &[],
+                            |k| {
+                                Some(match k {
+                                    "sni" => string("The server name sent and checked (a DNS name); by default the endpoint's host name.").into(),
+                                    "verify" => boolean("Check the upstream's certificate (false: tests only).", true).into(),
+                                    "ca" => file("PEM CA bundle the upstream's certificate must chain to (default: system roots)."),
+                                    "client_cert" => file("PEM certificate chain presented to the upstream; with client_key."),
+                                    "client_key" => file("PEM private key of client_cert."),
+                                    _ => return None,
+                                })
+                            },
+                        ),
+                    ],
+                ),
+                "discovery" => object(
+                    "Endpoints found in DNS SRV records (ports and weights from the records), or registered in etcd; one of dns_srv and etcd.",
+                    discovery::DISCOVERY_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "dns_srv" => pattern(
+                                "The SRV name, e.g. _http._tcp.orders.example.",
+                                r"^[A-Za-z0-9_.\-]+\.[A-Za-z0-9_.\-]+$",
+                            )
+                            .into(),
+                            "etcd" => object(
+                                "Endpoints that register themselves: every key under prefix (with a lease) is one; its value is IP:port or {\"address\": \"IP:port\", \"weight\": N}.",
+                                discovery::DISCOVERY_ETCD_KEYS,
+                                &["prefix"],
+                                |k| {
+                                    Some(match k {
+                                        "prefix" => pattern("The key prefix, starting and ending with /.", "^/(.*/)?$").into(),
+                                        _ => return None,
+                                    })
+                                },
+                            ),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "protocol" => with_default(
+                    choice(
+                        "The HTTP version spoken to the endpoints (h2 and auto need tls).",
+                        &["http1", "h2", "h2c", "auto"],
+                    ),
+                    json!("http1"),
+                ),
+                _ => return None,
+            })
+        },
+    )
+}
+
+pub(super) fn name(d: &str) -> S {
+    utoipa::openapi::schema::AllOfBuilder::new()
+        .item(r("Name"))
+        .description(Some(d))
+        .into()
+}
+
+pub(super) fn endpoint() -> S {
+    any_of(
+        "An endpoint: host:port (weight 1), or an address and a weight.",
+        vec![
+            pattern(
+                "host:port: an IP literal or a host name, and a port.",
+                r"^.+:[0-9]+$",
+            )
+            .into(),
+            object(
+                "An endpoint with a weight.",
+                service::ENDPOINT_KEYS,
+                &["addr"],
+                |k| {
+                    Some(match k {
+                        "addr" => pattern("host:port.", r"^.+:[0-9]+$").into(),
+                        "weight" => with_default(
+                            int("Relative share of requests.", 1, Some(1000)),
+                            json!(1),
+                        ),
+                        _ => return None,
+                    })
+                },
+            ),
+        ],
+    )
+}
+
+pub(super) fn health() -> S {
+    object(
+        "Active health checks of the endpoints.",
+        health::HEALTH_KEYS,
+        &[],
+        |k| {
+            Some(match k {
+                "type" => with_default(
+                    choice(
+                        "http: GET path; tcp: the connect alone; grpc: the gRPC health protocol.",
+                        &["http", "tcp", "grpc"],
+                    ),
+                    json!("http"),
+                ),
+                "path" => with_default(pattern("What an http check requests.", PATH), json!("/")),
+                "service" => with_default(
+                    string("grpc only: the service asked about (\"\": the whole server).")
+                        .max_length(Some(1024)),
+                    json!(""),
+                ),
+                "interval" => dur("Between checks of one endpoint; at least 10ms.", Some("2s")),
+                "timeout" => dur("A check that takes longer fails.", Some("1s")),
+                "healthy_after" => with_default(
+                    int(
+                        "Passed checks in a row that bring an endpoint back.",
+                        1,
+                        Some(100),
+                    ),
+                    json!(2),
+                ),
+                "unhealthy_after" => with_default(
+                    int("Failed checks in a row that take it out.", 1, Some(100)),
+                    json!(3),
+                ),
+                "expect_status" => list(
+                    "Statuses that pass an http check.",
+                    any_of(
+                        "A status, or a range FROM-TO.",
+                        vec![
+                            int("A status.", 100, Some(599)).into(),
+                            pattern(
+                                "A status or a range like 200-299.",
+                                r"^\s*[0-9]{3}\s*(-\s*[0-9]{3}\s*)?$",
+                            )
+                            .into(),
+                        ],
+                    ),
+                ),
+                _ => return None,
+            })
+        },
+    )
+}
+
+// ---- routes ----
+
+pub(super) fn route() -> S {
+    object(
+        "A route: which requests it takes (match) and what it does with them (service or respond, exactly one).",
+        route::ROUTE_KEYS,
+        &["name"],
+        |k| {
+            Some(match k {
+                "name" => name("Unique among routes."),
+                "match" => object(
+                    "Conditions that must all hold; at most one of path, path_prefix, path_regex.",
+                    route::matcher::MATCH_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "host" => pattern(
+                                "The request's host without port: example.com or *.example.com.",
+                                r"^(\*\.)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*\.?$",
+                            )
+                            .into(),
+                            "path" => pattern("The path must equal this.", PATH).into(),
+                            "path_prefix" => pattern("The path must start with this, segment by segment.", PATH).into(),
+                            "path_regex" => string("The path must match this regular expression.").into(),
+                            "methods" => methods("The request's method must be one of these."),
+                            "headers" => header_map("Each header must be present with exactly this value."),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "service" => name("Proxy to this service."),
+                "respond" => object(
+                    "Answer directly.",
+                    route::RESPOND_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "status" => with_default(int("The answer's status.", 100, Some(599)), json!(200)),
+                            "body" => scalar("The answer's body (none for 1xx, 204, 304)."),
+                            "headers" => header_map("The answer's headers (not Content-Length nor Transfer-Encoding)."),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "strip_prefix" => boolean("Remove the matched path_prefix before forwarding.", false).into(),
+                "auth" => with_default(
+                    choice("Who may call: an app by key, JWT or client certificate, or anyone.", &["app_key", "jwt", "mtls", "none"]),
+                    json!("none"),
+                ),
+                "limit" => object(
+                    "The route's own limit for every caller; rate or concurrency at least.",
+                    apps::ROUTE_LIMIT_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "rate" => pattern("Steady rate: N/s, N/min, N/h or N/day.", RATE).into(),
+                            "burst" => int("Requests at once above the rate; only with rate.", 1, Some(1_000_000_000)).into(),
+                            "concurrency" => int("Requests in flight at once.", 1, Some(1_000_000_000)).into(),
+                            "per" => with_default(choice("Counters per client address, or one set for the route.", &["client_ip", "route"]), json!("client_ip")),
+                            "scope" => with_default(choice("local: per process; global: across the fleet (per: route and a rate).", &["local", "global"]), json!("local")),
+                            "on_failure" => with_default(choice("A global limit while Redis is unreachable.", &["local", "deny"]), json!("local")),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "request_headers" => utoipa::openapi::schema::AllOfBuilder::new()
+                    .item(r("HeaderOps"))
+                    .description(Some("Header changes on the way upstream."))
+                    .into(),
+                "response_headers" => utoipa::openapi::schema::AllOfBuilder::new()
+                    .item(r("HeaderOps"))
+                    .description(Some("Header changes on the way back."))
+                    .into(),
+                "cors" => object(
+                    "Cross-origin requests from browsers.",
+                    policy::CORS_KEYS,
+                    &["origins"],
+                    |k| {
+                        Some(match k {
+                            "origins" => list(
+                                "scheme://host[:port], scheme://*.suffix or *.",
+                                pattern("An origin.", r"^(\*|[Hh][Tt][Tt][Pp][Ss]?://[^\s/?#]+)$"),
+                            ),
+                            "methods" => list("Methods a preflight may ask for (default GET, HEAD, POST).", pattern("A method.", "^[A-Za-z]+$")),
+                            "headers" => header_names("Request headers a preflight may ask for."),
+                            "expose_headers" => header_names("Response headers the page may read."),
+                            "credentials" => boolean("Allow credentials (not with origin *).", false).into(),
+                            "max_age" => dur("How long a preflight answer may be cached.", None),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "ip" => utoipa::openapi::schema::AllOfBuilder::new()
+                    .item(r("IpRules"))
+                    .description(Some("Client addresses allowed and denied on this route."))
+                    .into(),
+                "rewrite" => object(
+                    "Replace the first match of regex in the path (after strip_prefix).",
+                    route::REWRITE_KEYS,
+                    &["regex", "replacement"],
+                    |k| {
+                        Some(match k {
+                            "regex" => string("A regular expression.").into(),
+                            "replacement" => pattern(
+                                "The replacement; $1 and ${name} name capture groups. No spaces, control characters, ? or #.",
+                                r"^[^?#\s\u0000-\u001F\u007F]*$",
+                            )
+                            .into(),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "upgrade" => ArrayBuilder::new()
+                    .description(Some("Protocols a client may switch to by Upgrade (not h2c); [] allows none."))
+                    .items(pattern("A protocol name.", TOKEN))
+                    .default(Some(json!(["websocket"])))
+                    .into(),
+                _ => return None,
+            })
+        },
+    )
+}
+
+// ---- plans and apps ----
+
+pub(super) fn plan(named: bool) -> S {
+    fn prop(k: &str) -> Option<S> {
+        Some(match k {
+            "rate" => pattern("Steady rate: N/s, N/min, N/h or N/day.", RATE).into(),
+            "burst" => int(
+                "Requests at once above the rate; only with rate.",
+                1,
+                Some(1_000_000_000),
+            )
+            .into(),
+            "quota" => pattern(
+                "Requests per calendar window (UTC): N/minute, N/hour, N/day or N/month.",
+                QUOTA,
+            )
+            .into(),
+            "concurrency" => int(
+                "Requests in flight at once, per process.",
+                1,
+                Some(1_000_000_000),
+            )
+            .into(),
+            "scope" => with_default(
+                choice(
+                    "local: per process; global: across the fleet (needs cluster.redis).",
+                    &["local", "global"],
+                ),
+                json!("local"),
+            ),
+            "on_failure" => with_default(
+                choice(
+                    "A global plan while Redis is unreachable.",
+                    &["local", "deny"],
+                ),
+                json!("local"),
+            ),
+            "name" => name("The plan's name (its key under plans)."),
+            _ => return None,
+        })
+    }
+    const D: &str = "A plan: a set of limits for apps, at least one of rate, quota, concurrency.";
+    if named {
+        object(D, PLAN_ITEM_KEYS, &["name"], prop)
+    } else {
+        object(D, apps::PLAN_KEYS, &[], prop)
+    }
+}
+
+/// A plan as the admin API shows one: its limits and its name.
+pub const PLAN_ITEM_KEYS: &[&str] = &[
+    "name",
+    "rate",
+    "burst",
+    "quota",
+    "concurrency",
+    "scope",
+    "on_failure",
+];
+
+pub(super) fn app() -> S {
+    object(
+        "An application that calls auth routes.",
+        apps::APP_KEYS,
+        &["id"],
+        |k| {
+            Some(match k {
+                "id" => name("Unique among apps; sent upstream as X-App-Id."),
+                "keys" => list(
+                    "The app's keys. Write-only: a read shows each as a fingerprint, which a write may send back to keep the key.",
+                    any_of(
+                        "A key (written) or its fingerprint (read).",
+                        vec![
+                            pattern("A key: 8 to 256 letters, digits or - _ . ~ +.", r"^[A-Za-z0-9\-_.~+]{8,256}$")
+                                .write_only(Some(true))
+                                .into(),
+                            pattern("The key's fingerprint: sha256: and 16 hex digits.", "^sha256:[0-9a-f]{16}$")
+                                .read_only(Some(true))
+                                .into(),
+                        ],
+                    ),
+                ),
+                "plan" => name("The plan for services not in plans_by_service."),
+                "plans_by_service" => map_of("A plan per service name.", r("Name")),
+                "services" => list("The services the app may call (default: all).", r("Name")),
+                "methods" => list("The methods the app may use (default: all).", pattern("A method.", "^[A-Za-z]+$")),
+                "paths" => list("Path prefixes the app may call (default: all).", pattern("A path prefix.", PATH)),
+                "jwt" => object(
+                    "How the app's tokens are checked: alg and one key source.",
+                    jwt::APP_JWT_KEYS,
+                    &["alg"],
+                    |k| {
+                        Some(match k {
+                            "alg" => choice("The signing algorithm.", &["HS256", "RS256", "ES256"]).into(),
+                            "secret" => any_of(
+                                "HS256 shared secret, at least 32 bytes. Write-only: a read shows its fingerprint.",
+                                vec![
+                                    string("The secret.").min_length(Some(32)).write_only(Some(true)).into(),
+                                    pattern("The secret's fingerprint.", "^sha256:[0-9a-f]{16}$").read_only(Some(true)).into(),
+                                ],
+                            ),
+                            "secret_file" => file("File holding the HS256 secret."),
+                            "public_key" => string("RS256 or ES256 public key, PEM.").into(),
+                            "public_key_file" => file("File holding the PEM public key."),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "mtls" => object(
+                    "Which client certificates are the app's (default: subject CN equal to id).",
+                    tls::MTLS_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "names" => list("Subject CN or DNS names (case-insensitive).", string("A name.")),
+                            "sha256" => list(
+                                "SHA-256 fingerprints of certificates: 64 hex digits, or pairs joined by colons.",
+                                pattern("A fingerprint.", "^([0-9A-Fa-f]{64}|([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2})$"),
+                            ),
+                            _ => return None,
+                        })
+                    },
+                ),
+                _ => return None,
+            })
+        },
+    )
+}
+
+// ---- the top level ----
