@@ -3,8 +3,9 @@
 //! validated as a file is and published as one new snapshot (state kept).
 //! A change that does not validate is refused alone, reported in the
 //! reload history and the rejected-objects metric, and the last good
-//! config stays. Also: the cached config at start, SIGHUP in etcd mode, and
-//! admin API writes sent to etcd as one transaction comparing the revision.
+//! config stays. Changes to apps alone go in place (`apps.rs`). Also: the
+//! cached config at start, SIGHUP in etcd mode, and admin API writes sent
+//! to etcd as one transaction comparing the revision.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -13,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use sluicegate_config::Document;
-use sluicegate_proxy::{AppChange, DeltaError};
 
 use super::objects::{self, assemble, diff, split};
 use super::{cache, Batch, Objects};
@@ -51,7 +51,7 @@ impl Reloader {
                     let mode = self.mode_mut();
                     mode.good = Arc::new(objects);
                     mode.status.revision.store(revision, Ordering::Relaxed);
-                    self.keep_doc(doc);
+                    self.forget_doc(doc);
                 }
             }
             Err(issues) => {
@@ -88,10 +88,11 @@ impl Reloader {
         }
     }
 
-    /// The document of an applied config is not kept: at a million apps
-    /// its tree is larger than the running snapshot. The admin API makes
-    /// it again from the objects when it first reads it after a change.
-    fn keep_doc(&mut self, doc: Document) {
+    /// Drops the document of an applied config, and the one kept from
+    /// before: at a million apps its tree is larger than the running
+    /// snapshot. The admin API makes it again from the objects when it
+    /// first reads it after a change.
+    fn forget_doc(&mut self, doc: Document) {
         drop(doc);
         self.text = None;
         self.doc = None;
@@ -240,7 +241,7 @@ impl Reloader {
             let revision = self.revision();
             self.history.push(Source::Etcd, false, revision, refused);
         }
-        let applied_whole = applied.is_some();
+        let whole = applied.is_some();
         if let Some((doc, cfg)) = applied {
             let validated = started.elapsed();
             let published = self.publish(&cfg, Source::Etcd).is_ok();
@@ -252,7 +253,7 @@ impl Reloader {
                 "etcd source: changes applied"
             );
             if published {
-                self.keep_doc(doc);
+                self.forget_doc(doc);
             } else {
                 // Not running: the good objects are those of before.
                 let objects = Arc::make_mut(&mut good);
@@ -261,7 +262,6 @@ impl Reloader {
                 }
             }
         }
-        let whole = applied_whole;
         let mode = self.mode_mut();
         mode.good = good;
         // Written by the cache thread, off this lock; it keeps the newest.
@@ -271,228 +271,6 @@ impl Reloader {
         // place, which frees next to nothing.
         if whole {
             (self.settled)();
-        }
-    }
-
-    /// Applies changes that are all to apps in place of a whole reload:
-    /// the changed apps are decoded alone (with the running services and
-    /// plans, by the file's rules) and the running snapshot gets a new
-    /// apps table sharing every shard they do not touch. `None`: not such
-    /// a change (another kind of object, the file's apps in force before
-    /// or after, an app with `mtls`), or it does not validate; the whole
-    /// config is then built and checked as usual, which also reports why.
-    /// Returns the new generation and the milliseconds spent decoding.
-    fn apply_app_delta(
-        &mut self,
-        objects: &Objects,
-        undo: &[(String, Option<serde_json::Value>)],
-    ) -> Option<(u64, f64)> {
-        const APPS: &str = "apps/";
-        let started = Instant::now();
-        if undo.is_empty() || !undo.iter().all(|(k, _)| k.starts_with(APPS)) {
-            return None;
-        }
-        let mtls = |v: &serde_json::Value| v.get("mtls").is_some();
-        if undo
-            .iter()
-            .any(|(_, before)| before.as_ref().is_some_and(mtls))
-        {
-            return None;
-        }
-        // The etcd apps replace the file's only while there is one: an
-        // emptied or first apps list changes which apps are in force.
-        let changed: std::collections::HashSet<&str> =
-            undo.iter().map(|(k, _)| k.as_str()).collect();
-        let others = objects
-            .range(APPS.to_string()..)
-            .take_while(|(k, _)| k.starts_with(APPS))
-            .any(|(k, _)| !changed.contains(k.as_str()));
-        let before = others || undo.iter().any(|(_, b)| b.is_some());
-        let after = others || undo.iter().any(|(k, _)| objects.contains_key(k));
-        if !before || !after {
-            return None;
-        }
-        let mut items = Vec::new();
-        let mut removed = Vec::new();
-        for (key, _) in undo {
-            let name = &key[APPS.len()..];
-            match objects.get(key) {
-                None => removed.push(name),
-                Some(serde_json::Value::Object(fields)) if !fields.contains_key("mtls") => {
-                    let mut fields = fields.clone();
-                    fields.insert("id".to_string(), serde_json::Value::from(name));
-                    items.push(serde_json::Value::Object(fields));
-                }
-                Some(_) => return None,
-            }
-        }
-        let snap = self.shared.snapshot.load_full();
-        let services: Vec<&str> = snap.services.iter().map(|s| &*s.name).collect();
-        let plans: Vec<&str> = snap.apps.plan_names().collect();
-        let apps =
-            sluicegate_config::decode_apps(&serde_json::Value::Array(items), &services, &plans)
-                .ok()?;
-        let changes: Vec<AppChange<'_>> = apps
-            .iter()
-            .map(AppChange::Upsert)
-            .chain(removed.into_iter().map(AppChange::Remove))
-            .collect();
-        let decode_ms = started.elapsed().as_secs_f64() * 1e3;
-        let generation = self.shared.apply_apps(&changes).ok()?;
-        Some((generation, decode_ms))
-    }
-
-    /// Whether a change of app `name` to `new` (`None`: removed) can be
-    /// written and applied alone: etcd mode, etcd's apps in force before
-    /// and after it, and no `mtls` in the old or new object.
-    pub(crate) fn app_alone(&self, name: &str, new: Option<&serde_json::Value>) -> bool {
-        const APPS: &str = "apps/";
-        let Some(mode) = self.etcd.as_deref() else {
-            return false;
-        };
-        let key = format!("{APPS}{name}");
-        let mtls = |v: &serde_json::Value| v.get("mtls").is_some();
-        if mode.good.get(&key).is_some_and(mtls) || new.is_some_and(mtls) {
-            return false;
-        }
-        // Another app than this one: at most two keys looked at.
-        let other = mode
-            .good
-            .range(APPS.to_string()..)
-            .take_while(|(k, _)| k.starts_with(APPS))
-            .any(|(k, _)| *k != key);
-        let before = mode.good.contains_key(&key) || other;
-        let after = new.is_some() || other;
-        before && after
-    }
-
-    /// The objects of kind `section` (`routes`, `apps`, ...) when etcd's
-    /// are those in force (etcd holds at least one: they replace the
-    /// file's): how many have a name containing `filter`, and `limit` of
-    /// them from `offset`, each with its name, in name order. Read from
-    /// the objects, not from a document of the whole config. `None`: not
-    /// etcd mode, or the file's are in force.
-    pub(crate) fn etcd_page(
-        &self,
-        section: &str,
-        filter: Option<&str>,
-        offset: usize,
-        limit: usize,
-    ) -> Option<(usize, Vec<(String, serde_json::Value)>)> {
-        let (mode, start) = self.etcd_kind(section)?;
-        let named = mode
-            .good
-            .range(start.clone()..)
-            .take_while(|(k, _)| k.starts_with(&start))
-            .map(|(k, v)| (&k[start.len()..], v))
-            .filter(|(name, _)| filter.is_none_or(|f| name.contains(f)));
-        let mut total = 0;
-        let mut page = Vec::new();
-        for (name, value) in named {
-            if total >= offset && page.len() < limit {
-                page.push((name.to_string(), value.clone()));
-            }
-            total += 1;
-        }
-        Some((total, page))
-    }
-
-    /// The object `name` of kind `section` when etcd's are in force (see
-    /// [`Self::etcd_page`]): `Some(None)` when there is no such object.
-    pub(crate) fn etcd_item(&self, section: &str, name: &str) -> Option<Option<serde_json::Value>> {
-        let (mode, start) = self.etcd_kind(section)?;
-        Some(mode.good.get(&format!("{start}{name}")).cloned())
-    }
-
-    /// Etcd mode and its objects of kind `section` in force (at least one
-    /// is kept), with the kind's key prefix.
-    fn etcd_kind(&self, section: &str) -> Option<(&super::Mode, String)> {
-        let mode = self.etcd.as_deref()?;
-        let start = format!("{section}/");
-        let any = mode
-            .good
-            .range(start.clone()..)
-            .next()
-            .is_some_and(|(k, _)| k.starts_with(&start));
-        any.then_some((mode, start))
-    }
-
-    /// The object of app `name` in etcd (without its id), if there is one.
-    pub(crate) fn etcd_app(&self, name: &str) -> Option<serde_json::Value> {
-        self.etcd
-            .as_deref()?
-            .good
-            .get(&format!("apps/{name}"))
-            .cloned()
-    }
-
-    /// An admin API write of one app in etcd mode (see [`Self::app_alone`]):
-    /// checked alone by the file's rules against the running services,
-    /// plans and other apps' keys, then written as one key in a
-    /// transaction comparing the revision, and applied in place when the
-    /// watch brings it back. Problems are at the body's JSON paths.
-    pub(crate) fn write_app_etcd(
-        &mut self,
-        name: &str,
-        new: Option<serde_json::Value>,
-        if_match: Option<&IfMatch>,
-    ) -> Result<u64, WriteError> {
-        let revision = self.revision();
-        if if_match.is_some_and(|m| !m.matches(revision)) {
-            return Err(WriteError::Stale);
-        }
-        let key = format!("apps/{name}");
-        let Some(mut object) = new else {
-            return self.commit_etcd(Vec::new(), vec![key]);
-        };
-        if let Err(issues) = self.check_app(name, &object) {
-            self.history
-                .push(Source::Api, false, revision, issues.clone());
-            return Err(WriteError::Invalid(issues));
-        }
-        if let Some(fields) = object.as_object_mut() {
-            fields.remove("id");
-        }
-        self.commit_etcd(vec![(key, object)], Vec::new())
-    }
-
-    /// Problems of app object `object` named `name`, as a change alone.
-    fn check_app(&self, name: &str, object: &serde_json::Value) -> Result<(), Vec<Issue>> {
-        let mut item = object.clone();
-        if let Some(fields) = item.as_object_mut() {
-            fields.insert("id".to_string(), serde_json::Value::from(name));
-        }
-        let snap = self.shared.snapshot.load_full();
-        let services: Vec<&str> = snap.services.iter().map(|s| &*s.name).collect();
-        let plans: Vec<&str> = snap.apps.plan_names().collect();
-        let list = serde_json::Value::Array(vec![item]);
-        let apps =
-            sluicegate_config::decode_apps(&list, &services, &plans).map_err(|problems| {
-                problems
-                    .into_iter()
-                    .map(|p| Issue {
-                        path: body_path(&p.path),
-                        message: p
-                            .message
-                            .strip_prefix("apps[0].")
-                            .unwrap_or(&p.message)
-                            .to_string(),
-                    })
-                    .collect::<Vec<_>>()
-            })?;
-        match self.shared.check_apps(&[AppChange::Upsert(&apps[0])]) {
-            Ok(()) | Err(DeltaError::NeedsFull) => Ok(()),
-            Err(DeltaError::Invalid(list)) => Err(list
-                .into_iter()
-                .map(|(_, field, message)| Issue {
-                    path: if field.is_empty() {
-                        "$".to_string()
-                    } else {
-                        format!("$.{field}")
-                    },
-                    message,
-                })
-                .collect()),
         }
     }
 
@@ -525,7 +303,7 @@ impl Reloader {
         let good = self.mode().good.clone();
         match self.try_objects(&good) {
             Ok((doc, cfg)) if self.publish(&cfg, source).is_ok() => {
-                self.keep_doc(doc);
+                self.forget_doc(doc);
                 true
             }
             Ok(_) => {
@@ -569,7 +347,7 @@ impl Reloader {
     /// only if nothing under the prefix changed since the revision this
     /// gateway runs (otherwise `Stale`); returns once the watch has
     /// brought the change back and it is applied here.
-    fn commit_etcd(
+    pub(super) fn commit_etcd(
         &mut self,
         puts: Vec<(String, serde_json::Value)>,
         deletes: Vec<String>,
@@ -633,14 +411,6 @@ impl Reloader {
             self.drain_etcd();
         }
         Ok(self.revision())
-    }
-}
-
-/// `$.apps[0].keys[1]` as a path in the app's own object: `$.keys[1]`.
-fn body_path(path: &str) -> String {
-    match path.strip_prefix("$.apps[0]") {
-        Some(rest) => format!("${rest}"),
-        None => path.to_string(),
     }
 }
 

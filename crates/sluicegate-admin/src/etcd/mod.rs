@@ -1,23 +1,25 @@
 //! The etcd config source (`config_source.etcd`): objects one per key under
 //! a prefix, followed by one watch per process (`watch.rs`), assembled into
 //! the config document (`objects.rs`) and applied through the reloader like
-//! a file (`apply.rs`), with the last applied config cached on disk
-//! (`cache.rs`) and admin API writes sent to etcd as transactions; and
-//! the discovery of endpoints registered in etcd (`discover.rs`).
+//! a file (`apply.rs`; apps alone in place, `apps.rs`), with the last
+//! applied config cached on disk (`cache.rs`), resources read straight
+//! from the objects (`reads.rs`) and admin API writes sent to etcd as
+//! transactions; and the discovery of endpoints registered in etcd
+//! (`discover.rs`).
 
 mod apply;
+mod apps;
 mod cache;
 pub mod discover;
 mod objects;
+mod reads;
 mod watch;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Client, ConnectOptions};
 use sluicegate_config::{Document, EtcdConnection, EtcdSource};
