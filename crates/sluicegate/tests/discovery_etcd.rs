@@ -3,7 +3,8 @@
 //! by an `etcdctl lease keep-alive` process), and the gateway follows them
 //! under load: a new registration serves within a second, and one whose
 //! keep-alive stops (a crashed instance) stops getting traffic within a
-//! second of etcd dropping its key, with no failed request. A value that is
+//! second of etcd dropping its key, with no failed request; a request in
+//! flight to a removed endpoint finishes there. A value that is
 //! not an address is refused in the log and the others stay; etcd stopped
 //! keeps the last set, and the gateway catches up when it is back; a
 //! gateway whose config is in etcd reads the prefixes from that etcd.
@@ -281,4 +282,33 @@ fn a_config_kept_in_etcd_reads_its_prefixes_from_that_etcd() {
         }),
         "the registered endpoint of a service kept in etcd does not serve"
     );
+}
+
+#[test]
+fn a_deregistered_endpoint_finishes_its_requests_in_flight() {
+    if skip() {
+        return;
+    }
+    let etcd = Etcd::start().unwrap();
+    let (a, b) = (upstream("a"), upstream("b"));
+    etcd.ctl(&[
+        "put",
+        &format!("{PREFIX}a"),
+        &format!("127.0.0.1:{}", a.port()),
+    ]);
+    let gw = gateway(&etcd);
+    assert!(wait_until(Duration::from_secs(3), || all_from(&gw, "a", 2)));
+    // A slow request on a, then a replaced by b while it runs.
+    let addr = gw.addr();
+    let slow = thread::spawn(move || try_http_get(addr, "/slow?delay=1500", &[]));
+    thread::sleep(Duration::from_millis(300));
+    etcd.ctl(&[
+        "put",
+        &format!("{PREFIX}b"),
+        &format!("127.0.0.1:{}", b.port()),
+    ]);
+    etcd.ctl(&["del", &format!("{PREFIX}a")]);
+    assert!(wait_until(Duration::from_secs(1), || all_from(&gw, "b", 4)));
+    let resp = slow.join().unwrap().expect("the slow request's answer");
+    assert_eq!((resp.status, id(&resp).as_str()), (200, "a"));
 }
