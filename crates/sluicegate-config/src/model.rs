@@ -116,10 +116,13 @@ pub struct TracingConfig {
 /// `tracing.otlp`: the collector spans are exported to, over OTLP/gRPC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtlpConfig {
-    /// `http://host:port` (plain gRPC).
+    /// `http://host:port` (plain gRPC) or `https://host:port` (TLS).
     pub endpoint: String,
     /// Each export call's deadline (default 10s).
     pub timeout: Duration,
+    /// PEM certificates of the CAs that sign the collector's certificate,
+    /// trusted instead of the system's roots (with `https://`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// `cluster`: what the instances of a fleet share.

@@ -11,7 +11,7 @@ use crate::yaml::{quote, Node};
 pub(crate) const REQUEST_ID_KEYS: &[&str] = &["header"];
 pub(crate) const TRACING_KEYS: &[&str] = &["service_name", "sampling", "otlp", "queue"];
 pub(crate) const SAMPLING_KEYS: &[&str] = &["ratio"];
-pub(crate) const OTLP_KEYS: &[&str] = &["endpoint", "timeout"];
+pub(crate) const OTLP_KEYS: &[&str] = &["endpoint", "timeout", "ca_file"];
 
 /// Longest request id header name accepted.
 pub const MAX_REQUEST_ID_HEADER: usize = 48;
@@ -92,15 +92,12 @@ fn otlp(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<OtlpConfig> {
     let f = fields(cx, node, path, "otlp", OTLP_KEYS)?;
     let n = f.require(cx, path, "endpoint")?;
     let p = path.key("endpoint");
-    const EXPECTED: &str = "an OTLP/gRPC URL like http://127.0.0.1:4317";
+    const EXPECTED: &str =
+        "an OTLP/gRPC URL like http://127.0.0.1:4317 (or https://collector.example:4317 for TLS)";
     let url = reader::string(cx, n, p)?;
-    if url.starts_with("https://") {
-        let msg =
-            "the OTLP export is plain gRPC: use http:// (a local collector can forward over TLS)";
-        cx.at(n.pos, p, msg);
-        return None;
-    }
-    let rest = url.strip_prefix("http://");
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
     let authority = rest.map(|r| r.split('/').next().unwrap_or_default());
     if authority.is_none_or(|a| a.is_empty() || a.contains(char::is_whitespace) || a.contains('@'))
     {
@@ -114,7 +111,15 @@ fn otlp(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<OtlpConfig> {
     let mut out = OtlpConfig {
         endpoint: url.to_string(),
         timeout: Duration::from_secs(10),
+        ca_file: None,
     };
+    if let Some(n) = f.get("ca_file") {
+        out.ca_file = reader::file_path(cx, n, path.key("ca_file"));
+        if !url.starts_with("https://") {
+            let msg = "ca_file is for TLS to the collector: it needs an https:// endpoint";
+            cx.at(n.pos, path.key("ca_file"), msg);
+        }
+    }
     reader::duration_field(cx, &f, path, "timeout", &mut out.timeout);
     if out.timeout.is_zero() {
         let n = f.get("timeout").unwrap_or(node);

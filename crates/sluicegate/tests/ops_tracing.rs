@@ -4,9 +4,11 @@
 //! with `tracing`, sampled requests' spans reach a small OTLP/gRPC
 //! collector (tests/fixtures/otlp/collector.py, from the test venv) with
 //! the right parent links, over HTTP/1.1 and HTTP/2, while unsampled ones
-//! make no span and pass `traceparent` on untouched.
+//! make no span and pass `traceparent` on untouched; over TLS to a
+//! collector whose certificate a private CA signs (`ca_file`).
 
 mod ops_common;
+mod tls_common;
 mod venv_common;
 
 use std::io::{BufRead, BufReader};
@@ -30,6 +32,11 @@ impl Collector {
     /// `mode`: "print" (a JSON line per span) or "slow" (each export
     /// takes a second).
     fn start(mode: &str) -> Collector {
+        Collector::start_with(mode, &[])
+    }
+
+    /// With `tls`: its certificate chain and key files, to speak TLS.
+    fn start_with(mode: &str, tls: &[&std::path::Path]) -> Collector {
         let port = free_port();
         let script =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/otlp/collector.py");
@@ -37,6 +44,7 @@ impl Collector {
             .arg(script)
             .arg(port.to_string())
             .arg(mode)
+            .args(tls)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -278,6 +286,41 @@ fn a_full_queue_drops_spans_and_counts_them() {
             == 10.0
     });
     check(&gw, all_counted, &metrics(ports));
+}
+
+#[test]
+fn spans_go_over_tls_to_a_collector_a_private_ca_signs() {
+    let dir = tempfile::tempdir().unwrap();
+    tls_common::make_ca(dir.path(), "ca", "OTLP Test CA");
+    let san = Some("IP:127.0.0.1");
+    tls_common::make_leaf(dir.path(), "ca", "otlp", "otlp", san, "serverAuth");
+    let (cert, key) = (dir.path().join("otlp.pem"), dir.path().join("otlp.key"));
+    let collector = Collector::start_with("print", &[&cert, &key]);
+    let up = TestUpstream::start();
+    let ports = Ports::new();
+    let endpoint = format!("https://127.0.0.1:{}", collector.port);
+    let with_ca = format!(
+        "tracing:\n  sampling: {{ ratio: 1 }}\n  otlp: {{ endpoint: \"{endpoint}\", ca_file: \"{}\" }}\n",
+        dir.path().join("ca.pem").display()
+    );
+    let gw = start(ports, &config(ports, up.port(), &with_ca, ""));
+    assert_eq!(http_get(ports.addr(), "/api/tls", &[]).status, 200);
+    let spans = collector.take(1);
+    assert_eq!(spans[0]["attributes"]["url.path"], "/api/tls");
+    drop(gw);
+    // Without ca_file the system's roots do not know the test CA: the
+    // export fails, is counted, and said once in the log.
+    let ports = Ports::new();
+    let system = format!(
+        "tracing:\n  sampling: {{ ratio: 1 }}\n  otlp: {{ endpoint: \"{endpoint}\", timeout: 2s }}\n"
+    );
+    let gw = start(ports, &config(ports, up.port(), &system, ""));
+    assert_eq!(http_get(ports.addr(), "/api/tls", &[]).status, 200);
+    let failed = wait_until(Duration::from_secs(10), || {
+        metric(ports, "sluicegate_trace_spans_export_failed_total") == 1.0
+    });
+    check(&gw, failed, &metrics(ports));
+    assert!(gw.stderr().contains("export failed"), "{}", gw.stderr());
 }
 
 #[test]

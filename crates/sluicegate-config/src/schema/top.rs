@@ -312,8 +312,9 @@ pub(super) fn top(k: &str) -> Option<S> {
                     }),
                     "otlp" => object("Where spans go.", trace::OTLP_KEYS, &["endpoint"], |k| {
                         Some(match k {
-                            "endpoint" => pattern("The collector's OTLP/gRPC URL (http://host:port).", "^http://").into(),
+                            "endpoint" => pattern("The collector's OTLP/gRPC URL: http://host:port, or https://host:port for TLS.", "^https?://").into(),
                             "timeout" => dur("Longest an export may take.", Some("10s")),
+                            "ca_file" => file("PEM bundle of the CAs that sign the collector's certificate (with https://; default: the system's roots)."),
                             _ => return None,
                         })
                     }),

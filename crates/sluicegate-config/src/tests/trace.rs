@@ -26,6 +26,7 @@ tracing:
             otlp: OtlpConfig {
                 endpoint: "http://127.0.0.1:4317".into(),
                 timeout: std::time::Duration::from_secs(2),
+                ca_file: None,
             },
             queue: 64,
         })
@@ -61,10 +62,21 @@ fn mistakes_are_named_with_their_key() {
         "{BASE}tracing: {{ otlp: {{ endpoint: \"127.0.0.1:4317\" }} }}\n"
     ));
     assert!(e[0].contains("tracing.otlp.endpoint"), "{e:?}");
-    let e = errors(&format!(
-        "{BASE}tracing: {{ otlp: {{ endpoint: \"https://c:4317\" }} }}\n"
+    let c = ok(&format!(
+        "{BASE}tracing: {{ otlp: {{ endpoint: \"https://c:4317\", ca_file: /etc/ca.pem }} }}\n"
     ));
-    assert!(e[0].contains("plain gRPC"), "{e:?}");
+    let otlp = c.tracing.unwrap().otlp;
+    assert_eq!(
+        otlp.ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/ca.pem"))
+    );
+    let e = errors(&format!(
+        "{BASE}tracing: {{ otlp: {{ endpoint: \"http://c:4317\", ca_file: ca.pem }} }}\n"
+    ));
+    assert!(
+        e[0].contains("tracing.otlp.ca_file") && e[0].contains("needs an https:// endpoint"),
+        "{e:?}"
+    );
     let e = errors(&format!("{BASE}tracing: {{ service_name: x }}\n"));
     assert!(e[0].contains("otlp"), "{e:?}");
     let e = errors(&format!("{BASE}request_id: {{ header: \"x request\" }}\n"));

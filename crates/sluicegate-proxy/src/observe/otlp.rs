@@ -1,7 +1,8 @@
 //! The span exporter: a task on the control runtime that takes the spans
 //! workers queued ([`super::trace::Tracer`]), turns them into
 //! OpenTelemetry span data and sends them to the collector over OTLP/gRPC
-//! (`opentelemetry-otlp` on tonic), in batches. Never on the request path:
+//! (`opentelemetry-otlp` on tonic; TLS for an `https://` endpoint), in
+//! batches. Never on the request path:
 //! a slow or absent collector fills the queue, and workers then drop spans
 //! and count them.
 
@@ -14,10 +15,11 @@ use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
 use opentelemetry_sdk::Resource;
 use sluicegate_config::TracingConfig;
+use tonic::transport::{Certificate, ClientTlsConfig};
 
 use super::trace::{SpanRecord, Tracer};
 
@@ -33,11 +35,16 @@ pub async fn run(tracer: Arc<Tracer>, cfg: TracingConfig) {
     let Some(mut rx) = tracer.take_receiver() else {
         return;
     };
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .with_endpoint(cfg.otlp.endpoint.clone())
-        .with_timeout(cfg.otlp.timeout)
-        .build();
+    let exporter = tls(&cfg.otlp).and_then(|tls| {
+        let mut b = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(cfg.otlp.endpoint.clone())
+            .with_timeout(cfg.otlp.timeout);
+        if let Some(tls) = tls {
+            b = b.with_tls_config(tls);
+        }
+        b.build().map_err(|e| e.to_string())
+    });
     let mut exporter = match exporter {
         Ok(e) => e,
         Err(e) => {
@@ -89,6 +96,24 @@ pub async fn run(tracer: Arc<Tracer>, cfg: TracingConfig) {
             }
         }
     }
+}
+
+/// The TLS settings of an `https://` endpoint: the system's roots, or
+/// those of `ca_file`. `None`: plain gRPC.
+fn tls(otlp: &sluicegate_config::OtlpConfig) -> Result<Option<ClientTlsConfig>, String> {
+    let Some(rest) = otlp.endpoint.strip_prefix("https://") else {
+        return Ok(None);
+    };
+    let host = rest.split(['/', ':']).next().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let tls = ClientTlsConfig::new().domain_name(host);
+    Ok(Some(match &otlp.ca_file {
+        Some(ca) => {
+            let pem = std::fs::read(ca).map_err(|e| format!("ca_file {}: {e}", ca.display()))?;
+            tls.ca_certificate(Certificate::from_pem(pem))
+        }
+        None => tls.with_native_roots(),
+    }))
 }
 
 /// A queued span as OpenTelemetry span data: a server span named after
