@@ -114,6 +114,16 @@ fn reaches(gw: &Gw, who: &str) -> bool {
         .any(|_| try_http_get(gw.addr(), "/", &[]).is_ok_and(|r| r.status == 200 && id(&r) == who))
 }
 
+/// Stops the load; every answer came from a or b.
+fn no_failure(load: Load) {
+    let seen = load.finish();
+    let failed: Vec<_> = seen
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "a" | "b"))
+        .collect();
+    assert!(failed.is_empty(), "failed requests: {failed:?}");
+}
+
 #[test]
 fn registrations_come_and_go_with_their_leases_under_load() {
     if skip() {
@@ -183,12 +193,7 @@ fn registrations_come_and_go_with_their_leases_under_load() {
     load.reset();
     thread::sleep(Duration::from_millis(300));
     assert_eq!(load.count("a"), 0, "{:?}", load.seen());
-    let seen = load.finish();
-    let failed: Vec<_> = seen
-        .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "a" | "b"))
-        .collect();
-    assert!(failed.is_empty(), "failed requests: {failed:?}");
+    no_failure(load);
 
     // A bad value is refused in the log, and b stays.
     etcd.ctl(&["put", &format!("{PREFIX}bad"), "orders.internal:80"]);
@@ -242,12 +247,7 @@ fn etcd_down_keeps_the_last_set_and_catching_up_follows_the_changes() {
         wait_until(Duration::from_secs(8), || all_from(&gw, "b", 6)),
         "the change made while reconnecting was not followed"
     );
-    let seen = load.finish();
-    let failed: Vec<_> = seen
-        .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "a" | "b"))
-        .collect();
-    assert!(failed.is_empty(), "failed requests: {failed:?}");
+    no_failure(load);
 }
 
 #[test]

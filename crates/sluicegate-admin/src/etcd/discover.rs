@@ -13,13 +13,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions};
+use etcd_client::EventType;
 use serde::Deserialize;
 use sluicegate_config::{Endpoint, EtcdConnection};
 use sluicegate_proxy::Shared;
 use tokio::task::JoinHandle;
 
-use super::watch::{list_prefix, strip, BACKOFF_FIRST, BACKOFF_MAX, MAX_MESSAGE, PROGRESS_EVERY};
+use super::watch::{list_prefix, strip, PrefixWatch, Seen, BACKOFF_FIRST, BACKOFF_MAX};
 
 /// How often the config in force is looked at for services to follow.
 const TICK: Duration = Duration::from_millis(100);
@@ -142,41 +142,21 @@ impl Session {
         }
         self.keys = kvs.into_iter().collect();
         self.publish();
-        let options = WatchOptions::new()
-            .with_prefix()
-            .with_start_revision(revision as i64 + 1)
-            .with_progress_notify();
-        let mut watcher = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
-        let mut stream = match watcher.watch(self.prefix.clone(), Some(options)).await {
-            Ok(s) => s,
+        let mut watch = match PrefixWatch::open(&client, &self.prefix, revision + 1).await {
+            Ok(w) => w,
             Err(e) => return format!("cannot watch: {e}"),
         };
         self.backoff = BACKOFF_FIRST;
-        let mut progress = tokio::time::interval(PROGRESS_EVERY);
-        progress.tick().await;
         loop {
-            let msg = tokio::select! {
-                m = stream.message() => m,
-                _ = progress.tick() => {
-                    if let Err(e) = stream.request_progress().await {
-                        return e.to_string();
-                    }
-                    continue;
+            let resp = match watch.next().await {
+                Ok(Seen::Response(r)) => r,
+                Ok(Seen::Compacted) => {
+                    // Listed again at once: not a failure (zero says so).
+                    self.backoff = Duration::ZERO;
+                    return "the watch's start revision was compacted; listing again".into();
                 }
+                Err(e) => return e,
             };
-            let resp = match msg {
-                Ok(Some(r)) => r,
-                Ok(None) => return "the watch stream ended".into(),
-                Err(e) => return e.to_string(),
-            };
-            if resp.compact_revision() > 0 {
-                // Listed again at once: not a failure (zero says so).
-                self.backoff = Duration::ZERO;
-                return "the watch's start revision was compacted; listing again".into();
-            }
-            if resp.canceled() {
-                return format!("watch canceled: {}", resp.cancel_reason());
-            }
             if resp.events().is_empty() {
                 continue;
             }

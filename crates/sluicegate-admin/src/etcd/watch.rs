@@ -9,7 +9,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, GetOptions, WatchOptions};
+use etcd_client::{
+    Client, EventType, GetOptions, WatchClient, WatchOptions, WatchResponse, WatchStream,
+};
 use sluicegate_config::EtcdSource;
 
 use super::{Batch, Change, Inbox, Status};
@@ -19,12 +21,12 @@ use crate::reload::Reloader;
 pub(super) const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 pub(super) const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How often progress is asked for when no event comes.
-pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Keys a list reads at once.
 const PAGE: i64 = 10_000;
 /// Largest message taken from etcd (a watch response may carry many
 /// revisions' events after a reconnect).
-pub(super) const MAX_MESSAGE: usize = 256 << 20;
+const MAX_MESSAGE: usize = 256 << 20;
 
 pub(crate) struct Watch {
     pub reloader: Arc<Mutex<Reloader>>,
@@ -107,40 +109,18 @@ async fn follow(
     // From what was listed, else from what was applied: any overlap with
     // batches still queued is dropped when they are applied.
     let from = listed.unwrap_or(w.status.revision.load(Ordering::Relaxed)) + 1;
-    let options = WatchOptions::new()
-        .with_prefix()
-        .with_start_revision(from as i64)
-        .with_progress_notify();
-    let mut watcher = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
-    let mut stream = match watcher.watch(prefix.clone(), Some(options)).await {
-        Ok(s) => s,
-        Err(e) => return Stop::Lost(e.to_string()),
+    let mut watch = match PrefixWatch::open(&client, &prefix, from).await {
+        Ok(watch) => watch,
+        Err(e) => return Stop::Lost(e),
     };
     w.status.connected.store(true, Ordering::Relaxed);
     tracing::info!(from, "etcd source: watching {prefix}");
-    let mut progress = tokio::time::interval(PROGRESS_EVERY);
-    progress.tick().await;
     loop {
-        let msg = tokio::select! {
-            m = stream.message() => m,
-            _ = progress.tick() => {
-                if let Err(e) = stream.request_progress().await {
-                    return Stop::Lost(e.to_string());
-                }
-                continue;
-            }
+        let resp = match watch.next().await {
+            Ok(Seen::Response(r)) => r,
+            Ok(Seen::Compacted) => return Stop::Compacted,
+            Err(e) => return Stop::Lost(e),
         };
-        let resp = match msg {
-            Ok(Some(r)) => r,
-            Ok(None) => return Stop::Lost("the watch stream ended".to_string()),
-            Err(e) => return Stop::Lost(e.to_string()),
-        };
-        if resp.compact_revision() > 0 {
-            return Stop::Compacted;
-        }
-        if resp.canceled() {
-            return Stop::Lost(format!("watch canceled: {}", resp.cancel_reason()));
-        }
         *backoff = BACKOFF_FIRST;
         w.status.synced();
         if resp.events().is_empty() {
@@ -161,6 +141,70 @@ async fn follow(
         *listed = None;
         w.inbox.push(Batch::Changes(changes));
         apply(w);
+    }
+}
+
+/// A watch on every key under a prefix from a revision on, asking etcd for
+/// progress every [`PROGRESS_EVERY`] while no event comes (so a quiet
+/// watch still says the connection is alive).
+pub(super) struct PrefixWatch {
+    _client: WatchClient,
+    stream: WatchStream,
+    progress: tokio::time::Interval,
+}
+
+/// What a watch brought.
+pub(super) enum Seen {
+    /// Events (or none: a progress notification).
+    Response(WatchResponse),
+    /// The start revision was compacted: list again.
+    Compacted,
+}
+
+impl PrefixWatch {
+    pub(super) async fn open(client: &Client, prefix: &str, from: u64) -> Result<Self, String> {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(from as i64)
+            .with_progress_notify();
+        let mut watcher = client.watch_client().max_decoding_message_size(MAX_MESSAGE);
+        let stream = watcher
+            .watch(prefix.to_string(), Some(options))
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut progress = tokio::time::interval(PROGRESS_EVERY);
+        progress.tick().await;
+        Ok(PrefixWatch {
+            _client: watcher,
+            stream,
+            progress,
+        })
+    }
+
+    /// The next response; `Err`: the watch is lost (stream ended, failed
+    /// or canceled).
+    pub(super) async fn next(&mut self) -> Result<Seen, String> {
+        loop {
+            let msg = tokio::select! {
+                m = self.stream.message() => m,
+                _ = self.progress.tick() => {
+                    self.stream.request_progress().await.map_err(|e| e.to_string())?;
+                    continue;
+                }
+            };
+            let resp = match msg {
+                Ok(Some(r)) => r,
+                Ok(None) => return Err("the watch stream ended".to_string()),
+                Err(e) => return Err(e.to_string()),
+            };
+            if resp.compact_revision() > 0 {
+                return Ok(Seen::Compacted);
+            }
+            if resp.canceled() {
+                return Err(format!("watch canceled: {}", resp.cancel_reason()));
+            }
+            return Ok(Seen::Response(resp));
+        }
     }
 }
 
