@@ -86,9 +86,8 @@ fn command(dns: &DnsServer, line: &str) -> Result<String, String> {
 fn srv(text: &str) -> Result<Srv, String> {
     let bad = || format!("{text:?}: want PRIO:WEIGHT:PORT:TARGET");
     let mut parts = text.splitn(4, ':');
-    let mut num = || -> Result<u16, String> {
-        parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)
-    };
+    let mut num =
+        || -> Result<u16, String> { parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad) };
     let (priority, weight, port) = (num()?, num()?, num()?);
     let target = parts.next().filter(|t| !t.is_empty()).ok_or_else(bad)?;
     Ok(Srv {
