@@ -527,38 +527,3 @@ fn tls_with_a_private_ca() {
     assert!(log.contains("redis unreachable"), "{log}");
     assert!(log.to_lowercase().contains("certificate"), "{log}");
 }
-
-/// The numbers of docs/benchmarks.md: three gateways, 10 s, several plans
-/// offered 1.5 times their rate: admitted against the plan, and Redis
-/// calls (heartbeats included) per 1,000 requests and per 1,000 admitted.
-/// Run with `--ignored --nocapture`.
-#[test]
-#[ignore]
-fn accuracy_table() {
-    let plans = [
-        (20u64, 4),
-        (100, 20),
-        (300, 60),
-        (1000, 200),
-        (100, 100),
-        (1000, 1000),
-    ];
-    for (rate, burst) in plans {
-        let redis = RedisServer::start();
-        let plan = format!("rate: {rate}/s, burst: {burst}, scope: global");
-        let nodes: Vec<Node> = (0..3).map(|_| start(&redis.url(), false, &plan)).collect();
-        for n in &nodes {
-            assert!(n.wait_metric("sluicegate_cluster_instances", 3.0, Duration::from_secs(5)));
-        }
-        let refs: Vec<&Node> = nodes.iter().collect();
-        let (ok, limited, made) = admitted(&refs, rate / 2, Duration::from_secs(2), 10);
-        eprintln!(
-            "| {rate}/s | {burst} | {} | {ok} | {:+.1}% | {} | {:.0} | {:.0} |",
-            rate * 10,
-            (ok as f64 / (rate * 10) as f64 - 1.0) * 100.0,
-            ok + limited,
-            made * 1000.0 / (ok + limited) as f64,
-            made * 1000.0 / ok as f64,
-        );
-    }
-}
