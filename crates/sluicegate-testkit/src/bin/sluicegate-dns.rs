@@ -1,6 +1,6 @@
 //! `sluicegate-dns`: runs the test kit's `DnsServer` on a free loopback port,
 //! its table changed by commands read from standard input, for scripts
-//! (bench/dns-move) that are not Rust tests.
+//! (bench/discovery-move) that are not Rust tests.
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
