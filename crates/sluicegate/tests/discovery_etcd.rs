@@ -114,6 +114,20 @@ fn reaches(gw: &Gw, who: &str) -> bool {
         .any(|_| try_http_get(gw.addr(), "/", &[]).is_ok_and(|r| r.status == 200 && id(&r) == who))
 }
 
+/// Upstreams a and b, a registered (with no lease), and a gateway
+/// serving it.
+fn serving_a(etcd: &Etcd) -> (TestUpstream, TestUpstream, Gw) {
+    let (a, b) = (upstream("a"), upstream("b"));
+    etcd.ctl(&[
+        "put",
+        &format!("{PREFIX}a"),
+        &format!("127.0.0.1:{}", a.port()),
+    ]);
+    let gw = gateway(etcd);
+    assert!(wait_until(Duration::from_secs(3), || all_from(&gw, "a", 2)));
+    (a, b, gw)
+}
+
 /// Stops the load; every answer came from a or b.
 fn no_failure(load: Load) {
     let seen = load.finish();
@@ -216,14 +230,7 @@ fn etcd_down_keeps_the_last_set_and_catching_up_follows_the_changes() {
         return;
     }
     let mut etcd = Etcd::start().unwrap();
-    let (a, b) = (upstream("a"), upstream("b"));
-    etcd.ctl(&[
-        "put",
-        &format!("{PREFIX}a"),
-        &format!("127.0.0.1:{}", a.port()),
-    ]);
-    let gw = gateway(&etcd);
-    assert!(wait_until(Duration::from_secs(3), || all_from(&gw, "a", 2)));
+    let (_a, b, gw) = serving_a(&etcd);
     etcd.stop();
     let load = Load::start(gw.addr(), 2);
     thread::sleep(Duration::from_secs(2));
@@ -290,14 +297,7 @@ fn a_deregistered_endpoint_finishes_its_requests_in_flight() {
         return;
     }
     let etcd = Etcd::start().unwrap();
-    let (a, b) = (upstream("a"), upstream("b"));
-    etcd.ctl(&[
-        "put",
-        &format!("{PREFIX}a"),
-        &format!("127.0.0.1:{}", a.port()),
-    ]);
-    let gw = gateway(&etcd);
-    assert!(wait_until(Duration::from_secs(3), || all_from(&gw, "a", 2)));
+    let (_a, b, gw) = serving_a(&etcd);
     // A slow request on a, then a replaced by b while it runs.
     let addr = gw.addr();
     let slow = thread::spawn(move || try_http_get(addr, "/slow?delay=1500", &[]));
