@@ -4,11 +4,12 @@
 //! The bytes are a client's connection: they go to the `h2` crate's server
 //! (built with the settings `session::h2` gives it) through the flood
 //! watcher the gateway's connections read through
-//! ([`crate::transport::h2io`]); each stream accepted has its head written
-//! as HTTP/1.1 text ([`crate::proto::http2::request::write_head`]) and
-//! parsed by the codec, and is answered through an [`Exchange`] (the byte
-//! stream the gateway's request code reads and writes) with a fixed
-//! HTTP/1.1 answer. Everything is polled by hand, with a waker that only
+//! ([`crate::transport::h2io`]); each stream accepted has its head laid
+//! out as the protocol-neutral head ([`crate::proto::http2::request::fill_head`],
+//! whose ranges and framing are checked), and is answered through an
+//! [`Exchange`] (the stream the gateway's request code reads and answers
+//! on) with a fixed answer, given as the HTTP/1.1 rendering the gateway's
+//! own answers use. Everything is polled by hand, with a waker that only
 //! notes it was woken, for a bounded number of rounds: no runtime, no
 //! timers, no sockets, the same run for the same input.
 
@@ -25,11 +26,10 @@ use bytes::Bytes;
 use h2::Reason;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::proto::codec::{parse_request, BodyKind, Parsed};
+use crate::proto::codec::BodyKind;
 use crate::proto::head::RequestHead;
 use crate::proto::http2::exchange::Exchange;
-use crate::proto::http2::request::write_head;
-use crate::proto::http2::request::BodyAt;
+use crate::proto::http2::request::{fill_head, BodyAt};
 use crate::transport::h2io::Frames;
 
 /// The connection preface a client sends first.
@@ -308,8 +308,8 @@ fn run(io: ClientIo, flood: &Cell<bool>, ends: Option<&Cell<bool>>, report: &mut
     }
 }
 
-/// One stream as `session::h2::stream` serves it, its head checked
-/// against the codec, answered with one of [`ANSWERS`].
+/// One stream as `session::h2::stream` serves it, its laid-out head
+/// checked, answered with one of [`ANSWERS`].
 fn stream(
     req: http::Request<h2::RecvStream>,
     respond: h2::server::SendResponse<Bytes>,
@@ -318,34 +318,34 @@ fn stream(
 ) -> impl Future<Output = ()> {
     let (parts, recv) = req.into_parts();
     let end = recv.is_end_stream();
-    let mut text = Vec::new();
+    let mut laid = Vec::new();
     let body = if end { BodyAt::None } else { BodyAt::Streams };
-    let chunked = write_head(&parts, body, &mut text);
     let mut head = RequestHead::default();
-    match parse_request(&text, MAX_HEAD * 2, &mut head) {
-        Ok(Parsed::Partial) => violations.push(format!("stream {id}: head read as partial")),
-        Ok(Parsed::Complete(framing)) => {
-            if framing.len != text.len() {
-                violations.push(format!(
-                    "stream {id}: head of {} read as {}",
-                    text.len(),
-                    framing.len
-                ));
-            }
-            if (framing.body == BodyKind::Chunked) != chunked {
-                violations.push(format!(
-                    "stream {id}: chunked {chunked}, read {:?}",
-                    framing.body
-                ));
-            }
-            if head.upgrade.is_some() {
-                violations.push(format!("stream {id}: an HTTP/2 stream asks to upgrade"));
-            }
+    if let Ok(framing) = fill_head(&parts, body, None, &mut laid, &mut head) {
+        if framing.len != laid.len() {
+            violations.push(format!(
+                "stream {id}: head of {} bytes said to be {}",
+                laid.len(),
+                framing.len
+            ));
         }
-        Err(_) => {}
+        let fields = head.headers.iter().flat_map(|h| [&h.name, &h.value]);
+        let parts_in = [&head.method, &head.target].into_iter().chain(fields);
+        if parts_in.chain(head.xff.iter()).any(|r| r.end > laid.len()) {
+            violations.push(format!("stream {id}: a head range past its buffer"));
+        }
+        if head.headers.iter().any(|h| h.name.is_empty()) {
+            violations.push(format!("stream {id}: a field without a name"));
+        }
+        if end && framing.body != BodyKind::None {
+            violations.push(format!("stream {id}: a body on a stream that ended"));
+        }
+        if head.upgrade.is_some() {
+            violations.push(format!("stream {id}: an HTTP/2 stream asks to upgrade"));
+        }
     }
     let is_head = parts.method == http::Method::HEAD;
-    let exchange = Exchange::new(recv, respond, chunked, is_head, Vec::new());
+    let exchange = Exchange::new(recv, respond, is_head, Vec::new());
     let answer = ANSWERS[(id as usize / 2) % ANSWERS.len()];
     let read_first = answer != ANSWERS[4];
     async move {

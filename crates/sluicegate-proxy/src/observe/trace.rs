@@ -149,11 +149,18 @@ impl Sampled {
     /// Appends `traceparent: 00-<trace>-<this span>-01\r\n`: the upstream's
     /// parent is the gateway's span.
     pub fn write_h1(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"traceparent: 00-");
+        out.extend_from_slice(b"traceparent: ");
+        self.write_value(out);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    /// Appends the `traceparent` value naming this span.
+    pub fn write_value(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"00-");
         put_hex(out, &self.trace_id);
         out.push(b'-');
         put_hex(out, &self.span_id);
-        out.extend_from_slice(b"-01\r\n");
+        out.extend_from_slice(b"-01");
     }
 }
 
@@ -179,6 +186,21 @@ impl Ids {
         }
         if let Some(s) = &self.sampled {
             s.write_h1(out);
+        }
+    }
+}
+
+impl Ids {
+    /// The fields of [`Ids::write_upstream_h1`], each given to `add` as a
+    /// name and a value (for an HTTP/2 upstream).
+    pub fn each_upstream(&self, add: &mut impl FnMut(&[u8], &[u8])) {
+        if self.made && !self.rid.value().is_empty() && !self.rid.name().is_empty() {
+            add(self.rid.name(), self.rid.value());
+        }
+        if let Some(s) = &self.sampled {
+            let mut v = Vec::with_capacity(55);
+            s.write_value(&mut v);
+            add(b"traceparent", &v);
         }
     }
 }

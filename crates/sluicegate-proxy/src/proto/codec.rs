@@ -44,6 +44,10 @@ pub enum BodyKind {
     Chunked,
     /// Response only: the body runs until the upstream closes.
     UntilClose,
+    /// Data events until the end of an HTTP/2 stream, then maybe
+    /// trailers: a body whose length was not given. An HTTP/1.1 peer gets
+    /// it chunked; an HTTP/2 peer, as the same DATA and trailers.
+    Stream,
 }
 
 /// How a request is framed in HTTP/1.1, decided by the codec beside its
@@ -83,7 +87,7 @@ fn offset(buf: &[u8], part: &[u8]) -> Range<usize> {
 /// The headers the codec treats specially, found by length first so an
 /// ordinary header costs one or two comparisons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Known {
+pub(crate) enum Known {
     ContentLength,
     TransferEncoding,
     Host,
@@ -104,7 +108,7 @@ enum Known {
     Other,
 }
 
-fn classify(name: &[u8]) -> Known {
+pub(crate) fn classify(name: &[u8]) -> Known {
     let is = |k: &[u8]| eq_lower(name, k);
     match name.len() {
         2 if is(b"te") => Known::HopByHop,
@@ -128,7 +132,7 @@ fn classify(name: &[u8]) -> Known {
 
 /// Never forwarded as received: hop-by-hop headers, and the framing
 /// headers the gateway writes itself from its own framing decision.
-fn is_hop_by_hop(k: Known) -> bool {
+pub(crate) fn is_hop_by_hop(k: Known) -> bool {
     matches!(
         k,
         Known::HopByHop
@@ -169,7 +173,7 @@ fn head_ends_have_bare_lf(buf: &[u8], len: usize, line0: usize) -> bool {
 
 /// Parses a Content-Length value: digits only, and a comma list only when
 /// every element is the same number.
-fn parse_content_length(v: &[u8]) -> Option<u64> {
+pub(crate) fn parse_content_length(v: &[u8]) -> Option<u64> {
     let mut result: Option<u64> = None;
     for part in v.split(|&b| b == b',') {
         let part = trim(part);

@@ -149,7 +149,7 @@ impl Conn<'_> {
         let discardable = match body {
             BodyKind::None => true,
             BodyKind::Length(n) => n <= DISCARD_MAX && !framing.expect_continue,
-            BodyKind::Chunked | BodyKind::UntilClose => false,
+            BodyKind::Chunked | BodyKind::UntilClose | BodyKind::Stream => false,
         };
         if !discardable {
             close = true;

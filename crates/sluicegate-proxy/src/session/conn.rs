@@ -268,6 +268,21 @@ impl Conn<'_> {
         }
     }
 
+    /// Answers a request whose head was refused, and closes (an HTTP/2
+    /// stream: ends it).
+    pub(super) async fn refuse_head(&self, snap: &Snapshot, bufs: &mut Bufs, e: HeadError) {
+        let kind = match e {
+            HeadError::Bad(why) => {
+                tracing::debug!(peer = %self.peer, why, "bad request");
+                ErrorKind::BadRequest
+            }
+            HeadError::TooLarge => ErrorKind::HeadersTooLarge,
+            HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
+            HeadError::ExpectationFailed => ErrorKind::ExpectationFailed,
+        };
+        self.refuse_and_close(snap, bufs, kind, false).await;
+    }
+
     /// Reads, routes and answers one request. Its head is due by `due`
     /// when given (a connection's first request: from the accept),
     /// otherwise `client_header` after its first byte.
@@ -322,16 +337,7 @@ impl Conn<'_> {
                     }
                 }
                 Err(e) => {
-                    let kind = match e {
-                        HeadError::Bad(why) => {
-                            tracing::debug!(peer = %self.peer, why, "bad request");
-                            ErrorKind::BadRequest
-                        }
-                        HeadError::TooLarge => ErrorKind::HeadersTooLarge,
-                        HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
-                        HeadError::ExpectationFailed => ErrorKind::ExpectationFailed,
-                    };
-                    self.refuse_and_close(snap, bufs, kind, false).await;
+                    self.refuse_head(snap, bufs, e).await;
                     return Next::Close;
                 }
             }

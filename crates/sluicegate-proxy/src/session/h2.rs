@@ -1,10 +1,11 @@
 //! A client's HTTP/2 connection: the framing layer (the `h2` crate) run in
 //! the connection's task, and each stream served in a task of its own by
-//! the same request code as an HTTP/1.1 request ([`Conn::request`]), its
-//! head given as HTTP/1.1 text and the stream as its byte stream
-//! ([`crate::proto::http2`]). A WebSocket over HTTP/2 (RFC 8441, an
+//! the same request code as an HTTP/1.1 request ([`Conn::exchange`]), its
+//! head laid out as the protocol-neutral head that code reads and the
+//! stream as the one it answers on ([`crate::proto::http2`]); no HTTP/1.1
+//! text is written or parsed. A WebSocket over HTTP/2 (RFC 8441, an
 //! extended CONNECT, enabled in the connection's SETTINGS) is given as the
-//! HTTP/1.1 upgrade it stands for, and its tunnel runs on the stream.
+//! upgrade it stands for, and its tunnel runs on the stream.
 //!
 //! Limits: the listener's `http2` settings (concurrent streams, windows,
 //! the rate of new streams, which ends a flooding connection with GOAWAY
@@ -30,8 +31,9 @@ use h2::{Reason, RecvStream};
 
 use super::active::Active;
 use super::conn::{Conn, Next};
+use crate::proto::codec::{HeadError, RequestFraming};
 use crate::proto::http2::exchange::{take_ready, Exchange};
-use crate::proto::http2::request::{write_connect_head, write_head, BodyAt};
+use crate::proto::http2::request::{fill_head, BodyAt};
 use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::{Bufs, Worker};
 use crate::transport::h2io::{Flood, H2Io};
@@ -202,8 +204,9 @@ async fn calm_down(worker: &Worker, conn: &mut H2Connection) {
         .await;
 }
 
-/// Serves one stream: its head handed to the request code as HTTP/1.1
-/// text, the stream as the byte stream it reads and answers.
+/// Serves one stream: its head laid out as the protocol-neutral head the
+/// request code reads ([`fill_head`]), the stream as the one it reads the
+/// body from and answers on.
 async fn stream(
     worker: Rc<Worker>,
     shared: Rc<Shared>,
@@ -213,58 +216,51 @@ async fn stream(
     shared.open.set(shared.open.get() + 1);
     let (parts, mut recv) = req.into_parts();
     let mut bufs = worker.take_bufs();
-    let mut head = std::mem::take(&mut bufs.out);
-    head.clear();
-    let protocol = parts.extensions.get::<h2::ext::Protocol>();
-    if let (Some(p), true) = (protocol, parts.method == http::Method::CONNECT) {
-        // An extended CONNECT: the upgrade it stands for.
-        write_connect_head(&parts, p.as_str(), &websocket_key(), &mut head);
-        bufs.inb.clear();
-        bufs.inb.put(&head);
-        head.clear();
-        bufs.out = head;
-        let exchange = Exchange::new(recv, respond, false, false, Vec::new());
-        exchange.set_connect();
-        // Boxed: see the note on the call below.
-        Box::pin(serve_one(&worker, &shared, exchange, bufs)).await;
-        shared.open.set(shared.open.get() - 1);
-        return;
-    }
-    // A body that came whole with its head (most small requests, every
-    // unary gRPC call) goes after the head with its length: the request
-    // can then be sent again (retries). Otherwise what came of it leads
-    // the stream's body.
-    let mut early = Vec::new();
-    let body = if recv.is_end_stream() {
-        BodyAt::None
-    } else if take_ready(&mut recv, &mut early, WHOLE_MAX) {
-        BodyAt::Whole(early.len() as u64)
-    } else {
-        BodyAt::Streams
-    };
-    let chunked = write_head(&parts, body, &mut head);
     bufs.inb.clear();
-    bufs.inb.put(&head);
-    head.clear();
-    bufs.out = head;
-    if let BodyAt::Whole(_) = body {
-        bufs.inb.put(&early);
-        early.clear();
-    } else if chunked && !early.is_empty() {
-        let mut framed = Vec::with_capacity(early.len() + 16);
-        crate::proto::chunked::write_chunk_header(&mut framed, early.len());
-        framed.extend_from_slice(&early);
-        framed.extend_from_slice(b"\r\n");
-        early = framed;
-    }
-    let is_head = parts.method == http::Method::HEAD;
+    let protocol = parts.extensions.get::<h2::ext::Protocol>();
+    let (head, exchange) =
+        if let (Some(p), true) = (protocol, parts.method == http::Method::CONNECT) {
+            // An extended CONNECT: the upgrade it stands for, with a
+            // `Sec-WebSocket-Key` of its own (an HTTP/2 client sends none).
+            let key = websocket_key();
+            let upgrade = Some((p.as_str(), key.as_str()));
+            let head = fill_head(
+                &parts,
+                BodyAt::Streams,
+                upgrade,
+                &mut bufs.inb,
+                &mut bufs.req,
+            );
+            let exchange = Exchange::new(recv, respond, false, Vec::new());
+            exchange.set_connect();
+            (head, exchange)
+        } else {
+            // A body that came whole with its head (most small requests, every
+            // unary gRPC call) goes after the head with its length: the request
+            // can then be sent again (retries). Otherwise what came of it leads
+            // the stream's body.
+            let mut early = Vec::new();
+            let body = if recv.is_end_stream() {
+                BodyAt::None
+            } else if take_ready(&mut recv, &mut early, WHOLE_MAX) {
+                BodyAt::Whole(early.len() as u64)
+            } else {
+                BodyAt::Streams
+            };
+            let head = fill_head(&parts, body, None, &mut bufs.inb, &mut bufs.req);
+            if let BodyAt::Whole(_) = body {
+                bufs.inb.put(&early);
+                early.clear();
+            }
+            let is_head = parts.method == http::Method::HEAD;
+            (head, Exchange::new(recv, respond, is_head, early))
+        };
     drop(parts);
-    let exchange = Exchange::new(recv, respond, chunked, is_head, early);
     // Boxed, so that the stream's task stays small: the request's state
     // (about 4 KiB) is made in a plain allocation when the task first
     // runs, instead of being copied twice into a task block aligned to
     // 128 bytes at the spawn.
-    Box::pin(serve_one(&worker, &shared, exchange, bufs)).await;
+    Box::pin(serve_one(&worker, &shared, exchange, bufs, head)).await;
     shared.open.set(shared.open.get() - 1);
 }
 
@@ -275,10 +271,16 @@ fn websocket_key() -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Serves the request whose head is in `bufs` on the stream `exchange`;
-/// a `101` (an extended CONNECT's upgrade) runs its tunnel here, on the
-/// stream, to its end.
-async fn serve_one(worker: &Rc<Worker>, shared: &Shared, exchange: Exchange, mut bufs: Box<Bufs>) {
+/// Serves the request whose head is in `bufs` (its framing `head`, or why
+/// it is refused) on the stream `exchange`; a `101` (an extended
+/// CONNECT's upgrade) runs its tunnel here, on the stream, to its end.
+async fn serve_one(
+    worker: &Rc<Worker>,
+    shared: &Shared,
+    exchange: Exchange,
+    mut bufs: Box<Bufs>,
+    head: Result<RequestFraming, HeadError>,
+) {
     let mut conn = Conn {
         worker,
         client: Stream::H2(Box::new(exchange)),
@@ -298,7 +300,16 @@ async fn serve_one(worker: &Rc<Worker>, shared: &Shared, exchange: Exchange, mut
     };
     worker.busy.touch();
     let snap = worker.shared.snapshot.load_full();
-    let next = conn.request(&snap, &mut bufs, None).await;
+    let next = match head {
+        Ok(framing) => {
+            bufs.req_framing = framing;
+            conn.exchange(&snap, &mut bufs, Instant::now()).await
+        }
+        Err(e) => {
+            conn.refuse_head(&snap, &mut bufs, e).await;
+            Next::Close
+        }
+    };
     worker.busy.touch();
     worker.give_bufs(bufs);
     if next == Next::Tunnel {

@@ -25,6 +25,15 @@ pub enum ReadError {
     Io(#[allow(dead_code)] io::Error),
 }
 
+impl crate::proto::head::Arena for RecvBuf {
+    fn filled_len(&self) -> usize {
+        self.len()
+    }
+    fn append(&mut self, bytes: &[u8]) {
+        self.put(bytes);
+    }
+}
+
 impl RecvBuf {
     pub fn new(capacity: usize) -> Self {
         RecvBuf {

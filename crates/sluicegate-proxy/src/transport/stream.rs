@@ -157,6 +157,24 @@ impl Stream {
         }
     }
 
+    /// Ends a request body written to an HTTP/2 upstream's stream
+    /// (END_STREAM); other streams are framed by what was written.
+    pub(crate) fn end_body(&self) -> io::Result<()> {
+        match self {
+            Stream::H2Up(x) => x.end_body(None),
+            _ => Ok(()),
+        }
+    }
+
+    /// The trailers that ended what was read from an HTTP/2 upstream's
+    /// stream, once it ended (taken: asked once).
+    pub(crate) fn take_trailers(&self) -> Option<http::HeaderMap> {
+        match self {
+            Stream::H2Up(x) => x.take_trailers(),
+            _ => None,
+        }
+    }
+
     /// Whether the stream can wait in the keep-alive pool for another
     /// request: not an HTTP/2 stream, which ends with its exchange.
     pub(crate) fn poolable(&self) -> bool {

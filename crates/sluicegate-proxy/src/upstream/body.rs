@@ -1,5 +1,7 @@
-//! Message bodies on the forwarding path: the request body streamed
-//! upstream (re-chunked when chunked), the response body streamed back, and
+//! Message bodies on the forwarding path, as data, trailers and an end:
+//! the request body streamed upstream (chunked to an HTTP/1.1 upstream
+//! when it has no length, as DATA to an HTTP/2 one), the response body
+//! streamed back (an HTTP/2 upstream's trailers relayed as trailers), and
 //! the client bytes read and dropped when an answer came before the body
 //! ended.
 
@@ -9,6 +11,7 @@ use crate::transport::stream::Stream;
 
 use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
+use crate::proto::http2::exchange::trailer_map;
 use crate::runtime::deadline::{Deadlines, Wait};
 use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::transport::io::{write_all_by, RecvBuf};
@@ -101,6 +104,10 @@ pub(crate) async fn send_body(
     idle: Duration,
 ) -> Result<u64, BodyError> {
     let mut sent = 0;
+    // An HTTP/2 upstream's stream takes the data as it is, and its end
+    // explicitly; an HTTP/1.1 one, the body framed.
+    let framed = !matches!(up, Stream::H2Up(_));
+    let upstream_failed = |_| BodyError::Upstream;
     match body {
         BodyKind::Length(_) => {
             while remaining > 0 {
@@ -118,21 +125,26 @@ pub(crate) async fn send_body(
                 remaining -= take as u64;
                 sent += take as u64;
             }
+            up.end_body().map_err(upstream_failed)?;
         }
         BodyKind::Chunked => {
             let mut dec = ChunkedDecoder::new();
             loop {
                 let step = dec.step(inb.filled()).map_err(|_| BodyError::BadChunk)?;
                 if let Some(r) = step.data {
-                    write_chunk_header(out, r.len());
+                    if framed {
+                        write_chunk_header(out, r.len());
+                    }
                     out.extend_from_slice(&inb.filled()[r]);
-                    out.extend_from_slice(b"\r\n");
+                    if framed {
+                        out.extend_from_slice(b"\r\n");
+                    }
                 }
                 inb.consume(step.consumed);
                 if dec.total > max_body {
                     return Err(BodyError::TooLarge);
                 }
-                if dec.is_done() {
+                if dec.is_done() && framed {
                     out.extend_from_slice(LAST_CHUNK);
                 }
                 if dec.is_done() || out.len() >= FLUSH_AT || inb.is_empty() {
@@ -143,6 +155,7 @@ pub(crate) async fn send_body(
                 }
                 if dec.is_done() {
                     sent = dec.total;
+                    up.end_body().map_err(upstream_failed)?;
                     break;
                 }
                 if inb.is_empty() {
@@ -150,6 +163,47 @@ pub(crate) async fn send_body(
                         Ok(0) | Err(_) => return Err(BodyError::Client),
                         Ok(_) => {}
                     }
+                }
+            }
+        }
+        BodyKind::Stream => {
+            // Data as the client's HTTP/2 stream gives it, each read sent
+            // as one chunk; the head (and anything before) goes before the
+            // first wait.
+            loop {
+                if !out.is_empty() {
+                    write_all_by(up, out, dl.after(idle))
+                        .await
+                        .map_err(|_| BodyError::Upstream)?;
+                    out.clear();
+                }
+                match inb.fill(client, STREAM_BUF, dl.after(idle)).await {
+                    Ok(0) if framed => {
+                        write_all_by(up, LAST_CHUNK, dl.after(idle))
+                            .await
+                            .map_err(upstream_failed)?;
+                        break;
+                    }
+                    Ok(0) => {
+                        up.end_body().map_err(upstream_failed)?;
+                        break;
+                    }
+                    Ok(_) => {
+                        let data = inb.filled();
+                        sent += data.len() as u64;
+                        if sent > max_body {
+                            return Err(BodyError::TooLarge);
+                        }
+                        if framed {
+                            write_chunk_header(out, data.len());
+                        }
+                        out.extend_from_slice(data);
+                        if framed {
+                            out.extend_from_slice(b"\r\n");
+                        }
+                        inb.clear();
+                    }
+                    Err(_) => return Err(BodyError::Client),
                 }
             }
         }
@@ -185,6 +239,9 @@ pub(crate) async fn relay_body(
     client_write: Duration,
 ) -> Result<u64, (u64, Fault)> {
     let client = down.client;
+    // An HTTP/2 client takes the data as it is, its trailers as a trailing
+    // HEADERS: nothing is framed for it.
+    let rechunk = rechunk && !matches!(client, Stream::H2(_));
     let dl = &down.worker.deadlines;
     let wdl = || dl.after(client_write);
     // A failed write to the client: counted when it timed out.
@@ -245,7 +302,7 @@ pub(crate) async fn relay_body(
                     }
                     written += r.len() as u64;
                 }
-                if let Some(r) = step.trailer.filter(|_| rechunk) {
+                if let Some(r) = step.trailer {
                     trailers.extend_from_slice(&bufs.upb.filled()[r]);
                 }
                 bufs.upb.consume(step.consumed);
@@ -277,6 +334,52 @@ pub(crate) async fn relay_body(
                     }
                 }
             }
+            if let Stream::H2(x) = client {
+                if bufs.grpc {
+                    bufs.grpc_status = grpc_status_in(&trailers).or(bufs.grpc_status);
+                }
+                let t = trailer_map(&trailers);
+                let sent = match t.is_empty() {
+                    false => x.send_trailers(t),
+                    true => {
+                        x.finish();
+                        Ok(())
+                    }
+                };
+                sent.map_err(|e| client_failed(e, written))?;
+            }
+        }
+        BodyKind::Stream => {
+            // Data events from an HTTP/2 upstream until its stream ends:
+            // chunked to an HTTP/1.1 client, as they come otherwise.
+            loop {
+                let data = bufs.upb.filled();
+                if !data.is_empty() {
+                    if rechunk {
+                        write_chunk_header(&mut bufs.out, data.len());
+                    }
+                    bufs.out.extend_from_slice(data);
+                    if rechunk {
+                        bufs.out.extend_from_slice(b"\r\n");
+                    }
+                    written += data.len() as u64;
+                    bufs.upb.clear();
+                }
+                if !bufs.out.is_empty() {
+                    write_all_by(client, &bufs.out, wdl())
+                        .await
+                        .map_err(|e| client_failed(e, written))?;
+                    bufs.out.clear();
+                }
+                match bufs.upb.fill(up, STREAM_BUF, dl.after(idle)).await {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(_) => return Err((written, Fault::Upstream)),
+                }
+            }
+            end_stream_body(down, up, bufs, rechunk, wdl())
+                .await
+                .map_err(|e| client_failed(e, written))?;
         }
         BodyKind::UntilClose => {
             written = bufs.upb.len() as u64;
@@ -300,6 +403,55 @@ pub(crate) async fn relay_body(
         }
     }
     Ok(written)
+}
+
+/// Ends a body relayed from an HTTP/2 upstream: its trailers (gRPC's
+/// status) to an HTTP/2 client as a trailing HEADERS, to an HTTP/1.1
+/// client as the last chunk's trailer fields (`rechunk`); the end of the
+/// stream otherwise.
+async fn end_stream_body(
+    down: &Downstream<'_>,
+    up: &Stream,
+    bufs: &mut Bufs,
+    rechunk: bool,
+    wait: Wait<'_>,
+) -> std::io::Result<()> {
+    let trailers = up.take_trailers();
+    if let Some(t) = &trailers {
+        if bufs.grpc {
+            let code = t.get("grpc-status").and_then(|v| grpc_code(v.as_bytes()));
+            bufs.grpc_status = code.or(bufs.grpc_status);
+        }
+    }
+    if let Stream::H2(x) = down.client {
+        return match trailers {
+            Some(t) if !t.is_empty() => x.send_trailers(t),
+            _ => {
+                x.finish();
+                Ok(())
+            }
+        };
+    }
+    if !rechunk {
+        return Ok(());
+    }
+    bufs.out.clear();
+    match trailers.filter(|t| !t.is_empty()) {
+        None => bufs.out.extend_from_slice(LAST_CHUNK),
+        Some(t) => {
+            bufs.out.extend_from_slice(b"0\r\n");
+            for (name, value) in &t {
+                bufs.out.extend_from_slice(name.as_str().as_bytes());
+                bufs.out.extend_from_slice(b": ");
+                bufs.out.extend_from_slice(value.as_bytes());
+                bufs.out.extend_from_slice(b"\r\n");
+            }
+            bufs.out.extend_from_slice(b"\r\n");
+        }
+    }
+    let r = write_all_by(down.client, &bufs.out, wait).await;
+    bufs.out.clear();
+    r
 }
 
 /// The `grpc-status` among header field lines (`name: value` CRLF).

@@ -192,7 +192,7 @@ async fn answer(
     let close = c.close
         || c.down.worker.shutting_down()
         || res_body == BodyKind::UntilClose
-        || (res_body == BodyKind::Chunked && c.client_minor == 0);
+        || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && c.client_minor == 0);
     write_response_head(bufs, close, c.client_minor, c.down.client);
     let relay = relay_body(
         c.down,

@@ -20,6 +20,7 @@ use crate::route::target::Target;
 use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
+use crate::transport::stream::Stream;
 use crate::upstream::attempt::{
     connect_failed, cost_nothing, retry_endpoint, switch_to, take_pooled, time_left, Verdict,
 };
@@ -27,10 +28,11 @@ use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::upstream::endpoint::EndpointState;
 use crate::upstream::head::{
-    early_response, head_grpc_status, read_response_head, write_request_head, write_response_head,
-    Forwarded, HeadError,
+    early_response, h2_request_head, head_grpc_status, read_response_head, write_request_head,
+    write_response_head, Forwarded, HeadError,
 };
 use crate::upstream::tunnel;
+use sluicegate_config::UpstreamProtocol;
 
 use super::connect::connect;
 use super::duplex;
@@ -108,6 +110,12 @@ struct Plan {
     /// The head names no endpoint (it has a Host), so it can go to another.
     portable: bool,
     idempotent: bool,
+    /// Bytes of HTTP/1.1 head at the start of `out` (none for a service
+    /// that speaks only HTTP/2).
+    head_len: usize,
+    /// The head encoded for an HTTP/2 upstream (a service that speaks or
+    /// may speak it).
+    h2: Option<http::Request<()>>,
 }
 
 /// Writes the rewritten request head into `bufs.out`, followed by the body
@@ -132,25 +140,53 @@ fn prepare(
         b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
     );
     let is_head = method == b"HEAD";
-    write_request_head(
-        &mut bufs.out,
-        raw,
-        &bufs.req,
-        &framing,
-        target,
-        strip,
+    let forwarded = || {
         service.forwarded_headers.then_some(Forwarded {
             client: down.peer_ip,
             https: down.https,
-        }),
-        ep,
-        &bufs.edits,
-        &bufs.ids,
-        upgrading
-            .then(|| bufs.req.upgrade.clone())
-            .flatten()
-            .map(|v| &raw[v]),
-    );
+        })
+    };
+    let h2 = if service.protocol.http2() {
+        h2_request_head(
+            raw,
+            &bufs.req,
+            framing.len,
+            target,
+            strip,
+            forwarded(),
+            ep,
+            &bufs.edits,
+            &bufs.ids,
+            service.tls.is_some(),
+            bufs.grpc,
+        )
+    } else {
+        None
+    };
+    if matches!(
+        service.protocol,
+        UpstreamProtocol::H2 | UpstreamProtocol::H2c
+    ) {
+        bufs.out.clear();
+    } else {
+        write_request_head(
+            &mut bufs.out,
+            raw,
+            &bufs.req,
+            &framing,
+            target,
+            strip,
+            forwarded(),
+            ep,
+            &bufs.edits,
+            &bufs.ids,
+            upgrading
+                .then(|| bufs.req.upgrade.clone())
+                .flatten()
+                .map(|v| &raw[v]),
+        );
+    }
+    let head_len = bufs.out.len();
     let client_minor = bufs.req.minor;
     let expect_continue = framing.expect_continue;
     bufs.inb.consume(framing.len);
@@ -163,7 +199,9 @@ fn prepare(
         remaining = n - take as u64;
         bytes_in = take as u64;
     }
-    let chunked = body == BodyKind::Chunked;
+    // A body without a length goes upstream chunked (one from an HTTP/2
+    // stream too).
+    let chunked = matches!(body, BodyKind::Chunked | BodyKind::Stream);
     Plan {
         is_head,
         client_minor,
@@ -174,7 +212,44 @@ fn prepare(
         sent_continue: !expect_continue || !bufs.inb.is_empty() || bytes_in > 0,
         portable,
         idempotent,
+        head_len,
+        h2,
     }
+}
+
+/// Sends the request head and the body bytes at hand (`out`, after the
+/// HTTP/1.1 head `prepare` wrote). On an HTTP/1.1 connection: all of
+/// `out` when the body does not stream (else [`send_body`] writes it
+/// first). On an HTTP/2 stream: the stream opened with the HTTP/2 head,
+/// ended with the body when the whole body is at hand, and the HTTP/1.1
+/// head dropped from `out` when the body streams. Nothing is consumed
+/// when it fails, so a request at hand can be sent again.
+async fn send_head(
+    up: &Stream,
+    plan: &Plan,
+    streams: bool,
+    out: &mut Vec<u8>,
+    wait: crate::runtime::deadline::Wait<'_>,
+) -> std::io::Result<()> {
+    let Stream::H2Up(x) = up else {
+        if plan.chunked {
+            return Ok(());
+        }
+        return write_all_by(up, out, wait).await;
+    };
+    let Some(req) = plan.h2.clone() else {
+        return Err(std::io::ErrorKind::InvalidData.into());
+    };
+    if !streams {
+        return x.open(req, Some(&out[plan.head_len..]));
+    }
+    x.open(req, None)?;
+    out.drain(..plan.head_len);
+    if !plan.chunked && !out.is_empty() {
+        write_all_by(up, out, wait).await?;
+        out.clear();
+    }
+    Ok(())
 }
 
 pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
@@ -248,6 +323,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     let mut admit = Verdict::admit(ep);
     let mut tried: u64 = 1 << ep_index.min(63);
     let mut tries = 1;
+    let plan = prepare(down, service, target, strip, ep, upgrading, bufs);
     let Plan {
         is_head,
         client_minor,
@@ -258,7 +334,8 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         mut sent_continue,
         portable,
         idempotent,
-    } = prepare(down, service, target, strip, ep, upgrading, bufs);
+        ..
+    } = plan;
     let mut attempt = 0;
     // The upstream answered before the whole body was sent.
     let mut body_cut = false;
@@ -328,10 +405,11 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             }
         }
         let deadline = service.timeouts.response_header;
-        if !chunked
-            && write_all_by(&up, &bufs.out, worker.deadlines.after(deadline))
-                .await
-                .is_err()
+        let streams = chunked || remaining > 0;
+        let wait = worker.deadlines.after(deadline);
+        if send_head(&up, &plan, streams, &mut bufs.out, wait)
+            .await
+            .is_err()
         {
             // Nothing beyond `out` was consumed: a retry is safe.
             if (reused && attempt == 0) || (up.refused() && attempt < REFUSED_RETRIES) {
@@ -509,7 +587,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         || body_cut
         || worker.shutting_down()
         || res_body == BodyKind::UntilClose
-        || (res_body == BodyKind::Chunked && client_minor == 0);
+        || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && client_minor == 0);
     write_response_head(bufs, close, client_minor, down.client);
     let relay = relay_body(
         down,

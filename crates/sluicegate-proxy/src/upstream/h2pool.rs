@@ -42,12 +42,11 @@ pub(crate) async fn stream(
     service: &ServiceRt,
     timeout: Duration,
 ) -> io::Result<(Stream, bool)> {
-    let https = service.tls.is_some();
     let deadline = Instant::now() + timeout;
     loop {
         let plan = worker.h2.borrow_mut().plan(ep.id);
         match plan {
-            Plan::Use(send, state) => return Ok((up_stream(send, state, https, ep), true)),
+            Plan::Use(send, state) => return Ok((up_stream(send, state), true)),
             Plan::Wait(opened) => {
                 let wait = worker.until(deadline).bound(opened.notified()).await;
                 if wait.is_err() {
@@ -60,7 +59,7 @@ pub(crate) async fn stream(
                     Ok(Opened::H2(conn)) => {
                         let (send, state) = (conn.send.clone(), conn.state.clone());
                         worker.h2.borrow_mut().opened(ep.id, Some(conn));
-                        Ok((up_stream(send, state, https, ep), false))
+                        Ok((up_stream(send, state), false))
                     }
                     Ok(Opened::Http1(s)) => {
                         worker.h2.borrow_mut().opened(ep.id, None);
@@ -124,13 +123,8 @@ async fn open(
     Ok(Opened::H2(Conn { send, state }))
 }
 
-fn up_stream(
-    send: SendRequest<Bytes>,
-    state: ConnState,
-    https: bool,
-    ep: &EndpointState,
-) -> Stream {
-    Stream::H2Up(Box::new(UpExchange::new(send, state, https, &ep.name)))
+fn up_stream(send: SendRequest<Bytes>, state: ConnState) -> Stream {
+    Stream::H2Up(Box::new(UpExchange::new(send, state)))
 }
 
 /// Runs a connection until it ends, or until it carried no stream for

@@ -1,6 +1,9 @@
-//! Heads on the upstream side: the request head as it goes upstream (Host,
-//! X-Forwarded-*, framing), and the response head read back (1xx relayed)
-//! and rewritten for the client.
+//! Heads on the upstream side, encoded from the protocol-neutral head: the
+//! request head as it goes upstream (Host, X-Forwarded-*, framing) as
+//! HTTP/1.1 text or as an HTTP/2 request's fields, and the response head
+//! read back (an HTTP/1.1 head parsed, 1xx relayed; an HTTP/2 stream's
+//! HEADERS laid out) and rewritten for the client, as HTTP/1.1 text or
+//! HTTP/2 fields.
 
 use std::time::Instant;
 
@@ -12,6 +15,8 @@ use crate::proto::bytes;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestFraming};
 use crate::proto::head::{HeaderRef, RequestHead};
 use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
+use crate::proto::http2::response::fill_response_head;
+use crate::proto::http2::upstream::UpExchange;
 use crate::proto::response;
 use crate::route::target::Target;
 use crate::runtime::worker::{Bufs, Downstream};
@@ -59,25 +64,14 @@ pub(crate) fn write_request_head(
     out.clear();
     out.extend_from_slice(&raw[req.method.clone()]);
     out.push(b' ');
-    let path = edits.path.as_deref().unwrap_or_else(|| t.path(raw));
-    let path = if !edits.path_final && strip > 0 && strip <= path.len() {
-        let rest = &path[strip..];
-        if rest.is_empty() {
-            b"/"
-        } else {
-            rest
-        }
-    } else {
-        path
-    };
-    out.extend_from_slice(path);
+    out.extend_from_slice(upstream_path(raw, t, strip, edits));
     match &edits.query {
         Some(q) => out.extend_from_slice(q),
         None => out.extend_from_slice(&raw[t.query.clone()]),
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let replace_host = t.authority.is_some();
-    codec::append_header_lines(out, raw, &req.headers, framing.len, true, |h| {
+    codec::append_header_lines(out, raw, &req.headers, framing.len, req.lines, |h| {
         !(h.skip || (replace_host && raw[h.name.clone()].eq_ignore_ascii_case(b"host")))
     });
     if replace_host || req.host.is_none() {
@@ -110,7 +104,9 @@ pub(crate) fn write_request_head(
     }
     match framing.body {
         BodyKind::Length(n) => response::content_length(out, n),
-        BodyKind::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        BodyKind::Chunked | BodyKind::Stream => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n")
+        }
         BodyKind::None | BodyKind::UntilClose => {}
     }
     if let Some(u) = upgrade {
@@ -121,11 +117,119 @@ pub(crate) fn write_request_head(
     out.extend_from_slice(b"\r\n");
 }
 
+/// The request head as it goes to an HTTP/2 upstream, encoded from the
+/// same head, edits and forwarding facts as [`write_request_head`]'s
+/// HTTP/1.1 text: `:authority` from the target's authority, the `Host`,
+/// or the endpoint's name; the fields the gateway keeps, then its own.
+/// The values are slices of one copy of the client's head. `None` when a
+/// part is not valid in HTTP/2 (answered 502 by the caller, like an
+/// upstream that cannot be reached).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn h2_request_head(
+    raw: &[u8],
+    req: &RequestHead,
+    head_len: usize,
+    t: &Target,
+    strip: usize,
+    forwarded: Option<Forwarded<'_>>,
+    ep: &EndpointState,
+    edits: &Edits,
+    ids: &Ids,
+    https: bool,
+    grpc: bool,
+) -> Option<http::Request<()>> {
+    use http::header::{HeaderName, HeaderValue};
+    let shared = ::bytes::Bytes::copy_from_slice(&raw[..head_len]);
+    let mut pq = Vec::with_capacity(t.path.len() + t.query.len() + 1);
+    pq.extend_from_slice(upstream_path(raw, t, strip, edits));
+    match &edits.query {
+        Some(q) => pq.extend_from_slice(q),
+        None => pq.extend_from_slice(&raw[t.query.clone()]),
+    }
+    let authority = match (&t.authority, &req.host) {
+        (Some(a), _) | (None, Some(a)) => shared.slice(a.clone()),
+        (None, None) => ::bytes::Bytes::copy_from_slice(ep.name.as_bytes()),
+    };
+    let uri = http::Uri::builder()
+        .scheme(if https { "https" } else { "http" })
+        .authority(http::uri::Authority::from_maybe_shared(authority).ok()?)
+        .path_and_query(http::uri::PathAndQuery::from_maybe_shared(pq).ok()?)
+        .build()
+        .ok()?;
+    let mut out = http::Request::new(());
+    *out.method_mut() = http::Method::from_bytes(&raw[req.method.clone()]).ok()?;
+    *out.uri_mut() = uri;
+    let fields = out.headers_mut();
+    fields.reserve(req.headers.len() + 4);
+    for h in &req.headers {
+        let name = &raw[h.name.clone()];
+        if h.skip || connection_specific(name) || bytes::eq_lower(name, b"host") {
+            continue;
+        }
+        let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name),
+            HeaderValue::from_maybe_shared(shared.slice(h.value.clone())),
+        ) else {
+            continue;
+        };
+        fields.append(n, v);
+    }
+    let mut add = |name: &[u8], value: &[u8]| {
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            fields.append(n, v);
+        }
+    };
+    if let Some(f) = &forwarded {
+        let mut xff = Vec::new();
+        for v in &req.xff {
+            xff.extend_from_slice(&raw[v.clone()]);
+            xff.extend_from_slice(b", ");
+        }
+        xff.extend_from_slice(f.client.as_bytes());
+        add(b"x-forwarded-for", &xff);
+        add(
+            b"x-forwarded-proto",
+            if f.https { b"https" } else { b"http" },
+        );
+    }
+    edits.request_headers.iter().for_each(|(n, v)| add(n, v));
+    ids.each_upstream(&mut add);
+    if let (Some(_), Some(h)) = (&forwarded, t.host(raw)) {
+        add(b"x-forwarded-host", h);
+    }
+    if grpc {
+        // gRPC servers want `te: trailers` (hop-by-hop on HTTP/1.1, so
+        // never forwarded as received).
+        add(b"te", b"trailers");
+    }
+    Some(out)
+}
+
+/// The path as it goes upstream: the filters' new path, or the target's
+/// with the route's prefix (`strip` bytes) taken off.
+fn upstream_path<'a>(raw: &'a [u8], t: &Target, strip: usize, edits: &'a Edits) -> &'a [u8] {
+    let path = edits.path.as_deref().unwrap_or_else(|| t.path(raw));
+    if !edits.path_final && strip > 0 && strip <= path.len() {
+        let rest = &path[strip..];
+        if rest.is_empty() {
+            b"/"
+        } else {
+            rest
+        }
+    } else {
+        path
+    }
+}
+
 /// Resolves when the upstream sends something while the request body is
 /// still being streamed: true when response bytes arrived (kept in `upb`),
 /// false when it closed or failed. Stale readiness from a pooled
 /// connection's previous response is cleared by the failed read.
 pub(crate) async fn early_response(up: &Stream, upb: &mut RecvBuf) -> bool {
+    if let Stream::H2Up(x) = up {
+        // The head waits in the stream until read.
+        return std::future::poll_fn(|cx| x.poll_head_ready(cx)).await;
+    }
     loop {
         if crate::transport::io::read_ready(up).await.is_err() {
             return false;
@@ -153,6 +257,9 @@ pub(crate) async fn read_response_head(
     deadline: Instant,
     upgrading: bool,
 ) -> Result<(), HeadError> {
+    if let Stream::H2Up(x) = up {
+        return read_h2_response_head(x, down, bufs, is_head, deadline).await;
+    }
     let mut got = false;
     loop {
         // Right after the request went out nothing is there yet: read first.
@@ -206,6 +313,33 @@ pub(crate) async fn read_response_head(
     }
 }
 
+/// [`read_response_head`] from an HTTP/2 upstream's stream: its HEADERS
+/// laid out in `bufs.upb` (informational heads are the framing layer's).
+#[cold]
+async fn read_h2_response_head(
+    x: &UpExchange,
+    down: &Downstream<'_>,
+    bufs: &mut Bufs,
+    is_head: bool,
+    deadline: Instant,
+) -> Result<(), HeadError> {
+    let got = down
+        .worker
+        .until(deadline)
+        .in_slot(down.slot)
+        .bound(std::future::poll_fn(|cx| x.poll_head(cx)))
+        .await;
+    let head = match got {
+        Ok(Ok(head)) => head,
+        Ok(Err(_)) => return Err(HeadError::ClosedEarly),
+        Err(_) => return Err(HeadError::Timeout),
+    };
+    bufs.upb.clear();
+    bufs.res_framing =
+        fill_response_head(&head.parts, head.end, is_head, &mut bufs.upb, &mut bufs.res);
+    Ok(())
+}
+
 /// Writes the response head as it goes to the client into `bufs.out` and
 /// consumes the upstream's head from `bufs.upb`. To an HTTP/2 client the
 /// head goes at once, as the same fields (see [`h2_response_head`]), and
@@ -220,14 +354,21 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     let framing = bufs.res_framing;
     let out = &mut bufs.out;
     out.clear();
-    // Status line: our version, the upstream's code and reason.
-    let line_end = bytes::find_byte(b'\n', raw).unwrap_or(0);
-    let mut line = &raw[9.min(line_end)..line_end];
-    if line.last() == Some(&b'\r') {
-        line = &line[..line.len() - 1];
-    }
+    // Status line: our version, the upstream's code and reason (the
+    // standard one when its head came as fields).
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(line);
+    if res.lines {
+        let line_end = bytes::find_byte(b'\n', raw).unwrap_or(0);
+        let mut line = &raw[9.min(line_end)..line_end];
+        if line.last() == Some(&b'\r') {
+            line = &line[..line.len() - 1];
+        }
+        out.extend_from_slice(line);
+    } else {
+        out.extend_from_slice(itoa::Buffer::new().format(res.status).as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(response::reason(res.status).as_bytes());
+    }
     out.extend_from_slice(b"\r\n");
     let body = framing.body;
     let ops = bufs.edits.response_ops.as_deref();
@@ -328,8 +469,8 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
             add(b"content-length", itoa::Buffer::new().format(n).as_bytes());
             AnswerBody::Length(n)
         }
-        BodyKind::Chunked => AnswerBody::Chunked,
-        BodyKind::UntilClose => AnswerBody::UntilEnd,
+        // Relayed as data, its trailers apart (`body::relay_body`).
+        BodyKind::Chunked | BodyKind::UntilClose | BodyKind::Stream => AnswerBody::UntilEnd,
     };
     bufs.edits
         .response_headers

@@ -49,6 +49,7 @@ pub fn parse_response(
     let lines_crlf = !head_ends_have_bare_lf(buf, len, 0);
     head.status = status;
     head.minor = minor;
+    head.lines = true;
     head.headers.clear();
     let mut te: Option<bool> = None;
     let mut upgrade = None;

@@ -51,6 +51,8 @@ pub fn parse_request(
     head.method = offset(buf, method.as_bytes());
     head.target = offset(buf, path.as_bytes());
     head.minor = minor;
+    head.scheme = None;
+    head.lines = true;
     head.headers.clear();
     head.host = None;
     head.xff.clear();

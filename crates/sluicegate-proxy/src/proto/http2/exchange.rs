@@ -1,11 +1,11 @@
-//! One HTTP/2 stream as the byte stream a request's lifecycle reads and
-//! writes: the request body comes out framed as the head given to the
-//! lifecycle says (raw for a known length, chunked otherwise), and the
-//! HTTP/1.1 answer written to it goes out as HTTP/2: its head as a
-//! HEADERS frame (without the connection's own fields), its body as DATA
-//! frames, its end as END_STREAM. So every phase that serves an HTTP/1.1
-//! request (routing, filters, forwarding, retries, gateway answers) serves
-//! an HTTP/2 stream without a second path.
+//! One HTTP/2 stream of a client's connection, as the request's lifecycle
+//! reads and answers it: the request body comes out as the DATA it
+//! arrived in (no HTTP/1.1 framing: the head given to the lifecycle says
+//! `BodyKind::Stream` or a length), and the answer goes out as HTTP/2:
+//! its head given as fields ([`Exchange::answer`]) or, for the gateway's
+//! own answers rendered as HTTP/1.1, parsed from that rendering; its body
+//! as DATA frames, its trailers ([`Exchange::send_trailers`]) as a
+//! trailing HEADERS, its end as END_STREAM.
 //!
 //! Readiness based like a socket ([`crate::transport::stream::Stream`]):
 //! a read with nothing received is `WouldBlock` until
@@ -25,7 +25,7 @@ use h2::{Reason, RecvStream, SendStream};
 use http::header::{HeaderName, HeaderValue};
 
 use super::{has_room, poll_room, Staged, WANT};
-use crate::proto::chunked::{ChunkedDecoder, LAST_CHUNK};
+use crate::proto::chunked::ChunkedDecoder;
 use crate::proto::codec::MAX_HEADERS;
 
 /// One stream: its request body in, its answer out.
@@ -41,10 +41,8 @@ impl std::fmt::Debug for Exchange {
 
 struct Inner {
     recv: RecvStream,
-    /// Body bytes received and framed, not read yet.
+    /// Body bytes received, not read yet.
     staged: Staged,
-    /// The body is given chunked (the client sent no length).
-    chunked_in: bool,
     /// The client's body ended (or failed: `in_failed`).
     in_done: bool,
     in_failed: bool,
@@ -94,8 +92,6 @@ pub(crate) enum AnswerBody {
     Empty,
     /// This many bytes.
     Length(u64),
-    /// Chunked: decoded here, its trailers sent as a trailing HEADERS.
-    Chunked,
     /// Until the writer is done.
     UntilEnd,
 }
@@ -121,12 +117,10 @@ fn broken() -> io::Error {
 
 impl Exchange {
     /// A stream whose request head was given to the lifecycle; its body
-    /// is read from `recv`, chunked when `chunked_in`, after `early` (what
-    /// of it was taken in already, framed).
+    /// is read from `recv` after `early` (what of it was taken in already).
     pub(crate) fn new(
         recv: RecvStream,
         respond: SendResponse<Bytes>,
-        chunked_in: bool,
         is_head: bool,
         early: Vec<u8>,
     ) -> Exchange {
@@ -135,7 +129,6 @@ impl Exchange {
             inner: RefCell::new(Inner {
                 recv,
                 staged: Staged::from_vec(early),
-                chunked_in,
                 in_done,
                 in_failed: false,
                 is_head,
@@ -183,7 +176,6 @@ impl Exchange {
         let framing = match body {
             AnswerBody::Empty => Framing::Length(0),
             AnswerBody::Length(n) => Framing::Length(n),
-            AnswerBody::Chunked => Framing::Chunked(ChunkedDecoder::new(), Vec::new()),
             AnswerBody::UntilEnd => Framing::UntilEnd,
         };
         i.start(head, framing)
@@ -226,14 +218,9 @@ impl Exchange {
                     if data.is_empty() {
                         continue;
                     }
-                    i.staged.data(&data, i.chunked_in);
+                    i.staged.data(&data);
                 }
-                Poll::Ready(None) => {
-                    i.in_done = true;
-                    if i.chunked_in {
-                        i.staged.buf().extend_from_slice(LAST_CHUNK);
-                    }
-                }
+                Poll::Ready(None) => i.in_done = true,
                 Poll::Ready(Some(Err(e))) => {
                     tracing::debug!(error = %e, "HTTP/2 request body failed");
                     i.in_done = true;
@@ -274,6 +261,23 @@ impl Exchange {
             Poll::Ready(Err(())) => {
                 i.out = Out::Failed;
                 Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
+            }
+        }
+    }
+
+    /// Ends the answer's body with `trailers` (a trailing HEADERS with
+    /// END_STREAM). Only while a body runs to its end (`AnswerBody::UntilEnd`).
+    #[inline(never)]
+    pub(crate) fn send_trailers(&self, trailers: http::HeaderMap) -> io::Result<()> {
+        let mut i = self.inner.borrow_mut();
+        match std::mem::replace(&mut i.out, Out::Done) {
+            Out::Body { mut send, .. } => send.send_trailers(trailers).map_err(|e| {
+                tracing::debug!(error = %e, "HTTP/2 response trailers not sent");
+                broken()
+            }),
+            other => {
+                i.out = other;
+                Err(broken())
             }
         }
     }
@@ -549,7 +553,7 @@ pub(super) fn body_bytes(
 /// Trailer field lines (`name: value` CRLF, as the chunked decoder hands
 /// them back) as a header map; a line that is not a valid field is left
 /// out.
-fn trailer_map(lines: &[u8]) -> http::HeaderMap {
+pub(crate) fn trailer_map(lines: &[u8]) -> http::HeaderMap {
     let mut map = http::HeaderMap::new();
     for line in lines.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);

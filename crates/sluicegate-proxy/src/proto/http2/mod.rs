@@ -1,12 +1,15 @@
-//! HTTP/2 streams carried by the HTTP/1.1 lifecycle: a client stream's
-//! request head written as the head the codec reads ([`request`]), the
-//! stream itself as the byte stream the lifecycle reads its body from and
-//! writes its answer to ([`exchange`]), and a stream to an upstream as the
-//! byte stream forwarding writes its request to and reads its response
-//! from ([`upstream`]). The HTTP/2 framing is the `h2` crate's.
+//! HTTP/2 streams mapped to and from the protocol-neutral message model,
+//! with no HTTP/1.1 text between: a client stream's HEADERS laid out as
+//! the request head the lifecycle reads ([`request`]), the stream itself
+//! as the one it reads the body's DATA from and answers on ([`exchange`]);
+//! a stream to an upstream opened with the head forwarding encodes, its
+//! body sent and received as DATA and trailers ([`upstream`]), and its
+//! response HEADERS laid out as the response head ([`response`]). The
+//! HTTP/2 framing is the `h2` crate's.
 
 pub(crate) mod exchange;
 pub(crate) mod request;
+pub(crate) mod response;
 pub(crate) mod upstream;
 
 use std::task::{Context, Poll};
@@ -14,12 +17,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use h2::SendStream;
 
-use crate::proto::chunked::write_chunk_header;
-
 /// Send capacity asked of the connection for a stream's body at a time.
 pub(crate) const WANT: usize = 64 * 1024;
 
-/// Bytes received on a stream and framed for the reader, not read yet.
+/// Bytes received on a stream, not read yet.
 #[derive(Debug, Default)]
 pub(crate) struct Staged {
     buf: Vec<u8>,
@@ -47,20 +48,9 @@ impl Staged {
         n
     }
 
-    /// Stages a DATA frame's bytes, as one chunk when `chunked`.
-    pub(crate) fn data(&mut self, data: &[u8], chunked: bool) {
-        if chunked {
-            write_chunk_header(&mut self.buf, data.len());
-            self.buf.extend_from_slice(data);
-            self.buf.extend_from_slice(b"\r\n");
-        } else {
-            self.buf.extend_from_slice(data);
-        }
-    }
-
-    /// The buffer, to stage other bytes (a head, the last chunk) in.
-    pub(crate) fn buf(&mut self) -> &mut Vec<u8> {
-        &mut self.buf
+    /// Stages a DATA frame's bytes.
+    pub(crate) fn data(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
     }
 }
 

@@ -1,15 +1,15 @@
-//! One HTTP/2 stream to an upstream as the byte stream forwarding writes
-//! an HTTP/1.1 request to and reads an HTTP/1.1 response from: the request
-//! head written to it goes out as HEADERS (its `Host` as `:authority`,
-//! without the connection's own fields), its body (by length or chunked)
-//! as DATA; the response comes back as an HTTP/1.1 head, its body framed
-//! by its length or chunked, and its trailers (gRPC's status) as the
-//! chunked body's trailer fields. So forwarding, retries and the response
-//! path serve HTTP/2 upstreams with no second path.
+//! One HTTP/2 stream to an upstream, as forwarding drives it with the
+//! protocol-neutral message: the request head given as fields
+//! ([`UpExchange::open`], built by forwarding's HTTP/2 encoder), its body
+//! written as DATA and ended explicitly ([`UpExchange::end_body`]); the
+//! response head handed back as fields ([`UpExchange::poll_head`]), its
+//! body read as the DATA it came in and its trailers kept for whoever
+//! relays the end ([`UpExchange::take_trailers`]). No HTTP/1.1 text is
+//! written or parsed on this path.
 //!
-//! Readiness based like a socket (see [`super::exchange`]); the stream
-//! is opened on the connection's [`SendRequest`] when the request head is
-//! whole, and counted in the connection's open streams until dropped.
+//! Readiness based like a socket (see [`super::exchange`]) for the body
+//! bytes both ways; the stream is counted in the connection's open
+//! streams until dropped.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -21,13 +21,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{Reason, RecvStream, SendStream};
-use http::header::{HeaderName, HeaderValue};
 
-use super::exchange::{body_bytes, connection_specific, Framing};
 use super::{has_room, poll_room, Staged, WANT};
-use crate::proto::chunked::ChunkedDecoder;
-use crate::proto::codec::MAX_HEADERS;
-use crate::proto::response::reason;
 
 /// What a connection's streams share with the pool that holds it: how
 /// many are open, and whether new ones may go on it.
@@ -52,25 +47,22 @@ impl std::fmt::Debug for UpExchange {
 struct Inner {
     conn: SendRequest<Bytes>,
     state: ConnState,
-    /// `https` or `http`, for `:scheme`.
-    scheme: &'static str,
-    /// `:authority` when the request has no `Host`.
-    authority: Box<str>,
     req: Req,
     res: Res,
     /// The stream was refused before the upstream processed it (REFUSED_STREAM,
     /// or beyond a GOAWAY's last stream): safe to send again.
     refused: bool,
-    /// Response bytes framed as HTTP/1.1, not read yet.
+    /// Response body bytes received, not read yet.
     staged: Staged,
+    /// The trailers the response ended with, until taken.
+    trailers: Option<http::HeaderMap>,
 }
 
 enum Req {
-    Head(Vec<u8>),
-    Body {
-        send: SendStream<Bytes>,
-        framing: Framing,
-    },
+    /// Not opened yet.
+    Unopened,
+    /// Its body is being sent.
+    Body(SendStream<Bytes>),
     Done,
     Failed,
 }
@@ -79,55 +71,117 @@ enum Res {
     /// No request sent yet.
     Unsent,
     Waiting(ResponseFuture),
-    Body {
-        recv: RecvStream,
-        chunked: bool,
-    },
+    /// The head came and was not taken yet.
+    Head(http::Response<RecvStream>),
+    Body(RecvStream),
     Trailers(RecvStream),
     Done,
     Failed,
 }
 
+/// A response head as the stream gives it: its fields, and whether the
+/// stream ended with it (no body).
+pub(crate) struct Head {
+    pub(crate) parts: http::response::Parts,
+    pub(crate) end: bool,
+}
+
 impl UpExchange {
     /// A stream to open on `conn` (counted in `state` from now on).
-    pub(crate) fn new(
-        conn: SendRequest<Bytes>,
-        state: ConnState,
-        https: bool,
-        authority: &str,
-    ) -> UpExchange {
+    pub(crate) fn new(conn: SendRequest<Bytes>, state: ConnState) -> UpExchange {
         state.open.set(state.open.get() + 1);
         UpExchange {
             inner: RefCell::new(Inner {
                 conn,
                 state,
-                scheme: if https { "https" } else { "http" },
-                authority: authority.into(),
-                req: Req::Head(Vec::new()),
+                req: Req::Unopened,
                 res: Res::Unsent,
                 refused: false,
                 staged: Staged::default(),
+                trailers: None,
             }),
         }
     }
 
+    /// Opens the stream with the request head `req`; `body`: the whole
+    /// body, sent with END_STREAM (`Some(&[])`: none), or `None` when it
+    /// follows through writes and [`UpExchange::end_body`].
+    pub(crate) fn open(&self, req: http::Request<()>, body: Option<&[u8]>) -> io::Result<()> {
+        let mut i = self.inner.borrow_mut();
+        let i = &mut *i;
+        if !matches!(i.req, Req::Unopened) {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        let empty = body.is_some_and(<[u8]>::is_empty);
+        match i.conn.send_request(req, empty) {
+            Err(e) => {
+                tracing::debug!(error = %e, "HTTP/2 upstream refused a new stream");
+                i.state.usable.set(false);
+                i.refused = true;
+                i.req = Req::Failed;
+                Err(io::ErrorKind::ConnectionReset.into())
+            }
+            Ok((fut, mut send)) => {
+                i.res = Res::Waiting(fut);
+                i.req = match body {
+                    Some([]) => Req::Done,
+                    Some(bytes) => {
+                        send.send_data(Bytes::copy_from_slice(bytes), true)
+                            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+                        Req::Done
+                    }
+                    None => {
+                        send.reserve_capacity(WANT);
+                        Req::Body(send)
+                    }
+                };
+                Ok(())
+            }
+        }
+    }
+
+    /// Takes request body bytes: all of them, or `WouldBlock` when the
+    /// upstream's window has no room (one write past it is taken).
     // Out of line: the plain-TCP branch of `Stream`'s match stays small.
     #[inline(never)]
     pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
         let mut i = self.inner.borrow_mut();
-        if let Req::Body { send, .. } = &mut i.req {
-            if !has_room(send) {
-                return Err(io::ErrorKind::WouldBlock.into());
+        match &mut i.req {
+            Req::Body(send) => {
+                if !has_room(send) {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                send.send_data(Bytes::copy_from_slice(bytes), false)
+                    .map_err(|e| {
+                        tracing::debug!(error = %e, "HTTP/2 upstream body not sent");
+                        io::Error::from(io::ErrorKind::BrokenPipe)
+                    })?;
+                Ok(bytes.len())
             }
+            // Bytes past a complete request are not the request's.
+            Req::Done => Ok(bytes.len()),
+            Req::Unopened | Req::Failed => Err(io::ErrorKind::BrokenPipe.into()),
         }
-        i.write(bytes)?;
-        Ok(bytes.len())
+    }
+
+    /// Ends the request body (END_STREAM), with `trailers` when given.
+    pub(crate) fn end_body(&self, trailers: Option<http::HeaderMap>) -> io::Result<()> {
+        let mut i = self.inner.borrow_mut();
+        let Req::Body(send) = &mut i.req else {
+            return Ok(());
+        };
+        let sent = match trailers {
+            Some(t) => send.send_trailers(t),
+            None => send.send_data(Bytes::new(), true),
+        };
+        i.req = Req::Done;
+        sent.map_err(|_| io::ErrorKind::BrokenPipe.into())
     }
 
     #[inline(never)]
     pub(crate) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut i = self.inner.borrow_mut();
-        let Req::Body { send, .. } = &mut i.req else {
+        let Req::Body(send) = &mut i.req else {
             return Poll::Ready(Ok(()));
         };
         match poll_room(send, cx) {
@@ -137,6 +191,34 @@ impl UpExchange {
                 i.req = Req::Failed;
                 Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
             }
+        }
+    }
+
+    /// Ready when the response head came (or the stream failed), without
+    /// taking it: true when it came.
+    pub(crate) fn poll_head_ready(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut i = self.inner.borrow_mut();
+        match i.poll_response(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => Poll::Ready(matches!(i.res, Res::Head(_))),
+        }
+    }
+
+    /// The response head, once it came: `Err` when the stream failed
+    /// before it (`refused` says whether it may go again).
+    pub(crate) fn poll_head(&self, cx: &mut Context<'_>) -> Poll<io::Result<Head>> {
+        let mut i = self.inner.borrow_mut();
+        if i.poll_response(cx).is_pending() {
+            return Poll::Pending;
+        }
+        match std::mem::replace(&mut i.res, Res::Failed) {
+            Res::Head(resp) => {
+                let (parts, recv) = resp.into_parts();
+                let end = recv.is_end_stream();
+                i.res = if end { Res::Done } else { Res::Body(recv) };
+                Poll::Ready(Ok(Head { parts, end }))
+            }
+            _ => Poll::Ready(Err(io::ErrorKind::ConnectionReset.into())),
         }
     }
 
@@ -154,8 +236,9 @@ impl UpExchange {
         }
     }
 
-    /// Ready when a read would not block: the response head, body bytes,
-    /// the end (with the trailers) or a failure.
+    /// Ready when a read of the response body would not block: bytes, the
+    /// end (with the trailers kept) or a failure. Not before the head was
+    /// taken.
     #[inline(never)]
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut i = self.inner.borrow_mut();
@@ -165,47 +248,21 @@ impl UpExchange {
                 return Poll::Ready(Ok(()));
             }
             match &mut i.res {
-                // Nothing was asked: nothing will come.
-                Res::Unsent => return Poll::Pending,
-                Res::Waiting(fut) => match Pin::new(fut).poll(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(e)) => {
-                        tracing::debug!(error = %e, "HTTP/2 upstream stream failed");
-                        if e.is_go_away() || e.reason() == Some(Reason::REFUSED_STREAM) {
-                            i.state.usable.set(false);
-                            i.refused = true;
-                        }
-                        i.res = Res::Failed;
-                    }
-                    Poll::Ready(Ok(resp)) => {
-                        let (parts, recv) = resp.into_parts();
-                        let chunked = render_head(&parts, recv.is_end_stream(), i.staged.buf());
-                        i.res = if recv.is_end_stream() {
-                            Res::Done
-                        } else {
-                            Res::Body { recv, chunked }
-                        };
-                    }
-                },
-                Res::Body { recv, chunked } => match recv.poll_data(cx) {
+                // Nothing was asked, or the head is not taken: no body yet.
+                Res::Unsent | Res::Waiting(_) | Res::Head(_) => return Poll::Pending,
+                Res::Body(recv) => match recv.poll_data(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Some(Ok(data))) => {
                         let _ = recv.flow_control().release_capacity(data.len());
-                        if data.is_empty() {
-                            continue;
+                        if !data.is_empty() {
+                            i.staged.data(&data);
                         }
-                        i.staged.data(&data, *chunked);
                     }
                     Poll::Ready(None) => {
-                        if *chunked {
-                            let Res::Body { recv, .. } = std::mem::replace(&mut i.res, Res::Done)
-                            else {
-                                unreachable!()
-                            };
-                            i.res = Res::Trailers(recv);
-                        } else {
-                            i.res = Res::Done;
-                        }
+                        let Res::Body(recv) = std::mem::replace(&mut i.res, Res::Done) else {
+                            unreachable!()
+                        };
+                        i.res = Res::Trailers(recv);
                     }
                     Poll::Ready(Some(Err(e))) => {
                         tracing::debug!(error = %e, "HTTP/2 upstream body failed");
@@ -215,15 +272,7 @@ impl UpExchange {
                 Res::Trailers(recv) => match recv.poll_trailers(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(trailers)) => {
-                        let out = i.staged.buf();
-                        out.extend_from_slice(b"0\r\n");
-                        for (name, value) in trailers.iter().flat_map(|t| t.iter()) {
-                            out.extend_from_slice(name.as_str().as_bytes());
-                            out.extend_from_slice(b": ");
-                            out.extend_from_slice(value.as_bytes());
-                            out.extend_from_slice(b"\r\n");
-                        }
-                        out.extend_from_slice(b"\r\n");
+                        i.trailers = trailers;
                         i.res = Res::Done;
                     }
                     Poll::Ready(Err(e)) => {
@@ -236,6 +285,11 @@ impl UpExchange {
         }
     }
 
+    /// The trailers the response ended with (taken).
+    pub(crate) fn take_trailers(&self) -> Option<http::HeaderMap> {
+        self.inner.borrow_mut().trailers.take()
+    }
+
     /// The upstream refused the stream before processing it (see
     /// [`Inner::refused`]): the request can go again.
     pub(crate) fn refused(&self) -> bool {
@@ -246,9 +300,38 @@ impl UpExchange {
     /// reset unless it ended.
     pub(crate) fn finish(&self) {
         let mut i = self.inner.borrow_mut();
-        if let Req::Body { send, .. } = &mut i.req {
+        if let Req::Body(send) = &mut i.req {
             send.send_reset(Reason::CANCEL);
             i.req = Req::Done;
+        }
+    }
+}
+
+impl Inner {
+    /// Polls for the response head until it came or the stream failed.
+    fn poll_response(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Res::Waiting(fut) = &mut self.res else {
+            return match self.res {
+                // Nothing was asked: nothing will come.
+                Res::Unsent => Poll::Pending,
+                _ => Poll::Ready(()),
+            };
+        };
+        match Pin::new(fut).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => {
+                tracing::debug!(error = %e, "HTTP/2 upstream stream failed");
+                if e.is_go_away() || e.reason() == Some(Reason::REFUSED_STREAM) {
+                    self.state.usable.set(false);
+                    self.refused = true;
+                }
+                self.res = Res::Failed;
+                Poll::Ready(())
+            }
+            Poll::Ready(Ok(resp)) => {
+                self.res = Res::Head(resp);
+                Poll::Ready(())
+            }
         }
     }
 }
@@ -259,160 +342,8 @@ impl Drop for UpExchange {
         i.state.open.set(i.state.open.get() - 1);
         // A response not read to its end: the stream is cancelled (the h2
         // crate resets a stream whose handles all went).
-        if let Req::Body { send, .. } = &mut i.req {
+        if let Req::Body(send) = &mut i.req {
             send.send_reset(Reason::CANCEL);
         }
     }
-}
-
-impl Inner {
-    fn write(&mut self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            match &mut self.req {
-                Req::Head(buf) => {
-                    buf.extend_from_slice(bytes);
-                    bytes = &[];
-                    self.send_head()?;
-                }
-                Req::Body { send, framing } => {
-                    let (taken, end) = body_bytes(send, framing, bytes)?;
-                    bytes = &bytes[taken..];
-                    if end {
-                        self.req = Req::Done;
-                    }
-                }
-                // Bytes past a complete request are not the request's.
-                Req::Done => return Ok(()),
-                Req::Failed => return Err(io::ErrorKind::BrokenPipe.into()),
-            }
-        }
-        Ok(())
-    }
-
-    /// Opens the stream once the request head is whole in the buffer;
-    /// what came after it goes on as body.
-    fn send_head(&mut self) -> io::Result<()> {
-        let Req::Head(buf) = &mut self.req else {
-            return Ok(());
-        };
-        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut r = httparse::Request::new(&mut fields);
-        let len = match r.parse(buf) {
-            Ok(httparse::Status::Partial) => return Ok(()),
-            Ok(httparse::Status::Complete(len)) => len,
-            Err(_) => {
-                self.req = Req::Failed;
-                return Err(io::ErrorKind::InvalidData.into());
-            }
-        };
-        let mut authority: Option<&[u8]> = None;
-        let mut framing = None;
-        let mut grpc = false;
-        let mut head = http::Request::builder().method(r.method.unwrap_or("GET"));
-        for f in r.headers.iter() {
-            let name = f.name.as_bytes();
-            if name.eq_ignore_ascii_case(b"host") {
-                authority = Some(f.value);
-                continue;
-            }
-            if name.eq_ignore_ascii_case(b"content-length") {
-                framing = std::str::from_utf8(f.value)
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok())
-                    .map(Framing::Length);
-            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                framing = Some(Framing::Chunked(ChunkedDecoder::new(), Vec::new()));
-            } else if name.eq_ignore_ascii_case(b"content-type") {
-                grpc = f.value.starts_with(b"application/grpc");
-            }
-            if connection_specific(name) || name.eq_ignore_ascii_case(b"expect") {
-                continue;
-            }
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name),
-                HeaderValue::from_bytes(f.value),
-            ) {
-                head = head.header(n, v);
-            }
-        }
-        if grpc {
-            // gRPC servers want `te: trailers` (a hop-by-hop field on
-            // HTTP/1.1, so not forwarded as such).
-            head = head.header(http::header::TE, "trailers");
-        }
-        let authority = match authority {
-            Some(a) => String::from_utf8_lossy(a).into_owned(),
-            None => self.authority.to_string(),
-        };
-        let uri = http::Uri::builder()
-            .scheme(self.scheme)
-            .authority(authority)
-            .path_and_query(r.path.unwrap_or("/"))
-            .build();
-        let req = match uri.ok().and_then(|u| head.uri(u).body(()).ok()) {
-            Some(req) => req,
-            None => {
-                self.req = Req::Failed;
-                return Err(io::ErrorKind::InvalidData.into());
-            }
-        };
-        let empty = matches!(framing, None | Some(Framing::Length(0)));
-        let rest = buf.split_off(len);
-        match self.conn.send_request(req, empty) {
-            Err(e) => {
-                tracing::debug!(error = %e, "HTTP/2 upstream refused a new stream");
-                self.state.usable.set(false);
-                self.refused = true;
-                self.req = Req::Failed;
-                return Err(io::ErrorKind::ConnectionReset.into());
-            }
-            Ok((fut, mut send)) => {
-                self.res = Res::Waiting(fut);
-                self.req = if empty {
-                    Req::Done
-                } else {
-                    send.reserve_capacity(WANT);
-                    Req::Body {
-                        send,
-                        framing: framing.unwrap_or(Framing::UntilEnd),
-                    }
-                };
-            }
-        }
-        if rest.is_empty() {
-            Ok(())
-        } else {
-            self.write(&rest)
-        }
-    }
-}
-
-/// Writes the HTTP/1.1 head of an upstream's HTTP/2 response into `out`;
-/// returns whether its body is given chunked (it has no length).
-fn render_head(parts: &http::response::Parts, end: bool, out: &mut Vec<u8>) -> bool {
-    let status = parts.status.as_u16();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(reason(status).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    let mut length = false;
-    for (name, value) in parts.headers.iter() {
-        if name == http::header::CONTENT_LENGTH {
-            length = true;
-        }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    let bodiless = (100..200).contains(&status) || status == 204 || status == 304;
-    let chunked = !bodiless && !length && !end;
-    if chunked {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    } else if !bodiless && !length {
-        out.extend_from_slice(b"content-length: 0\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    chunked
 }
