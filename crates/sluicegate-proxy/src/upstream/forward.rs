@@ -1,4 +1,10 @@
-//! Forwarding one request upstream and streaming the response back.
+//! Forwarding one request upstream and streaming the response back, in
+//! three parts: the attempt loop ([`attempts`]: endpoint choice, the same
+//! endpoint again when the upstream took nothing, retries elsewhere, the
+//! circuit's verdict), one attempt ([`attempt`]: connection, head, body,
+//! response head; its failures typed by [`AttemptError`], which says where
+//! each came from and whether a retry is safe), and the relay step
+//! ([`relay`]: response head and body, tunnel, pool).
 //!
 //! Order: pick an endpoint, take an in-flight slot (503 when none frees up
 //! within the connect timeout), take a pooled connection or connect (502),
@@ -26,7 +32,7 @@ use crate::upstream::attempt::{
 };
 use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
-use crate::upstream::endpoint::EndpointState;
+use crate::upstream::endpoint::{EndpointState, Permit};
 use crate::upstream::head::{
     early_response, h2_request_head, head_grpc_status, read_response_head, write_request_head,
     write_response_head, Forwarded, HeadError,
@@ -116,6 +122,8 @@ struct Plan {
     /// The head encoded for an HTTP/2 upstream (a service that speaks or
     /// may speak it).
     h2: Option<http::Request<()>>,
+    /// The request asks for an upgrade the route allows.
+    upgrading: bool,
 }
 
 /// Writes the rewritten request head into `bufs.out`, followed by the body
@@ -214,6 +222,7 @@ fn prepare(
         idempotent,
         head_len,
         h2,
+        upgrading,
     }
 }
 
@@ -252,17 +261,146 @@ async fn send_head(
     Ok(())
 }
 
+/// Where an attempt failed, and what that leaves a retry: the one place
+/// that maps a failure to the answer's kind (status and gRPC status, by
+/// [`ErrorKind`]) and says whether the request may go again.
+#[derive(Debug)]
+enum AttemptError {
+    /// No connection (or stream) could be had: nothing was sent, so any
+    /// request may go to another endpoint.
+    Connect(std::io::Error),
+    /// The upstream took none of it: a pooled connection closed before
+    /// it took the head, or an HTTP/2 stream refused unprocessed. The
+    /// same request may go again, on a fresh connection or stream.
+    NotTaken,
+    /// The head (and the body at hand) could not be written.
+    Write,
+    /// The head could not be encoded for the upstream's protocol.
+    Encode,
+    /// The client failed while its body was read (gone, stalled), or did
+    /// not take the `100 Continue`.
+    Downstream,
+    /// The client's body was malformed or over the limit.
+    Request(ErrorKind),
+    /// The upstream failed while the body went to it.
+    UpstreamBody,
+    /// No response head: why (closed, timed out, invalid); `untaken`:
+    /// closed before answering on a connection that served before (or a
+    /// stream refused), so it did not process the request.
+    Head { e: HeadError, untaken: bool },
+}
+
+/// Where a failure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// The client.
+    Downstream,
+    /// The upstream.
+    Upstream,
+    /// The gateway itself (a head it could not encode).
+    Internal,
+}
+
+impl AttemptError {
+    fn side(&self) -> Side {
+        match self {
+            AttemptError::Downstream | AttemptError::Request(_) => Side::Downstream,
+            AttemptError::Encode => Side::Internal,
+            _ => Side::Upstream,
+        }
+    }
+
+    /// The answer's kind.
+    fn kind(&self) -> ErrorKind {
+        match self {
+            AttemptError::Request(kind) => *kind,
+            AttemptError::Downstream => ErrorKind::BadRequest,
+            AttemptError::Head {
+                e: HeadError::Timeout,
+                ..
+            } => ErrorKind::UpstreamTimeout,
+            _ => ErrorKind::UpstreamFailed,
+        }
+    }
+
+    /// Whether nothing of the request was processed upstream, so that
+    /// sending it again is safe whatever its method (`at_hand`: the whole
+    /// request is still in the buffers).
+    fn unprocessed(&self, at_hand: bool) -> bool {
+        match self {
+            AttemptError::Connect(_) | AttemptError::NotTaken => true,
+            AttemptError::Head {
+                e: HeadError::ClosedEarly,
+                untaken: true,
+            } => at_hand,
+            _ => false,
+        }
+    }
+}
+
+/// The attempt loop's state: the endpoint tried now, its in-flight slot
+/// and circuit verdict, what was tried, and the request's deadline for a
+/// response head.
+struct Attempts<'s> {
+    service: &'s ServiceRt,
+    index: usize,
+    ep: &'s EndpointState,
+    permit: Permit<'s>,
+    admit: Verdict<'s>,
+    tried: u64,
+    tries: u32,
+    /// Sends on this endpoint after a `NotTaken` (0 for the first).
+    again: u32,
+    total: Instant,
+}
+
+impl<'s> Attempts<'s> {
+    /// Moves to another endpoint for a failed attempt when the service's
+    /// retries allow one (`free`: the failure cost the endpoint nothing,
+    /// so the retry is not paid from the budget).
+    fn elsewhere(&mut self, free: bool) -> bool {
+        let next = retry_endpoint(
+            self.service,
+            self.index,
+            &mut self.tried,
+            &mut self.tries,
+            self.total,
+            free,
+        );
+        let Some((i, permit)) = next else {
+            return false;
+        };
+        (self.index, self.permit, self.again) = (i, permit, 0);
+        (self.ep, self.admit) = switch_to(self.service, i);
+        true
+    }
+}
+
+/// What a request's sends share: its plan, the facts of the call, and
+/// what changes as it goes.
+struct Call<'a, 's> {
+    cx: &'a Request<'a, 's>,
+    plan: Plan,
+    close_req: bool,
+    body: BodyKind,
+    /// Body bytes sent so far.
+    bytes_in: u64,
+    /// The upstream answered before the whole body was sent.
+    body_cut: bool,
+}
+
+/// What a successful attempt gives.
+enum Tried<'s> {
+    /// A response head came (in `bufs.res`) on `up`; the request went at
+    /// the instant given.
+    Head(Stream, Instant),
+    /// The call ran both ways at once to its end (gRPC streaming), or the
+    /// client failed: its outcome.
+    Ended(Outcome<'s>),
+}
+
 pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
-    let Request {
-        down,
-        client,
-        snap,
-        service,
-        target,
-        strip,
-        started,
-        upgrade,
-    } = cx;
+    let (down, snap, service) = (cx.down, cx.snap, cx.service);
     let worker = down.worker;
     let body = bufs.req_framing.body;
     let close_req = bufs.req_framing.close || worker.shutting_down();
@@ -270,7 +408,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     // any other `Upgrade` is dropped, and the request goes as a plain one.
     let upgrading = match &bufs.req.upgrade {
         Some(v) if body == BodyKind::None => {
-            tunnel::allowed(&bufs.inb.filled()[v.clone()], upgrade)
+            tunnel::allowed(&bufs.inb.filled()[v.clone()], cx.upgrade)
         }
         _ => false,
     };
@@ -291,267 +429,300 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             return fail_unsent((down, snap), bufs, ErrorKind::BodyTooLarge, true).await;
         }
     }
-    let ep_arc = choose(service, client, target, bufs);
-    let Some(mut ep_index) = ep_arc else {
+    let Some(index) = choose(service, cx.client, cx.target, bufs) else {
         // Every endpoint is down: shed at once, never queue.
         let close = close_req || body_pending;
         return fail_unsent((down, snap), bufs, ErrorKind::NoHealthyEndpoint, close).await;
     };
-    let mut ep: &'s EndpointState = &service.endpoints[ep_index];
+    let ep: &'s EndpointState = &service.endpoints[index];
     // Every attempt must have the response head by then (sooner when a
     // gRPC client's own deadline says so).
     let limit = match bufs.grpc_timeout {
         Some(t) => t.min(service.timeouts.request),
         None => service.timeouts.request,
     };
-    let total = started + limit;
+    let total = cx.started + limit;
     let wait = service.timeouts.connect.min(service.timeouts.request);
-    let Some(mut _permit) = ep.acquire(wait).await else {
-        let mut o = fail_unsent(
-            (down, snap),
-            bufs,
-            ErrorKind::UpstreamBusy,
-            close_req || body_pending,
-        )
-        .await;
+    let Some(permit) = ep.acquire(wait).await else {
+        let close = close_req || body_pending;
+        let mut o = fail_unsent((down, snap), bufs, ErrorKind::UpstreamBusy, close).await;
         o.endpoint = Some(ep);
         return o;
     };
     ep.requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     service.retries.deposit();
-    let mut admit = Verdict::admit(ep);
-    let mut tried: u64 = 1 << ep_index.min(63);
-    let mut tries = 1;
-    let plan = prepare(down, service, target, strip, ep, upgrading, bufs);
-    let Plan {
-        is_head,
-        client_minor,
-        remaining,
-        mut bytes_in,
-        chunked,
-        replayable,
-        mut sent_continue,
-        portable,
-        idempotent,
-        ..
-    } = plan;
-    let mut attempt = 0;
-    // The upstream answered before the whole body was sent.
-    let mut body_cut = false;
-    let (up, sent_at) = loop {
-        bufs.upb.clear();
-        // A retry after a pooled connection failed takes a fresh one: the
-        // next pooled one may have been closed by the upstream just the same.
-        let pooled = if attempt == 0 {
-            take_pooled(down.worker, ep, started)
-        } else {
-            None
+    let mut at = Attempts {
+        service,
+        index,
+        ep,
+        permit,
+        admit: Verdict::admit(ep),
+        tried: 1 << index.min(63),
+        tries: 1,
+        again: 0,
+        total,
+    };
+    let plan = prepare(down, service, cx.target, cx.strip, ep, upgrading, bufs);
+    let mut call = Call {
+        cx: &cx,
+        bytes_in: plan.bytes_in,
+        plan,
+        close_req,
+        body,
+        body_cut: false,
+    };
+    let (up, sent_at) = match attempts(&mut call, &mut at, bufs).await {
+        Ok(sent) => sent,
+        Err(o) => return o,
+    };
+    relay(&call, at, up, sent_at, bufs).await
+}
+
+/// The attempt loop: one attempt after another (the same endpoint again
+/// when the upstream took nothing, another when the service's retries
+/// allow) until a response head is relayed or the request fails.
+async fn attempts<'s>(
+    call: &mut Call<'_, 's>,
+    at: &mut Attempts<'s>,
+    bufs: &mut Bufs,
+) -> Result<(Stream, Instant), Outcome<'s>> {
+    let (down, snap, service) = (call.cx.down, call.cx.snap, call.cx.service);
+    let r = &service.retries.settings;
+    loop {
+        let failed = match attempt(call, at, bufs).await {
+            Ok(Tried::Ended(o)) => return Err(o),
+            Ok(Tried::Head(up, sent_at)) => {
+                let status = bufs.res.status;
+                let plan = &call.plan;
+                // Another endpoint for an idempotent request still at hand,
+                // when the service retries this status; a gRPC call's
+                // trailers-only status may go again (`grpc:` in
+                // retries.on), whatever its method.
+                let at_hand = plan.replayable && plan.portable && !call.body_cut;
+                let again = (plan.idempotent && at_hand && r.on_status.contains(&status))
+                    || (bufs.grpc
+                        && at_hand
+                        && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c)));
+                if again && at.elsewhere(false) {
+                    tracing::debug!(endpoint = %at.ep.name, status, "retrying elsewhere");
+                    continue;
+                }
+                return Ok((up, sent_at));
+            }
+            Err(e) => e,
         };
-        let (up, reused) = match pooled {
-            Some(s) => (s, true),
-            None => match connect(
-                worker,
-                ep,
-                service,
-                service.timeouts.connect.min(time_left(total)),
-            )
-            .await
-            {
+        let plan = &call.plan;
+        // The same endpoint once more, when nothing was processed (a
+        // failed connect goes elsewhere or nowhere).
+        let resend = !matches!(failed, AttemptError::Connect(_))
+            && failed.unprocessed(plan.replayable)
+            && at.again < REFUSED_RETRIES;
+        if resend {
+            at.again += 1;
+            continue;
+        }
+        if failed.side() == Side::Upstream {
+            at.admit.failed(at.ep);
+        }
+        let (allowed, free) = match &failed {
+            AttemptError::Connect(e) => (r.on_connect, cost_nothing(e)),
+            AttemptError::Head { e, .. } => match e {
+                HeadError::ClosedEarly => (r.on_reset, false),
+                HeadError::Timeout => (r.on_timeout, false),
+                HeadError::Invalid => (false, false),
+            },
+            _ => (false, false),
+        };
+        let may = match &failed {
+            // Nothing was sent: any request may go elsewhere.
+            AttemptError::Connect(_) => plan.portable,
+            // It may have been processed: only an idempotent one at hand.
+            _ => plan.idempotent && plan.replayable && plan.portable && !call.body_cut,
+        };
+        if allowed && may && at.elsewhere(free) {
+            continue;
+        }
+        if let AttemptError::Downstream = failed {
+            // The client is gone or stalled: nothing to answer.
+            return Err(Outcome::local(400, 0, true));
+        }
+        let close = match failed {
+            AttemptError::Connect(_)
+            | AttemptError::NotTaken
+            | AttemptError::Write
+            | AttemptError::Encode => call.close_req || plan.remaining > 0 || plan.chunked,
+            AttemptError::Head { .. } => call.close_req,
+            _ => true,
+        };
+        let kind = failed.kind();
+        tracing::debug!(endpoint = %at.ep.name, status = kind.status(), side = ?failed.side(), "attempt failed");
+        let mut o = fail((down, snap), bufs, kind, close).await;
+        o.endpoint = Some(at.ep);
+        return Err(o);
+    }
+}
+
+/// One attempt on the endpoint `at` holds: a connection (pooled for a
+/// first send, else new), the `100 Continue` the client waits for, the
+/// head and the body (both ways at once for a gRPC call whose request
+/// streams), then the response head (1xx relayed).
+async fn attempt<'s>(
+    call: &mut Call<'_, 's>,
+    at: &mut Attempts<'s>,
+    bufs: &mut Bufs,
+) -> Result<Tried<'s>, AttemptError> {
+    let (down, snap, service) = (call.cx.down, call.cx.snap, call.cx.service);
+    let worker = down.worker;
+    let ep = at.ep;
+    bufs.upb.clear();
+    // A send after a pooled connection failed takes a fresh one: the next
+    // pooled one may have been closed by the upstream just the same.
+    let pooled = if at.again == 0 {
+        take_pooled(worker, ep, call.cx.started)
+    } else {
+        None
+    };
+    let (up, reused) = match pooled {
+        Some(s) => (s, true),
+        None => {
+            let timeout = service.timeouts.connect.min(time_left(at.total));
+            match connect(worker, ep, service, timeout).await {
                 Ok(s) => {
                     ep.eject.connect_ok();
                     s
                 }
                 Err(e) => {
                     connect_failed(service, ep, &e);
-                    admit.failed(ep);
-                    // Nothing was sent: any request may go elsewhere. A
-                    // refused connect cost the endpoint nothing, so its
-                    // retry is not taken from the budget.
-                    let free = cost_nothing(&e);
-                    if service.retries.settings.on_connect && portable {
-                        if let Some((i, permit)) =
-                            retry_endpoint(service, ep_index, &mut tried, &mut tries, total, free)
-                        {
-                            (ep_index, _permit, attempt) = (i, permit, 0);
-                            (ep, admit) = switch_to(service, i);
-                            continue;
-                        }
-                    }
-                    let mut o = fail(
-                        (down, snap),
-                        bufs,
-                        ErrorKind::UpstreamFailed,
-                        close_req || remaining > 0 || chunked,
-                    )
-                    .await;
-                    o.endpoint = Some(ep);
-                    return o;
+                    return Err(AttemptError::Connect(e));
                 }
-            },
-        };
-        if !sent_continue && body_pending {
-            sent_continue = true;
-            let deadline = Instant::now() + snap.timeouts.client_write;
-            if let Err(e) = write_all_by(
-                down.client,
-                b"HTTP/1.1 100 Continue\r\n\r\n",
-                worker.until(deadline),
-            )
-            .await
-            {
-                client_write_failed(worker, &e);
-                return Outcome::local(400, 0, true);
-            }
-        }
-        let deadline = service.timeouts.response_header;
-        let streams = chunked || remaining > 0;
-        let wait = worker.deadlines.after(deadline);
-        if send_head(&up, &plan, streams, &mut bufs.out, wait)
-            .await
-            .is_err()
-        {
-            // Nothing beyond `out` was consumed: a retry is safe.
-            if (reused && attempt == 0) || (up.refused() && attempt < REFUSED_RETRIES) {
-                attempt += 1;
-                continue;
-            }
-            admit.failed(ep);
-            let mut o = fail(
-                (down, snap),
-                bufs,
-                ErrorKind::UpstreamFailed,
-                close_req || remaining > 0,
-            )
-            .await;
-            o.endpoint = Some(ep);
-            return o;
-        }
-        if !replayable && bufs.grpc {
-            // A gRPC call whose request streams: both ways at once.
-            let call = duplex::Call {
-                down,
-                snap,
-                ep,
-                body,
-                remaining,
-                bytes_in,
-                client_minor,
-                is_head,
-                deadline: (Instant::now() + service.timeouts.response_header).min(total),
-                close: close_req,
-            };
-            return duplex::run(call, up, &mut admit, bufs).await;
-        }
-        if !replayable {
-            // Stream the body while watching the upstream: one that answers
-            // early (say 413) gets its answer relayed at once, and the rest
-            // of the body is not sent.
-            let Bufs { inb, out, upb, .. } = &mut *bufs;
-            let sent = tokio::select! {
-                r = send_body(
-                    &worker.deadlines, down.client, &up, inb, out, body, remaining,
-                    snap.limits.max_body_bytes, snap.timeouts.client_body,
-                ) => r,
-                early = early_response(&up, upb) => {
-                    if early {
-                        body_cut = true;
-                        Ok(0)
-                    } else {
-                        Err(BodyError::Upstream)
-                    }
-                }
-            };
-            match sent {
-                Ok(n) => bytes_in += n,
-                Err(e) => {
-                    let kind = match e {
-                        BodyError::Client => return Outcome::local(400, 0, true),
-                        BodyError::Upstream => {
-                            admit.failed(ep);
-                            ErrorKind::UpstreamFailed
-                        }
-                        BodyError::BadChunk => ErrorKind::BadRequest,
-                        BodyError::TooLarge => ErrorKind::BodyTooLarge,
-                    };
-                    let mut o = fail((down, snap), bufs, kind, true).await;
-                    o.endpoint = Some(ep);
-                    return o;
-                }
-            }
-        }
-        let sent_at = Instant::now();
-        let deadline = (sent_at + service.timeouts.response_header).min(total);
-        let head =
-            read_response_head(&up, down, bufs, is_head, client_minor, deadline, upgrading).await;
-        // What this attempt's outcome allows: another endpoint for an
-        // idempotent request still at hand, when the service retries it.
-        let r = &service.retries.settings;
-        let elsewhere = idempotent && replayable && portable && !body_cut;
-        match head {
-            Ok(()) => {
-                let status = bufs.res.status;
-                if ep.breaker.counts_status(status) {
-                    admit.failed(ep);
-                } else {
-                    admit.succeeded(ep);
-                }
-                // A gRPC call's trailers-only status may send it again
-                // (`grpc:` in retries.on), whatever its method.
-                let grpc_again = bufs.grpc && {
-                    bufs.grpc_status = head_grpc_status(bufs);
-                    replayable
-                        && portable
-                        && !body_cut
-                        && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c))
-                };
-                if (elsewhere && r.on_status.contains(&status)) || grpc_again {
-                    if let Some((i, permit)) =
-                        retry_endpoint(service, ep_index, &mut tried, &mut tries, total, false)
-                    {
-                        tracing::debug!(endpoint = %ep.name, status, "retrying elsewhere");
-                        (ep_index, _permit, attempt) = (i, permit, 0);
-                        (ep, admit) = switch_to(service, i);
-                        continue;
-                    }
-                }
-                break (up, sent_at);
-            }
-            Err(HeadError::ClosedEarly)
-                if replayable
-                    && ((reused && attempt == 0)
-                        || (up.refused() && attempt < REFUSED_RETRIES)) =>
-            {
-                attempt += 1;
-                continue;
-            }
-            Err(e) => {
-                admit.failed(ep);
-                let again = match e {
-                    HeadError::ClosedEarly => r.on_reset,
-                    HeadError::Timeout => r.on_timeout,
-                    HeadError::Invalid => false,
-                };
-                if again && elsewhere {
-                    if let Some((i, permit)) =
-                        retry_endpoint(service, ep_index, &mut tried, &mut tries, total, false)
-                    {
-                        (ep_index, _permit, attempt) = (i, permit, 0);
-                        (ep, admit) = switch_to(service, i);
-                        continue;
-                    }
-                }
-                let kind = match e {
-                    HeadError::Timeout => ErrorKind::UpstreamTimeout,
-                    _ => ErrorKind::UpstreamFailed,
-                };
-                tracing::debug!(endpoint = %ep.name, status = kind.status(), "upstream response failed");
-                let mut o = fail((down, snap), bufs, kind, close_req).await;
-                o.endpoint = Some(ep);
-                return o;
             }
         }
     };
+    let plan = &mut call.plan;
+    if !plan.sent_continue && call.body != BodyKind::None {
+        plan.sent_continue = true;
+        let deadline = Instant::now() + snap.timeouts.client_write;
+        if let Err(e) = write_all_by(
+            down.client,
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            worker.until(deadline),
+        )
+        .await
+        {
+            client_write_failed(worker, &e);
+            return Err(AttemptError::Downstream);
+        }
+    }
+    let streams = plan.chunked || plan.remaining > 0;
+    let wait = worker.deadlines.after(service.timeouts.response_header);
+    if send_head(&up, plan, streams, &mut bufs.out, wait)
+        .await
+        .is_err()
+    {
+        // Nothing beyond `out` was consumed: a send again is safe when the
+        // upstream took none of it.
+        let untaken = (reused && at.again == 0) || up.refused();
+        return Err(if plan.h2.is_none() && matches!(up, Stream::H2Up(_)) {
+            AttemptError::Encode
+        } else if untaken {
+            AttemptError::NotTaken
+        } else {
+            AttemptError::Write
+        });
+    }
+    if !plan.replayable && bufs.grpc {
+        // A gRPC call whose request streams: both ways at once.
+        let duplex = duplex::Call {
+            down,
+            snap,
+            ep,
+            body: call.body,
+            remaining: plan.remaining,
+            bytes_in: call.bytes_in,
+            client_minor: plan.client_minor,
+            is_head: plan.is_head,
+            deadline: (Instant::now() + service.timeouts.response_header).min(at.total),
+            close: call.close_req,
+        };
+        return Ok(Tried::Ended(
+            duplex::run(duplex, up, &mut at.admit, bufs).await,
+        ));
+    }
+    if !plan.replayable {
+        // Stream the body while watching the upstream: one that answers
+        // early (say 413) gets its answer relayed at once, and the rest
+        // of the body is not sent.
+        let Bufs { inb, out, upb, .. } = &mut *bufs;
+        let sent = tokio::select! {
+            r = send_body(
+                &worker.deadlines, down.client, &up, inb, out, call.body, plan.remaining,
+                snap.limits.max_body_bytes, snap.timeouts.client_body,
+            ) => r,
+            early = early_response(&up, upb) => {
+                if early {
+                    call.body_cut = true;
+                    Ok(0)
+                } else {
+                    Err(BodyError::Upstream)
+                }
+            }
+        };
+        match sent {
+            Ok(n) => call.bytes_in += n,
+            Err(BodyError::Client) => return Err(AttemptError::Downstream),
+            Err(BodyError::Upstream) => return Err(AttemptError::UpstreamBody),
+            Err(BodyError::BadChunk) => return Err(AttemptError::Request(ErrorKind::BadRequest)),
+            Err(BodyError::TooLarge) => return Err(AttemptError::Request(ErrorKind::BodyTooLarge)),
+        }
+    }
+    let sent_at = Instant::now();
+    let deadline = (sent_at + service.timeouts.response_header).min(at.total);
+    let (is_head, minor, upgrading) = (plan.is_head, plan.client_minor, plan.upgrading);
+    match read_response_head(&up, down, bufs, is_head, minor, deadline, upgrading).await {
+        Ok(()) => {
+            let status = bufs.res.status;
+            if ep.breaker.counts_status(status) {
+                at.admit.failed(ep);
+            } else {
+                at.admit.succeeded(ep);
+            }
+            if bufs.grpc {
+                bufs.grpc_status = head_grpc_status(bufs);
+            }
+            Ok(Tried::Head(up, sent_at))
+        }
+        Err(e) => {
+            // Closed before any answer on a connection that served
+            // before, or a stream refused unprocessed: it did not take the
+            // request. On a fresh connection it may have.
+            let untaken =
+                matches!(e, HeadError::ClosedEarly) && ((reused && at.again == 0) || up.refused());
+            Err(AttemptError::Head { e, untaken })
+        }
+    }
+}
+
+/// The relay step: the response head (rewritten) and body to the client,
+/// or the tunnel a `101` opens; the upstream connection back to the pool
+/// when it is clean.
+async fn relay<'s>(
+    call: &Call<'_, 's>,
+    at: Attempts<'s>,
+    up: Stream,
+    sent_at: Instant,
+    bufs: &mut Bufs,
+) -> Outcome<'s> {
+    let (down, snap, service) = (call.cx.down, call.cx.snap, call.cx.service);
+    let worker = down.worker;
+    let Attempts {
+        index,
+        ep,
+        permit,
+        mut admit,
+        ..
+    } = at;
+    let (bytes_in, body_cut, client_minor) = (call.bytes_in, call.body_cut, call.plan.client_minor);
     let head_at = Instant::now();
     let upstream_us = head_at.duration_since(sent_at).as_micros() as u64;
     ep.response_time.observe(upstream_us);
@@ -563,7 +734,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         // The upstream switched: a tunnel until either side is done, run by
         // a task of its own once started (the session takes it from
         // `bufs.upgraded`; its endpoint slot goes with it).
-        let permit = _permit.into_owned(&service.endpoints[ep_index]);
+        let permit = permit.into_owned(&service.endpoints[index]);
         debug_assert_eq!(bytes_in, 0, "an upgrade request has no body");
         let carried = match tunnel::start(down, up, permit, bufs, snap).await {
             Ok(t) => {
@@ -583,7 +754,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         };
     }
     let res_body = bufs.res_framing.body;
-    let close = close_req
+    let close = call.close_req
         || body_cut
         || worker.shutting_down()
         || res_body == BodyKind::UntilClose
@@ -612,7 +783,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             outcome.bytes_out = n;
             if !bufs.res_framing.close && !body_cut && bufs.upb.is_empty() && up.poolable() {
                 let expires = head_at + service.timeouts.idle;
-                let ep_arc = &service.endpoints[ep_index];
+                let ep_arc = &service.endpoints[index];
                 // No body (204, 304, HEAD, a zero length): recheck at reuse.
                 worker
                     .pool
@@ -640,6 +811,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             outcome.close = true;
         }
     }
+    drop(permit);
     if body_cut {
         linger(
             &worker.deadlines,
@@ -650,4 +822,43 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         .await;
     }
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_say_where_they_came_from_and_what_a_retry_may_do() {
+        let refused = AttemptError::Connect(std::io::ErrorKind::ConnectionRefused.into());
+        assert_eq!(refused.side(), Side::Upstream);
+        assert_eq!(refused.kind(), ErrorKind::UpstreamFailed);
+        assert!(refused.unprocessed(false));
+        let timeout = AttemptError::Head {
+            e: HeadError::Timeout,
+            untaken: false,
+        };
+        assert_eq!(timeout.kind(), ErrorKind::UpstreamTimeout);
+        assert!(!timeout.unprocessed(true));
+        // Closed before answering on a connection that served before: not
+        // processed, but safe to send again only while the request is at
+        // hand.
+        let closed = AttemptError::Head {
+            e: HeadError::ClosedEarly,
+            untaken: true,
+        };
+        assert!(closed.unprocessed(true) && !closed.unprocessed(false));
+        let fresh = AttemptError::Head {
+            e: HeadError::ClosedEarly,
+            untaken: false,
+        };
+        assert!(!fresh.unprocessed(true));
+        assert_eq!(AttemptError::Downstream.side(), Side::Downstream);
+        let big = AttemptError::Request(ErrorKind::BodyTooLarge);
+        assert_eq!((big.side(), big.kind().status()), (Side::Downstream, 413));
+        assert_eq!(AttemptError::Encode.side(), Side::Internal);
+        assert!(AttemptError::NotTaken.unprocessed(false));
+        assert!(!AttemptError::Write.unprocessed(true));
+        assert_eq!(AttemptError::UpstreamBody.kind().grpc_status(), 14);
+    }
 }

@@ -26,6 +26,7 @@ use crate::upstream::endpoint::EndpointState;
 /// Largest response head accepted from an upstream.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HeadError {
     /// Closed or reset before any response byte.
     ClosedEarly,
