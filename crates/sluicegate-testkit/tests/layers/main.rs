@@ -99,17 +99,6 @@ const KNOWN_LOOPS: &[Known] = &[
     ),
     files(
         "sluicegate-proxy",
-        &[
-            "observe/live.rs",
-            "snapshot/compile.rs",
-            "snapshot/members.rs",
-            "snapshot/mod.rs",
-            "snapshot/shared.rs",
-            "upstream/budget.rs",
-        ],
-    ),
-    files(
-        "sluicegate-proxy",
         &["transport/stream.rs", "transport/tls/stream.rs"],
     ),
     folders(
