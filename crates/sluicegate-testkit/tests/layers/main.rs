@@ -97,10 +97,6 @@ const KNOWN_LOOPS: &[Known] = &[
         "sluicegate-proxy",
         &["filters/limits.rs", "filters/mod.rs", "filters/policy.rs"],
     ),
-    files(
-        "sluicegate-proxy",
-        &["transport/stream.rs", "transport/tls/stream.rs"],
-    ),
     folders(
         "sluicegate-proxy",
         &[
