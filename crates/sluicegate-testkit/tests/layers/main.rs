@@ -31,10 +31,6 @@ const KNOWN_LOOPS: &[Known] = &[
     files("sluicegate-admin", &["live/mod.rs", "live/view.rs"]),
     folders("sluicegate-admin", &["apply", "etcd", "reload"]),
     files(
-        "sluicegate-config",
-        &["schema/mod.rs", "schema/resources.rs", "schema/top.rs"],
-    ),
-    files(
         "sluicegate-proxy",
         &["apps/build.rs", "apps/mod.rs", "apps/table.rs"],
     ),
