@@ -52,10 +52,6 @@ const KNOWN_LOOPS: &[Known] = &[
             "upstream",
         ],
     ),
-    files(
-        "sluicegate-testkit",
-        &["upstream/conn.rs", "upstream/mod.rs", "upstream/reply.rs"],
-    ),
 ];
 
 const fn files(krate: &'static str, members: &'static [&'static str]) -> Known {
