@@ -10,6 +10,7 @@ mod cluster;
 mod decode;
 mod discovery;
 pub mod document;
+mod error;
 mod health;
 mod http2;
 mod jwt;
@@ -35,27 +36,12 @@ use std::path::{Path, PathBuf};
 
 pub use apps::valid_key;
 pub use document::{decode_apps, Document, Problem};
+pub use error::ConfigError;
 pub use model::*;
 pub use service::MAX_WEIGHT;
 pub use source::{ConfigSource, EtcdConnection, EtcdSource, EtcdTls};
 pub use trace::MAX_REQUEST_ID_HEADER;
 pub use units::{parse_duration, parse_size};
-
-/// One problem in a config, with the 1-based line and column of the offending node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub line: usize,
-    pub col: usize,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}", self.line, self.col, self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// Parses and validates a config. On failure returns every problem found,
 /// sorted by position (a YAML syntax error stops parsing and comes alone).

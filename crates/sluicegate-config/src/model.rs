@@ -83,6 +83,14 @@ impl Config {
             None => None,
         })
     }
+
+    /// Whether some listener asks clients for a certificate (has
+    /// `tls.client_ca`), which `auth: mtls` routes need.
+    pub fn has_client_ca(&self) -> bool {
+        self.listen
+            .iter()
+            .any(|l| l.tls.as_ref().is_some_and(|t| t.client_ca.is_some()))
+    }
 }
 
 /// `request_id`: every request has an id, kept from a trusted proxy or made.

@@ -8,18 +8,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::Config;
-
-impl Config {
-    /// Whether some listener asks clients for a certificate (has
-    /// `tls.client_ca`), which `auth: mtls` routes need.
-    pub fn has_client_ca(&self) -> bool {
-        self.listen
-            .iter()
-            .any(|l| l.tls.as_ref().is_some_and(|t| t.client_ca.is_some()))
-    }
-}
-
 /// One `listen` entry: a socket and what is spoken on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {

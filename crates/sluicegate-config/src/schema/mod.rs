@@ -41,26 +41,6 @@ const RATE: &str = r"^\s*[0-9]+\s*/\s*(s|sec|second|m|min|minute|h|hour|d|day)\s
 /// A quota: `N/minute`, `N/hour`, `N/day`, `N/month`.
 const QUOTA: &str = r"^\s*[0-9]+\s*/\s*(min|minute|h|hour|d|day|month)\s*$";
 
-/// The named schemas, for `components.schemas`: what the other schemas
-/// point to with `$ref`, and one per resource.
-pub fn components() -> Vec<(&'static str, S)> {
-    vec![
-        ("Duration", duration_schema()),
-        ("Size", size_schema()),
-        ("Name", name_schema()),
-        ("HeaderOps", header_ops()),
-        ("IpRules", ip_rules()),
-        ("ListenerTls", listener_tls()),
-        ("Service", service()),
-        ("Route", route()),
-        ("App", app()),
-        ("Plan", plan(false)),
-        ("PlanItem", plan(true)),
-        ("Settings", top_level(false)),
-        ("Config", top_level(true)),
-    ]
-}
-
 fn r(name: &str) -> S {
     RefOr::Ref(Ref::from_schema_name(name))
 }
@@ -310,44 +290,16 @@ fn ip_rules() -> S {
     )
 }
 
-// ---- services ----
+// ---- the parts (resources, top-level keys) and the named schemas ----
 
+mod named;
 mod resources;
 mod top;
 
-use resources::*;
-use top::*;
+pub use named::components;
 
 /// The resource sections: each has its own schema and API path.
 pub const SECTIONS: [&str; 4] = ["services", "routes", "apps", "plans"];
-
-/// The whole config (`all`), or the settings: every top-level key but the
-/// resource sections.
-fn top_level(all: bool) -> S {
-    if all {
-        object("A whole config.", decode::TOP_KEYS, &["listen"], top)
-    } else {
-        object(
-            "The settings: every top-level key but services, routes, apps and plans.",
-            settings_keys(),
-            &["listen"],
-            top,
-        )
-    }
-}
-
-/// The top-level keys that are settings, leaked once (they are the same
-/// for the life of the process).
-fn settings_keys() -> &'static [&'static str] {
-    static KEYS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    KEYS.get_or_init(|| {
-        decode::TOP_KEYS
-            .iter()
-            .copied()
-            .filter(|k| !SECTIONS.contains(k))
-            .collect()
-    })
-}
 
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,7 @@ mod cluster;
 mod errors;
 mod hostile;
 mod resilience;
+mod source;
 mod tls;
 mod trace;
 

@@ -9,11 +9,14 @@
 //! [`Registry`] by stable keys, so an unchanged service keeps them.
 //!
 //! This module holds the tables and the registry; `compile` builds a
-//! snapshot from a config, `shared` holds the process-wide [`Shared`]
-//! (publishing, metrics) and `carry` the state an upgrade hands over.
+//! snapshot from a config (a service's endpoints: `members`), `shared`
+//! holds the process-wide [`Shared`] (publishing, metrics), `discovered`
+//! what the discovery planes publish through it, and `carry` the state an
+//! upgrade hands over.
 
 pub mod carry;
 mod compile;
+mod discovered;
 mod members;
 mod shared;
 
@@ -157,11 +160,14 @@ impl Snapshot {
     }
 }
 
+/// Registry key of an endpoint's state: (service, endpoint name, max in flight).
+type EndpointKey = (String, String, usize);
+
 /// State kept across snapshots, keyed by names from the config.
 #[derive(Debug, Default)]
 pub struct Registry {
     /// (service, endpoint name, max in flight) -> state.
-    endpoints: HashMap<members::EndpointKey, Arc<EndpointState>>,
+    endpoints: HashMap<EndpointKey, Arc<EndpointState>>,
     /// Each service's config as last compiled (a discovered endpoint set
     /// is built from it), and the `dns` settings.
     service_cfg: HashMap<String, Arc<sluicegate_config::Service>>,

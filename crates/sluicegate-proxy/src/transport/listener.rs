@@ -276,7 +276,7 @@ async fn read_proxy_header(
                     // Take the header's bytes, and only those.
                     let mut taken = 0;
                     while taken < len {
-                        match crate::transport::stream::recv(tcp, &mut buf[taken..len]) {
+                        match crate::transport::tcp::recv(tcp, &mut buf[taken..len]) {
                             Ok(0) | Err(_) => return Err("closed in the header"),
                             Ok(k) => taken += k,
                         }

@@ -10,9 +10,10 @@
 use std::io;
 use std::task::{Context, Poll};
 
-use rustix::net::{RecvFlags, SendFlags};
-use tokio::io::Interest;
+use rustix::net::RecvFlags;
 use tokio::net::TcpStream;
+
+use super::tcp::{drained, recv, send};
 
 #[cfg(test)]
 use super::duplex::Duplex;
@@ -227,42 +228,6 @@ impl Stream {
         let mut probe = [0u8; 1];
         let r = rustix::net::recv(tcp, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT);
         matches!(r, Err(rustix::io::Errno::AGAIN))
-    }
-}
-
-/// `recv` on `s` under the runtime's readiness tracking, like
-/// `TcpStream::try_read`, but made as a raw system call (rustix): glibc's
-/// `recv` and `send` also enter and leave a thread cancellation point and
-/// set `errno`, about 50 instructions a call, four calls a request.
-#[inline]
-pub(crate) fn recv(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    s.try_io(Interest::READABLE, || {
-        rustix::net::recv(s, buf, RecvFlags::empty())
-            .map(|(n, _)| n)
-            .map_err(io::Error::from)
-    })
-}
-
-/// `send` like [`recv`]; `MSG_NOSIGNAL` as the standard library sends, so
-/// a peer's reset is an error here, never a SIGPIPE.
-#[inline]
-pub(crate) fn send(s: &TcpStream, bytes: &[u8]) -> io::Result<usize> {
-    s.try_io(Interest::WRITABLE, || {
-        rustix::net::send(s, bytes, SendFlags::NOSIGNAL).map_err(io::Error::from)
-    })
-}
-
-/// After a short read the kernel had nothing more: forget the socket's read
-/// readiness now, so the next read waits for a new edge instead of making a
-/// syscall that returns EAGAIN. Safe with edge-triggered epoll: data that
-/// arrives after the read raises a new event, and tokio only clears the
-/// readiness it saw before this point.
-#[inline]
-pub(crate) fn drained(s: &TcpStream, n: usize, room: usize) {
-    if n > 0 && n < room {
-        let _ = s.try_io(Interest::READABLE, || {
-            Err::<(), _>(io::ErrorKind::WouldBlock.into())
-        });
     }
 }
 

@@ -78,38 +78,4 @@ mod tests {
         }
         assert_eq!((0..500).filter(|_| b.withdraw()).count(), 100);
     }
-
-    #[test]
-    fn a_reload_neither_refills_nor_empties_a_budget() {
-        use crate::snapshot::Shared;
-        let config = |services: &[&str]| {
-            let mut text = String::from("listen: [\"127.0.0.1:9\"]\nservices:\n");
-            for s in services {
-                text.push_str(&format!(
-                    "  - {{ name: {s}, endpoints: [\"127.0.0.1:9\"] }}\n"
-                ));
-            }
-            sluicegate_config::parse(&text).unwrap()
-        };
-        // The service `name` of the snapshot in force.
-        let service = |shared: &Shared, name: &str| {
-            let snap = shared.snapshot.load();
-            let found = snap.services.iter().find(|s| &*s.name == name);
-            found.unwrap().clone()
-        };
-        let shared = Shared::new(&config(&["a"])).unwrap();
-        // An outage spends a's budget.
-        while service(&shared, "a").retries.withdraw() {}
-        // Reloads (a's retry settings unchanged, or not) keep it spent.
-        shared.reload(&config(&["a", "b"])).unwrap();
-        shared.reload(&config(&["b", "a"])).unwrap();
-        assert!(!service(&shared, "a").retries.withdraw());
-        // A service new to the config starts with a fresh budget.
-        assert!(service(&shared, "b").retries.withdraw());
-        // Requests still earn retries back.
-        for _ in 0..5 {
-            service(&shared, "a").retries.deposit();
-        }
-        assert!(service(&shared, "a").retries.withdraw());
-    }
 }

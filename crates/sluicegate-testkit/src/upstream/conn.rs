@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::lock;
 use super::reply::{self, Close, Plan};
-use super::{SeenRequest, State, LOG_CAP};
+use super::seen::{SeenRequest, State, LOG_CAP};
 use crate::wire::{self, Reader};
 
 /// Serves requests on `stream` until it closes.

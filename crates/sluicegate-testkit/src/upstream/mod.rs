@@ -26,6 +26,7 @@
 mod conn;
 mod raw;
 mod reply;
+mod seen;
 mod server;
 
 use std::collections::VecDeque;
@@ -36,54 +37,10 @@ use std::sync::{Arc, Mutex};
 
 pub use raw::{read_request_head, RawUpstream};
 pub use reply::pattern;
+use seen::State;
+pub use seen::{SeenRequest, LOG_CAP};
 pub(crate) use server::lock;
 use server::Server;
-
-/// How many requests `last_requests` keeps (oldest dropped first).
-pub const LOG_CAP: usize = 4096;
-
-/// One complete request as the upstream received it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeenRequest {
-    pub method: String,
-    /// The request target exactly as sent (path and query).
-    pub target: String,
-    /// `HTTP/1.0` or `HTTP/1.1`.
-    pub version: String,
-    /// Header fields in arrival order, names with their original case.
-    pub headers: Vec<(String, String)>,
-    /// The decoded body.
-    pub body: Vec<u8>,
-    /// Whether the body arrived with `Transfer-Encoding: chunked`.
-    pub chunked: bool,
-    /// Number of the connection it arrived on (0, 1, ... in accept order).
-    pub connection: u64,
-    /// The peer address of that connection.
-    pub peer: Option<SocketAddr>,
-}
-
-impl SeenRequest {
-    /// First value of header `name`, case-insensitive.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        crate::wire::header(&self.headers, name)
-    }
-
-    /// Every value of header `name`, case-insensitive, in order.
-    pub fn header_all(&self, name: &str) -> Vec<&str> {
-        crate::wire::header_all(&self.headers, name)
-    }
-
-    /// The target without its query string.
-    pub fn path(&self) -> &str {
-        self.target.split('?').next().unwrap_or("")
-    }
-}
-
-pub(crate) struct State {
-    id: Option<String>,
-    requests: AtomicUsize,
-    log: Mutex<VecDeque<SeenRequest>>,
-}
 
 /// A controllable HTTP/1.1 upstream on its own threads; stopped on drop.
 pub struct TestUpstream {

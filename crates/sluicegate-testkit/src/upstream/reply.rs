@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::Duration;
 
-use super::SeenRequest;
+use super::seen::SeenRequest;
 
 /// What the connection does after a reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 
 use super::identity::ClientIdentity;
 use crate::runtime::deadline::{Stop, Wait};
-use crate::transport::stream::{drained, recv, send};
+use crate::transport::tcp::{drained, recv, send};
 
 /// A TLS connection (server or client side) over a TCP socket.
 pub(crate) struct TlsStream {
