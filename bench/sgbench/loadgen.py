@@ -1,4 +1,4 @@
-"""Load generators (wrk, ab): command lines, output parsing, and one measured run."""
+"""Load generators (wrk, ab, h2load, tlsload): command lines, output parsing, and one measured run."""
 
 import os
 import re
@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import procs
+from . import grpc, procs
 
 # name -> how to load it. `log_variant`: the table also has a sluicegate row
 # with the access log on. `busy_variant`: by default, also sluicegate-busy (the
@@ -41,12 +41,22 @@ SCENARIOS = {
     # nginx-tls does not run in it. `upstream`: the kind of upstream
     # (targets.UPSTREAMS, default http1).
     "h2c-up": {"tool": "h2load", "conns": 64, "streams": 10, "tls": True, "upstream": "h2c"},
+    # Unary gRPC calls, the same load: h2load posts one fixed gRPC message
+    # (sgbench/grpc.py) with the gRPC headers to a method's path; the proxies'
+    # upstream is the h2c nginx with a location answering one fixed reply and
+    # a `grpc-status: 0` trailer (nginx-tls proxies with grpc_pass). h2load
+    # counts 2xx answers only, so one call through each proxy is checked with
+    # nghttp (status 200 and grpc-status 0) before and after the runs.
+    "grpc": {"tool": "h2load", "conns": 64, "streams": 10, "tls": True, "upstream": "grpc",
+             "grpc": True},
 }
 TLS_SCENARIOS = tuple(s for s, spec in SCENARIOS.items() if spec.get("tls"))
 TLSLOAD = Path(__file__).resolve().parent / "tlsload.py"
 
 
-def command(scenario, url, duration, ab_duration, cafile=None):
+def command(scenario, url, duration, ab_duration, cafile=None, data=None):
+    """The load generator's argv. `data`: the file h2load posts (the gRPC
+    scenario's request message, targets.Launcher.grpc_request)."""
     spec = SCENARIOS[scenario]
     if spec["tool"] == "wrk":
         headers = []
@@ -55,8 +65,15 @@ def command(scenario, url, duration, ab_duration, cafile=None):
         return ["wrk", "-t1", f"-c{spec['conns']}", f"-d{duration}s", "--latency",
                 *headers, url]
     if spec["tool"] == "h2load":
+        extra = []
+        if spec.get("grpc"):
+            if data is None:
+                raise ValueError(f"{scenario}: h2load needs the gRPC request file")
+            extra = ["-d", data]
+            for h in grpc.HEADERS:
+                extra += ["-H", h]
         return ["h2load", "-t1", f"-c{spec['conns']}", f"-m{spec['streams']}",
-                "-D", str(duration), url]
+                "-D", str(duration), *extra, url]
     if spec["tool"] == "tlsload":
         return [sys.executable, "-B", str(TLSLOAD), f"-c{spec['conns']}", f"-d{duration}",
                 "--cafile", cafile, url]

@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import grpc
 from .procs import HarnessError
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -27,6 +28,7 @@ PACKAGES = {
     "taskset": "util-linux",
     "openssl": "openssl",
     "h2load": "nghttp2-client",
+    "nghttp": "nghttp2-client",
 }
 
 # Every target a scenario can measure. `direct` has no proxy. sluicegate-busy
@@ -65,11 +67,15 @@ LOG_TARGETS = ("sluicegate-log", "nginx-log")
 # nginx-upstream.conf as it is; `h2c` is the same config with `http2` on its
 # listen line, so that port speaks HTTP/2 with prior knowledge only (nginx
 # 1.22 syntax, `listen ADDR http2;`). Against it, sluicegate's service has
-# `protocol: h2c` and HAProxy's server line `proto h2`.
-UPSTREAMS = ("http1", "h2c")
+# `protocol: h2c` and HAProxy's server line `proto h2`. `grpc` is the h2c
+# one with a location answering every call under /sgbench.Bench/ with one
+# fixed gRPC reply and a `grpc-status: 0` trailer (sgbench/grpc.py); nginx
+# proxies to it with `grpc_pass`.
+UPSTREAMS = ("http1", "h2c", "grpc")
 # The targets that can run in front of each upstream other than http1. nginx
 # cannot proxy plain HTTP to an HTTP/2 upstream (grpc_pass only speaks gRPC).
-UPSTREAM_TARGETS = {"h2c": ("sluicegate-tls", "haproxy-tls")}
+UPSTREAM_TARGETS = {"h2c": ("sluicegate-tls", "haproxy-tls"),
+                    "grpc": ("sluicegate-tls", "haproxy-tls", "nginx-tls")}
 NO_H2C_NOTE = ("nginx cannot proxy plain HTTP to an HTTP/2 upstream (only `grpc_pass` "
                "speaks HTTP/2 upstream), so it has no row here")
 H2C_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -303,9 +309,11 @@ class Target:
         # TLS targets: the run's certificate, which clients trust.
         self.cafile = cafile
 
-    def url(self):
+    def url(self, path=None):
+        """The URL clients load: the target's path, or `path` (the gRPC
+        scenario's method)."""
         scheme = "https" if self.cafile else "http"
-        return f"{scheme}://127.0.0.1:{self.port}{self.path}"
+        return f"{scheme}://127.0.0.1:{self.port}{path or self.path}"
 
 
 def wait_ready(target, procs_to_watch, timeout=20.0):
@@ -359,6 +367,7 @@ class Launcher:
         # the http1 one, which every run starts.
         self.upstreams = {}
         self._tls = None
+        self._grpc_request = None
 
     def tls_files(self):
         """The run's certificate and key, made on first use in a temp dir
@@ -396,7 +405,15 @@ class Launcher:
             return False, str(e)
         return p.returncode == 0, p.stdout + p.stderr
 
-    def _nginx(self, name, template, values, cpu, access_log=None, http2=False):
+    def grpc_request(self):
+        """The gRPC request message h2load and nghttp post (sgbench/grpc.py),
+        written on first use in a temp dir removed with the run."""
+        if self._grpc_request is None:
+            self._grpc_request = grpc.write_request(self.reg.tmpdir("sgbench-grpc-"))
+        return self._grpc_request
+
+    def _nginx(self, name, template, values, cpu, access_log=None, http2=False,
+               grpc_reply=False, grpc_pass=False):
         d = self.reg.tmpdir(f"sgbench-{name}-")
         values = dict(values, DIR=d)
         conf = render(self.peers / template, os.path.join(d, "nginx.conf"), values)
@@ -408,6 +425,27 @@ class Launcher:
             if len(lines) != 1:
                 raise HarnessError(f"{template}: expected one listen line to add http2 to")
             Path(conf).write_text(text.replace(lines[0], lines[0] + " http2"))
+        if grpc_reply:
+            # After the listen line, the location answering the gRPC calls
+            # (sgbench/grpc.py): the rest of the upstream stays as it is.
+            text = Path(conf).read_text()
+            lines = re.findall(r"^\s*listen [^\n]*\n", text, re.M)
+            if len(lines) != 1:
+                raise HarnessError(f"{template}: expected one listen line to add a location to")
+            Path(conf).write_text(text.replace(
+                lines[0], lines[0] + grpc.nginx_location().decode("latin-1")))
+        if grpc_pass:
+            # The proxy's one proxy_pass made a grpc_pass to the same upstream
+            # block (HTTP/2 in the clear, kept alive); the HTTP/1.1-only
+            # lines beside it go.
+            text = Path(conf).read_text()
+            if text.count("proxy_pass http://origin;") != 1:
+                raise HarnessError(f"{template}: expected one 'proxy_pass http://origin;' "
+                                   "to make a grpc_pass")
+            text = text.replace("proxy_pass http://origin;", "grpc_pass grpc://origin;")
+            text = re.sub(r"^\s*proxy_(http_version|set_header) [^\n]*\n", "", text,
+                          flags=re.M)
+            Path(conf).write_text(text)
         if access_log:
             # The reference config with its one `access_log off;` turned into
             # a buffered log: otherwise the same peer.
@@ -426,12 +464,18 @@ class Launcher:
         if kind in self.upstreams:
             return self.upstreams[kind]
         port = free_port()
-        h2c = kind == "h2c"
-        proc = self._nginx("upstream" if not h2c else "upstream-h2c", "nginx-upstream.conf",
-                           {"LISTEN": f"127.0.0.1:{port}"}, self.load_cpu, http2=h2c)
-        t = Target("direct" if not h2c else "direct-h2c", port, None, {"upstream_proc": proc})
+        h2c = kind in ("h2c", "grpc")
+        proc = self._nginx("upstream" if not h2c else f"upstream-{kind}",
+                           "nginx-upstream.conf", {"LISTEN": f"127.0.0.1:{port}"},
+                           self.load_cpu, http2=h2c, grpc_reply=kind == "grpc")
+        t = Target("direct" if not h2c else f"direct-{kind}", port, None,
+                   {"upstream_proc": proc})
         if h2c:
             wait_h2c(port, [proc])
+            if kind == "grpc":
+                # The upstream itself answers the call as the proxies must
+                # relay it: status 200, the reply, trailer grpc-status 0.
+                grpc.check_call("the gRPC upstream", t.url(grpc.PATH), self.grpc_request())
         else:
             wait_ready(t, [proc])
             self.upstream = t
@@ -469,7 +513,7 @@ class Launcher:
             return self.upstream
         up_proc = self.start_upstream(upstream).extra["upstream_proc"]
         up = self.upstreams[upstream].port
-        protocol = "h2c" if upstream == "h2c" else None
+        protocol = "h2c" if upstream in ("h2c", "grpc") else None
         if upstream != "http1" and name not in UPSTREAM_TARGETS[upstream]:
             raise HarnessError(f"{name} cannot run in front of the {upstream} upstream "
                                f"(only {', '.join(UPSTREAM_TARGETS[upstream])} can)")
@@ -546,7 +590,8 @@ class Launcher:
             if tls:
                 values.update(CERT=tls["cert"], KEY=tls["key"])
             proc = self._nginx(name, "nginx-proxy-tls.conf" if tls else "nginx-proxy.conf",
-                               values, self.proxy_cpu, access_log=log_path)
+                               values, self.proxy_cpu, access_log=log_path,
+                               grpc_pass=upstream == "grpc")
         else:
             raise HarnessError(f"unknown target {name!r}")
         extra["upstream"] = upstream
