@@ -166,3 +166,60 @@ fn goaway_from_the_upstream_fails_no_request() {
         connections(&n).len()
     );
 }
+
+/// A gRPC answer that gives its length still ends with its trailers:
+/// relayed to an HTTP/2 client as a trailing HEADERS, and to an HTTP/1.1
+/// client as the last chunk's fields. (nginx's `return` sends the length,
+/// `add_trailer` the status after the body.)
+#[test]
+fn a_grpc_answer_with_a_length_keeps_its_trailers() {
+    use std::io::{Read, Write};
+    let pki = Pki::new();
+    let up = TestUpstream::start();
+    let n = nginx(
+        &pki,
+        "http2",
+        &up,
+        "        location /grpc { default_type application/grpc; \
+         add_trailer grpc-status 0 always; add_trailer grpc-message done always; \
+         return 200 \"0123456789\"; }\n",
+    );
+    let g = gateway(&n.endpoint(), "    protocol: h2c\n");
+    let run = run_cmd(
+        Command::new("curl").args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--http2-prior-knowledge",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            &format!("http://{}/grpc", g.plain()),
+        ]),
+        b"",
+        Duration::from_secs(20),
+    );
+    assert!(run.stdout.starts_with("HTTP/2 200"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("grpc-status: 0"),
+        "{}\n{}",
+        run.stdout,
+        n.logs()
+    );
+    assert!(run.stdout.contains("grpc-message: done"), "{}", run.stdout);
+    // HTTP/1.1: chunked, the trailers after the last chunk.
+    let mut s = std::net::TcpStream::connect(g.plain()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /grpc HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.contains("transfer-encoding: chunked"), "{text}");
+    assert!(text.contains("\r\n0123456789\r\n"), "{text}");
+    assert!(
+        text.ends_with("0\r\ngrpc-status: 0\r\ngrpc-message: done\r\n\r\n"),
+        "{text}"
+    );
+}

@@ -382,7 +382,7 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     }
     match body {
         BodyKind::Length(n) => response::content_length(out, n),
-        BodyKind::Chunked if client_minor == 1 => {
+        BodyKind::Chunked | BodyKind::Stream if client_minor == 1 => {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n")
         }
         _ => {}

@@ -3,7 +3,8 @@
 //! values only, in the response's buffer, marked as the HTTP/1.1 codec
 //! marks a response's (the length is the gateway's to write from the
 //! framing), and the framing decided from the status, the length and
-//! whether the stream ended with its head. No HTTP/1.1 text.
+//! whether the stream ended with its head (a gRPC answer that did not
+//! end runs to its trailers, length or not). No HTTP/1.1 text.
 
 use crate::proto::codec::{
     classify, is_hop_by_hop, parse_content_length, BodyKind, Known, ResponseFraming,
@@ -27,11 +28,14 @@ pub(crate) fn fill_response_head(
     head.upgrade = None;
     head.headers.clear();
     let mut length = None;
+    let mut grpc = false;
     for (name, value) in parts.headers.iter() {
         let (name, value) = (name.as_str().as_bytes(), value.as_bytes());
         let kind = classify(name);
         if kind == Known::ContentLength {
             length = parse_content_length(value);
+        } else if name == b"content-type" {
+            grpc = value.starts_with(b"application/grpc");
         }
         head.headers.push(HeaderRef {
             name: buf.put_part(name),
@@ -42,6 +46,9 @@ pub(crate) fn fill_response_head(
     let bodiless = is_head || status < 200 || status == 204 || status == 304;
     let body = match (bodiless, length, end) {
         (true, _, _) => BodyKind::None,
+        // A gRPC answer's status comes in its trailers, after the data,
+        // whatever length it gave: relayed as a stream to its end.
+        (false, Some(_), false) if grpc => BodyKind::Stream,
         (false, Some(n), _) => BodyKind::Length(n),
         (false, None, true) => BodyKind::Length(0),
         (false, None, false) => BodyKind::Stream,
@@ -98,5 +105,13 @@ mod tests {
         assert_eq!(fill(res(204), false, false).2.body, BodyKind::None);
         assert_eq!(fill(res(304), true, false).2.body, BodyKind::None);
         assert_eq!(fill(res(200), true, true).2.body, BodyKind::None);
+        // A gRPC answer with a length still ends with its trailers.
+        let grpc = http::Response::builder()
+            .status(200)
+            .header("content-type", "application/grpc")
+            .header("content-length", "29")
+            .body(())
+            .unwrap();
+        assert_eq!(fill(grpc, false, false).2.body, BodyKind::Stream);
     }
 }
