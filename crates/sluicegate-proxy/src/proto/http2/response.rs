@@ -80,7 +80,7 @@ mod tests {
     fn fields_are_laid_out_and_the_length_is_the_framings() {
         let res = http::Response::builder()
             .status(200)
-            .header("content-type", "application/grpc")
+            .header("content-type", "application/json")
             .header("content-length", "12")
             .body(())
             .unwrap();
@@ -94,7 +94,7 @@ mod tests {
             .filter(|h| !h.skip)
             .map(|h| (&buf[h.name.clone()], &buf[h.value.clone()]))
             .collect();
-        assert_eq!(kept, [(&b"content-type"[..], &b"application/grpc"[..])]);
+        assert_eq!(kept, [(&b"content-type"[..], &b"application/json"[..])]);
     }
 
     #[test]
