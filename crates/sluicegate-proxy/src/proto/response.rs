@@ -1,9 +1,25 @@
-//! Responses the gateway writes itself: status lines, and errors as a
+//! The one renderer of the answers the gateway makes itself: errors (a
 //! small JSON body `{"error": "...", "status": N, "request_id": "..."}`
-//! that never carries internal detail, with the request id in its header
-//! too.
+//! that never carries internal detail, with the request id in the head
+//! too; to a gRPC request, a trailers-only gRPC status), `respond`
+//! routes' fixed answers, CORS preflights' 204s and redirects to HTTPS.
+//!
+//! An answer ([`Answer`]) is described to a [`Sink`] as what it is in any
+//! protocol: a status, header fields, a body's length and the body. Two
+//! sinks encode it: [`Text`], HTTP/1.1 text written straight into the
+//! connection's write buffer (no allocation of its own), and [`Fielded`],
+//! an HTTP/2 stream's head as a header map handed to the stream
+//! ([`Exchange::answer`]), its body left in the write buffer to go out as
+//! DATA. [`render`] chooses by the client's stream; no HTTP/2 stream is
+//! answered in HTTP/1.1 text.
+
+use std::io;
+
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
 
 use crate::proto::fields::Fields;
+use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
 use crate::proto::request_id::RequestId;
 
 /// Where a failure came from; each kind maps to one status code.
@@ -168,105 +184,413 @@ pub fn content_length(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Appends a complete error response. `head_only` leaves the body out
-/// (for HEAD requests) while keeping its length.
-pub fn error(
-    out: &mut Vec<u8>,
-    kind: ErrorKind,
-    close: bool,
-    head_only: bool,
-    grpc: bool,
-    rid: &RequestId,
-) {
-    error_with(out, kind, close, head_only, grpc, &[], rid);
+/// A head fixed in advance (a `respond` route's): its status and fields,
+/// and the same as HTTP/1.1 text (status line and field lines), which
+/// [`Text`] writes in one copy. Small (32 bytes), for the route's two
+/// cache lines.
+#[derive(Debug)]
+pub struct FixedHead {
+    status: u16,
+    h1: Box<[u8]>,
+    fields: Box<Fields>,
 }
 
-/// [`error`] with extra header fields (a filter's, say). A 503 for a
-/// service with no endpoint in rotation says `retry-after: 1`. To a gRPC
-/// request (`grpc`) the answer is gRPC's trailers-only form instead: a
-/// `200` whose head carries `grpc-status` and `grpc-message`.
-pub fn error_with(
-    out: &mut Vec<u8>,
-    kind: ErrorKind,
-    close: bool,
-    head_only: bool,
-    grpc: bool,
-    extra: &[&Fields],
-    rid: &RequestId,
-) {
-    if grpc {
-        return grpc_error(out, kind, close, extra, rid);
+impl FixedHead {
+    pub fn new(status: u16, fields: Fields) -> FixedHead {
+        let mut h1 = Vec::new();
+        status_line(&mut h1, status);
+        fields.write_h1(&mut h1);
+        FixedHead {
+            status,
+            h1: h1.into_boxed_slice(),
+            fields: Box::new(fields),
+        }
     }
-    let status = kind.status();
-    let mut body = Vec::with_capacity(64);
-    body.extend_from_slice(b"{\"error\":\"");
-    body.extend_from_slice(kind.message().as_bytes());
-    body.extend_from_slice(b"\",\"status\":");
-    body.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
-    if !rid.value().is_empty() {
-        // Visible ASCII without `"` or `\\` (RequestId::keep): no escapes.
-        body.extend_from_slice(b",\"request_id\":\"");
-        body.extend_from_slice(rid.value());
-        body.push(b'"');
-    }
-    body.extend_from_slice(b"}\n");
-    status_line(out, status);
-    out.extend_from_slice(b"content-type: application/json\r\n");
-    content_length(out, body.len() as u64);
-    if kind == ErrorKind::NoHealthyEndpoint {
-        out.extend_from_slice(b"retry-after: 1\r\n");
-    }
-    for fields in extra {
-        fields.write_h1(out);
-    }
-    rid.write_h1(out);
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_only {
-        out.extend_from_slice(&body);
+
+    pub fn status(&self) -> u16 {
+        self.status
     }
 }
 
-/// An error as gRPC's trailers-only answer: `200`, `content-type:
-/// application/grpc`, `grpc-status` and `grpc-message` in the head, no
-/// body (over HTTP/2, one HEADERS frame that ends the stream).
-fn grpc_error(out: &mut Vec<u8>, kind: ErrorKind, close: bool, extra: &[&Fields], rid: &RequestId) {
-    status_line(out, 200);
-    out.extend_from_slice(b"content-type: application/grpc\r\ngrpc-status: ");
-    out.extend_from_slice(itoa::Buffer::new().format(kind.grpc_status()).as_bytes());
-    // The messages are plain ASCII words: nothing to percent-encode.
-    out.extend_from_slice(b"\r\ngrpc-message: ");
-    out.extend_from_slice(kind.message().as_bytes());
-    out.extend_from_slice(b"\r\n");
-    content_length(out, 0);
-    for fields in extra {
-        fields.write_h1(out);
+/// What an answer is described to, part by part and in this order: its
+/// status (or a head fixed in advance), its fields, then [`Sink::end`]
+/// with its body. Each protocol's encoder is one.
+pub trait Sink {
+    fn status(&mut self, status: u16);
+    /// A head fixed in advance: its status and fields.
+    fn fixed(&mut self, head: &FixedHead);
+    fn field(&mut self, name: &[u8], value: &[u8]);
+    /// A field whose value is a number.
+    fn number(&mut self, name: &[u8], n: u64);
+    fn fields(&mut self, fields: &Fields);
+    /// The request id's field (none before an id is set).
+    fn request_id(&mut self, rid: &RequestId);
+    /// The body's length (`content-length`); never said for a status
+    /// without a body.
+    fn length(&mut self, n: u64);
+    /// The client's connection closes after this answer.
+    fn close(&mut self);
+    /// An HTTP/1.0 client's connection stays open after this answer.
+    fn keep_alive(&mut self);
+    /// The head is whole; `body` follows (none for HEAD).
+    fn end(&mut self, body: &[u8]);
+}
+
+/// The HTTP/1.1 encoder: the answer as text appended to the write buffer.
+pub struct Text<'a>(pub &'a mut Vec<u8>);
+
+impl Sink for Text<'_> {
+    #[inline]
+    fn status(&mut self, status: u16) {
+        status_line(self.0, status);
     }
-    rid.write_h1(out);
-    if close {
-        out.extend_from_slice(b"connection: close\r\n");
+    #[inline]
+    fn fixed(&mut self, head: &FixedHead) {
+        self.0.extend_from_slice(&head.h1);
     }
-    out.extend_from_slice(b"\r\n");
+    #[inline]
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        self.0.extend_from_slice(name);
+        self.0.extend_from_slice(b": ");
+        self.0.extend_from_slice(value);
+        self.0.extend_from_slice(b"\r\n");
+    }
+    #[inline]
+    fn number(&mut self, name: &[u8], n: u64) {
+        self.field(name, itoa::Buffer::new().format(n).as_bytes());
+    }
+    #[inline]
+    fn fields(&mut self, fields: &Fields) {
+        fields.write_h1(self.0);
+    }
+    #[inline]
+    fn request_id(&mut self, rid: &RequestId) {
+        rid.write_h1(self.0);
+    }
+    #[inline]
+    fn length(&mut self, n: u64) {
+        content_length(self.0, n);
+    }
+    #[inline]
+    fn close(&mut self) {
+        self.0.extend_from_slice(b"connection: close\r\n");
+    }
+    #[inline]
+    fn keep_alive(&mut self) {
+        self.0.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    #[inline]
+    fn end(&mut self, body: &[u8]) {
+        self.0.extend_from_slice(b"\r\n");
+        self.0.extend_from_slice(body);
+    }
+}
+
+/// The HTTP/2 encoder: the head as a header map, without the fields that
+/// name the connection (HTTP/2 carries none), handed to the stream by
+/// [`Fielded::send`]; the body appended to the write buffer, to go out as
+/// DATA.
+pub struct Fielded<'a> {
+    status: u16,
+    fields: HeaderMap,
+    body: AnswerBody,
+    out: &'a mut Vec<u8>,
+}
+
+impl<'a> Fielded<'a> {
+    pub fn new(out: &'a mut Vec<u8>) -> Fielded<'a> {
+        Fielded {
+            status: 0,
+            fields: HeaderMap::new(),
+            body: AnswerBody::Empty,
+            out,
+        }
+    }
+
+    /// Sends the head on `x`; its body (what [`Sink::end`] appended) is
+    /// then the stream's to write.
+    pub fn send(self, x: &Exchange) -> io::Result<()> {
+        x.answer(self.status, self.fields, self.body)
+    }
+}
+
+impl Sink for Fielded<'_> {
+    fn status(&mut self, status: u16) {
+        self.status = status;
+    }
+    fn fixed(&mut self, head: &FixedHead) {
+        self.status = head.status;
+        self.fields(&head.fields);
+    }
+    fn field(&mut self, name: &[u8], value: &[u8]) {
+        if connection_specific(name) {
+            return;
+        }
+        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+            self.fields.append(n, v);
+        }
+    }
+    fn number(&mut self, name: &[u8], n: u64) {
+        self.field(name, itoa::Buffer::new().format(n).as_bytes());
+    }
+    fn fields(&mut self, fields: &Fields) {
+        fields.iter().for_each(|(n, v)| self.field(n, v));
+    }
+    fn request_id(&mut self, rid: &RequestId) {
+        if !rid.value().is_empty() {
+            self.field(rid.name(), rid.value());
+        }
+    }
+    fn length(&mut self, n: u64) {
+        self.number(b"content-length", n);
+        self.body = match n {
+            0 => AnswerBody::Empty,
+            n => AnswerBody::Length(n),
+        };
+    }
+    // A stream ends with its answer; its connection is not its to close.
+    fn close(&mut self) {}
+    fn keep_alive(&mut self) {}
+    fn end(&mut self, body: &[u8]) {
+        self.out.extend_from_slice(body);
+    }
+}
+
+/// An answer the gateway makes itself, as it is whatever the protocol.
+pub struct Answer<'a> {
+    pub what: What<'a>,
+    /// The request's id: in the head (and in an error's body).
+    pub rid: &'a RequestId,
+    /// The client's connection closes after the answer.
+    pub close: bool,
+    /// The request was HEAD: no body, its length said all the same.
+    pub head_only: bool,
+    /// The client speaks HTTP/1.0: a fixed answer says when its
+    /// connection stays open.
+    pub http10: bool,
+}
+
+/// What answer it is.
+pub enum What<'a> {
+    /// An error, with more fields (a filter's, say). A 503 for a service
+    /// with no endpoint in rotation says `retry-after: 1`. To a gRPC
+    /// request (`grpc`) it is gRPC's trailers-only answer instead: a `200`
+    /// whose head carries `grpc-status` and `grpc-message`, no body.
+    Error {
+        kind: ErrorKind,
+        grpc: bool,
+        extra: &'a [&'a Fields],
+    },
+    /// A fixed answer: its head; the fields the filters left for the
+    /// answer (CORS, rate limits), then those of the route's header ops;
+    /// its body (none for 1xx, 204 and 304, which say no length either).
+    Fixed {
+        head: Head<'a>,
+        edits: &'a Fields,
+        ops: &'a Fields,
+        body: &'a [u8],
+    },
+}
+
+/// A fixed answer's head.
+pub enum Head<'a> {
+    /// Built in advance: a `respond` route's.
+    Fixed(&'a FixedHead),
+    /// A status and its own fields: a CORS preflight's 204, a redirect.
+    Fields(u16, &'a Fields),
+}
+
+impl Head<'_> {
+    pub fn status(&self) -> u16 {
+        match self {
+            Head::Fixed(h) => h.status,
+            Head::Fields(status, _) => *status,
+        }
+    }
+}
+
+/// A status whose answer has no body and says no length.
+pub fn bodiless(status: u16) -> bool {
+    status < 200 || status == 204 || status == 304
+}
+
+impl Answer<'_> {
+    /// Describes the answer to `out`, part by part.
+    #[inline]
+    pub fn describe<S: Sink>(&self, out: &mut S) {
+        match &self.what {
+            What::Error {
+                kind,
+                grpc: true,
+                extra,
+            } => self.grpc_error(out, *kind, extra),
+            What::Error { kind, extra, .. } => self.error(out, *kind, extra),
+            What::Fixed {
+                head,
+                edits,
+                ops,
+                body,
+            } => {
+                match head {
+                    Head::Fixed(h) => out.fixed(h),
+                    Head::Fields(status, fields) => {
+                        out.status(*status);
+                        out.fields(fields);
+                    }
+                }
+                out.fields(edits);
+                out.request_id(self.rid);
+                out.fields(ops);
+                let no_body = bodiless(head.status());
+                if !no_body {
+                    out.length(body.len() as u64);
+                }
+                self.connection(out, true);
+                out.end(if self.head_only || no_body { &[] } else { body });
+            }
+        }
+    }
+
+    /// What the head says of the connection: that it closes, or (when
+    /// `keep_alive` is said at all) that an HTTP/1.0 client's stays open.
+    fn connection<S: Sink>(&self, out: &mut S, keep_alive: bool) {
+        if self.close {
+            out.close();
+        } else if keep_alive && self.http10 {
+            out.keep_alive();
+        }
+    }
+
+    fn error<S: Sink>(&self, out: &mut S, kind: ErrorKind, extra: &[&Fields]) {
+        let status = kind.status();
+        let mut body = Vec::with_capacity(64);
+        body.extend_from_slice(b"{\"error\":\"");
+        body.extend_from_slice(kind.message().as_bytes());
+        body.extend_from_slice(b"\",\"status\":");
+        body.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+        let rid = self.rid;
+        if !rid.value().is_empty() {
+            // Visible ASCII without `"` or `\\` (RequestId::keep): no escapes.
+            body.extend_from_slice(b",\"request_id\":\"");
+            body.extend_from_slice(rid.value());
+            body.push(b'"');
+        }
+        body.extend_from_slice(b"}\n");
+        out.status(status);
+        out.field(b"content-type", b"application/json");
+        out.length(body.len() as u64);
+        if kind == ErrorKind::NoHealthyEndpoint {
+            out.field(b"retry-after", b"1");
+        }
+        self.tail(out, extra);
+        out.end(if self.head_only { &[] } else { &body });
+    }
+
+    /// An error as gRPC's trailers-only answer: `200`, `content-type:
+    /// application/grpc`, `grpc-status` and `grpc-message` in the head, no
+    /// body (over HTTP/2, one HEADERS frame that ends the stream).
+    fn grpc_error<S: Sink>(&self, out: &mut S, kind: ErrorKind, extra: &[&Fields]) {
+        out.status(200);
+        out.field(b"content-type", b"application/grpc");
+        out.number(b"grpc-status", u64::from(kind.grpc_status()));
+        // The messages are plain ASCII words: nothing to percent-encode.
+        out.field(b"grpc-message", kind.message().as_bytes());
+        out.length(0);
+        self.tail(out, extra);
+        out.end(&[]);
+    }
+
+    /// An error's last fields: `extra`, the request id, the connection's.
+    fn tail<S: Sink>(&self, out: &mut S, extra: &[&Fields]) {
+        for fields in extra {
+            out.fields(fields);
+        }
+        out.request_id(self.rid);
+        self.connection(out, false);
+    }
+}
+
+/// Renders `answer` for a client into `out` (cleared first): as HTTP/1.1
+/// text; or, for an HTTP/2 stream (`h2`), its head handed to the stream at
+/// once as fields, and its body left in `out`. Either way `out` is then
+/// written to the client as it is. An error when the stream took no head
+/// (it is gone, or the status is not a final one: the stream is reset).
+#[inline]
+pub fn render(answer: &Answer<'_>, h2: Option<&Exchange>, out: &mut Vec<u8>) -> io::Result<()> {
+    out.clear();
+    match h2 {
+        None => {
+            answer.describe(&mut Text(out));
+            Ok(())
+        }
+        Some(x) => render_fields(answer, x, out),
+    }
+}
+
+/// [`render`] for an HTTP/2 stream. Out of line: the HTTP/1.1 path stays
+/// small.
+#[inline(never)]
+fn render_fields(answer: &Answer<'_>, x: &Exchange, out: &mut Vec<u8>) -> io::Result<()> {
+    let mut sink = Fielded::new(out);
+    answer.describe(&mut sink);
+    sink.send(x)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::fields;
+
+    /// An answer to a request with id `rid` (closing, or kept open for an
+    /// HTTP/1.0 client when `http10`).
+    fn answer<'a>(what: What<'a>, rid: &'a RequestId, close: bool, http10: bool) -> Answer<'a> {
+        Answer {
+            what,
+            rid,
+            close,
+            head_only: false,
+            http10,
+        }
+    }
+
+    fn error(kind: ErrorKind, grpc: bool) -> What<'static> {
+        What::Error {
+            kind,
+            grpc,
+            extra: &[],
+        }
+    }
+
+    fn text(a: &Answer<'_>) -> String {
+        let mut out = b"left from before".to_vec();
+        render(a, None, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// The answer as an HTTP/2 head: its status, its fields as `name:
+    /// value` lines, how its body comes, and the body.
+    fn fielded(a: &Answer<'_>) -> (u16, String, AnswerBody, String) {
+        let mut out = Vec::new();
+        let mut sink = Fielded::new(&mut out);
+        a.describe(&mut sink);
+        let (status, body) = (sink.status, sink.body);
+        let lines: String = sink
+            .fields
+            .iter()
+            .map(|(n, v)| format!("{n}: {}\n", v.to_str().unwrap()))
+            .collect();
+        (status, lines, body, String::from_utf8(out).unwrap())
+    }
 
     #[test]
     fn error_body_is_small_json() {
-        let mut out = Vec::new();
-        error(
-            &mut out,
-            ErrorKind::UpstreamFailed,
+        let rid = RequestId::default();
+        let s = text(&answer(
+            error(ErrorKind::UpstreamFailed, false),
+            &rid,
             true,
             false,
-            false,
-            &RequestId::default(),
-        );
-        let s = String::from_utf8(out).unwrap();
+        ));
         assert!(s.starts_with("HTTP/1.1 502 Bad Gateway\r\n"));
         assert!(s.contains("connection: close\r\n"));
         assert!(s.ends_with("\r\n\r\n{\"error\":\"bad gateway\",\"status\":502}\n"));
@@ -279,9 +603,12 @@ mod tests {
         let mut rid = RequestId::default();
         rid.set_name(b"x-request-id");
         assert!(rid.keep(b"abc-1"));
-        let mut out = Vec::new();
-        error(&mut out, ErrorKind::NoRoute, false, false, false, &rid);
-        let s = String::from_utf8(out).unwrap();
+        let s = text(&answer(
+            error(ErrorKind::NoRoute, false),
+            &rid,
+            false,
+            false,
+        ));
         assert!(s.contains("\r\nx-request-id: abc-1\r\n"), "{s}");
         assert!(
             s.ends_with(
@@ -289,28 +616,125 @@ mod tests {
             ),
             "{s}"
         );
-        let mut out = Vec::new();
-        error(&mut out, ErrorKind::NoRoute, false, false, true, &rid);
-        assert!(String::from_utf8(out)
-            .unwrap()
-            .contains("x-request-id: abc-1\r\n"));
+        let s = text(&answer(error(ErrorKind::NoRoute, true), &rid, false, false));
+        assert!(s.contains("x-request-id: abc-1\r\n"), "{s}");
     }
 
     #[test]
     fn a_grpc_request_gets_a_trailers_only_status() {
-        let mut out = Vec::new();
-        error(
-            &mut out,
-            ErrorKind::TooManyRequests,
-            false,
-            false,
-            true,
-            &RequestId::default(),
-        );
+        let rid = RequestId::default();
+        let a = answer(error(ErrorKind::TooManyRequests, true), &rid, false, false);
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            text(&a),
             "HTTP/1.1 200 OK\r\ncontent-type: application/grpc\r\ngrpc-status: 8\r\n\
              grpc-message: too many requests\r\ncontent-length: 0\r\n\r\n"
+        );
+        assert_eq!(
+            fielded(&a),
+            (
+                200,
+                "content-type: application/grpc\ngrpc-status: 8\n\
+                 grpc-message: too many requests\ncontent-length: 0\n"
+                    .into(),
+                AnswerBody::Empty,
+                String::new()
+            )
+        );
+    }
+
+    #[test]
+    fn a_fixed_answer_is_its_head_the_edits_the_id_and_its_body() {
+        let mut own = Fields::default();
+        own.push(b"content-type", b"text/plain");
+        let head = FixedHead::new(200, own);
+        let mut edits = Fields::default();
+        edits.push(b"ratelimit-limit", b"10");
+        let mut ops = Fields::default();
+        ops.push(b"x-op", b"1");
+        let mut rid = RequestId::default();
+        rid.set_name(b"x-request-id");
+        assert!(rid.keep(b"r1"));
+        let what = || What::Fixed {
+            head: Head::Fixed(&head),
+            edits: &edits,
+            ops: &ops,
+            body: b"hi\n",
+        };
+        assert_eq!(
+            text(&answer(what(), &rid, false, true)),
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nratelimit-limit: 10\r\n\
+             x-request-id: r1\r\nx-op: 1\r\ncontent-length: 3\r\n\
+             connection: keep-alive\r\n\r\nhi\n"
+        );
+        let mut head_only = answer(what(), &rid, true, false);
+        head_only.head_only = true;
+        assert!(text(&head_only).ends_with("content-length: 3\r\nconnection: close\r\n\r\n"));
+        assert_eq!(
+            fielded(&answer(what(), &rid, true, true)),
+            (
+                200,
+                "content-type: text/plain\nratelimit-limit: 10\nx-request-id: r1\n\
+                 x-op: 1\ncontent-length: 3\n"
+                    .into(),
+                AnswerBody::Length(3),
+                "hi\n".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_204_says_no_length_and_has_no_body() {
+        let mut own = Fields::default();
+        own.push(b"access-control-allow-origin", b"*");
+        own.push(b"Connection", b"x");
+        let rid = RequestId::default();
+        let what = What::Fixed {
+            head: Head::Fields(204, &own),
+            edits: &fields::NONE,
+            ops: &fields::NONE,
+            body: b"",
+        };
+        let a = answer(what, &rid, false, false);
+        assert_eq!(
+            text(&a),
+            "HTTP/1.1 204 No Content\r\naccess-control-allow-origin: *\r\nConnection: x\r\n\r\n"
+        );
+        // The connection's own field does not go on an HTTP/2 stream.
+        assert_eq!(
+            fielded(&a),
+            (
+                204,
+                "access-control-allow-origin: *\n".into(),
+                AnswerBody::Empty,
+                String::new()
+            )
+        );
+    }
+
+    #[test]
+    fn an_error_as_fields_keeps_its_body_for_data() {
+        let mut rid = RequestId::default();
+        rid.set_name(b"x-request-id");
+        assert!(rid.keep(b"r2"));
+        let (status, lines, body, data) = fielded(&answer(
+            error(ErrorKind::NoHealthyEndpoint, false),
+            &rid,
+            true,
+            false,
+        ));
+        let json = "{\"error\":\"no healthy upstream\",\"status\":503,\"request_id\":\"r2\"}\n";
+        assert_eq!(status, 503);
+        assert_eq!(
+            lines,
+            format!(
+                "content-type: application/json\ncontent-length: {}\nretry-after: 1\n\
+                 x-request-id: r2\n",
+                json.len()
+            )
+        );
+        assert_eq!(
+            (body, data.as_str()),
+            (AnswerBody::Length(json.len() as u64), json)
         );
     }
 }

@@ -1,16 +1,18 @@
 //! Answers the gateway makes itself on a client connection: a `respond`
 //! route's, a filter's refusal, an error before or without routing, the
-//! redirect to HTTPS. Rendered by [`crate::proto::response`]; written here,
-//! with the request body dropped (when small) or the connection closed.
+//! redirect to HTTPS. Described here, rendered by
+//! [`crate::proto::response`] (HTTP/1.1 text, or an HTTP/2 stream's
+//! fields with its body as data) and written here, with the request body
+//! dropped (when small) or the connection closed.
 
 use std::time::Instant;
 
 use super::conn::Conn;
-use crate::filters::{Answer, Refuse};
+use crate::filters::{Answer as Refusal, Refuse};
 use crate::observe::accesslog;
 use crate::proto::codec::BodyKind;
-use crate::proto::fields::Fields;
-use crate::proto::response::{self, ErrorKind};
+use crate::proto::fields::{self, Fields};
+use crate::proto::response::{self, Answer, ErrorKind, Head, What};
 use crate::route::target::Target;
 use crate::runtime::worker::Bufs;
 use crate::snapshot::Snapshot;
@@ -27,8 +29,9 @@ const LINGER_MAX: u64 = 1024 * 1024;
 
 /// A response the gateway writes itself.
 pub(super) enum Local<'a> {
-    /// A `respond` route's: status, status line and headers, body.
-    Fixed(u16, &'a [u8], &'a [u8]),
+    /// A fixed answer (a `respond` route's, a 204, a redirect): its head
+    /// and body.
+    Fixed(Head<'a>, &'a [u8]),
     /// An error, with extra header fields.
     Error(ErrorKind, &'a Fields),
 }
@@ -45,22 +48,35 @@ impl Conn<'_> {
         kind: ErrorKind,
         parsed: bool,
     ) -> bool {
-        bufs.out.clear();
         // No head to read one from: a new id.
         bufs.ids.sampled = None;
         bufs.ids.rid.set_name(&snap.request_id_header);
         self.worker.make_request_id(&mut bufs.ids.rid);
-        response::error(&mut bufs.out, kind, true, false, false, &bufs.ids.rid);
+        let answer = Answer {
+            what: What::Error {
+                kind,
+                grpc: false,
+                extra: &[],
+            },
+            rid: &bufs.ids.rid,
+            close: true,
+            head_only: false,
+            http10: false,
+        };
+        let rendered = response::render(&answer, self.client.h2(), &mut bufs.out);
         self.worker.shared.global.unrouted.record(kind.status());
-        let limit = snap.timeouts.client_write;
-        let written =
-            match write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await {
-                Ok(()) => true,
-                Err(e) => {
-                    client_write_failed(self.worker, &e);
-                    false
-                }
-            };
+        let wait = self.worker.deadlines.after(snap.timeouts.client_write);
+        let written = match rendered {
+            Ok(()) => write_all_by(&self.client, &bufs.out, wait).await,
+            failed => failed,
+        };
+        let written = match written {
+            Ok(()) => true,
+            Err(e) => {
+                client_write_failed(self.worker, &e);
+                false
+            }
+        };
         self.log_refused(snap, bufs, kind.status(), parsed, written);
         written
     }
@@ -154,43 +170,56 @@ impl Conn<'_> {
         if !discardable {
             close = true;
         }
-        bufs.out.clear();
-        let (status, body_len) = match fixed {
-            Local::Fixed(status, head, body) => {
-                bufs.out.extend_from_slice(head);
-                bufs.edits.response_headers.write_h1(&mut bufs.out);
-                bufs.ids.rid.write_h1(&mut bufs.out);
-                if let Some(o) = &bufs.edits.response_ops {
-                    o.fields.write_h1(&mut bufs.out);
-                }
-                // 1xx, 204 and 304 carry no body and no Content-Length.
-                let bodiless = status < 200 || status == 204 || status == 304;
-                if !bodiless {
-                    response::content_length(&mut bufs.out, body.len() as u64);
-                }
-                if close {
-                    bufs.out.extend_from_slice(b"connection: close\r\n");
-                } else if bufs.req.minor == 0 {
-                    bufs.out.extend_from_slice(b"connection: keep-alive\r\n");
-                }
-                bufs.out.extend_from_slice(b"\r\n");
-                if !is_head && !bodiless {
-                    bufs.out.extend_from_slice(body);
-                }
-                (status, if bodiless { 0 } else { body.len() })
-            }
-            Local::Error(kind, extra) => {
-                let before = bufs.out.len();
+        let edits = &bufs.edits;
+        let ops = edits
+            .response_ops
+            .as_ref()
+            .map_or(&fields::NONE, |o| &o.fields);
+        let extra;
+        let what = match fixed {
+            Local::Fixed(head, body) => What::Fixed {
+                head,
+                edits: &edits.response_headers,
+                ops,
+                body,
+            },
+            Local::Error(kind, own) => {
                 // Filters' response fields (CORS) go on refusals too.
-                let extra = [extra, &bufs.edits.response_headers];
-                let rid = &bufs.ids.rid;
-                response::error_with(&mut bufs.out, kind, close, is_head, bufs.grpc, &extra, rid);
-                if bufs.grpc {
-                    bufs.grpc_status = Some(kind.grpc_status());
+                extra = [own, &edits.response_headers];
+                What::Error {
+                    kind,
+                    grpc: bufs.grpc,
+                    extra: &extra,
                 }
-                (kind.status(), bufs.out.len() - before)
             }
         };
+        let answer = Answer {
+            what,
+            rid: &bufs.ids.rid,
+            close,
+            head_only: is_head,
+            http10: bufs.req.minor == 0,
+        };
+        let rendered = response::render(&answer, self.client.h2(), &mut bufs.out);
+        let (status, body_len, grpc_status) = match answer.what {
+            What::Fixed { head, body, .. } => {
+                let status = head.status();
+                let len = if response::bodiless(status) {
+                    0
+                } else {
+                    body.len()
+                };
+                (status, len, None)
+            }
+            What::Error { kind, grpc, .. } => (
+                kind.status(),
+                bufs.out.len(),
+                grpc.then(|| kind.grpc_status()),
+            ),
+        };
+        if grpc_status.is_some() {
+            bufs.grpc_status = grpc_status;
+        }
         bufs.inb.consume(head_len);
         let mut outcome = Outcome::local(status, body_len as u64, close);
         if let (false, BodyKind::Length(n)) = (close, body) {
@@ -208,10 +237,12 @@ impl Conn<'_> {
                 return outcome;
             }
         }
-        let limit = snap.timeouts.client_write;
-        if let Err(e) =
-            write_all_by(&self.client, &bufs.out, self.worker.deadlines.after(limit)).await
-        {
+        let wait = self.worker.deadlines.after(snap.timeouts.client_write);
+        let written = match rendered {
+            Ok(()) => write_all_by(&self.client, &bufs.out, wait).await,
+            failed => failed,
+        };
+        if let Err(e) = written {
             client_write_failed(self.worker, &e);
             outcome.close = true;
         }
@@ -220,29 +251,20 @@ impl Conn<'_> {
 }
 
 impl Refuse {
-    /// The answer to write; a 204's head is built into `head`.
-    pub(super) fn local<'a>(&'a self, head: &'a mut Vec<u8>) -> Local<'a> {
+    /// The answer to write.
+    pub(super) fn local(&self) -> Local<'_> {
         match self.answer {
-            Answer::Error(kind) => Local::Error(kind, &self.headers),
-            Answer::NoContent => {
-                response::status_line(head, 204);
-                self.headers.write_h1(head);
-                Local::Fixed(204, head, &[])
-            }
+            Refusal::Error(kind) => Local::Error(kind, &self.headers),
+            Refusal::NoContent => Local::Fixed(Head::Fields(204, &self.headers), &[]),
         }
     }
 }
 
 /// A redirect of the request to the same host and target over HTTPS (on
 /// its default port): 301 for GET and HEAD, 308 (which keeps the method
-/// and body) for others. Its status line and headers go in `head`; `None`
-/// when the request names no host.
-pub(super) fn https_redirect(
-    head: &mut Vec<u8>,
-    raw: &[u8],
-    target: &Target,
-    method: &[u8],
-) -> Option<u16> {
+/// and body) for others, and its `location` field. `None` when the
+/// request names no host.
+pub(super) fn https_redirect(raw: &[u8], target: &Target, method: &[u8]) -> Option<(u16, Fields)> {
     let host = crate::route::target::strip_port(target.host(raw)?);
     if host.is_empty() {
         return None;
@@ -252,11 +274,12 @@ pub(super) fn https_redirect(
     } else {
         308
     };
-    response::status_line(head, status);
-    head.extend_from_slice(b"location: https://");
-    head.extend_from_slice(host);
-    head.extend_from_slice(&raw[target.path.clone()]);
-    head.extend_from_slice(&raw[target.query.clone()]);
-    head.extend_from_slice(b"\r\n");
-    Some(status)
+    let mut fields = Fields::new();
+    fields.push_with(b"location", |v| {
+        v.extend_from_slice(b"https://");
+        v.extend_from_slice(host);
+        v.extend_from_slice(&raw[target.path.clone()]);
+        v.extend_from_slice(&raw[target.query.clone()]);
+    });
+    Some((status, fields))
 }

@@ -37,7 +37,7 @@ use crate::filters::Answer;
 use crate::observe::accesslog;
 use crate::proto::fields;
 use crate::proto::head::RequestHead;
-use crate::proto::response::ErrorKind;
+use crate::proto::response::{ErrorKind, Head};
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
 use crate::runtime::worker::{Bufs, Downstream};
@@ -184,20 +184,19 @@ impl Conn<'_> {
         let mut svc = "";
         let outcome = match refused {
             Some(refuse) => {
-                let mut head = Vec::new();
                 if refuse.answer == Answer::Error(ErrorKind::Unauthorized) {
                     route
                         .metrics
                         .unauthorized
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                self.answer_locally(snap, bufs, refuse.local(&mut head), is_head)
+                self.answer_locally(snap, bufs, refuse.local(), is_head)
                     .await
             }
             None => match &route.action {
-                ActionRt::Respond { status, head, body } => {
-                    self.answer_locally(snap, bufs, Local::Fixed(*status, head, body), is_head)
-                        .await
+                ActionRt::Respond { head, body } => {
+                    let fixed = Local::Fixed(Head::Fixed(head), body);
+                    self.answer_locally(snap, bufs, fixed, is_head).await
                 }
                 ActionRt::Proxy {
                     service,
@@ -272,9 +271,8 @@ impl Conn<'_> {
         let kind = if self.redirect_https {
             let raw = bufs.inb.filled();
             let method = &raw[bufs.req.method.clone()];
-            let mut head = Vec::new();
-            if let Some(status) = https_redirect(&mut head, raw, target, method) {
-                let fixed = Local::Fixed(status, &head, &[]);
+            if let Some((status, location)) = https_redirect(raw, target, method) {
+                let fixed = Local::Fixed(Head::Fields(status, &location), &[]);
                 return self.answer_locally(snap, bufs, fixed, is_head).await;
             }
             ErrorKind::BadRequest

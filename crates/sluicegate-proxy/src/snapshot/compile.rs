@@ -179,18 +179,13 @@ fn compile_routes(
                 body,
                 headers,
             } => {
-                let mut head = Vec::new();
-                crate::proto::response::status_line(&mut head, *status);
+                let mut fields = crate::proto::fields::Fields::new();
                 for (k, v) in headers {
-                    head.extend_from_slice(k.as_bytes());
-                    head.extend_from_slice(b": ");
-                    head.extend_from_slice(v.as_bytes());
-                    head.extend_from_slice(b"\r\n");
+                    fields.push(k.as_bytes(), v.as_bytes());
                 }
                 ActionRt::Respond {
-                    status: *status,
-                    head,
-                    body: body.as_bytes().to_vec(),
+                    head: crate::proto::response::FixedHead::new(*status, fields),
+                    body: body.as_bytes().into(),
                 }
             }
         };

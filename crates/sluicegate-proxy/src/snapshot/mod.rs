@@ -69,12 +69,11 @@ pub enum ActionRt {
         /// Protocols a client may upgrade to (lower-cased `Upgrade` tokens).
         upgrade: Box<[Box<str>]>,
     },
-    /// A fixed response: the status line and headers (without framing or
-    /// connection headers), and the body.
+    /// A fixed response: its status and header fields (without framing or
+    /// connection fields), kept as HTTP/1.1 text too, and its body.
     Respond {
-        status: u16,
-        head: Vec<u8>,
-        body: Vec<u8>,
+        head: crate::proto::response::FixedHead,
+        body: Box<[u8]>,
     },
 }
 

@@ -1,7 +1,8 @@
 //! The one stream type every session and upstream connection reads and
 //! writes: plain TCP on the raw `recv`/`send` fast path, TLS over such a
-//! socket, one HTTP/2 stream of a client's connection (seen as the
-//! HTTP/1.1 exchange it carries), and an in-memory pipe for tests. All of it is readiness based,
+//! socket, one HTTP/2 stream of a client's connection (its request body
+//! read and its answer's body written through it, its heads given as
+//! fields), and an in-memory pipe for tests. All of it is readiness based,
 //! like the socket it wraps: `try_*` calls never wait, and a caller that
 //! got `WouldBlock` waits with [`Stream::poll_read_ready`] or
 //! [`Stream::writable`] and tries again. One task reads and writes a stream
@@ -172,6 +173,16 @@ impl Stream {
     pub(crate) fn take_trailers(&self) -> Option<http::HeaderMap> {
         match self {
             Stream::H2Up(x) => x.take_trailers(),
+            _ => None,
+        }
+    }
+
+    /// The client's HTTP/2 stream this is, if it is one: answers to it go
+    /// as fields, never as HTTP/1.1 text.
+    #[inline]
+    pub(crate) fn h2(&self) -> Option<&Exchange> {
+        match self {
+            Stream::H2(x) => Some(x),
             _ => None,
         }
     }

@@ -1,7 +1,9 @@
 //! How a request ended (for metrics, the access log and the connection),
-//! and the error answers forwarding writes itself.
+//! and the error answers forwarding writes itself (rendered by
+//! [`crate::proto::response`]: HTTP/1.1 text, or an HTTP/2 stream's
+//! fields with its body as data).
 
-use crate::proto::response::{self, ErrorKind};
+use crate::proto::response::{self, Answer, ErrorKind, What};
 use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::Snapshot;
 use crate::transport::io::write_all_by;
@@ -53,15 +55,27 @@ pub(super) async fn fail<'s>(
     close: bool,
 ) -> Outcome<'s> {
     let close = close || kind.closes();
-    bufs.out.clear();
-    let rid = &bufs.ids.rid;
-    response::error(&mut bufs.out, kind, close, bufs.is_head, bufs.grpc, rid);
+    let answer = Answer {
+        what: What::Error {
+            kind,
+            grpc: bufs.grpc,
+            extra: &[],
+        },
+        rid: &bufs.ids.rid,
+        close,
+        head_only: bufs.is_head,
+        http10: false,
+    };
+    let rendered = response::render(&answer, down.client.h2(), &mut bufs.out);
     if bufs.grpc {
         bufs.grpc_status = Some(kind.grpc_status());
     }
     let len = bufs.out.len() as u64;
-    let limit = snap.timeouts.client_write;
-    let write = write_all_by(down.client, &bufs.out, down.worker.deadlines.after(limit)).await;
+    let wait = down.worker.deadlines.after(snap.timeouts.client_write);
+    let write = match rendered {
+        Ok(()) => write_all_by(down.client, &bufs.out, wait).await,
+        failed => failed,
+    };
     if let Err(e) = &write {
         client_write_failed(down.worker, e);
     }
