@@ -1,11 +1,12 @@
 //! Fuzzes the gateway's HTTP/2 server side: arbitrary bytes as a client's
 //! connection (the preface added unless they start with `P`), read in
 //! pieces of a size the first byte chooses, through the flood watcher into
-//! the `h2` server; each stream accepted is written as HTTP/1.1 text for
-//! the codec and answered through an `Exchange` with a fixed answer. It
-//! must never panic or spin, the codec must read each stream's head as
-//! written, and what goes out must be whole, well-placed frames (see
-//! `H2Session::check`).
+//! the `h2` server; each stream accepted has its head laid out as the
+//! protocol-neutral head, and is answered through an `Exchange` as the
+//! gateway answers (a status, fields and a body; informational heads, a
+//! body to its end, trailers). It must never panic or spin, each head
+//! must be laid out within its buffer, and what goes out must be whole,
+//! well-placed frames, never HTTP/1.1 text (see `H2Session::check`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -8,8 +8,10 @@
 //! out as the protocol-neutral head ([`crate::proto::http2::request::fill_head`],
 //! whose ranges and framing are checked), and is answered through an
 //! [`Exchange`] (the stream the gateway's request code reads and answers
-//! on) with a fixed answer, given as the HTTP/1.1 rendering the gateway's
-//! own answers use. Everything is polled by hand, with a waker that only
+//! on) as the gateway answers: a status, fields and a body, rendered by
+//! the gateway's own renderer ([`crate::proto::response::render`]) or
+//! given as forwarding gives an upstream's (informational heads, a body
+//! to its end, trailers); no HTTP/1.1 text. Everything is polled by hand, with a waker that only
 //! notes it was woken, for a bounded number of rounds: no runtime, no
 //! timers, no sockets, the same run for the same input.
 
@@ -27,9 +29,13 @@ use h2::Reason;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::proto::codec::BodyKind;
+use crate::proto::fields::{Fields, NONE};
 use crate::proto::head::RequestHead;
-use crate::proto::http2::exchange::Exchange;
+use crate::proto::http2::exchange::{AnswerBody, Exchange};
 use crate::proto::http2::request::{fill_head, BodyAt};
+use crate::proto::http2::response::append_field;
+use crate::proto::request_id::RequestId;
+use crate::proto::response::{render, Answer, ErrorKind, Head, What};
 use crate::transport::h2io::Frames;
 
 /// The connection preface a client sends first.
@@ -43,15 +49,34 @@ const MAX_BODY: usize = 1 << 20;
 /// The largest request head (`limits.max_header_bytes`' default).
 const MAX_HEAD: usize = 16_384;
 
-/// The fixed answers, chosen by stream: a length, chunked, an
-/// informational answer then a bodyless one, a body to the end (the
-/// stream's end ends it), and an error answered before the body is read.
-const ANSWERS: [&[u8]; 5] = [
-    b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: keep-alive\r\n\r\nhello",
-    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nx-a: 1\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nx-b: 2\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nupgrade: x\r\n\r\nto the end",
-    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
+/// Header fields, as names and values.
+type Pairs = &'static [(&'static str, &'static str)];
+
+/// How a stream is answered.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// A fixed answer, rendered: its status, fields and body; after an
+    /// informational head when there is one.
+    Fixed(Option<u16>, u16, Pairs, &'static str),
+    /// An error, rendered (`true`: as a gRPC status), answered before the
+    /// request's body is read.
+    Error(ErrorKind, bool),
+    /// A `200` with these fields whose body runs to its end: the body,
+    /// then these trailers, or the stream's end when there are none.
+    ToEnd(Pairs, &'static str, Pairs),
+}
+
+/// The answers, chosen by stream: a length (and a field that names the
+/// connection, never sent), a body to its end with trailers, an
+/// informational head then a bodyless answer, a body to its end (the
+/// writer's end ends it), an error and a gRPC status.
+const REPLIES: [Reply; 6] = [
+    Reply::Fixed(None, 200, &[("connection", "keep-alive")], "hello"),
+    Reply::ToEnd(&[("x-a", "1")], "hello", &[("x-t", "2")]),
+    Reply::Fixed(Some(100), 204, &[("x-b", "2")], ""),
+    Reply::ToEnd(&[("upgrade", "x")], "to the end", &[]),
+    Reply::Error(ErrorKind::NoRoute, false),
+    Reply::Error(ErrorKind::TooManyRequests, true),
 ];
 
 /// What a run did, for [`H2Session::check`].
@@ -346,24 +371,79 @@ fn stream(
     }
     let is_head = parts.method == http::Method::HEAD;
     let exchange = Exchange::new(recv, respond, is_head, Vec::new());
-    let answer = ANSWERS[(id as usize / 2) % ANSWERS.len()];
-    let read_first = answer != ANSWERS[4];
+    let reply = REPLIES[(id as usize / 2) % REPLIES.len()];
+    let read_first = !matches!(reply, Reply::Error(..));
     async move {
         if read_first && read_body(&exchange).await.is_err() {
             return;
         }
-        // In two writes, cut where the stream's id says.
-        let cut = (id as usize * 7) % answer.len();
-        for piece in [&answer[..cut], &answer[cut..]] {
-            if write_all(&exchange, piece).await.is_err() {
-                return;
-            }
+        if answer(&exchange, reply, id, is_head).await.is_err() {
+            return;
         }
         if !read_first {
             let _ = read_body(&exchange).await;
         }
         exchange.finish();
     }
+}
+
+/// Answers `x` as `reply` says, its body in two writes cut where the
+/// stream's id says.
+async fn answer(x: &Exchange, reply: Reply, id: u32, is_head: bool) -> io::Result<()> {
+    let map = |pairs: Pairs| {
+        let mut map = http::HeaderMap::new();
+        for (n, v) in pairs {
+            append_field(&mut map, n.as_bytes(), v.as_bytes());
+        }
+        map
+    };
+    let mut fields = Fields::new();
+    let what = match reply {
+        Reply::ToEnd(own, body, trailers) => {
+            x.answer(200, map(own), AnswerBody::UntilEnd)?;
+            write_cut(x, body.as_bytes(), id).await?;
+            return match trailers {
+                [] => Ok(()),
+                t => x.send_trailers(map(t)),
+            };
+        }
+        Reply::Fixed(early, status, own, body) => {
+            if let Some(status) = early {
+                // Refused on a stream reset already: the answer fails too.
+                let _ = x.informational(status, http::HeaderMap::new());
+            }
+            own.iter()
+                .for_each(|(n, v)| fields.push(n.as_bytes(), v.as_bytes()));
+            What::Fixed {
+                head: Head::Fields(status, &fields),
+                edits: &NONE,
+                ops: &NONE,
+                body: body.as_bytes(),
+            }
+        }
+        Reply::Error(kind, grpc) => What::Error {
+            kind,
+            grpc,
+            extra: &[],
+        },
+    };
+    let answer = Answer {
+        what,
+        rid: &RequestId::default(),
+        close: false,
+        head_only: is_head,
+        http10: false,
+    };
+    let mut out = Vec::new();
+    render(&answer, Some(x), &mut out)?;
+    write_cut(x, &out, id).await
+}
+
+/// Writes `bytes` in two writes, cut where the stream's id says.
+async fn write_cut(x: &Exchange, bytes: &[u8], id: u32) -> io::Result<()> {
+    let cut = (id as usize * 7) % (bytes.len() + 1);
+    write_all(x, &bytes[..cut]).await?;
+    write_all(x, &bytes[cut..]).await
 }
 
 async fn read_body(x: &Exchange) -> io::Result<()> {
@@ -399,7 +479,8 @@ impl H2Session {
     /// Checks what the gateway wrote: whole frames, its SETTINGS first;
     /// connection frames on stream 0 and stream frames on streams the
     /// client opened; HEADERS and DATA only on streams it accepted, DATA
-    /// only after HEADERS, nothing after a stream's end or reset; no
+    /// only after HEADERS and never HTTP/1.1 text, nothing after a
+    /// stream's end or reset; no
     /// server push; GOAWAY `ENHANCE_YOUR_CALM` for a flood. And what was
     /// found while it ran.
     pub fn check(&self) -> Result<(), String> {
@@ -461,6 +542,9 @@ impl H2Session {
                     }
                     if kind == 0 && !headers.contains(&id) {
                         return Err(format!("DATA on stream {id} before its HEADERS"));
+                    }
+                    if kind == 0 && payload.windows(7).any(|w| w == b"HTTP/1.") {
+                        return Err(format!("HTTP/1.1 text in DATA on stream {id}"));
                     }
                     if kind == 1 && flags & 4 == 0 {
                         return Err(format!("HEADERS on stream {id} needs CONTINUATION"));

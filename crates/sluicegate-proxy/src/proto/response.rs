@@ -15,11 +15,11 @@
 
 use std::io;
 
-use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 
 use crate::proto::fields::Fields;
-use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
+use crate::proto::http2::exchange::{AnswerBody, Exchange};
+use crate::proto::http2::response::append_field;
 use crate::proto::request_id::RequestId;
 
 /// Where a failure came from; each kind maps to one status code.
@@ -323,12 +323,7 @@ impl Sink for Fielded<'_> {
         self.fields(&head.fields);
     }
     fn field(&mut self, name: &[u8], value: &[u8]) {
-        if connection_specific(name) {
-            return;
-        }
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
-            self.fields.append(n, v);
-        }
+        append_field(&mut self.fields, name, value);
     }
     fn number(&mut self, name: &[u8], n: u64) {
         self.field(name, itoa::Buffer::new().format(n).as_bytes());

@@ -1,5 +1,7 @@
 //! The HTTP/1.1 session driven over the in-memory transport: requests in,
-//! answers out, no socket.
+//! answers out, no socket. HTTP/2 streams: [`http2`].
+
+mod http2;
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -30,7 +32,12 @@ fn runtime() -> tokio::runtime::LocalRuntime {
 /// A worker on [`CONFIG`] with its deadline sweeper running (call inside
 /// [`runtime`]).
 fn worker() -> Rc<Worker> {
-    let cfg = sluicegate_config::parse(CONFIG).unwrap();
+    worker_on(CONFIG)
+}
+
+/// A worker on `config` with its deadline sweeper running.
+fn worker_on(config: &str) -> Rc<Worker> {
+    let cfg = sluicegate_config::parse(config).unwrap();
     let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
     tokio::task::spawn_local({
         let w = worker.clone();
@@ -243,6 +250,16 @@ fn a_tunnel_task_is_small() {
 /// An upstream on a local port that answers each connection's first
 /// request head with a `101`, then echoes what it gets.
 async fn upgrading_upstream() -> std::net::SocketAddr {
+    scripted_upstream(
+        b"HTTP/1.1 101 Switching Protocols\r\n\
+        Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    )
+    .await
+}
+
+/// An upstream on a local port that answers each connection's first
+/// request head with `answer`, then echoes what it gets.
+async fn scripted_upstream(answer: &'static [u8]) -> std::net::SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
@@ -257,8 +274,6 @@ async fn upgrading_upstream() -> std::net::SocketAddr {
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
-                let answer = b"HTTP/1.1 101 Switching Protocols\r\n\
-                    Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
                 if s.write_all(answer).await.is_err() {
                     return;
                 }
@@ -286,12 +301,7 @@ fn a_tunnel_runs_in_its_own_task_and_the_counts_follow_it() {
             "listen: [\"127.0.0.1:9\"]\nservices:\n  - name: s\n    endpoints: [\"{up}\"]\n\
              routes:\n  - name: ws\n    service: s\n"
         );
-        let cfg = sluicegate_config::parse(&cfg).unwrap();
-        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
-        tokio::task::spawn_local({
-            let w = worker.clone();
-            async move { w.deadlines.run().await }
-        });
+        let worker = worker_on(&cfg);
         let (client, serving) = open_session(&worker);
         let req = b"GET /chat HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\n\
             Upgrade: websocket\r\n\r\n";

@@ -15,7 +15,7 @@ use crate::proto::bytes;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestFraming};
 use crate::proto::head::{HeaderRef, RequestHead};
 use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
-use crate::proto::http2::response::fill_response_head;
+use crate::proto::http2::response::{append_field, client_fields, fill_response_head};
 use crate::proto::http2::upstream::UpExchange;
 use crate::proto::response;
 use crate::route::target::Target;
@@ -244,8 +244,8 @@ pub(crate) async fn early_response(up: &Stream, upb: &mut RecvBuf) -> bool {
 }
 
 /// Reads the final response head into `bufs.res` (its framing into
-/// `bufs.res_framing`), relaying 1xx
-/// informational responses (other than 100) to HTTP/1.1 clients. A `101`
+/// `bufs.res_framing`), relaying 1xx informational responses (other than
+/// 100) to clients that take them (HTTP/1.1 and HTTP/2, not HTTP/1.0). A `101`
 /// is final when the request asked for an upgrade (`upgrading`), and
 /// invalid otherwise.
 #[allow(clippy::too_many_arguments)]
@@ -284,8 +284,7 @@ pub(crate) async fn read_response_head(
                     };
                 }
                 if status != 100 && client_minor == 1 {
-                    let info = &bufs.upb.filled()[..framing.len];
-                    let _ = write_all_by(down.client, info, down.worker.until(deadline)).await;
+                    relay_informational(down, bufs, framing.len, deadline).await;
                 }
                 bufs.upb.consume(framing.len);
                 got = true;
@@ -310,6 +309,24 @@ pub(crate) async fn read_response_head(
                 Err(ReadError::Timeout) => return Err(HeadError::Timeout),
             },
             Err(_) => return Err(HeadError::Invalid),
+        }
+    }
+}
+
+/// Relays the informational head (`len` bytes in `bufs.upb`, 103 Early
+/// Hints say) to the client: as it came to an HTTP/1.1 client, as
+/// informational fields to an HTTP/2 stream. Whether it got there does not
+/// matter: the final head's write tells.
+#[cold]
+async fn relay_informational(down: &Downstream<'_>, bufs: &Bufs, len: usize, deadline: Instant) {
+    let raw = bufs.upb.filled();
+    match down.client.h2() {
+        Some(x) => {
+            let fields = client_fields(raw, len, &bufs.res.headers, 0, |h| !h.skip);
+            let _ = x.informational(bufs.res.status, fields);
+        }
+        None => {
+            let _ = write_all_by(down.client, &raw[..len], down.worker.until(deadline)).await;
         }
     }
 }
@@ -424,11 +441,9 @@ fn kept<'a>(
 
 /// The response head to an HTTP/2 client: the fields [`kept`] and those the
 /// gateway adds, handed to the stream as a header map (values as slices of
-/// one copy of the upstream's head), without the HTTP/1.1 text the
-/// stream would otherwise parse again. A stream that is gone by now fails
+/// one copy of the upstream's head). A stream that is gone by now fails
 /// the body's first write.
 fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
-    use http::header::{HeaderName, HeaderValue};
     let raw = bufs.upb.filled();
     let res = &bufs.res;
     let framing = bufs.res_framing;
@@ -442,25 +457,8 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
         bufs.edits.cors,
         rid.name(),
     );
-    let shared = ::bytes::Bytes::copy_from_slice(&raw[..framing.len]);
-    let mut fields = http::HeaderMap::with_capacity(res.headers.len() + 2);
-    for h in res.headers.iter().filter(|h| keep(h)) {
-        let name = &raw[h.name.clone()];
-        if connection_specific(name) {
-            continue;
-        }
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name),
-            HeaderValue::from_maybe_shared(shared.slice(h.value.clone())),
-        ) {
-            fields.append(n, v);
-        }
-    }
-    let mut add = |name: &[u8], value: &[u8]| {
-        if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
-            fields.append(n, v);
-        }
-    };
+    let mut fields = client_fields(raw, framing.len, &res.headers, 2, keep);
+    let mut add = |name: &[u8], value: &[u8]| append_field(&mut fields, name, value);
     if let Some(o) = ops {
         o.fields.iter().for_each(|(n, v)| add(n, v));
     }
@@ -479,7 +477,6 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
         .for_each(|(n, v)| add(n, v));
     add(rid.name(), rid.value());
     let _ = x.answer(res.status, fields, body);
-    drop(keep);
     bufs.out.clear();
     bufs.upb.consume(framing.len);
 }

@@ -6,8 +6,9 @@
 //! pooled afterwards, and the client's is closed.
 //!
 //! Two steps: [`start`] runs in the connection's serving task, writes the
-//! `101` and whatever either side sent along with its head, and counts the
-//! tunnel open; [`relay`] then runs in a task of the tunnel's own (see
+//! `101` (to an HTTP/2 client's extended CONNECT, RFC 8441, the stream's
+//! `200` as fields) and whatever either side sent along with its head,
+//! and counts the tunnel open; [`relay`] then runs in a task of the tunnel's own (see
 //! `session::tunneled`), which holds only the two streams, the endpoint's
 //! in-flight slot and a few counters, so that the serving task (its whole
 //! request state machine) ends and gives its buffers back.
@@ -26,6 +27,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use crate::observe::metrics::GlobalMetrics;
+use crate::proto::http2::exchange::Exchange;
+use crate::proto::http2::response::{append_field, client_fields};
 use crate::runtime::deadline::Stop;
 use crate::runtime::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 use crate::snapshot::Snapshot;
@@ -78,6 +81,25 @@ fn switching_head(bufs: &mut Bufs) {
     bufs.upb.consume(len);
 }
 
+/// An extended CONNECT's tunnel (RFC 8441) opened on the client's HTTP/2
+/// stream: the upstream's `101` as the stream's `200`, with the upstream's
+/// end-to-end fields (not its `Sec-WebSocket-Accept`: the key it answers
+/// was the gateway's) and the filters' response fields; takes the
+/// upstream's head out of `bufs.upb`.
+fn open_h2_tunnel(bufs: &mut Bufs, x: &Exchange) -> std::io::Result<()> {
+    let raw = bufs.upb.filled();
+    let (res, len) = (&bufs.res, bufs.res_framing.len);
+    let edits = &bufs.edits.response_headers;
+    let mut fields = client_fields(raw, len, &res.headers, edits.len(), |h| {
+        !h.skip && !raw[h.name.clone()].eq_ignore_ascii_case(b"sec-websocket-accept")
+    });
+    edits
+        .iter()
+        .for_each(|(n, v)| append_field(&mut fields, n, v));
+    bufs.upb.consume(len);
+    x.open_tunnel(fields)
+}
+
 /// Starts the tunnel after the upstream's `101` (its head in `bufs.upb`,
 /// and what it sent after it): counts it open, writes the `101` and those
 /// bytes to the client, and what the client sent after its request head
@@ -102,11 +124,26 @@ pub(super) async fn start(
         carried: Carried::default(),
     });
     let dl = &down.worker.deadlines;
-    // The 101 and the upstream's first bytes, then the client's.
-    switching_head(bufs);
+    // The 101 (an HTTP/2 stream's 200) and the upstream's first bytes,
+    // then the client's.
+    let opened = match down.client.h2() {
+        Some(x) => {
+            bufs.out.clear();
+            open_h2_tunnel(bufs, x)
+        }
+        None => {
+            switching_head(bufs);
+            Ok(())
+        }
+    };
     bufs.out.extend_from_slice(bufs.upb.filled());
     bufs.upb.clear();
-    match write_all_by(down.client, &bufs.out, dl.after(snap.timeouts.client_write)).await {
+    let wait = dl.after(snap.timeouts.client_write);
+    let written = match opened {
+        Ok(()) => write_all_by(down.client, &bufs.out, wait).await,
+        failed => failed,
+    };
+    match written {
         Ok(()) => t.carried.down += bufs.out.len() as u64,
         Err(e) => {
             client_write_failed(down.worker, &e);

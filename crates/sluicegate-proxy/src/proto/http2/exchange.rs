@@ -1,11 +1,14 @@
 //! One HTTP/2 stream of a client's connection, as the request's lifecycle
 //! reads and answers it: the request body comes out as the DATA it
 //! arrived in (no HTTP/1.1 framing: the head given to the lifecycle says
-//! `BodyKind::Stream` or a length), and the answer goes out as HTTP/2:
-//! its head given as fields ([`Exchange::answer`]) or, for the gateway's
-//! own answers rendered as HTTP/1.1, parsed from that rendering; its body
-//! as DATA frames, its trailers ([`Exchange::send_trailers`]) as a
-//! trailing HEADERS, its end as END_STREAM.
+//! `BodyKind::Stream` or a length), and the answer goes out as HTTP/2,
+//! never as HTTP/1.1 text: informational heads and the final one given as
+//! fields ([`Exchange::informational`], [`Exchange::answer`]; an extended
+//! CONNECT's tunnel opened by [`Exchange::open_tunnel`]), then its body,
+//! written as bytes, as DATA frames, its trailers
+//! ([`Exchange::send_trailers`]) as a trailing HEADERS, its end as
+//! END_STREAM. Bytes written before a head was given are an error: the
+//! stream is reset.
 //!
 //! Readiness based like a socket ([`crate::transport::stream::Stream`]):
 //! a read with nothing received is `WouldBlock` until
@@ -23,10 +26,9 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, StatusCode};
 
 use super::{has_room, poll_room, Staged, WANT};
-use crate::proto::chunked::ChunkedDecoder;
-use crate::proto::codec::MAX_HEADERS;
 
 /// One stream: its request body in, its answer out.
 pub(crate) struct Exchange {
@@ -56,11 +58,8 @@ struct Inner {
 
 /// Where the answer is.
 enum Out {
-    /// Its head is still being written: the bytes so far.
-    Head {
-        respond: SendResponse<Bytes>,
-        buf: Vec<u8>,
-    },
+    /// Its head is not given yet.
+    Head { respond: SendResponse<Bytes> },
     /// Its body is being written, framed as the head said.
     Body {
         send: SendStream<Bytes>,
@@ -68,24 +67,21 @@ enum Out {
     },
     /// Sent whole (END_STREAM went out).
     Done,
-    /// Cut: the stream was reset (by either side) or the answer was not
-    /// HTTP.
+    /// Cut: the stream was reset (by either side), or the answer was not
+    /// one (bytes before a head, a status not final).
     Failed,
 }
 
-pub(super) enum Framing {
+enum Framing {
     /// Body bytes still due.
     Length(u64),
-    /// The decoder, and the trailer fields seen so far (sent as a
-    /// trailing HEADERS frame at the end).
-    Chunked(ChunkedDecoder, Vec<u8>),
-    /// Until the writer is done ([`Exchange::finish`]).
+    /// Until the writer is done ([`Exchange::finish`]) or its trailers
+    /// ([`Exchange::send_trailers`]).
     UntilEnd,
 }
 
-/// How an answer's body comes when its head is given as fields
-/// ([`Exchange::answer`]): the bytes written after it are the body as
-/// HTTP/1.1 would frame it.
+/// How an answer's body comes after its head ([`Exchange::answer`]): the
+/// bytes written then are the body's, unframed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AnswerBody {
     /// None (HEAD, 204, 304, a zero length).
@@ -133,10 +129,7 @@ impl Exchange {
                 in_failed: false,
                 is_head,
                 connect: false,
-                out: Out::Head {
-                    respond,
-                    buf: Vec::new(),
-                },
+                out: Out::Head { respond },
             }),
         }
     }
@@ -146,39 +139,76 @@ impl Exchange {
         self.inner.borrow_mut().connect = true;
     }
 
-    /// Sends the answer's head given as fields rather than as HTTP/1.1
-    /// text, so that what forwarding parsed already is not written and
-    /// parsed again; its body follows through [`Exchange::try_send`],
-    /// framed as `body` says. Only before any of the answer was written.
+    /// Sends the answer's head: its status (a final one) and fields; its
+    /// body follows through [`Exchange::try_send`], as `body` says. Only
+    /// once: an error when the head went already or the stream is gone.
     // Out of line: the plain-TCP branch of `Stream`'s match stays small.
     #[inline(never)]
     pub(crate) fn answer(
         &self,
         status: u16,
-        fields: http::HeaderMap,
+        fields: HeaderMap,
         body: AnswerBody,
     ) -> io::Result<()> {
         let mut i = self.inner.borrow_mut();
-        let Out::Head { respond, buf } = &mut i.out else {
+        let Out::Head { .. } = i.out else {
             return Err(broken());
         };
-        let code = match http::StatusCode::from_u16(status) {
-            Ok(code) if buf.is_empty() && status >= 200 => code,
-            _ => {
-                respond.send_reset(Reason::INTERNAL_ERROR);
-                i.out = Out::Failed;
-                return Err(io::ErrorKind::InvalidData.into());
-            }
+        let code = match StatusCode::from_u16(status) {
+            Ok(code) if status >= 200 => code,
+            _ => return Err(i.fail()),
         };
-        let mut head = http::Response::new(());
-        *head.status_mut() = code;
-        *head.headers_mut() = fields;
         let framing = match body {
             AnswerBody::Empty => Framing::Length(0),
             AnswerBody::Length(n) => Framing::Length(n),
             AnswerBody::UntilEnd => Framing::UntilEnd,
         };
-        i.start(head, framing)
+        i.start(code, fields, framing)
+    }
+
+    /// Sends an informational head (a 1xx other than 101: 103 Early Hints,
+    /// say) before the answer's. Not on a stream reset already (the
+    /// framing layer would send it whatever the stream's state), nor once
+    /// the answer's head went: then nothing is sent, and an error says so.
+    #[cold]
+    pub(crate) fn informational(&self, status: u16, fields: HeaderMap) -> io::Result<()> {
+        let mut i = self.inner.borrow_mut();
+        let Out::Head { respond } = &mut i.out else {
+            return Err(broken());
+        };
+        let code = match StatusCode::from_u16(status) {
+            Ok(code) if code.is_informational() && status != 101 => code,
+            _ => return Err(io::ErrorKind::InvalidData.into()),
+        };
+        // Found by the `h2_session` fuzz target: a `100 Continue` went out
+        // as HEADERS after the stream's RST_STREAM.
+        if reset(respond) {
+            return Err(broken());
+        }
+        let mut head = http::Response::new(());
+        *head.status_mut() = code;
+        *head.headers_mut() = fields;
+        respond.send_informational(head).map_err(|e| {
+            tracing::debug!(error = %e, "HTTP/2 informational head not sent");
+            broken()
+        })
+    }
+
+    /// Opens an extended CONNECT's tunnel (RFC 8441) once the upstream
+    /// switched protocols: its `101` is the stream's `200`, with
+    /// `fields`, and the tunnel's bytes are then the stream's DATA both
+    /// ways, until the writer is done. An error (the stream reset) on a
+    /// stream that is not an extended CONNECT.
+    #[cold]
+    pub(crate) fn open_tunnel(&self, fields: HeaderMap) -> io::Result<()> {
+        let mut i = self.inner.borrow_mut();
+        let Out::Head { .. } = i.out else {
+            return Err(broken());
+        };
+        if !i.connect {
+            return Err(i.fail());
+        }
+        i.start(StatusCode::OK, fields, Framing::UntilEnd)
     }
 
     /// Reads request body bytes received so far; `Ok(0)` at its end.
@@ -338,128 +368,50 @@ impl Drop for Exchange {
 }
 
 impl Inner {
-    /// Takes `bytes` of the answer, whatever the window (the caller
+    /// Takes `bytes` of the answer's body, whatever the window (the caller
     /// checked it).
-    fn write(&mut self, mut bytes: &[u8]) -> io::Result<()> {
-        while !bytes.is_empty() {
-            match &mut self.out {
-                Out::Head { buf, .. } => {
-                    buf.extend_from_slice(bytes);
-                    bytes = &[];
-                    self.answer_head()?;
-                }
-                Out::Body { send, framing } => {
-                    let (taken, end) = body_bytes(send, framing, bytes)?;
-                    bytes = &bytes[taken..];
-                    if end {
-                        self.out = Out::Done;
-                    }
-                }
-                // Bytes past the end of a complete answer: none are due.
-                Out::Done => return Ok(()),
-                Out::Failed => return Err(broken()),
-            }
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        match &mut self.out {
+            // No head given: bytes are not an answer.
+            Out::Head { .. } => Err(self.fail()),
+            Out::Body { send, framing } => {
+                if body_bytes(send, framing, bytes)? {
+                    self.out = Out::Done;
+                }
+                Ok(())
+            }
+            // Bytes past the end of a complete answer: none are due.
+            Out::Done => Ok(()),
+            Out::Failed => Err(broken()),
+        }
     }
 
-    /// Sends the answer's head once it is whole in the head buffer (an
-    /// informational one as such, then the final one); what came after it
-    /// goes on as body.
-    fn answer_head(&mut self) -> io::Result<()> {
-        loop {
-            let Out::Head { respond, buf } = &mut self.out else {
-                return Ok(());
-            };
-            let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut r = httparse::Response::new(&mut fields);
-            let len = match r.parse(buf) {
-                Ok(httparse::Status::Partial) => return Ok(()),
-                Ok(httparse::Status::Complete(len)) => len,
-                Err(_) => {
-                    respond.send_reset(Reason::INTERNAL_ERROR);
-                    self.out = Out::Failed;
-                    return Err(io::ErrorKind::InvalidData.into());
-                }
-            };
-            let mut status = r.code.unwrap_or(502);
-            let switched = self.connect && status == 101;
-            if switched {
-                // The tunnel is open: over HTTP/2 that is a 200 whose
-                // DATA carries it.
-                status = 200;
-            }
-            // The field values are slices of one shared copy of the head:
-            // one allocation for all of them, none per value.
-            let shared = Bytes::copy_from_slice(&buf[..len]);
-            let base = buf.as_ptr() as usize;
-            let mut head = http::Response::new(());
-            let mut framing = Framing::UntilEnd;
-            let Ok(code) = http::StatusCode::from_u16(status) else {
-                respond.send_reset(Reason::INTERNAL_ERROR);
-                self.out = Out::Failed;
-                return Err(io::ErrorKind::InvalidData.into());
-            };
-            *head.status_mut() = code;
-            let fields = head.headers_mut();
-            fields.reserve(r.headers.len());
-            for f in r.headers.iter() {
-                let name = f.name.as_bytes();
-                if name.eq_ignore_ascii_case(b"content-length") {
-                    framing = std::str::from_utf8(f.value)
-                        .ok()
-                        .and_then(|v| v.trim().parse().ok())
-                        .map_or(Framing::UntilEnd, Framing::Length);
-                } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                    framing = Framing::Chunked(ChunkedDecoder::new(), Vec::new());
-                }
-                if connection_specific(name)
-                    || (switched && name.eq_ignore_ascii_case(b"sec-websocket-accept"))
-                {
-                    continue;
-                }
-                let at = f.value.as_ptr() as usize - base;
-                let (Ok(n), Ok(v)) = (
-                    HeaderName::from_bytes(name),
-                    HeaderValue::from_maybe_shared(shared.slice(at..at + f.value.len())),
-                ) else {
-                    continue;
-                };
-                fields.append(n, v);
-            }
-            if (100..200).contains(&status) {
-                // 100 Continue (and 103): relayed as informational; the
-                // final head follows in the same buffer or a later write.
-                // Not on a stream already reset: the framing layer sends
-                // an informational head whatever the stream's state.
-                if !reset(respond) {
-                    let _ = respond.send_informational(head);
-                }
-                buf.drain(..len);
-                continue;
-            }
-            if switched {
-                framing = Framing::UntilEnd;
-            }
-            let rest = buf.split_off(len);
-            self.start(head, framing)?;
-            return if rest.is_empty() {
-                Ok(())
-            } else {
-                self.write(&rest)
-            };
+    /// Resets a stream whose answer is not one (`INTERNAL_ERROR`): the
+    /// error to return.
+    fn fail(&mut self) -> io::Error {
+        if let Out::Head { respond } = &mut self.out {
+            respond.send_reset(Reason::INTERNAL_ERROR);
         }
+        self.out = Out::Failed;
+        io::ErrorKind::InvalidData.into()
     }
 
     /// Sends a final answer's head, framed as `framing` says: with
     /// END_STREAM when it has no body (HEAD, 204, 304, a zero length).
-    fn start(&mut self, head: http::Response<()>, framing: Framing) -> io::Result<()> {
-        let Out::Head { respond, .. } = &mut self.out else {
+    fn start(&mut self, status: StatusCode, fields: HeaderMap, framing: Framing) -> io::Result<()> {
+        let Out::Head { respond } = &mut self.out else {
             return Err(broken());
         };
-        let status = head.status().as_u16();
-        let empty =
-            self.is_head || status == 204 || status == 304 || matches!(framing, Framing::Length(0));
+        let empty = self.is_head
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED
+            || matches!(framing, Framing::Length(0));
+        let mut head = http::Response::new(());
+        *head.status_mut() = status;
+        *head.headers_mut() = fields;
         self.out = match respond.send_response(head, empty) {
             Err(e) => {
                 tracing::debug!(error = %e, "HTTP/2 response head not sent");
@@ -479,8 +431,7 @@ impl Inner {
 }
 
 /// Whether the stream was reset (by either side) or the connection went
-/// away: a look, without waiting. (Found by the `h2_session` fuzz target:
-/// a `100 Continue` went out as HEADERS after the stream's RST_STREAM.)
+/// away: a look, without waiting.
 fn reset(respond: &mut SendResponse<Bytes>) -> bool {
     struct Noop;
     impl std::task::Wake for Noop {
@@ -492,62 +443,27 @@ fn reset(respond: &mut SendResponse<Bytes>) -> bool {
         .is_ready()
 }
 
-/// Sends what of `bytes` belongs to the body as DATA: how many bytes were
-/// taken, and whether the body ended with them.
-pub(super) fn body_bytes(
+/// Sends `bytes` of the body as DATA: whether the body ended with them.
+fn body_bytes(
     send: &mut SendStream<Bytes>,
     framing: &mut Framing,
     bytes: &[u8],
-) -> io::Result<(usize, bool)> {
-    let failed = |e: h2::Error| {
-        tracing::debug!(error = %e, "HTTP/2 response body not sent");
-        broken()
-    };
-    match framing {
+) -> io::Result<bool> {
+    let (data, end) = match framing {
         Framing::Length(due) => {
             let take = (*due).min(bytes.len() as u64) as usize;
             *due -= take as u64;
-            let end = *due == 0;
-            send.send_data(Bytes::copy_from_slice(&bytes[..take]), end)
-                .map_err(failed)?;
             // Bytes past the length are not the body's: dropped.
-            Ok((bytes.len(), end))
+            (&bytes[..take], *due == 0)
         }
-        Framing::Chunked(dec, trailers) => {
-            let mut data = Vec::with_capacity(bytes.len());
-            let mut at = 0;
-            while at < bytes.len() && !dec.is_done() {
-                let step = dec
-                    .step(&bytes[at..])
-                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-                if let Some(r) = step.data {
-                    data.extend_from_slice(&bytes[at + r.start..at + r.end]);
-                }
-                if let Some(r) = step.trailer {
-                    trailers.extend_from_slice(&bytes[at + r.start..at + r.end]);
-                }
-                at += step.consumed;
-                if step.consumed == 0 {
-                    break;
-                }
-            }
-            let end = dec.is_done();
-            if end && !trailers.is_empty() {
-                if !data.is_empty() {
-                    send.send_data(Bytes::from(data), false).map_err(failed)?;
-                }
-                send.send_trailers(trailer_map(trailers)).map_err(failed)?;
-            } else if !data.is_empty() || end {
-                send.send_data(Bytes::from(data), end).map_err(failed)?;
-            }
-            Ok((bytes.len(), end))
-        }
-        Framing::UntilEnd => {
-            send.send_data(Bytes::copy_from_slice(bytes), false)
-                .map_err(failed)?;
-            Ok((bytes.len(), false))
-        }
-    }
+        Framing::UntilEnd => (bytes, false),
+    };
+    send.send_data(Bytes::copy_from_slice(data), end)
+        .map_err(|e| {
+            tracing::debug!(error = %e, "HTTP/2 response body not sent");
+            broken()
+        })?;
+    Ok(end)
 }
 
 /// Trailer field lines (`name: value` CRLF, as the chunked decoder hands
@@ -575,6 +491,85 @@ pub(crate) fn trailer_map(lines: &[u8]) -> http::HeaderMap {
 
 #[cfg(test)]
 mod tests {
+    use std::io::ErrorKind;
+
+    use super::*;
+
+    /// A GET sent by a client over an in-memory connection, as the
+    /// gateway's side takes it (an exchange), and what the client reads
+    /// of its answer: its status, or the reason it was reset.
+    fn answered(serve: impl FnOnce(&Exchange)) -> Result<u16, Reason> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (a, b) = tokio::io::duplex(64 * 1024);
+            let client = async {
+                let (mut send, conn) = h2::client::handshake(a).await.unwrap();
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                let req = http::Request::get("http://gw.test/").body(()).unwrap();
+                let (res, _) = send.send_request(req, true).unwrap();
+                match res.await {
+                    Ok(res) => Ok(res.status().as_u16()),
+                    Err(e) => Err(e.reason().unwrap()),
+                }
+            };
+            let server = async {
+                let mut conn = h2::server::handshake(b).await.unwrap();
+                let (req, respond) = conn.accept().await.unwrap().unwrap();
+                let x = Exchange::new(req.into_body(), respond, false, Vec::new());
+                serve(&x);
+                drop(x);
+                // Serve the connection until the client is done with it.
+                while conn.accept().await.is_some() {}
+            };
+            tokio::select! {
+                got = client => got,
+                () = server => unreachable!("the server ends after the client"),
+            }
+        })
+    }
+
+    #[test]
+    fn bytes_before_a_head_reset_the_stream() {
+        let text = answered(|x| {
+            let e = x.try_send(b"HTTP/1.1 200 OK\r\n\r\n").unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidData);
+            // Nothing more goes on it.
+            assert!(x.answer(200, HeaderMap::new(), AnswerBody::Empty).is_err());
+        });
+        assert_eq!(text, Err(Reason::INTERNAL_ERROR));
+        // A head as fields, then the body as bytes.
+        let fields = answered(|x| {
+            x.answer(201, HeaderMap::new(), AnswerBody::Length(2))
+                .unwrap();
+            assert_eq!(x.try_send(b"ok").unwrap(), 2);
+        });
+        assert_eq!(fields, Ok(201));
+    }
+
+    #[test]
+    fn only_an_extended_connect_opens_a_tunnel_and_only_a_1xx_is_informational() {
+        let got = answered(|x| {
+            assert!(x.informational(200, HeaderMap::new()).is_err());
+            assert!(x.informational(101, HeaderMap::new()).is_err());
+            let e = x.open_tunnel(HeaderMap::new()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidData);
+        });
+        assert_eq!(got, Err(Reason::INTERNAL_ERROR));
+        let got = answered(|x| {
+            x.informational(103, HeaderMap::new()).unwrap();
+            x.set_connect();
+            x.open_tunnel(HeaderMap::new()).unwrap();
+            // The head went: no second one.
+            assert!(x.informational(103, HeaderMap::new()).is_err());
+            assert!(x.answer(200, HeaderMap::new(), AnswerBody::Empty).is_err());
+        });
+        assert_eq!(got, Ok(200));
+    }
+
     /// A frame: its header (length, type, flags, stream) and payload.
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let len = payload.len().to_be_bytes();

@@ -4,8 +4,14 @@
 //! marks a response's (the length is the gateway's to write from the
 //! framing), and the framing decided from the status, the length and
 //! whether the stream ended with its head (a gRPC answer that did not
-//! end runs to its trailers, length or not). No HTTP/1.1 text.
+//! end runs to its trailers, length or not). And the other way, a
+//! response head's fields as a client stream's HTTP/2 fields
+//! ([`client_fields`]). No HTTP/1.1 text.
 
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
+
+use super::exchange::connection_specific;
 use crate::proto::codec::{
     classify, is_hop_by_hop, parse_content_length, BodyKind, Known, ResponseFraming,
 };
@@ -59,6 +65,47 @@ pub(crate) fn fill_response_head(
         close: false,
         crlf: false,
     }
+}
+
+/// Appends `name: value` to the fields of a client stream's HEADERS,
+/// unless it names the connection (HTTP/2 carries no such field) or is
+/// not a valid field.
+pub(crate) fn append_field(map: &mut HeaderMap, name: &[u8], value: &[u8]) {
+    if connection_specific(name) {
+        return;
+    }
+    if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value)) {
+        map.append(n, v);
+    }
+}
+
+/// The fields of a response head laid out in `raw` (`len`: the head's
+/// bytes there) that `keep` keeps, as the header map of a client stream's
+/// HEADERS: never those that name the connection, which HTTP/2 does not
+/// carry. The values are slices of one copy of the head (one allocation
+/// for all of them); `more`: room for the fields the gateway adds.
+pub(crate) fn client_fields(
+    raw: &[u8],
+    len: usize,
+    fields: &[HeaderRef],
+    more: usize,
+    keep: impl Fn(&HeaderRef) -> bool,
+) -> HeaderMap {
+    let shared = bytes::Bytes::copy_from_slice(&raw[..len]);
+    let mut map = HeaderMap::with_capacity(fields.len() + more);
+    for h in fields.iter().filter(|h| keep(h)) {
+        let name = &raw[h.name.clone()];
+        if connection_specific(name) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name),
+            HeaderValue::from_maybe_shared(shared.slice(h.value.clone())),
+        ) {
+            map.append(n, v);
+        }
+    }
+    map
 }
 
 #[cfg(test)]
