@@ -46,31 +46,38 @@ fn worker_on(config: &str) -> Rc<Worker> {
     worker
 }
 
-/// A new session on `worker` over the in-memory pipe: the client's end and
-/// the serving task.
-fn open_session(worker: &Rc<Worker>) -> (Stream, tokio::task::JoinHandle<()>) {
+/// A connection to `worker` over the in-memory pipe, counted as an
+/// accepted connection is before it is served: the client's end, and the
+/// gateway's ready to serve (`h2`: HTTP/2 from its first byte).
+fn accepted(worker: &Rc<Worker>, h2: bool) -> (Stream, Prepared) {
     let (client, server) = duplex::pair();
-    let peer = "192.0.2.7:40000".parse().unwrap();
     let prepared = Prepared {
         stream: Stream::Duplex(server),
-        client: peer,
+        client: "192.0.2.7:40000".parse().unwrap(),
         tls: ("", ""),
         identity: None,
-        h2: false,
+        h2,
     };
-    // Counted as an accepted connection is, before it is served.
     worker
         .shared
         .global
         .open_connections
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (Stream::Duplex(client), prepared)
+}
+
+/// A new session on `worker` over the in-memory pipe: the client's end and
+/// the serving task.
+fn open_session(worker: &Rc<Worker>) -> (Stream, tokio::task::JoinHandle<()>) {
+    let (client, prepared) = accepted(worker, false);
+    let peer = prepared.client;
     let session = tokio::task::spawn_local(super::start::serve_stream(
         prepared,
         listener::plain(peer),
         super::active::Active::new(worker.clone()),
         super::conn::Begin::New(None),
     ));
-    (Stream::Duplex(client), session)
+    (client, session)
 }
 
 /// Sends `input` on a new session and returns everything the session

@@ -8,7 +8,6 @@
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -17,11 +16,10 @@ use bytes::Bytes;
 use h2::client::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::{runtime, scripted_upstream, worker_on};
+use super::{accepted, runtime, scripted_upstream, worker_on};
 use crate::runtime::worker::Worker;
 use crate::session::active::Active;
-use crate::transport::duplex;
-use crate::transport::listener::{ListenerRt, Prepared};
+use crate::transport::listener::ListenerRt;
 use crate::transport::stream::Stream;
 
 const ROUTES: &str = r#"
@@ -77,32 +75,19 @@ impl AsyncWrite for Pipe {
 /// to HTTPS when `redirect_https`): the client's handle, once the
 /// gateway's SETTINGS came.
 async fn connect(worker: &Rc<Worker>, redirect_https: bool) -> SendRequest<Bytes> {
-    let (client, server) = duplex::pair();
-    let peer = "192.0.2.7:40000".parse().unwrap();
+    let (client, prepared) = accepted(worker, true);
     let listener = Arc::new(ListenerRt {
-        addr: peer,
+        addr: prepared.client,
         tls: None,
         proxy_protocol: false,
         redirect_https,
         http2: Some(Default::default()),
         counters: Arc::default(),
     });
-    let prepared = Prepared {
-        stream: Stream::Duplex(server),
-        client: peer,
-        tls: ("", ""),
-        identity: None,
-        h2: true,
-    };
-    worker.shared.global.open_connections.fetch_add(1, Relaxed);
     let active = Active::new(worker.clone());
-    tokio::task::spawn_local(crate::session::h2::serve(
-        prepared,
-        Vec::new(),
-        listener,
-        active,
-    ));
-    let io = Pipe(Stream::Duplex(client));
+    let session = crate::session::h2::serve(prepared, Vec::new(), listener, active);
+    tokio::task::spawn_local(session);
+    let io = Pipe(client);
     let (send, conn) = h2::client::handshake(io).await.unwrap();
     tokio::task::spawn_local(async move {
         let _ = conn.await;
