@@ -19,7 +19,7 @@ use compact_str::CompactString;
 use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
 
-use crate::proto::codec::{self, HeadError, Parsed};
+use crate::proto::codec::{self, HeadError, Parsed, RequestFraming};
 use crate::proto::response::ErrorKind;
 use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::{Bufs, Worker, BUF_SIZE};
@@ -171,7 +171,7 @@ impl Conn<'_> {
                 None => self.worker.take_bufs(),
             };
             self.worker.busy.touch();
-            let next = self.request(snap, &mut bufs, due).await;
+            let next = self.request(snap, &mut bufs, due, None).await;
             self.worker.busy.touch();
             self.bufs = Some(bufs);
             if next != Next::KeepAlive || self.worker.shutting_down() {
@@ -291,15 +291,21 @@ impl Conn<'_> {
         snap: &Snapshot,
         bufs: &mut Bufs,
         due: Option<Instant>,
+        laid: Option<Result<RequestFraming, HeadError>>,
     ) -> Next {
         // A request's time starts with its first byte (the wait before that
         // has its own timeout), and so does its header deadline unless due.
         let mut started = (!bufs.inb.is_empty()).then(Instant::now);
         let max_head = snap.limits.max_header_bytes;
         let header_time = snap.timeouts.client_header;
+        let mut laid = laid;
         loop {
-            // Nothing received yet (woken by readiness): read before parsing.
-            let parsed = if bufs.inb.is_empty() {
+            // A head laid out already (an HTTP/2 stream's) is taken as it
+            // is; nothing received yet (woken by readiness): read before
+            // parsing.
+            let parsed = if let Some(head) = laid.take() {
+                head.map(Parsed::Complete)
+            } else if bufs.inb.is_empty() {
                 Ok(Parsed::Partial)
             } else {
                 codec::parse_request(bufs.inb.filled(), max_head, &mut bufs.req)

@@ -300,16 +300,7 @@ async fn serve_one(
     };
     worker.busy.touch();
     let snap = worker.shared.snapshot.load_full();
-    let next = match head {
-        Ok(framing) => {
-            bufs.req_framing = framing;
-            conn.exchange(&snap, &mut bufs, Instant::now()).await
-        }
-        Err(e) => {
-            conn.refuse_head(&snap, &mut bufs, e).await;
-            Next::Close
-        }
-    };
+    let next = conn.request(&snap, &mut bufs, None, Some(head)).await;
     worker.busy.touch();
     worker.give_bufs(bufs);
     if next == Next::Tunnel {

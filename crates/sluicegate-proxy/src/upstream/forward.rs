@@ -120,8 +120,8 @@ struct Plan {
     /// that speaks only HTTP/2).
     head_len: usize,
     /// The head encoded for an HTTP/2 upstream (a service that speaks or
-    /// may speak it).
-    h2: Option<http::Request<()>>,
+    /// may speak it); boxed, so that the plan moves cheaply.
+    h2: Option<Box<http::Request<()>>>,
     /// The request asks for an upgrade the route allows.
     upgrading: bool,
 }
@@ -168,6 +168,7 @@ fn prepare(
             service.tls.is_some(),
             bufs.grpc,
         )
+        .map(Box::new)
     } else {
         None
     };
@@ -246,7 +247,7 @@ async fn send_head(
         }
         return write_all_by(up, out, wait).await;
     };
-    let Some(req) = plan.h2.clone() else {
+    let Some(req) = plan.h2.as_deref().cloned() else {
         return Err(std::io::ErrorKind::InvalidData.into());
     };
     if !streams {
