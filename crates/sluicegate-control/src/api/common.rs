@@ -11,8 +11,8 @@ use axum::Json;
 use serde_json::json;
 use sluicegate_config::Document;
 
-use crate::apply::{IfMatch, WriteError};
 use crate::history::Issue;
+use crate::publish::{IfMatch, WriteError};
 use crate::reload::Reloader;
 use crate::state::{error, etag_of, AdminState};
 

@@ -27,6 +27,7 @@ use super::common::{
 };
 use super::{patch, secrets};
 use crate::history::Issue;
+use crate::source::PageOf;
 use crate::state::{error, etag_of, AdminState};
 
 /// Items a list answers when `limit` is not given, and at most.
@@ -222,7 +223,12 @@ async fn list(
     // million apps is made to show a hundred.
     let filter = page.name.clone();
     let from_etcd = on_reloader(&state, move |r| {
-        let got = r.etcd_page(kind.section, filter.as_deref(), offset, limit);
+        let got = r.page(&PageOf {
+            section: kind.section,
+            filter: filter.as_deref(),
+            offset,
+            limit,
+        });
         (got, r.revision())
     })
     .await;
@@ -265,7 +271,7 @@ async fn get_one(
 ) -> Response {
     let wanted = name.clone();
     let from_etcd = on_reloader(&state, move |r| {
-        (r.etcd_item(kind.section, &wanted), r.revision())
+        (r.item(kind.section, &wanted), r.revision())
     })
     .await;
     if let Ok((Some(got), revision)) = from_etcd {
@@ -431,8 +437,7 @@ async fn write_app(
     let cond = if_match(headers);
     let name = name.to_string();
     let done = on_reloader(state, move |r| {
-        r.etcd.as_ref()?;
-        let old = r.etcd_app(&name);
+        let old = r.app(&name)?;
         let known = secrets::known(old.clone().map(|o| Value::Array(vec![o])).as_ref());
         let (status, new, body) = match op {
             AppOp::Delete => {
@@ -463,11 +468,9 @@ async fn write_app(
                 (StatusCode::OK, Some(item), json!({ "name": name }))
             }
         };
-        if !r.app_alone(&name, new.as_ref()) {
-            return None;
-        }
+        let written = r.write_app(&name, new, cond.as_ref())?;
         Some(
-            r.write_app_etcd(&name, new, cond.as_ref())
+            written
                 .map(|revision| (status, body, revision))
                 .map_err(|e| Box::new(write_error(e))),
         )

@@ -1,11 +1,12 @@
-//! The etcd config source (`config_source.etcd`): objects one per key under
-//! a prefix, followed by one watch per process (`watch.rs`), assembled into
-//! the config document (`objects.rs`) and applied through the reloader like
-//! a file (`apply.rs`; apps alone in place, `apps.rs`), with the last
-//! applied config cached on disk (`cache.rs`), resources read straight
-//! from the objects (`reads.rs`) and admin API writes sent to etcd as
-//! transactions; and the discovery of endpoints registered in etcd
-//! (`discover.rs`).
+//! The etcd config source (`config_source.etcd`), which `start` puts in
+//! place of the file as the reloader's `ConfigSource`: objects one per key
+//! under a prefix, followed by one watch per process (`watch.rs`),
+//! assembled into the config document (`objects.rs`) and published as a
+//! file's config is (`apply.rs`; apps alone in place, `apps.rs`), with
+//! the last applied config cached on disk (`cache.rs`), resources read
+//! straight from the objects (`reads.rs`) and admin API writes sent to
+//! etcd as transactions; and the discovery of endpoints registered in
+//! etcd (`discover.rs`).
 
 mod apply;
 mod apps;
@@ -147,14 +148,17 @@ impl Status {
     }
 }
 
-/// The reloader's etcd state: the file's document the objects are laid
+/// The etcd config source: the file's document the objects are laid
 /// over, the objects of the running config, and how to reach etcd.
-pub(crate) struct Mode {
+pub(crate) struct Etcd {
     pub source: EtcdSource,
     /// The config file's document (listen, admin, config_source, defaults).
     pub base: Document,
     /// The objects the running config was made of (refused ones left out).
     pub good: Arc<Objects>,
+    /// The running config's document, once asked for; made again from
+    /// the objects after a change.
+    pub doc: Option<Arc<Document>>,
     pub cache: PathBuf,
     /// To the thread that writes the cache (the newest revision wins).
     pub cache_tx: std::sync::mpsc::Sender<(u64, Arc<Objects>)>,
@@ -165,7 +169,7 @@ pub(crate) struct Mode {
     pub runtime: tokio::runtime::Handle,
 }
 
-impl Mode {
+impl Etcd {
     pub(crate) fn revision(&self) -> u64 {
         self.status.revision.load(Ordering::Relaxed)
     }
@@ -211,9 +215,10 @@ fn default_cache(config: &Path) -> PathBuf {
     config.with_file_name(name)
 }
 
-/// Puts the reloader in etcd mode: applies the cached config if there is
-/// one (so a start while etcd is down serves it), then starts the watch on
-/// `runtime`. Returns the status the metrics show.
+/// Puts etcd in place of the file as the reloader's config source: applies
+/// the cached config if there is one (so a start while etcd is down serves
+/// it), then starts the watch on `runtime`. Returns the status the
+/// metrics show.
 pub fn start(
     reloader: &Arc<Mutex<Reloader>>,
     source: EtcdSource,
@@ -224,21 +229,24 @@ pub fn start(
     let client = Arc::new(Mutex::new(None));
     {
         let mut r = Reloader::locked(reloader);
-        let base = match r.document() {
-            Ok(d) => Document::clone(&d),
+        // The file's document is also the running one until etcd's
+        // objects (or the cached ones) are applied.
+        let (base, doc) = match r.document() {
+            Ok(d) => (Document::clone(&d), Some(d)),
             Err(e) => {
                 tracing::error!(error = %e, "etcd source: cannot read the config file's document");
-                Document::from_json(&serde_json::json!({}))
+                (Document::from_json(&serde_json::json!({})), None)
             }
         };
         let cache = source
             .cache
             .clone()
-            .unwrap_or_else(|| default_cache(&r.path));
-        r.etcd = Some(Box::new(Mode {
+            .unwrap_or_else(|| default_cache(r.path()));
+        r.set_source(Box::new(Etcd {
             source: source.clone(),
             base,
             good: Arc::default(),
+            doc,
             cache_tx: cache::writer(cache.clone()),
             cache,
             status: status.clone(),
@@ -246,7 +254,6 @@ pub fn start(
             client: client.clone(),
             runtime: runtime.clone(),
         }));
-        r.load_cache();
     }
     runtime.spawn(watch::run(watch::Watch {
         reloader: reloader.clone(),

@@ -83,7 +83,7 @@ fn apply(w: &Watch) {
         return;
     }
     let r = w.reloader.clone();
-    tokio::task::spawn_blocking(move || Reloader::locked(&r).drain_etcd());
+    tokio::task::spawn_blocking(move || Reloader::locked(&r).drain());
 }
 
 /// Lists if needed, then follows the watch until it stops.

@@ -26,10 +26,9 @@ struct Known {
 const KNOWN_LOOPS: &[Known] = &[
     files(
         "sluicegate-control",
-        &["etcd/cache.rs", "etcd/mod.rs", "etcd/watch.rs", "reload.rs"],
+        &["etcd/cache.rs", "etcd/mod.rs", "etcd/watch.rs"],
     ),
     files("sluicegate-control", &["live/mod.rs", "live/view.rs"]),
-    folders("sluicegate-control", &["apply", "etcd", "reload"]),
     files(
         "sluicegate-proxy",
         &["apps/build.rs", "apps/mod.rs", "apps/table.rs"],
