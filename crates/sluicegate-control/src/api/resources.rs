@@ -12,8 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -24,7 +23,7 @@ use serde_json::{json, Map, Value};
 use sluicegate_config::Document;
 
 use super::common::{
-    if_match, json_body, on_reloader, problems, writable, write_edit, write_error, written,
+    if_match, on_reloader, problems, writable, write_edit, write_error, written, JsonBody,
 };
 use super::patch::Edit;
 use super::secrets;
@@ -350,12 +349,8 @@ async fn write_one(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(value): JsonBody,
 ) -> Response {
-    let value = match json_body(body) {
-        Ok(v) => v,
-        Err(resp) => return *resp,
-    };
     if kind.section == "apps" {
         let op = AppOp::Write(edit, value.clone());
         if let Some(resp) = write_app(&state, &headers, &name, op).await {
@@ -521,12 +516,8 @@ async fn write_settings(
     edit: Edit,
     State(state): State<AdminState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(value): JsonBody,
 ) -> Response {
-    let value = match json_body(body) {
-        Ok(v) => v,
-        Err(resp) => return *resp,
-    };
     write_edit(&state, &headers, move |doc| {
         let new = edit.apply(settings(doc), value);
         set_settings(doc, &new)?;
