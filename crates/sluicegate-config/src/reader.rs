@@ -1,7 +1,10 @@
 //! Typed reads from the YAML tree that record a positioned, field-naming error on failure.
 //!
 //! Every reader returns `Option`: `None` means "wrong, and already reported",
-//! so decoding goes on and finds the other problems in the same file.
+//! so decoding goes on and finds the other problems in the same file. The
+//! entries of a list or mapping that must differ (names, addresses,
+//! methods, headers) are all checked by [`unique`]; across a million apps,
+//! by [`duplicates`], which sorts hashes instead of keeping every text.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
