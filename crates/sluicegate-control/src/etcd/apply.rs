@@ -9,18 +9,48 @@
 //! etcd as one transaction comparing the revision.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use sluicegate_config::Document;
+use sluicegate_config::{Document, EtcdSource};
 
-use super::objects::{self, assemble, diff, split};
-use super::{cache, Batch, Etcd, Objects};
+use super::cache;
+use super::inbox::{Batch, Inbox};
+use super::objects::{self, assemble, diff, split, Objects};
+use super::status::Status;
 use crate::history::{Issue, Source};
 use crate::publish::{stamp, IfMatch, Publisher, WriteError};
 use crate::source::{kept_or, ConfigSource, Page, PageOf};
+
+/// The etcd config source: the file's document the objects are laid
+/// over, the objects of the running config, and how to reach etcd.
+pub(crate) struct Etcd {
+    pub source: EtcdSource,
+    /// The config file's document (listen, admin, config_source, defaults).
+    pub base: Document,
+    /// The objects the running config was made of (refused ones left out).
+    pub good: Arc<Objects>,
+    /// The running config's document, once asked for; made again from
+    /// the objects after a change.
+    pub doc: Option<Arc<Document>>,
+    pub cache: PathBuf,
+    /// To the thread that writes the cache (the newest revision wins).
+    pub cache_tx: std::sync::mpsc::Sender<(u64, Arc<Objects>)>,
+    pub status: Arc<Status>,
+    pub inbox: Arc<Inbox>,
+    /// The connected client, once the watch has one (for API writes).
+    pub client: Arc<Mutex<Option<etcd_client::Client>>>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl Etcd {
+    pub(crate) fn revision(&self) -> u64 {
+        self.status.revision.load(Ordering::Relaxed)
+    }
+}
 
 /// How long an API write waits for the watch to bring its change back.
 const WRITE_SEEN: Duration = Duration::from_secs(10);

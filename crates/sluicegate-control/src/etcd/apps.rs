@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use sluicegate_proxy::{AppChange, DeltaError};
 
-use super::{Etcd, Objects};
+use super::apply::Etcd;
+use super::objects::Objects;
 use crate::history::{Issue, Source};
 use crate::publish::{IfMatch, Publisher, WriteError};
 

@@ -1,7 +1,7 @@
 //! Reads of one kind of resource, or one object, straight from the etcd
 //! objects in force, without making a document of the whole config.
 
-use super::Etcd;
+use super::apply::Etcd;
 use crate::source::{Page, PageOf};
 
 impl Etcd {
