@@ -106,12 +106,8 @@ pub(crate) fn plans(cx: &mut Cx, node: &Node, path: Path<'_>) -> Vec<Plan> {
             );
             continue;
         }
-        if let Some(first) = seen.insert(name, key.pos) {
-            cx.at(
-                key.pos,
-                path,
-                format_args!("duplicate plan {} (first at {first})", quote(name)),
-            );
+        let given = |first| format!("duplicate plan {} (first at {first})", quote(name));
+        if !reader::unique(cx, &mut seen, name, key.pos, (key.pos, path), given) {
             continue;
         }
         if let Some(plan) = plan(cx, value, p, name) {

@@ -76,16 +76,18 @@ pub(crate) fn listen(cx: &mut Cx, node: &Node, path: Path<'_>) -> Vec<Listener> 
             continue;
         };
         let addr = listener.addr;
-        if let Some(&(first, pos)) = seen.get(&addr) {
-            cx.at(
-                addr_node.pos,
-                p,
-                format_args!("duplicate address {addr} (also listen[{first}] at {pos})"),
-            );
-            continue;
+        let also =
+            |(first, pos)| format!("duplicate address {addr} (also listen[{first}] at {pos})");
+        if reader::unique(
+            cx,
+            &mut seen,
+            addr,
+            (i, addr_node.pos),
+            (addr_node.pos, p),
+            also,
+        ) {
+            out.push(listener);
         }
-        seen.insert(addr, (i, addr_node.pos));
-        out.push(listener);
     }
     out
 }
@@ -195,19 +197,23 @@ fn listener_tls(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<ListenerTls>
                 ok = false;
                 continue;
             };
-            if let Some(first) = seen.get(cert_text) {
-                cx.at(
-                    cert_node.pos,
-                    ip.key("cert"),
-                    format_args!(
-                        "duplicate cert {} (also certificates[{first}])",
-                        quote(cert_text)
-                    ),
-                );
+            let also = |first| {
+                format!(
+                    "duplicate cert {} (also certificates[{first}])",
+                    quote(cert_text)
+                )
+            };
+            if !reader::unique(
+                cx,
+                &mut seen,
+                cert_text,
+                i,
+                (cert_node.pos, ip.key("cert")),
+                also,
+            ) {
                 ok = false;
                 continue;
             }
-            seen.insert(cert_text, i);
             cert_texts.push(cert_text);
             certificates.push(pair);
         }

@@ -1,8 +1,12 @@
 //! Typed reads from the YAML tree that record a positioned, field-naming error on failure.
 //!
 //! Every reader returns `Option`: `None` means "wrong, and already reported",
-//! so decoding goes on and finds the other problems in the same file.
+//! so decoding goes on and finds the other problems in the same file. The
+//! entries of a list or mapping that must differ (names, addresses,
+//! methods, headers) are all checked by [`unique`]; across a million apps,
+//! by [`duplicates`], which sorts hashes instead of keeping every text.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -356,6 +360,61 @@ pub(crate) fn is_name(text: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
+/// The one check behind every entry of a list or mapping that must differ
+/// from the others (names, addresses, methods, header names): records
+/// `key` in `seen` as given at `here` and returns true, unless an earlier
+/// entry had it; then reports `message(first)` at `at` (the entry's
+/// position and path), where `first` is what that earlier entry recorded,
+/// and returns false.
+pub(crate) fn unique<K: std::hash::Hash + Eq, V: Copy, M: fmt::Display>(
+    cx: &mut Cx,
+    seen: &mut HashMap<K, V>,
+    key: K,
+    here: V,
+    at: (Pos, Path<'_>),
+    message: impl FnOnce(V) -> M,
+) -> bool {
+    match seen.entry(key) {
+        Entry::Occupied(first) => {
+            cx.at(at.0, at.1, message(*first.get()));
+            false
+        }
+        Entry::Vacant(slot) => {
+            slot.insert(here);
+            true
+        }
+    }
+}
+
+/// A service's or a route's name (`what`): a string no earlier one of
+/// its kind has (kept in `names` with its position) made of letters,
+/// digits, '_', '.' and '-'.
+pub(crate) fn unique_name<'n>(
+    cx: &mut Cx,
+    node: &'n Node,
+    path: Path<'_>,
+    names: &mut HashMap<&'n str, Pos>,
+    what: &str,
+) -> Option<&'n str> {
+    let name = string(cx, node, path)?;
+    let given = |first| format!("duplicate {what} name {} (first at {first})", quote(name));
+    if !unique(cx, names, name, node.pos, (node.pos, path), given) {
+        return None;
+    }
+    if !is_name(name) {
+        cx.at(
+            node.pos,
+            path,
+            format_args!(
+                "bad name {}: use letters, digits, '_', '.' and '-'",
+                quote(name)
+            ),
+        );
+        return None;
+    }
+    Some(name)
+}
+
 /// Checks one header entry: a token name (as `name`, compared
 /// case-insensitively for duplicates) and a sendable string value.
 pub(crate) fn header<'a, 'n>(
@@ -375,15 +434,10 @@ pub(crate) fn header<'a, 'n>(
         return None;
     }
     let lower = name.to_ascii_lowercase();
-    if let Some(first) = seen.get(&lower) {
-        cx.at(
-            key.pos,
-            path,
-            format_args!("duplicate header {} (first at {first})", quote(name)),
-        );
+    let given = |first| format!("duplicate header {} (first at {first})", quote(name));
+    if !unique(cx, seen, lower, key.pos, (key.pos, path), given) {
         return None;
     }
-    seen.insert(lower, key.pos);
     let p = path.key(name);
     let text = scalar(cx, value, p, "a string")?;
     if !is_header_value(text) {

@@ -67,7 +67,7 @@ fn route<'n>(
     let f = fields(cx, node, path, "route", ROUTE_KEYS)?;
     let name = f
         .require(cx, path, "name")
-        .and_then(|n| route_name(cx, n, path.key("name"), names));
+        .and_then(|n| reader::unique_name(cx, n, path.key("name"), names, "route"));
 
     let mut has_prefix = false;
     let matcher = match f.get("match") {
@@ -225,36 +225,6 @@ fn route<'n>(
         rewrite: rewrite?,
         upgrade: upgrade?,
     })
-}
-
-fn route_name<'n>(
-    cx: &mut Cx,
-    node: &'n Node,
-    path: Path<'_>,
-    names: &mut HashMap<&'n str, Pos>,
-) -> Option<&'n str> {
-    let name = reader::string(cx, node, path)?;
-    if let Some(first) = names.get(name) {
-        cx.at(
-            node.pos,
-            path,
-            format_args!("duplicate route name {} (first at {first})", quote(name)),
-        );
-        return None;
-    }
-    names.insert(name, node.pos);
-    if !reader::is_name(name) {
-        cx.at(
-            node.pos,
-            path,
-            format_args!(
-                "bad name {}: use letters, digits, '_', '.' and '-'",
-                quote(name)
-            ),
-        );
-        return None;
-    }
-    Some(name)
 }
 
 /// `upgrade: [websocket, ...]`: the protocols a client may switch to

@@ -63,7 +63,8 @@ fn service<'n>(
     let f = fields(cx, node, path, "service", SERVICE_KEYS)?;
     let name = f
         .require(cx, path, "name")
-        .and_then(|n| service_name(cx, n, path.key("name"), names));
+        .and_then(|n| reader::unique_name(cx, n, path.key("name"), names, "service"))
+        .map(str::to_string);
     let found = match f.get("discovery") {
         None => Some(Default::default()),
         Some(n) => crate::discovery::discovery(cx, n, path.key("discovery")),
@@ -236,37 +237,6 @@ fn protocol(
     None
 }
 
-/// A valid, unique service name; registers it in `names`.
-fn service_name<'n>(
-    cx: &mut Cx,
-    node: &'n Node,
-    path: Path<'_>,
-    names: &mut HashMap<&'n str, Pos>,
-) -> Option<String> {
-    let name = reader::string(cx, node, path)?;
-    if let Some(first) = names.get(name) {
-        cx.at(
-            node.pos,
-            path,
-            format_args!("duplicate service name {} (first at {first})", quote(name)),
-        );
-        return None;
-    }
-    names.insert(name, node.pos);
-    if !reader::is_name(name) {
-        cx.at(
-            node.pos,
-            path,
-            format_args!(
-                "bad name {}: use letters, digits, '_', '.' and '-'",
-                quote(name)
-            ),
-        );
-        return None;
-    }
-    Some(name.to_string())
-}
-
 /// The `endpoints` list: IP addresses as they are, host names to resolve
 /// while serving.
 fn endpoints(cx: &mut Cx, node: &Node, path: Path<'_>) -> (Vec<Endpoint>, Vec<DnsName>) {
@@ -284,18 +254,15 @@ fn endpoints(cx: &mut Cx, node: &Node, path: Path<'_>) -> (Vec<Endpoint>, Vec<Dn
             Target::Addr(e) => e.addr.to_string(),
             Target::Name(n) => format!("{}:{}", n.host.to_ascii_lowercase(), n.port),
         };
-        if let Some(first) = seen.get(&key) {
-            cx.at(
-                addr_node.pos,
-                p,
-                format_args!(
-                    "duplicate endpoint {} (same as endpoints[{first}])",
-                    quote(&key)
-                ),
-            );
+        let same = |first| {
+            format!(
+                "duplicate endpoint {} (same as endpoints[{first}])",
+                quote(&key)
+            )
+        };
+        if !reader::unique(cx, &mut seen, key.clone(), i, (addr_node.pos, p), same) {
             continue;
         }
-        seen.insert(key, i);
         match endpoint {
             Target::Addr(e) => out.0.push(e),
             Target::Name(n) => out.1.push(n),

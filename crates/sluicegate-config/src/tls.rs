@@ -117,80 +117,104 @@ pub(crate) fn app_mtls(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Decod
         name_pos: Vec::new(),
         sha256_pos: Vec::new(),
     };
-    if let Some(n) = f.get("names") {
-        let p = path.key("names");
-        let items = reader::list(cx, n, p, "a list of certificate names").unwrap_or_else(|| {
-            ok = false;
-            &[]
-        });
-        for (i, item) in items.iter().enumerate() {
-            let ip = p.index(i);
-            let Some(text) = reader::string(cx, item, ip) else {
-                ok = false;
-                continue;
-            };
-            if text.trim().is_empty() || text.chars().any(char::is_control) {
-                cx.at(
-                    item.pos,
-                    ip,
-                    format_args!(
-                        "expected a certificate name (a subject CN or DNS name), found {}",
-                        quote(text)
-                    ),
-                );
-                ok = false;
-                continue;
-            }
-            let name = text.to_ascii_lowercase();
-            if let Some(first) = out.mtls.names.iter().position(|n| *n == name) {
-                let at = out.name_pos[first];
-                cx.at(
-                    item.pos,
-                    ip,
-                    format_args!("name {} listed twice (first at {at})", quote(text)),
-                );
-                ok = false;
-                continue;
-            }
-            out.mtls.names.push(name);
-            out.name_pos.push(item.pos);
-        }
+    let names = Distinct {
+        expected: "a list of certificate names",
+        read: cert_name,
+        shown: |text| format!("name {}", quote(text)),
+    };
+    for (item, name) in names.read(cx, f.get("names"), path.key("names"), &mut ok) {
+        out.mtls.names.push(name);
+        out.name_pos.push(item.pos);
     }
-    if let Some(n) = f.get("sha256") {
-        let p = path.key("sha256");
-        let items = reader::list(cx, n, p, "a list of SHA-256 fingerprints").unwrap_or_else(|| {
-            ok = false;
-            &[]
-        });
-        for (i, item) in items.iter().enumerate() {
-            let ip = p.index(i);
-            let Some(text) = reader::string(cx, item, ip) else {
-                ok = false;
-                continue;
-            };
-            let digest = match parse_fingerprint(text) {
-                Ok(d) => d,
-                Err(why) => {
-                    cx.at(item.pos, ip, why);
-                    ok = false;
-                    continue;
-                }
-            };
-            if let Some(first) = out.mtls.sha256.iter().position(|d| *d == digest) {
-                let at = out.sha256_pos[first];
-                cx.at(
-                    item.pos,
-                    ip,
-                    format_args!("fingerprint listed twice (first at {at})"),
-                );
-                ok = false;
-                continue;
-            }
-            out.mtls.sha256.push(digest);
-            out.sha256_pos.push(item.pos);
-        }
+    let digests = Distinct {
+        expected: "a list of SHA-256 fingerprints",
+        read: fingerprint,
+        shown: |_| "fingerprint".to_string(),
+    };
+    for (item, digest) in digests.read(cx, f.get("sha256"), path.key("sha256"), &mut ok) {
+        out.mtls.sha256.push(digest);
+        out.sha256_pos.push(item.pos);
     }
     ok.then_some(out)
+}
+
+/// A list whose items must differ: how one is read (`None`: refused,
+/// and reported by `read`) and how one is named, from its text, when it
+/// is listed twice.
+struct Distinct<T> {
+    expected: &'static str,
+    read: fn(&mut Cx, &Node, Path<'_>) -> Option<T>,
+    shown: fn(&str) -> String,
+}
+
+impl<T: Clone + Eq + std::hash::Hash> Distinct<T> {
+    /// The items of the list `node` (when given), each with its node, but
+    /// for those refused and for a later one equal to an earlier one
+    /// ("listed twice"); either clears `ok`.
+    fn read<'n>(
+        &self,
+        cx: &mut Cx,
+        node: Option<&'n Node>,
+        path: Path<'_>,
+        ok: &mut bool,
+    ) -> Vec<(&'n Node, T)> {
+        let Some(node) = node else {
+            return Vec::new();
+        };
+        let Some(items) = reader::list(cx, node, path, self.expected) else {
+            *ok = false;
+            return Vec::new();
+        };
+        let mut seen: HashMap<T, Pos> = HashMap::with_capacity(items.len());
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let ip = path.index(i);
+            let Some(value) = (self.read)(cx, item, ip) else {
+                *ok = false;
+                continue;
+            };
+            let text = item.as_scalar().unwrap_or_default();
+            let twice = |at| format!("{} listed twice (first at {at})", (self.shown)(text));
+            if !reader::unique(
+                cx,
+                &mut seen,
+                value.clone(),
+                item.pos,
+                (item.pos, ip),
+                twice,
+            ) {
+                *ok = false;
+                continue;
+            }
+            out.push((item, value));
+        }
+        out
+    }
+}
+
+/// One of `mtls.names`: a subject CN or DNS name, lower-cased.
+fn cert_name(cx: &mut Cx, item: &Node, path: Path<'_>) -> Option<String> {
+    let text = reader::string(cx, item, path)?;
+    if text.trim().is_empty() || text.chars().any(char::is_control) {
+        cx.at(
+            item.pos,
+            path,
+            format_args!(
+                "expected a certificate name (a subject CN or DNS name), found {}",
+                quote(text)
+            ),
+        );
+        return None;
+    }
+    Some(text.to_ascii_lowercase())
+}
+
+/// One of `mtls.sha256`: a certificate's SHA-256 fingerprint.
+fn fingerprint(cx: &mut Cx, item: &Node, path: Path<'_>) -> Option<[u8; 32]> {
+    let text = reader::string(cx, item, path)?;
+    parse_fingerprint(text)
+        .map_err(|why| cx.at(item.pos, path, why))
+        .ok()
 }
 
 /// Reports a certificate name or fingerprint listed by two apps, and a
@@ -210,36 +234,31 @@ pub(crate) fn check_mtls(
     let at = |s: &Seen, key: &str| -> String {
         format!("apps[{}].mtls.{key}[{}] at {}", s.app, s.item, s.pos)
     };
+    // Reports `message` at `s`, the `s.item`th of an app's `mtls.KEY`.
+    let report = |cx: &mut Cx, s: &Seen, key: &str, message: String| {
+        let app = path.index(s.app as usize);
+        let mtls = app.key("mtls");
+        let list = mtls.key(key);
+        cx.at(s.pos, list.index(s.item as usize), message);
+    };
     let name_of = |s: &Seen| mtls(s).map_or("", |m| m.names[s.item as usize].as_str());
     for (first, dup) in duplicates(names, name_of) {
-        cx.at(
-            dup.pos,
-            path.index(dup.app as usize)
-                .key("mtls")
-                .key("names")
-                .index(dup.item as usize),
-            format_args!(
-                "name {} is also listed by app {} ({})",
-                quote(name_of(&dup)),
-                quote(&out[first.app as usize].id),
-                at(&first, "names")
-            ),
+        let message = format!(
+            "name {} is also listed by app {} ({})",
+            quote(name_of(&dup)),
+            quote(&out[first.app as usize].id),
+            at(&first, "names")
         );
+        report(cx, &dup, "names", message);
     }
     let sha_of = |s: &Seen| mtls(s).map_or(&[0u8; 32], |m| &m.sha256[s.item as usize]);
     for (first, dup) in duplicates(sha256, sha_of) {
-        cx.at(
-            dup.pos,
-            path.index(dup.app as usize)
-                .key("mtls")
-                .key("sha256")
-                .index(dup.item as usize),
-            format_args!(
-                "fingerprint is also listed by app {} ({})",
-                quote(&out[first.app as usize].id),
-                at(&first, "sha256")
-            ),
+        let message = format!(
+            "fingerprint is also listed by app {} ({})",
+            quote(&out[first.app as usize].id),
+            at(&first, "sha256")
         );
+        report(cx, &dup, "sha256", message);
     }
     if names.is_empty() {
         return;
@@ -253,13 +272,11 @@ pub(crate) fn check_mtls(
     for s in names.iter() {
         let name = name_of(s);
         if let Some(id) = by_id.get(name).filter(|id| id.app != s.app) {
-            cx.at(
-                s.pos,
-                path.index(s.app as usize)
-                    .key("mtls")
-                    .key("names")
-                    .index(s.item as usize),
-                format_args!(
+            report(
+                cx,
+                s,
+                "names",
+                format!(
                     "name {} is also the id of app {} (apps[{}] at {}), which has no mtls and so is named by a certificate with that subject CN: give that app an mtls key, or list another name",
                     quote(name),
                     quote(&out[id.app as usize].id),

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use sluicegate_admin::history::Source;
-use sluicegate_admin::{Overrides, Reloader};
 use sluicegate_config::{Config, LogFormat};
+use sluicegate_control::history::Source;
+use sluicegate_control::{Overrides, Reloader};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -131,7 +131,7 @@ fn run(args: RunArgs) -> ExitCode {
         max_connections: args.max_connections,
         log_level: args.log_level.clone(),
     };
-    let stamp = sluicegate_admin::reload::stamp(&args.config);
+    let stamp = sluicegate_control::reload::stamp(&args.config);
     let (mut cfg, text) = match load_with_text(&args.config) {
         Ok(c) => c,
         Err(e) => {
@@ -225,7 +225,7 @@ struct Handover {
 /// the text read.
 fn serve(
     path: PathBuf,
-    loaded: (Config, Option<sluicegate_admin::reload::Stamp>, String),
+    loaded: (Config, Option<sluicegate_control::reload::Stamp>, String),
     overrides: Overrides,
     filter: FilterHandle,
     handover: Handover,
@@ -234,8 +234,8 @@ fn serve(
     // Token files are read before anything is bound: a missing one stops
     // the start with its path.
     let tokens = match &cfg.admin {
-        Some(a) => sluicegate_admin::Tokens::load(a)?,
-        None => sluicegate_admin::Tokens::default(),
+        Some(a) => sluicegate_control::Tokens::load(a)?,
+        None => sluicegate_control::Tokens::default(),
     };
     let workers = cfg
         .workers
@@ -278,7 +278,7 @@ fn serve(
     };
     // Its certificates are read before the workers start, as theirs are.
     let admin_tls = match cfg.admin.as_ref().and_then(|a| a.tls.clone()) {
-        Some(t) => Some(sluicegate_admin::AdminTls::new(t)?),
+        Some(t) => Some(sluicegate_control::AdminTls::new(t)?),
         None => None,
     };
     let admin_dup = match &admin_std {
@@ -378,14 +378,14 @@ fn serve(
     Reloader::locked(&reloader).on_settled(Box::new(give_back_free_memory));
     // In etcd mode the cached config is applied now, and the watch starts.
     let etcd = source.map(|sluicegate_config::ConfigSource::Etcd(e)| {
-        sluicegate_admin::etcd::start(&reloader, e, rt.handle())
+        sluicegate_control::etcd::start(&reloader, e, rt.handle())
     });
     give_back_free_memory();
     let mut handed_over = false;
     let (plane, background) = rt.block_on(async {
         let mut background = Vec::new();
         if let Some(listener) = admin {
-            let setup = sluicegate_admin::AdminSetup {
+            let setup = sluicegate_control::AdminSetup {
                 shared: shared.clone(),
                 reloader: reloader.clone(),
                 tokens,
@@ -393,7 +393,9 @@ fn serve(
                 etcd,
                 tls: admin_tls,
             };
-            background.push(tokio::spawn(sluicegate_admin::http::serve(listener, setup)));
+            background.push(tokio::spawn(sluicegate_control::http::serve(
+                listener, setup,
+            )));
         }
         // Health checks run here, once per process, not in the workers.
         background.push(tokio::spawn(sluicegate_proxy::run_health_checks(
@@ -404,7 +406,7 @@ fn serve(
             shared.clone(),
         )));
         // And of endpoints registered in etcd (`discovery.etcd`).
-        background.push(tokio::spawn(sluicegate_admin::etcd::discover::run(
+        background.push(tokio::spawn(sluicegate_control::etcd::discover::run(
             shared.clone(),
         )));
         // So do the leases of global limits from Redis.

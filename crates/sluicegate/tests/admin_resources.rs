@@ -77,11 +77,21 @@ fn services_and_routes_one_at_a_time() {
         "{\"match\":{\"path_prefix\":\"/v2\"}}",
     );
     assert_eq!(moved.status, 200, "{}", moved.body_str());
+    let revision = json(&moved)["revision"].as_u64().unwrap();
+    assert_eq!(
+        moved.header("etag"),
+        Some(format!("\"{revision}\"").as_str())
+    );
     assert_eq!(http_get(ports.addr(), "/v2/x", &[]).status, 200);
     assert_eq!(http_get(ports.addr(), "/api/x", &[]).status, 404);
     let renamed = call(ports, "PATCH", "/routes/api", &[], "{\"name\":\"other\"}");
     assert_eq!(renamed.status, 400);
     assert_eq!(json(&renamed)["problems"][0]["path"], "$.name");
+    // A patch needs an item to patch: none is made.
+    let absent = call(ports, "PATCH", "/routes/nope", &[], "{\"service\":\"api\"}");
+    assert_eq!(absent.status, 404);
+    assert_eq!(json(&absent)["error"], "no routes named \"nope\"");
+    assert_eq!(call(ports, "GET", "/routes/nope", &[], "").status, 404);
     // A bad field is refused with its path in the whole config.
     let bad = call(
         ports,

@@ -191,16 +191,11 @@ fn methods(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<String>> {
             ok = false;
             continue;
         };
-        if let Some(first) = seen.get(&m) {
-            cx.at(
-                item.pos,
-                p,
-                format_args!("duplicate method {m} (also methods[{first}])"),
-            );
+        let also = |first| format!("duplicate method {m} (also methods[{first}])");
+        if !reader::unique(cx, &mut seen, m.clone(), i, (item.pos, p), also) {
             ok = false;
             continue;
         }
-        seen.insert(m.clone(), i);
         out.push(m);
     }
     ok.then_some(out)

@@ -374,6 +374,15 @@ fn duplicates() {
         )),
         "4:33: routes[0].match.headers: duplicate header \"x-a\" (first at 4:25)"
     );
+    // Each later one names the first, not the one before it.
+    let text = with("plans:\n  p: { rate: 1/s }\n  p: { rate: 2/s }\n  p: { rate: 3/s }\n");
+    assert_eq!(
+        errors(&text),
+        [
+            "4:3: plans: duplicate plan \"p\" (first at 3:3)",
+            "5:3: plans: duplicate plan \"p\" (first at 3:3)",
+        ]
+    );
 }
 
 #[test]

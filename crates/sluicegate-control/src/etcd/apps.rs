@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use sluicegate_proxy::{AppChange, DeltaError};
 
-use super::Objects;
-use crate::apply::{IfMatch, WriteError};
+use super::apply::Etcd;
+use super::objects::Objects;
 use crate::history::{Issue, Source};
-use crate::reload::Reloader;
+use crate::publish::{IfMatch, Publisher, WriteError};
 
-impl Reloader {
+impl Etcd {
     /// Applies changes that are all to apps in place of a whole reload:
     /// the changed apps are decoded alone (with the running services and
     /// plans, by the file's rules) and the running snapshot gets a new
@@ -22,7 +22,8 @@ impl Reloader {
     /// config is then built and checked as usual, which also reports why.
     /// Returns the new generation and the milliseconds spent decoding.
     pub(super) fn apply_app_delta(
-        &mut self,
+        &self,
+        p: &Publisher,
         objects: &Objects,
         undo: &[(String, Option<serde_json::Value>)],
     ) -> Option<(u64, f64)> {
@@ -65,7 +66,7 @@ impl Reloader {
                 Some(_) => return None,
             }
         }
-        let snap = self.shared.snapshot.load_full();
+        let snap = p.shared.snapshot.load_full();
         let services: Vec<&str> = snap.services.iter().map(|s| &*s.name).collect();
         let plans: Vec<&str> = snap.apps.plan_names().collect();
         let apps =
@@ -77,111 +78,95 @@ impl Reloader {
             .chain(removed.into_iter().map(AppChange::Remove))
             .collect();
         let decode_ms = started.elapsed().as_secs_f64() * 1e3;
-        let generation = self.shared.apply_apps(&changes).ok()?;
+        let generation = p.shared.apply_apps(&changes).ok()?;
         Some((generation, decode_ms))
     }
 
     /// Whether a change of app `name` to `new` (`None`: removed) can be
-    /// written and applied alone: etcd mode, etcd's apps in force before
-    /// and after it, and no `mtls` in the old or new object.
-    pub(crate) fn app_alone(&self, name: &str, new: Option<&serde_json::Value>) -> bool {
+    /// written and applied alone: etcd's apps in force before and after
+    /// it, and no `mtls` in the old or new object.
+    pub(super) fn app_alone(&self, name: &str, new: Option<&serde_json::Value>) -> bool {
         const APPS: &str = "apps/";
-        let Some(mode) = self.etcd.as_deref() else {
-            return false;
-        };
         let key = format!("{APPS}{name}");
         let mtls = |v: &serde_json::Value| v.get("mtls").is_some();
-        if mode.good.get(&key).is_some_and(mtls) || new.is_some_and(mtls) {
+        if self.good.get(&key).is_some_and(mtls) || new.is_some_and(mtls) {
             return false;
         }
         // Another app than this one: at most two keys looked at.
-        let other = mode
+        let other = self
             .good
             .range(APPS.to_string()..)
             .take_while(|(k, _)| k.starts_with(APPS))
             .any(|(k, _)| *k != key);
-        let before = mode.good.contains_key(&key) || other;
+        let before = self.good.contains_key(&key) || other;
         let after = new.is_some() || other;
         before && after
     }
 
-    /// The object of app `name` in etcd (without its id), if there is one.
-    pub(crate) fn etcd_app(&self, name: &str) -> Option<serde_json::Value> {
-        self.etcd
-            .as_deref()?
-            .good
-            .get(&format!("apps/{name}"))
-            .cloned()
-    }
-
-    /// An admin API write of one app in etcd mode (see [`Self::app_alone`]):
+    /// An admin API write of one app (see [`Self::app_alone`]):
     /// checked alone by the file's rules against the running services,
     /// plans and other apps' keys, then written as one key in a
     /// transaction comparing the revision, and applied in place when the
     /// watch brings it back. Problems are at the body's JSON paths.
-    pub(crate) fn write_app_etcd(
+    pub(super) fn write_one_app(
         &mut self,
+        p: &mut Publisher,
         name: &str,
         new: Option<serde_json::Value>,
         if_match: Option<&IfMatch>,
     ) -> Result<u64, WriteError> {
-        let revision = self.revision();
-        if if_match.is_some_and(|m| !m.matches(revision)) {
-            return Err(WriteError::Stale);
-        }
+        let revision = p.matching(if_match)?;
         let key = format!("apps/{name}");
         let Some(mut object) = new else {
-            return self.commit_etcd(Vec::new(), vec![key]);
+            return self.commit(p, Vec::new(), vec![key]);
         };
-        if let Err(issues) = self.check_app(name, &object) {
-            self.history
-                .push(Source::Api, false, revision, issues.clone());
+        if let Err(issues) = check_app(p, name, &object) {
+            p.history.push(Source::Api, false, revision, issues.clone());
             return Err(WriteError::Invalid(issues));
         }
         if let Some(fields) = object.as_object_mut() {
             fields.remove("id");
         }
-        self.commit_etcd(vec![(key, object)], Vec::new())
+        self.commit(p, vec![(key, object)], Vec::new())
     }
+}
 
-    /// Problems of app object `object` named `name`, as a change alone.
-    fn check_app(&self, name: &str, object: &serde_json::Value) -> Result<(), Vec<Issue>> {
-        let mut item = object.clone();
-        if let Some(fields) = item.as_object_mut() {
-            fields.insert("id".to_string(), serde_json::Value::from(name));
-        }
-        let snap = self.shared.snapshot.load_full();
-        let services: Vec<&str> = snap.services.iter().map(|s| &*s.name).collect();
-        let plans: Vec<&str> = snap.apps.plan_names().collect();
-        let list = serde_json::Value::Array(vec![item]);
-        let apps =
-            sluicegate_config::decode_apps(&list, &services, &plans).map_err(|problems| {
-                problems
-                    .into_iter()
-                    .map(|p| Issue {
-                        path: body_path(&p.path),
-                        message: p
-                            .message
-                            .strip_prefix("apps[0].")
-                            .unwrap_or(&p.message)
-                            .to_string(),
-                    })
-                    .collect::<Vec<_>>()
-            })?;
-        match self.shared.check_apps(&[AppChange::Upsert(&apps[0])]) {
-            Ok(()) | Err(DeltaError::NeedsFull) => Ok(()),
-            Err(DeltaError::Invalid(list)) => Err(list
-                .into_iter()
-                .map(|(_, field, message)| Issue {
-                    path: if field.is_empty() {
-                        "$".to_string()
-                    } else {
-                        format!("$.{field}")
-                    },
-                    message,
-                })
-                .collect()),
-        }
+/// Problems of app object `object` named `name`, as a change alone.
+fn check_app(p: &Publisher, name: &str, object: &serde_json::Value) -> Result<(), Vec<Issue>> {
+    let mut item = object.clone();
+    if let Some(fields) = item.as_object_mut() {
+        fields.insert("id".to_string(), serde_json::Value::from(name));
+    }
+    let snap = p.shared.snapshot.load_full();
+    let services: Vec<&str> = snap.services.iter().map(|s| &*s.name).collect();
+    let plans: Vec<&str> = snap.apps.plan_names().collect();
+    let list = serde_json::Value::Array(vec![item]);
+    let apps = sluicegate_config::decode_apps(&list, &services, &plans).map_err(|problems| {
+        problems
+            .into_iter()
+            .map(|problem| Issue {
+                path: body_path(&problem.path),
+                message: problem
+                    .message
+                    .strip_prefix("apps[0].")
+                    .unwrap_or(&problem.message)
+                    .to_string(),
+            })
+            .collect::<Vec<_>>()
+    })?;
+    match p.shared.check_apps(&[AppChange::Upsert(&apps[0])]) {
+        Ok(()) | Err(DeltaError::NeedsFull) => Ok(()),
+        Err(DeltaError::Invalid(list)) => Err(list
+            .into_iter()
+            .map(|(_, field, message)| Issue {
+                path: if field.is_empty() {
+                    "$".to_string()
+                } else {
+                    format!("$.{field}")
+                },
+                message,
+            })
+            .collect()),
     }
 }
 

@@ -14,7 +14,9 @@ use etcd_client::{
 };
 use sluicegate_config::EtcdSource;
 
-use super::{Batch, Change, Inbox, Status};
+use super::client::connect;
+use super::inbox::{Batch, Change, Inbox};
+use super::status::Status;
 use crate::reload::Reloader;
 
 /// Backoff between reconnections: doubles from the first to the last.
@@ -52,7 +54,7 @@ pub(crate) async fn run(w: Watch) {
     // The revision last listed while no event came after it.
     let mut listed = None;
     loop {
-        let stop = match super::connect(&w.source.connection).await {
+        let stop = match connect(&w.source.connection).await {
             Ok(client) => {
                 *w.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
                 follow(&w, client, &mut list, &mut listed, &mut backoff).await
@@ -83,7 +85,7 @@ fn apply(w: &Watch) {
         return;
     }
     let r = w.reloader.clone();
-    tokio::task::spawn_blocking(move || Reloader::locked(&r).drain_etcd());
+    tokio::task::spawn_blocking(move || Reloader::locked(&r).drain());
 }
 
 /// Lists if needed, then follows the watch until it stops.

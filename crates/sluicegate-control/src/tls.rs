@@ -12,7 +12,7 @@ use sluicegate_config::ListenerTls;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
-use crate::reload::{stamp, Stamp};
+use crate::publish::{stamped, Stamp};
 
 /// The admin listener's TLS: its keys, the files' stamps, the acceptor.
 pub struct AdminTls {
@@ -67,11 +67,5 @@ fn stamps(spec: &ListenerTls) -> Vec<(PathBuf, Option<Stamp>)> {
         .collect();
     files.sort();
     files.dedup();
-    files
-        .into_iter()
-        .map(|p| {
-            let s = stamp(&p);
-            (p, s)
-        })
-        .collect()
+    stamped(files)
 }

@@ -5,14 +5,15 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 use sluicegate_config::Document;
 
-use crate::apply::{IfMatch, WriteError};
 use crate::history::Issue;
+use crate::publish::{IfMatch, WriteError};
 use crate::reload::Reloader;
 use crate::state::{error, etag_of, AdminState};
 
@@ -51,6 +52,19 @@ pub(crate) fn json_body(
             }],
         ))
     })
+}
+
+/// A request body read as JSON, as [`json_body`] reads it: a handler's
+/// last argument, answering `400` or `413` in its place.
+pub(crate) struct JsonBody(pub serde_json::Value);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let body = Bytes::from_request(req, state).await;
+        json_body(body).map(JsonBody).map_err(|resp| *resp)
+    }
 }
 
 /// The request body as a document: YAML when its `Content-Type` says so,

@@ -1,5 +1,5 @@
 //! The web dashboard at `/ui/`: static files embedded in the binary
-//! (`crates/sluicegate-admin/ui/`, plain HTML, CSS and JavaScript with no
+//! (`crates/sluicegate-control/ui/`, plain HTML, CSS and JavaScript with no
 //! build step). They hold no data and are served without a token; the
 //! page asks for one, keeps it in `sessionStorage` and sends it as a bearer
 //! header on its API calls, which the admin API's auth checks as any

@@ -124,7 +124,7 @@ struct Session {
 impl Session {
     /// Lists the prefix and follows its watch; returns why it stopped.
     async fn run(&mut self, conn: &EtcdConnection) -> String {
-        let client = match super::connect(conn).await {
+        let client = match super::client::connect(conn).await {
             Ok(c) => c,
             Err(e) => return format!("cannot connect: {e}"),
         };

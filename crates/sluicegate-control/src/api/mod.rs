@@ -36,7 +36,7 @@ pub(crate) async fn openapi_json() -> Response {
 
 /// `GET /reloads`: the reload history, newest first.
 async fn reloads(State(state): State<AdminState>) -> Response {
-    match common::on_reloader(&state, |r| r.history.newest_first()).await {
+    match common::on_reloader(&state, |r| r.history().newest_first()).await {
         Ok(entries) => Json(json!({ "reloads": entries })).into_response(),
         Err(resp) => *resp,
     }

@@ -1,8 +1,32 @@
 //! JSON merge patch (RFC 7396): a patch object's members replace the
 //! target's, recursively into objects; a `null` member removes one; a
-//! patch that is not an object replaces the target whole.
+//! patch that is not an object replaces the target whole. And [`Edit`],
+//! how a `PUT` or a `PATCH` makes the new value of what it writes, so that
+//! both are one write.
 
 use serde_json::Value;
+
+/// What a write does with its body: `PUT` replaces, `PATCH` merges.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Edit {
+    Replace,
+    Merge,
+}
+
+impl Edit {
+    /// `current` after this edit with `body`: the body itself, or the body
+    /// merged into `current`.
+    pub(crate) fn apply(self, current: Value, body: Value) -> Value {
+        match self {
+            Edit::Replace => body,
+            Edit::Merge => {
+                let mut value = current;
+                merge(&mut value, &body);
+                value
+            }
+        }
+    }
+}
 
 /// Applies `patch` to `target`.
 pub(crate) fn merge(target: &mut Value, patch: &Value) {
@@ -34,6 +58,20 @@ mod tests {
         let mut t = target;
         merge(&mut t, &patch);
         t
+    }
+
+    #[test]
+    fn replace_takes_the_body_and_merge_patches_the_current_value() {
+        let current = json!({ "a": 1, "b": { "c": 2, "d": 3 } });
+        let body = json!({ "b": { "c": null, "e": 4 } });
+        assert_eq!(
+            Edit::Replace.apply(current.clone(), body.clone()),
+            json!({ "b": { "c": null, "e": 4 } })
+        );
+        assert_eq!(
+            Edit::Merge.apply(current, body),
+            json!({ "a": 1, "b": { "d": 3, "e": 4 } })
+        );
     }
 
     #[test]

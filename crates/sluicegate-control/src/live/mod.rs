@@ -5,17 +5,17 @@
 //! A task samples the data plane's cumulative counters once a second and
 //! keeps the last minute; a request compares a fresh sample with the one a
 //! window ago. The task samples only while `/live` has been asked for in
-//! the last [`IDLE`], and reads the counters on a blocking thread (a table
+//! the last [`sample::IDLE`], and reads the counters on a blocking thread (a table
 //! of a million apps takes a while to walk). Nothing here runs on the
 //! request path.
 
 pub(crate) mod openapi;
+mod sample;
 mod view;
 mod window;
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::Query;
 use axum::middleware;
@@ -23,73 +23,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
-use sluicegate_proxy::live::Counts;
 use sluicegate_proxy::Shared;
 
 use axum::http::StatusCode;
 
 use crate::state::{error, AdminState};
+use sample::{Sample, Samples, KEEP};
 
-/// Samples kept: one a second for a minute, and the one before.
-const KEEP: usize = 61;
 /// The window when a request names none.
 const DEFAULT_WINDOW: u64 = 10;
-/// Sampling stops this long after the last `/live`.
-const IDLE: Duration = Duration::from_secs(120);
-
-/// The counters at one moment.
-pub(crate) struct Sample {
-    at: Instant,
-    /// Milliseconds since the Unix epoch.
-    unix_ms: u64,
-    counts: Counts,
-}
-
-impl Sample {
-    fn take(shared: &Shared) -> Sample {
-        let unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis() as u64;
-        Sample {
-            at: Instant::now(),
-            unix_ms,
-            counts: shared.live(),
-        }
-    }
-}
-
-/// The samples of the last minute, oldest first.
-#[derive(Default)]
-pub(crate) struct Samples {
-    ring: Mutex<VecDeque<Arc<Sample>>>,
-    /// When `/live` was last asked for.
-    asked: Mutex<Option<Instant>>,
-}
-
-impl Samples {
-    fn push(&self, s: Sample) {
-        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        if ring.len() == KEEP {
-            ring.pop_front();
-        }
-        ring.push_back(Arc::new(s));
-    }
-
-    fn asked(&self) {
-        *self.asked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-    }
-
-    fn wanted(&self) -> bool {
-        let asked = *self.asked.lock().unwrap_or_else(|p| p.into_inner());
-        asked.is_some_and(|t| t.elapsed() < IDLE)
-    }
-
-    fn all(&self) -> Vec<Arc<Sample>> {
-        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        ring.iter().cloned().collect()
-    }
-}
 
 /// The live routes, behind the admin tokens; starts the sampler.
 pub(crate) fn routes(state: &AdminState) -> Router<AdminState> {
@@ -102,7 +44,7 @@ pub(crate) fn routes(state: &AdminState) -> Router<AdminState> {
         loop {
             tick.tick().await;
             if !keep.wanted() {
-                keep.ring.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                keep.clear();
                 continue;
             }
             if let Ok(s) = take(&shared).await {

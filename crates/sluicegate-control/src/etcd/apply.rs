@@ -1,25 +1,56 @@
-//! Applying what the watch saw, under the reloader's lock: the changes are
-//! laid over the objects of the running config, the document they make is
-//! validated as a file is and published as one new snapshot (state kept).
-//! A change that does not validate is refused alone, reported in the
-//! reload history and the rejected-objects metric, and the last good
-//! config stays. Changes to apps alone go in place (`apps.rs`). Also: the
-//! cached config at start, SIGHUP in etcd mode, and admin API writes sent
-//! to etcd as one transaction comparing the revision.
+//! The etcd source's `ConfigSource` implementation. What the watch saw is
+//! applied under the reloader's lock: the changes are laid over the
+//! objects of the running config, the document they make is validated as
+//! a file is and published as one new snapshot (state kept). A change
+//! that does not validate is refused alone, reported in the reload
+//! history and the rejected-objects metric, and the last good config
+//! stays. Changes to apps alone go in place (`apps.rs`). Also: the cached
+//! config at start, SIGHUP in etcd mode, and admin API writes sent to
+//! etcd as one transaction comparing the revision.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use sluicegate_config::Document;
+use sluicegate_config::{Document, EtcdSource};
 
-use super::objects::{self, assemble, diff, split};
-use super::{cache, Batch, Objects};
-use crate::apply::{IfMatch, WriteError};
+use super::cache;
+use super::inbox::{Batch, Inbox};
+use super::objects::{self, assemble, diff, split, Objects};
+use super::status::Status;
 use crate::history::{Issue, Source};
-use crate::reload::Reloader;
+use crate::publish::{stamp, IfMatch, Publisher, WriteError};
+use crate::source::{kept_or, ConfigSource, Page, PageOf};
+
+/// The etcd config source: the file's document the objects are laid
+/// over, the objects of the running config, and how to reach etcd.
+pub(crate) struct Etcd {
+    pub source: EtcdSource,
+    /// The config file's document (listen, admin, config_source, defaults).
+    pub base: Document,
+    /// The objects the running config was made of (refused ones left out).
+    pub good: Arc<Objects>,
+    /// The running config's document, once asked for; made again from
+    /// the objects after a change.
+    pub doc: Option<Arc<Document>>,
+    pub cache: PathBuf,
+    /// To the thread that writes the cache (the newest revision wins).
+    pub cache_tx: std::sync::mpsc::Sender<(u64, Arc<Objects>)>,
+    pub status: Arc<Status>,
+    pub inbox: Arc<Inbox>,
+    /// The connected client, once the watch has one (for API writes).
+    pub client: Arc<Mutex<Option<etcd_client::Client>>>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl Etcd {
+    pub(crate) fn revision(&self) -> u64 {
+        self.status.revision.load(Ordering::Relaxed)
+    }
+}
 
 /// How long an API write waits for the watch to bring its change back.
 const WRITE_SEEN: Duration = Duration::from_secs(10);
@@ -27,30 +58,21 @@ const WRITE_SEEN: Duration = Duration::from_secs(10);
 /// A key's new value: `Ok(None)` deleted, `Err` not JSON.
 type Value = Result<Option<serde_json::Value>, String>;
 
-impl Reloader {
-    fn mode(&self) -> &super::Mode {
-        self.etcd.as_deref().expect("etcd mode")
-    }
-
-    fn mode_mut(&mut self) -> &mut super::Mode {
-        self.etcd.as_deref_mut().expect("etcd mode")
-    }
-
+impl Etcd {
     /// Applies the cached config, if any (at start, before the watch).
-    pub(crate) fn load_cache(&mut self) {
-        let Some((revision, objects)) = cache::load(&self.mode().cache) else {
+    fn load_cache(&mut self, p: &mut Publisher) {
+        let Some((revision, objects)) = cache::load(&self.cache) else {
             return;
         };
         tracing::info!(
             revision,
             "etcd source: serving the cached config until etcd answers"
         );
-        match self.try_objects(&objects) {
+        match self.try_objects(p, &objects) {
             Ok((doc, cfg)) => {
-                if self.publish(&cfg, Source::Etcd).is_ok() {
-                    let mode = self.mode_mut();
-                    mode.good = Arc::new(objects);
-                    mode.status.revision.store(revision, Ordering::Relaxed);
+                if p.publish(&cfg, Source::Etcd).is_ok() {
+                    self.good = Arc::new(objects);
+                    self.status.revision.store(revision, Ordering::Relaxed);
                     self.forget_doc(doc);
                 }
             }
@@ -66,12 +88,13 @@ impl Reloader {
     /// The document `objects` make and the config it decodes to.
     fn try_objects(
         &self,
+        p: &Publisher,
         objects: &Objects,
     ) -> Result<(Document, sluicegate_config::Config), Vec<Issue>> {
         let t0 = Instant::now();
-        let (doc, mut issues) = assemble(&self.mode().base, objects);
+        let (doc, mut issues) = assemble(&self.base, objects);
         let t1 = Instant::now();
-        let decoded = self.validate(&doc);
+        let decoded = p.validate(&doc);
         tracing::info!(
             objects = objects.len(),
             assemble_ms = (t1 - t0).as_secs_f64() * 1e3,
@@ -94,17 +117,16 @@ impl Reloader {
     /// first reads it after a change.
     fn forget_doc(&mut self, doc: Document) {
         drop(doc);
-        self.text = None;
         self.doc = None;
     }
 
     /// Applies every batch the watch queued. Returns whether one was.
-    pub(crate) fn drain_etcd(&mut self) -> bool {
-        let batches = self.mode().inbox.take();
+    fn drain_inbox(&mut self, p: &mut Publisher) -> bool {
+        let batches = self.inbox.take();
         if batches.is_empty() {
             return false;
         }
-        let seen = self.mode().revision();
+        let seen = self.revision();
         let mut top = seen;
         // The latest value of each changed key, with its revision.
         let mut changed: BTreeMap<String, (u64, Value)> = BTreeMap::new();
@@ -127,13 +149,8 @@ impl Reloader {
                     }
                     top = top.max(revision);
                     // Whatever was not listed is gone.
-                    let gone: Vec<String> = self
-                        .mode()
-                        .good
-                        .keys()
-                        .chain(changed.keys())
-                        .cloned()
-                        .collect();
+                    let gone: Vec<String> =
+                        self.good.keys().chain(changed.keys()).cloned().collect();
                     for k in gone {
                         set(&mut changed, k, revision, Ok(None));
                     }
@@ -143,15 +160,16 @@ impl Reloader {
                 }
             }
         }
-        self.apply_changes(changed.into_iter().map(|(k, (_, v))| (k, v)).collect(), top);
+        let changed = changed.into_iter().map(|(k, (_, v))| (k, v)).collect();
+        self.apply_changes(p, changed, top);
         true
     }
 
-    fn apply_changes(&mut self, changed: Vec<(String, Value)>, top: u64) {
+    fn apply_changes(&mut self, p: &mut Publisher, changed: Vec<(String, Value)>, top: u64) {
         let mut refused: Vec<Issue> = Vec::new();
         // Worked on in place (copied only while the cache writer still
         // holds it); each change keeps the value it replaced, to undo it.
-        let mut good = std::mem::take(&mut self.mode_mut().good);
+        let mut good = std::mem::take(&mut self.good);
         let objects = Arc::make_mut(&mut good);
         let mut undo: Vec<(String, Option<serde_json::Value>)> = Vec::new();
         for (key, value) in changed {
@@ -181,7 +199,7 @@ impl Reloader {
         let started = Instant::now();
         let changes = undo.len();
         let mut applied = None;
-        if let Some((generation, decode_ms)) = self.apply_app_delta(objects, &undo) {
+        if let Some((generation, decode_ms)) = self.apply_app_delta(p, objects, &undo) {
             tracing::info!(
                 revision = top,
                 changes,
@@ -190,14 +208,13 @@ impl Reloader {
                 apply_ms = started.elapsed().as_secs_f64() * 1e3,
                 "etcd source: apps changed in place"
             );
-            self.history
-                .push(Source::Etcd, true, generation, Vec::new());
+            p.history.push(Source::Etcd, true, generation, Vec::new());
             // The document is made again from the objects when next read.
             self.doc = None;
             undo.clear();
         }
         if !undo.is_empty() {
-            match self.try_objects(objects) {
+            match self.try_objects(p, objects) {
                 Ok(done) => applied = Some(done),
                 Err(_) => {
                     // Back to the last good objects, then each change alone.
@@ -208,7 +225,7 @@ impl Reloader {
                     }
                     for (key, now) in tried.into_iter().rev() {
                         let before = set(objects, &key, now);
-                        match self.try_objects(objects) {
+                        match self.try_objects(p, objects) {
                             Ok(done) => {
                                 applied = Some(done);
                                 undo.push((key, before));
@@ -227,7 +244,7 @@ impl Reloader {
                 }
             }
         }
-        let status = self.mode().status.clone();
+        let status = self.status.clone();
         status.revision.store(top, Ordering::Relaxed);
         if !refused.is_empty() {
             let keys = refused
@@ -238,13 +255,13 @@ impl Reloader {
             for i in &refused {
                 tracing::error!(path = %i.path, "etcd source: {}", i.message);
             }
-            let revision = self.revision();
-            self.history.push(Source::Etcd, false, revision, refused);
+            let revision = p.revision();
+            p.history.push(Source::Etcd, false, revision, refused);
         }
         let whole = applied.is_some();
         if let Some((doc, cfg)) = applied {
             let validated = started.elapsed();
-            let published = self.publish(&cfg, Source::Etcd).is_ok();
+            let published = p.publish(&cfg, Source::Etcd).is_ok();
             tracing::info!(
                 revision = top,
                 changes,
@@ -262,103 +279,33 @@ impl Reloader {
                 }
             }
         }
-        let mode = self.mode_mut();
-        mode.good = good;
+        self.good = good;
         // Written by the cache thread, off this lock; it keeps the newest.
-        let _ = mode.cache_tx.send((top, mode.good.clone()));
+        let _ = self.cache_tx.send((top, self.good.clone()));
         // A whole config was built (its document and decoded config are
         // dropped by now): give the memory back. Not after a change in
         // place, which frees next to nothing.
         if whole {
-            (self.settled)();
+            (p.settled)();
         }
-    }
-
-    /// The running config's document, made from the objects.
-    pub(crate) fn etcd_document(&self) -> Document {
-        let mode = self.mode();
-        assemble(&mode.base, &mode.good).0
-    }
-
-    /// SIGHUP, SIGUSR2 or a change of the file in etcd mode: reads the
-    /// file again as the base the objects are laid over.
-    pub(crate) fn reload_etcd(&mut self, source: Source) -> bool {
-        self.last = crate::reload::stamp(&self.path);
-        let base = std::fs::read_to_string(&self.path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| Document::from_yaml(&t).map_err(|p| p.to_string()));
-        let base = match base {
-            Ok(b) => b,
-            Err(message) => {
-                let revision = self.revision();
-                let issue = Issue {
-                    path: self.path.display().to_string(),
-                    message,
-                };
-                self.history.push(source, false, revision, vec![issue]);
-                return false;
-            }
-        };
-        let old = std::mem::replace(&mut self.etcd.as_deref_mut().expect("etcd mode").base, base);
-        let good = self.mode().good.clone();
-        match self.try_objects(&good) {
-            Ok((doc, cfg)) if self.publish(&cfg, source).is_ok() => {
-                self.forget_doc(doc);
-                true
-            }
-            Ok(_) => {
-                self.etcd.as_deref_mut().expect("etcd mode").base = old;
-                false
-            }
-            Err(issues) => {
-                self.etcd.as_deref_mut().expect("etcd mode").base = old;
-                let revision = self.revision();
-                self.history.push(source, false, revision, issues);
-                false
-            }
-        }
-    }
-
-    /// An admin API write in etcd mode: validated as a file, then the
-    /// objects that differ written in one transaction that holds only if
-    /// nothing under the prefix changed since the revision this gateway
-    /// runs (otherwise `Stale`, a `412`); returns once the watch has
-    /// brought the change back and it is applied here.
-    pub(crate) fn write_etcd(
-        &mut self,
-        doc: Document,
-        if_match: Option<&IfMatch>,
-    ) -> Result<u64, WriteError> {
-        let revision = self.revision();
-        if if_match.is_some_and(|m| !m.matches(revision)) {
-            return Err(WriteError::Stale);
-        }
-        if let Err(issues) = self.validate(&doc) {
-            self.history
-                .push(Source::Api, false, revision, issues.clone());
-            return Err(WriteError::Invalid(issues));
-        }
-        let mode = self.mode();
-        let (puts, deletes) = diff(&mode.good, &split(&mode.base, &doc));
-        self.commit_etcd(puts, deletes)
     }
 
     /// Writes `puts` and `deletes` to etcd in one transaction that holds
     /// only if nothing under the prefix changed since the revision this
     /// gateway runs (otherwise `Stale`); returns once the watch has
     /// brought the change back and it is applied here.
-    pub(super) fn commit_etcd(
+    pub(super) fn commit(
         &mut self,
+        p: &mut Publisher,
         puts: Vec<(String, serde_json::Value)>,
         deletes: Vec<String>,
     ) -> Result<u64, WriteError> {
-        let mode = self.mode();
         if puts.is_empty() && deletes.is_empty() {
-            return Ok(self.revision());
+            return Ok(p.revision());
         }
-        let prefix = mode.source.prefix.clone();
-        let seen = mode.revision();
-        let client = mode
+        let prefix = self.source.prefix.clone();
+        let seen = self.revision();
+        let client = self
             .client
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -387,7 +334,7 @@ impl Reloader {
         let unchanged =
             Compare::mod_revision(prefix.clone(), CompareOp::Less, seen as i64 + 1).with_prefix();
         let txn = Txn::new().when([unchanged]).and_then(ops);
-        let sent = mode.runtime.block_on(async move {
+        let sent = self.runtime.block_on(async move {
             tokio::time::timeout(Duration::from_secs(5), client.txn(txn)).await
         });
         let resp = match sent {
@@ -399,18 +346,114 @@ impl Reloader {
             return Err(WriteError::Stale);
         }
         let written = resp.header().map_or(0, |h| h.revision() as u64);
-        let inbox = self.mode().inbox.clone();
+        let inbox = self.inbox.clone();
         let until = Instant::now() + WRITE_SEEN;
-        while self.mode().revision() < written {
+        while self.revision() < written {
             if Instant::now() >= until {
                 return Err(WriteError::Io(format!(
                     "written to etcd at revision {written}, not yet seen by the watch"
                 )));
             }
             inbox.wait(Duration::from_millis(100));
-            self.drain_etcd();
+            self.drain_inbox(p);
         }
-        Ok(self.revision())
+        Ok(p.revision())
+    }
+}
+
+impl ConfigSource for Etcd {
+    fn start(&mut self, p: &mut Publisher) {
+        self.load_cache(p);
+    }
+
+    /// SIGHUP, SIGUSR2 or a change of the file: reads the file again as
+    /// the base the objects are laid over.
+    fn reload(&mut self, p: &mut Publisher, source: Source) -> bool {
+        p.last = stamp(&p.path);
+        let base = std::fs::read_to_string(&p.path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Document::from_yaml(&t).map_err(|e| e.to_string()));
+        let base = match base {
+            Ok(b) => b,
+            Err(message) => {
+                let revision = p.revision();
+                let issue = Issue {
+                    path: p.path.display().to_string(),
+                    message,
+                };
+                p.history.push(source, false, revision, vec![issue]);
+                return false;
+            }
+        };
+        let old = std::mem::replace(&mut self.base, base);
+        let good = self.good.clone();
+        match self.try_objects(p, &good) {
+            Ok((doc, cfg)) if p.publish(&cfg, source).is_ok() => {
+                self.forget_doc(doc);
+                true
+            }
+            Ok(_) => {
+                self.base = old;
+                false
+            }
+            Err(issues) => {
+                self.base = old;
+                let revision = p.revision();
+                p.history.push(source, false, revision, issues);
+                false
+            }
+        }
+    }
+
+    /// The running config's document, made from the objects.
+    fn document(&mut self, _p: &Publisher) -> Result<Arc<Document>, String> {
+        let (base, good) = (&self.base, &self.good);
+        kept_or(&mut self.doc, || Ok(assemble(base, good).0))
+    }
+
+    /// Validated as a file, then the objects that differ written in one
+    /// transaction that holds only if nothing under the prefix changed
+    /// since the revision this gateway runs (otherwise `Stale`, a `412`);
+    /// returns once the watch has brought the change back and it is
+    /// applied here.
+    fn write(
+        &mut self,
+        p: &mut Publisher,
+        doc: Document,
+        if_match: Option<&IfMatch>,
+    ) -> Result<u64, WriteError> {
+        p.admit(&doc, if_match)?;
+        let (puts, deletes) = diff(&self.good, &split(&self.base, &doc));
+        self.commit(p, puts, deletes)
+    }
+
+    fn drain(&mut self, p: &mut Publisher) -> bool {
+        self.drain_inbox(p)
+    }
+
+    fn page(&self, want: &PageOf<'_>) -> Option<Page> {
+        self.kind_page(want)
+    }
+
+    fn item(&self, section: &str, name: &str) -> Option<Option<serde_json::Value>> {
+        self.kind_item(section, name)
+    }
+
+    fn app(&self, name: &str) -> Option<Option<serde_json::Value>> {
+        Some(self.good.get(&format!("apps/{name}")).cloned())
+    }
+
+    fn write_app(
+        &mut self,
+        p: &mut Publisher,
+        name: &str,
+        new: Option<serde_json::Value>,
+        if_match: Option<&IfMatch>,
+    ) -> Option<Result<u64, WriteError>> {
+        if !self.app_alone(name, new.as_ref()) {
+            return None;
+        }
+        Some(self.write_one_app(p, name, new, if_match))
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::Objects;
+use super::objects::Objects;
 use crate::persist;
 
 /// The longest wait between two writes of the cache.

@@ -8,8 +8,8 @@ use serde::Serialize;
 use sluicegate_proxy::live::{AppCounts, Counts};
 use utoipa::ToSchema;
 
+use super::sample::Sample;
 use super::window::{round, Classes, Sum, Traffic};
-use super::Sample;
 
 /// `GET /live`.
 #[derive(Serialize, ToSchema)]

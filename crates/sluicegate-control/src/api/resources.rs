@@ -9,10 +9,10 @@
 //! applied like `PUT /config`: deleting a service a route still uses is a
 //! `400` naming the route's field.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,10 +23,12 @@ use serde_json::{json, Map, Value};
 use sluicegate_config::Document;
 
 use super::common::{
-    if_match, json_body, on_reloader, problems, writable, write_edit, write_error, written,
+    if_match, on_reloader, problems, writable, write_edit, write_error, written, JsonBody,
 };
-use super::{patch, secrets};
+use super::patch::Edit;
+use super::secrets;
 use crate::history::Issue;
+use crate::source::PageOf;
 use crate::state::{error, etag_of, AdminState};
 
 /// Items a list answers when `limit` is not given, and at most.
@@ -68,7 +70,9 @@ pub(crate) fn routes() -> Router<AdminState> {
     let mut r = Router::new()
         .route(
             "/settings",
-            get(get_settings).put(put_settings).patch(patch_settings),
+            get(get_settings)
+                .put(|s, h, b| write_settings(Edit::Replace, s, h, b))
+                .patch(|s, h, b| write_settings(Edit::Merge, s, h, b)),
         )
         .route("/certificates", get(certificates));
     for kind in KINDS {
@@ -80,8 +84,8 @@ pub(crate) fn routes() -> Router<AdminState> {
             .route(
                 &format!("/{}/{{name}}", kind.section),
                 get(move |s, n| get_one(kind, s, n))
-                    .put(move |s, n, h, b| put_one(kind, s, n, h, b))
-                    .patch(move |s, n, h, b| patch_one(kind, s, n, h, b))
+                    .put(move |s, n, h, b| write_one(kind, Edit::Replace, s, n, h, b))
+                    .patch(move |s, n, h, b| write_one(kind, Edit::Merge, s, n, h, b))
                     .delete(move |s, n, h| delete_one(kind, s, n, h)),
             );
     }
@@ -222,7 +226,12 @@ async fn list(
     // million apps is made to show a hundred.
     let filter = page.name.clone();
     let from_etcd = on_reloader(&state, move |r| {
-        let got = r.etcd_page(kind.section, filter.as_deref(), offset, limit);
+        let got = r.page(&PageOf {
+            section: kind.section,
+            filter: filter.as_deref(),
+            offset,
+            limit,
+        });
         (got, r.revision())
     })
     .await;
@@ -265,7 +274,7 @@ async fn get_one(
 ) -> Response {
     let wanted = name.clone();
     let from_etcd = on_reloader(&state, move |r| {
-        (r.etcd_item(kind.section, &wanted), r.revision())
+        (r.item(kind.section, &wanted), r.revision())
     })
     .await;
     if let Ok((Some(got), revision)) = from_etcd {
@@ -307,32 +316,60 @@ fn named(kind: Kind, name: &str, mut item: Value) -> Result<Value, Box<Response>
     Ok(item)
 }
 
-/// `PUT /{kind}/{name}`: creates (`201`) or replaces (`200`) the item.
-async fn put_one(
+/// The item a `PUT` or `PATCH` of `name` makes from the request's body
+/// and the current item (`None`: there is none, a `404` for a `PATCH`):
+/// checked to be an object named `name`, an app's secrets given as
+/// fingerprints restored from `known`.
+fn made(
     kind: Kind,
+    edit: Edit,
+    name: &str,
+    current: Option<Value>,
+    body: Value,
+    known: &HashMap<String, String>,
+) -> Result<Value, Box<Response>> {
+    let current = match current {
+        Some(item) => item,
+        None if edit == Edit::Merge => return Err(missing(kind, name)),
+        None => Value::Null,
+    };
+    let mut item = named(kind, name, edit.apply(current, body))?;
+    if kind.section == "apps" {
+        secrets::restore_app(&mut item, known);
+    }
+    Ok(item)
+}
+
+/// `PUT /{kind}/{name}` creates (`201`) or replaces (`200`) the item;
+/// `PATCH` merges the body into it (JSON merge patch) and is otherwise
+/// the same write.
+async fn write_one(
+    kind: Kind,
+    edit: Edit,
     State(state): State<AdminState>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(value): JsonBody,
 ) -> Response {
-    let value = match json_body(body) {
-        Ok(v) => v,
-        Err(resp) => return *resp,
-    };
     if kind.section == "apps" {
-        if let Some(resp) = write_app(&state, &headers, &name, AppOp::Put(value.clone())).await {
+        let op = AppOp::Write(edit, value.clone());
+        if let Some(resp) = write_app(&state, &headers, &name, op).await {
             return resp;
         }
     }
     write_edit(&state, &headers, move |doc| {
-        let mut item = named(kind, &name, value)?;
         let mut all = items(doc, kind);
-        if kind.section == "apps" {
-            secrets::restore_app(&mut item, &secrets::known(doc.get("apps").as_ref()));
-        }
-        let status = match all.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, old)) => {
-                *old = item;
+        // Only apps have secrets to restore.
+        let known = match kind.section {
+            "apps" => secrets::known(doc.get("apps").as_ref()),
+            _ => HashMap::new(),
+        };
+        let at = all.iter().position(|(n, _)| *n == name);
+        let current = at.map(|i| all[i].1.take());
+        let item = made(kind, edit, &name, current, value, &known)?;
+        let status = match at {
+            Some(i) => {
+                all[i].1 = item;
                 StatusCode::OK
             }
             None => {
@@ -342,40 +379,6 @@ async fn put_one(
         };
         store(doc, kind, all);
         Ok((status, json!({ "name": name })))
-    })
-    .await
-}
-
-/// `PATCH /{kind}/{name}`: a JSON merge patch onto the item.
-async fn patch_one(
-    kind: Kind,
-    State(state): State<AdminState>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let value = match json_body(body) {
-        Ok(v) => v,
-        Err(resp) => return *resp,
-    };
-    if kind.section == "apps" {
-        if let Some(resp) = write_app(&state, &headers, &name, AppOp::Patch(value.clone())).await {
-            return resp;
-        }
-    }
-    write_edit(&state, &headers, move |doc| {
-        let mut all = items(doc, kind);
-        let known = secrets::known(doc.get("apps").as_ref());
-        let Some((_, item)) = all.iter_mut().find(|(n, _)| *n == name) else {
-            return Err(missing(kind, &name));
-        };
-        patch::merge(item, &value);
-        *item = named(kind, &name, item.take())?;
-        if kind.section == "apps" {
-            secrets::restore_app(item, &known);
-        }
-        store(doc, kind, all);
-        Ok((StatusCode::OK, json!({ "name": name })))
     })
     .await
 }
@@ -405,10 +408,9 @@ async fn delete_one(
     .await
 }
 
-/// A write of one app.
+/// A write of one app: a `PUT` or `PATCH` with its body, or a `DELETE`.
 enum AppOp {
-    Put(Value),
-    Patch(Value),
+    Write(Edit, Value),
     Delete,
 }
 
@@ -431,43 +433,33 @@ async fn write_app(
     let cond = if_match(headers);
     let name = name.to_string();
     let done = on_reloader(state, move |r| {
-        r.etcd.as_ref()?;
-        let old = r.etcd_app(&name);
+        let old = r.app(&name)?;
         let known = secrets::known(old.clone().map(|o| Value::Array(vec![o])).as_ref());
         let (status, new, body) = match op {
             AppOp::Delete => {
                 old.as_ref()?;
                 (StatusCode::OK, None, json!({ "deleted": name }))
             }
-            AppOp::Put(value) => {
+            AppOp::Write(edit, value) => {
+                // An app not in etcd may still be the file's: patched the
+                // usual way.
+                if edit == Edit::Merge && old.is_none() {
+                    return None;
+                }
                 let status = if old.is_some() {
                     StatusCode::OK
                 } else {
                     StatusCode::CREATED
                 };
-                let mut item = match named(kind, &name, value) {
-                    Ok(item) => item,
+                match made(kind, edit, &name, old, value, &known) {
+                    Ok(item) => (status, Some(item), json!({ "name": name })),
                     Err(resp) => return Some(Err(resp)),
-                };
-                secrets::restore_app(&mut item, &known);
-                (status, Some(item), json!({ "name": name }))
-            }
-            AppOp::Patch(value) => {
-                let mut item = old.clone()?;
-                patch::merge(&mut item, &value);
-                let mut item = match named(kind, &name, item) {
-                    Ok(item) => item,
-                    Err(resp) => return Some(Err(resp)),
-                };
-                secrets::restore_app(&mut item, &known);
-                (StatusCode::OK, Some(item), json!({ "name": name }))
+                }
             }
         };
-        if !r.app_alone(&name, new.as_ref()) {
-            return None;
-        }
+        let written = r.write_app(&name, new, cond.as_ref())?;
         Some(
-            r.write_app_etcd(&name, new, cond.as_ref())
+            written
                 .map(|revision| (status, body, revision))
                 .map_err(|e| Box::new(write_error(e))),
         )
@@ -518,38 +510,17 @@ async fn get_settings(State(state): State<AdminState>) -> Response {
     }
 }
 
-/// `PUT /settings`: replaces every setting (those left out go back to
-/// their defaults).
-async fn put_settings(
+/// `PUT /settings` replaces every setting (those left out go back to
+/// their defaults); `PATCH` merges the body into them (JSON merge patch).
+async fn write_settings(
+    edit: Edit,
     State(state): State<AdminState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(value): JsonBody,
 ) -> Response {
-    let value = match json_body(body) {
-        Ok(v) => v,
-        Err(resp) => return *resp,
-    };
     write_edit(&state, &headers, move |doc| {
-        set_settings(doc, &value)?;
-        Ok((StatusCode::OK, json!({})))
-    })
-    .await
-}
-
-/// `PATCH /settings`: a JSON merge patch onto the settings.
-async fn patch_settings(
-    State(state): State<AdminState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let value = match json_body(body) {
-        Ok(v) => v,
-        Err(resp) => return *resp,
-    };
-    write_edit(&state, &headers, move |doc| {
-        let mut now = settings(doc);
-        patch::merge(&mut now, &value);
-        set_settings(doc, &now)?;
+        let new = edit.apply(settings(doc), value);
+        set_settings(doc, &new)?;
         Ok((StatusCode::OK, json!({})))
     })
     .await

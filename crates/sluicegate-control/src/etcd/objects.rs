@@ -6,8 +6,13 @@
 use serde_json::{Map, Value};
 use sluicegate_config::Document;
 
-use super::Objects;
 use crate::history::Issue;
+
+/// One object's key under the prefix (`routes/web`) and its JSON value.
+/// A persistent map: a copy is shared until changed and a change copies
+/// a path of nodes, so the cache writer can hold the objects of a
+/// million apps while the next change is made.
+pub(crate) type Objects = imbl::OrdMap<String, serde_json::Value>;
 
 /// The kinds of object: key segment, top-level key, and where the name
 /// goes (`None`: the section is a mapping from name to object).
