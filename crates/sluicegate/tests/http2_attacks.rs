@@ -1,7 +1,10 @@
 //! Known attacks on HTTP/2 servers, made frame by frame (PyPI `h2`'s
-//! hyperframe and hpack, in the test venv): each ends with the offending
+//! hyperframe and hpack, in the test venv, or the raw client of
+//! `h2_common` over cleartext and TLS): each ends with the offending
 //! connection closed by a GOAWAY with the right code, or with the one
 //! stream ended, while a client on another connection is served all along.
+//! A connection ended for its client's abuse ends in order: the GOAWAY,
+//! then (over TLS) a close_notify, then a FIN, never a reset.
 //!
 //! - Rapid Reset (CVE-2023-44487): streams opened and cancelled at once.
 //! - PING and SETTINGS floods: frames the server must acknowledge.
@@ -10,6 +13,7 @@
 //! - A zero window increment on a stream: a protocol error.
 //! - A body announced and never sent; a window held at zero.
 
+mod h2_common;
 mod http_common;
 mod ops_common;
 mod tls_common;
@@ -181,4 +185,47 @@ fn streams_that_stall_end_alone() {
     assert_eq!(outcome, format!("reset {CANCEL}"), "zero window");
     let (ok, failed) = by.finish();
     assert!(ok > 0 && failed == 0, "bystander {ok} ok, {failed} failed");
+}
+
+/// Rapid Reset, 1,000 streams written 100 at a time as fast as the
+/// client can, over TLS and cleartext: the client reads why its
+/// connection ends (GOAWAY `ENHANCE_YOUR_CALM`), then the TLS
+/// close_notify, then the FIN, within a few seconds, every time. Each
+/// stream carries a 500-byte cookie, so that the flood (550 kB) is more
+/// than the client's send buffer (16 KiB) and the gateway's receive buffer
+/// hold: the client still has most of it to write when the gateway gives
+/// up, and every write must still be taken. (A connection reset there is
+/// a client that never reads the GOAWAY: a TLS stack ends the session on a
+/// failed write.)
+#[test]
+fn rapid_reset_reads_goaway_then_close_notify_then_fin() {
+    let certs = tls_common::Certs::new();
+    let (ports, extra) = tls_common::ports(1);
+    let yaml = format!(
+        "{}routes:\n  - name: fixed\n    match: {{ path: /fixed }}\n    \
+         respond: {{ status: 200, body: \"fixed\\n\" }}\n",
+        tls_common::head_with_tls_a(ports, extra[0], &certs)
+    );
+    let gw = tls_common::start(ports, extra, &yaml);
+    let ca = certs.b64("ca");
+    let cookie = "c".repeat(500);
+    for round in 0..3 {
+        for tls in [true, false] {
+            let mut c = if tls {
+                h2_common::Client::tls(gw.port(0), &ca, Some(16 * 1024))
+            } else {
+                h2_common::Client::plain(gw.ports.listen, Some(16 * 1024))
+            };
+            let flood = h2_common::rapid_reset(1, 1000, tls, &cookie);
+            let taken = flood.chunks(100).all(|s| c.send(&s.concat()));
+            let end = c.ending(Duration::from_secs(5));
+            let what = format!("round {round}, tls {tls}: {end:?}");
+            assert!(taken, "a write was refused; then {what}");
+            assert_eq!(end.goaway, Some(ENHANCE_YOUR_CALM), "{what}");
+            assert_eq!(end.after_goaway, 0, "{what}");
+            assert_eq!(end.close_notify, tls, "{what}");
+            assert!(end.fin && end.error.is_none(), "{what}");
+            assert!(end.elapsed < Duration::from_secs(4), "{what}");
+        }
+    }
 }

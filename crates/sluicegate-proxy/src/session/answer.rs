@@ -23,9 +23,10 @@ use crate::upstream::forward::Outcome;
 /// Bodies up to this size are read and discarded when the gateway answers
 /// without forwarding; larger ones close the connection instead.
 const DISCARD_MAX: u64 = 64 * 1024;
-/// At most this much is read and dropped after refusing a request before
-/// the close (see [`Conn::refuse_and_close`]).
-const LINGER_MAX: u64 = 1024 * 1024;
+/// At most this much is read and dropped after refusing a request (or,
+/// over HTTP/2, a whole connection) before the close (see
+/// [`Conn::refuse_and_close`]).
+pub(super) const LINGER_MAX: u64 = 1024 * 1024;
 
 /// A response the gateway writes itself.
 pub(super) enum Local<'a> {

@@ -15,6 +15,14 @@
 //! to reset for the client's errors (MadeYouReset). An idle connection
 //! closes after `timeouts.keepalive`; a draining worker sends GOAWAY and
 //! lets the streams under way finish within `timeouts.drain`.
+//!
+//! A connection ended for its client's fault (a limit, a flood, a
+//! protocol error) ends in order: the GOAWAY with its code, then our side
+//! of the stream (a TLS close_notify, then the FIN), then what the client
+//! still sends is read and dropped, bounded in bytes and time, before the
+//! close. A close with the client's bytes unread would reset the
+//! connection: a client still writing its flood would fail on a write
+//! before reading why, and the reset can discard the GOAWAY on its way.
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -30,6 +38,7 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 
 use super::active::Active;
+use super::answer::LINGER_MAX;
 use super::conn::{Conn, Next};
 use crate::proto::codec::{HeadError, RequestFraming};
 use crate::proto::http2::exchange::{take_ready, Exchange};
@@ -40,6 +49,7 @@ use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::listener::{ListenerRt, Prepared};
 use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
+use crate::upstream::body::linger;
 
 /// A request body up to this size that came whole with its head is given
 /// with its length (see [`stream`]).
@@ -125,6 +135,7 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
         .enable_connect_protocol();
     let flood = Flood::default();
     let io = H2Io::new(p.stream, early, flood.clone());
+    let socket = io.socket();
     let handshake = worker
         .deadlines
         .after(header_time)
@@ -150,7 +161,9 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
     });
     let mut rate = StreamRate::new(settings.max_streams_per_second, Instant::now());
     let mut draining: Option<Instant> = None;
-    loop {
+    // Whether the connection ends for the client's fault, a GOAWAY with
+    // an error code sent.
+    let refused = loop {
         let wait = match draining {
             Some(until) => worker.deadlines.at(until),
             None => worker.deadlines.after(keepalive).or_shutdown(),
@@ -165,23 +178,26 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
             Ok(None) => {
                 tracing::debug!(peer = %shared.peer, "HTTP/2 client floods PING or SETTINGS frames");
                 calm_down(&worker, &mut conn).await;
-                return;
+                break true;
             }
             Ok(Some(Some(Ok((req, respond))))) => {
                 if !rate.admit(Instant::now()) {
                     tracing::debug!(peer = %shared.peer, "HTTP/2 client opens streams too fast");
                     calm_down(&worker, &mut conn).await;
-                    return;
+                    break true;
                 }
                 let (worker, shared) = (worker.clone(), shared.clone());
                 tokio::task::spawn_local(stream(worker, shared, req, respond));
             }
             Ok(Some(Some(Err(e)))) => {
                 tracing::debug!(peer = %shared.peer, error = %e, "HTTP/2 connection failed");
-                return;
+                // The framing layer's own limits (Rapid Reset, MadeYouReset)
+                // and protocol errors: its GOAWAY is written and its side
+                // ended already.
+                break e.is_go_away() && e.is_library();
             }
-            Ok(Some(None)) => return,
-            Err(Stop::Timeout) if draining.is_some() => return,
+            Ok(Some(None)) => break false,
+            Err(Stop::Timeout) if draining.is_some() => break false,
             Err(Stop::Timeout) if shared.open.get() > 0 => {}
             Err(Stop::Timeout | Stop::Shutdown) => {
                 // Idle past the keep-alive timeout, or the worker drains:
@@ -190,11 +206,27 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
                 draining = Some(Instant::now() + drain);
             }
         }
+    };
+    drop(conn);
+    if refused {
+        let_client_read_why(&worker, &socket).await;
     }
 }
 
+/// After a GOAWAY with an error code: ends our side of the stream (a TLS
+/// close_notify, then the FIN, unless the framing layer did already), then
+/// reads and drops what the client still sends, bounded in bytes and time,
+/// so that the close does not reset the connection before the client read
+/// why it ends.
+async fn let_client_read_why(worker: &Worker, socket: &Stream) {
+    socket.shutdown_write();
+    let mut bufs = worker.take_bufs();
+    linger(&worker.deadlines, socket, &mut bufs.inb, LINGER_MAX).await;
+    worker.give_bufs(bufs);
+}
+
 /// Ends a connection whose client floods it: GOAWAY `ENHANCE_YOUR_CALM`,
-/// written within a second, then the close.
+/// written (and our side ended) within a second.
 async fn calm_down(worker: &Worker, conn: &mut H2Connection) {
     conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
     let _ = worker

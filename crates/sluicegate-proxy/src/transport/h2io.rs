@@ -11,6 +11,12 @@
 //! `ENHANCE_YOUR_CALM`. (The framing layer itself bounds CONTINUATION
 //! frames, streams reset before they were served, and streams it had to
 //! reset for the client's errors.)
+//!
+//! The stream is shared with the connection's task ([`H2Io::socket`]):
+//! once the framing layer has written its GOAWAY and ended its side, the
+//! task still reads (and drops) what the client sends for a while before
+//! the close, which the framing layer, done with the connection, no
+//! longer does.
 
 use std::cell::Cell;
 use std::io;
@@ -114,7 +120,7 @@ impl Frames {
 
 /// A connection for the HTTP/2 framing layer.
 pub(crate) struct H2Io {
-    stream: Stream,
+    stream: Rc<Stream>,
     /// Bytes read before the handover, served first; then the buffer
     /// reads go through: `buf[at..end]` is unread.
     buf: Vec<u8>,
@@ -143,13 +149,19 @@ impl H2Io {
             flood.0.set(true);
         }
         H2Io {
-            stream,
+            stream: Rc::new(stream),
             end: early.len(),
             buf: early,
             at: 0,
             frames,
             flood,
         }
+    }
+
+    /// The stream under the connection, for what follows the framing
+    /// layer's end of it.
+    pub(crate) fn socket(&self) -> Rc<Stream> {
+        self.stream.clone()
     }
 }
 
