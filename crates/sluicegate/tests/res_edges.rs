@@ -222,20 +222,15 @@ fn bytes_an_upstream_sends_after_a_204_never_answer_the_next_request() {
         let mut first = n == 0;
         while read_request_head(&mut s) {
             if std::mem::take(&mut first) {
-                let _ = s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n");
-                let _ = wait_204
-                    .lock()
-                    .unwrap()
-                    .recv_timeout(Duration::from_secs(3));
-                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTRAY");
+                reply_204_then_stray(&mut s, || {
+                    let _ = wait_204
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(3));
+                });
                 continue;
             }
-            let body = format!("conn{n}");
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            if s.write_all(reply.as_bytes()).is_err() {
+            if !reply_conn(&mut s, n) {
                 return;
             }
         }
@@ -281,4 +276,137 @@ fn bytes_an_upstream_sends_after_a_204_never_answer_the_next_request() {
         "the request after the 204 got the stray response"
     );
     assert_eq!(conns.load(Ordering::SeqCst), 2);
+}
+
+/// Answers a `204`, then, once `wait` returns, a whole response nobody
+/// asked for (write errors ignored).
+fn reply_204_then_stray(s: &mut TcpStream, wait: impl FnOnce()) {
+    let _ = s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n");
+    wait();
+    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTRAY");
+}
+
+/// Answers a request with the number of the upstream connection it came
+/// on (`connN`); false when the write failed.
+fn reply_conn(s: &mut TcpStream, n: usize) -> bool {
+    let body = format!("conn{n}");
+    let reply = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(reply.as_bytes()).is_ok()
+}
+
+/// The request line of the next request on an upstream-side connection
+/// (its head read through the blank line); `None` at its end.
+fn request_line(r: &mut impl std::io::BufRead) -> Option<String> {
+    let mut first = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            return Some(first);
+        }
+        if first.is_empty() {
+            first = line;
+        }
+    }
+}
+
+#[test]
+fn a_response_an_upstream_sends_300ms_after_a_204_never_answers_a_later_request() {
+    use std::io::BufReader;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // The upstream answers `GET /nc` with a 204, then 300 ms later sends
+    // a whole response nobody asked for on the same connection; anything
+    // else gets the number of the connection it came on.
+    let (conns, strays, after_204) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (c, st, a) = (conns.clone(), strays.clone(), after_204.clone());
+    let up = sluicegate_testkit::RawUpstream::start(move |s: TcpStream| {
+        let n = c.fetch_add(1, Ordering::SeqCst);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        let mut had_204 = false;
+        while let Some(line) = request_line(&mut r) {
+            if had_204 {
+                // Reused after its 204: the rule this test is about.
+                a.fetch_add(1, Ordering::SeqCst);
+            }
+            if line.starts_with("GET /nc ") {
+                had_204 = true;
+                reply_204_then_stray(&mut w, || std::thread::sleep(Duration::from_millis(300)));
+                st.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            if !reply_conn(&mut w, n) {
+                return;
+            }
+        }
+    });
+    let gw = http_common::Gw::start_with_workers(
+        &format!(
+            "services:\n{}routes:\n  - name: all\n    service: s\n",
+            http_common::service("s", &[up.addr()], "")
+        ),
+        1,
+    );
+    let connect = || {
+        let s = TcpStream::connect(gw.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        (s.try_clone().unwrap(), std::io::BufReader::new(s))
+    };
+    let req = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n");
+    let answer = |r: &mut BufReader<TcpStream>, what: &str| {
+        let (status, body) = read_response(r).unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
+        let body = String::from_utf8_lossy(&body).into_owned();
+        assert_ne!(body, "STRAY", "{what} got the stray response");
+        assert!(
+            status == 200 && body.starts_with("conn"),
+            "{what}: {status} {body:?}"
+        );
+    };
+    // Pipelined with the 204's request.
+    let (mut w, mut r) = connect();
+    w.write_all((req("/nc") + &req("/a") + &req("/b")).as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).unwrap().0, 204);
+    answer(&mut r, "pipelined /a");
+    answer(&mut r, "pipelined /b");
+    // Written as soon as the 204 came.
+    let (mut w, mut r) = connect();
+    w.write_all(req("/nc").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r).unwrap().0, 204);
+    w.write_all((req("/a") + &req("/b")).as_bytes()).unwrap();
+    answer(&mut r, "/a after the 204");
+    answer(&mut r, "/b after the 204");
+    // Another client's request, meanwhile.
+    let (mut w, mut r) = connect();
+    w.write_all(req("/nc").as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r).unwrap().0, 204);
+    let (mut w2, mut r2) = connect();
+    w2.write_all(req("/a").as_bytes()).unwrap();
+    answer(&mut r2, "another client's /a");
+    // Once every stray is out, later requests do not get them either.
+    assert!(
+        http_common::wait_until(Duration::from_secs(5), || strays.load(Ordering::SeqCst)
+            == 3),
+        "the upstream did not send its strays"
+    );
+    for i in 0..3 {
+        w.write_all(req("/later").as_bytes()).unwrap();
+        answer(&mut r, &format!("later request {i}"));
+    }
+    assert_eq!(
+        after_204.load(Ordering::SeqCst),
+        0,
+        "a connection carried a request after its 204"
+    );
 }

@@ -219,9 +219,9 @@ impl Stream {
     /// returns `EAGAIN` when nothing came, whatever the runtime's readiness
     /// says, so it also sees bytes (or a close) that arrived since the
     /// worker's last `epoll_wait`. Costs a syscall: used only before
-    /// reusing a connection whose last response had no body. On TLS, any
-    /// bytes on the socket count (a record carrying no data, which
-    /// [`Stream::quiet`] would take in, retires the connection too).
+    /// reusing a connection whose last response had a zero-length body.
+    /// On TLS, any bytes on the socket count (a record carrying no data,
+    /// which [`Stream::quiet`] would take in, retires the connection too).
     #[cold]
     pub(crate) fn quiet_now(&self) -> bool {
         let tcp = match self {

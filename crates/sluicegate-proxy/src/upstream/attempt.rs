@@ -14,10 +14,11 @@ use crate::upstream::endpoint::{EndpointState, Permit};
 /// An idle pooled connection to `ep` that is still clean. The request's
 /// start stands in for the clock: an idle connection that expired
 /// microseconds ago is still fine to use. One that got stray bytes or a
-/// close since its last response is dropped: after a response without a
-/// body, where an upstream's stray bytes (a body on a 204 or a HEAD) come
-/// right after the head, the socket itself is asked; otherwise the
-/// runtime's readiness is, with no syscall.
+/// close since its last response is dropped: after a zero-length body,
+/// where stray bytes would come right after the head, the socket itself
+/// is asked; otherwise the runtime's readiness is, with no syscall. (After
+/// a 204, a 304 or a HEAD the connection was not pooled at all: see
+/// [`super::pool`].)
 #[inline]
 pub(super) fn take_pooled(worker: &Worker, ep: &EndpointState, started: Instant) -> Option<Stream> {
     loop {

@@ -785,11 +785,11 @@ async fn relay<'s>(
             if !bufs.res_framing.close && !body_cut && bufs.upb.is_empty() && up.poolable() {
                 let expires = head_at + service.timeouts.idle;
                 let ep_arc = &service.endpoints[index];
-                // No body (204, 304, HEAD, a zero length): recheck at reuse.
+                // Not after a 204, 304 or HEAD (see the pool's rule).
                 worker
                     .pool
                     .borrow_mut()
-                    .put(ep_arc, up, expires, ep.max, n == 0);
+                    .put(ep_arc, up, expires, ep.max, res_body, n);
             }
         }
         Err((_, Fault::Unsent)) => {
