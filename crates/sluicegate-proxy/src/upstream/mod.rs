@@ -15,6 +15,7 @@ mod dial;
 mod duplex;
 pub(crate) mod eject;
 pub(crate) mod endpoint;
+pub(crate) mod failure;
 pub(crate) mod forward;
 pub(crate) mod h2conns;
 pub(crate) mod h2pool;
