@@ -1,9 +1,10 @@
 //! Where a failure to forward came from and what it leaves a retry: one
 //! attempt's failures ([`AttemptError`], which the attempt loop in
-//! [`super::forward`] decides on). Each says its side (downstream,
-//! upstream, internal), the answer's kind it maps to (status and gRPC
-//! status, by [`ErrorKind`]), and whether sending the request again is
-//! safe.
+//! [`super::forward`] decides on), and the errors of a request the gateway
+//! made itself ([`Error`], the internal client's, [`super::client`]). Each
+//! says its side (downstream, upstream, internal), the answer's kind it
+//! maps to (status and gRPC status, by [`ErrorKind`]), and whether sending
+//! the request again is safe.
 
 use crate::proto::response::ErrorKind;
 use crate::upstream::head::HeadError;
@@ -85,6 +86,56 @@ impl AttemptError {
     }
 }
 
+/// Why a request the gateway made itself (the internal client) got no
+/// complete response. (Read by the internal client's users: only its
+/// tests so far.)
+#[derive(Debug)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum Error {
+    /// The request built in code cannot be sent as it is (its head did not
+    /// lay out: an invalid authority, a bad length).
+    Request,
+    /// No endpoint could take it: none in rotation
+    /// ([`ErrorKind::NoHealthyEndpoint`]), or none freed an in-flight slot
+    /// in time ([`ErrorKind::UpstreamBusy`]). Nothing was sent.
+    Unavailable(ErrorKind),
+    /// Its last attempt failed, and no retry was allowed or left.
+    Attempt(AttemptError),
+    /// The response body failed after its head: the upstream closed,
+    /// stalled or sent a malformed body.
+    Body,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl Error {
+    pub(crate) fn side(&self) -> Side {
+        match self {
+            Error::Request => Side::Internal,
+            Error::Attempt(e) => e.side(),
+            Error::Unavailable(_) | Error::Body => Side::Upstream,
+        }
+    }
+
+    /// The answer's kind, for code that answers a client with it.
+    pub(crate) fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Unavailable(kind) => *kind,
+            Error::Attempt(e) => e.kind(),
+            Error::Request | Error::Body => ErrorKind::UpstreamFailed,
+        }
+    }
+
+    /// Whether no upstream processed the request, so that sending it again
+    /// is safe whatever its method (its body is whole at hand).
+    pub(crate) fn retry_safe(&self) -> bool {
+        match self {
+            Error::Unavailable(_) => true,
+            Error::Attempt(e) => e.unprocessed(true),
+            Error::Request | Error::Body => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +172,35 @@ mod tests {
         assert!(AttemptError::NotTaken.unprocessed(false));
         assert!(!AttemptError::Write.unprocessed(true));
         assert_eq!(AttemptError::UpstreamBody.kind().grpc_status(), 14);
+    }
+
+    #[test]
+    fn the_internal_clients_errors_say_the_same() {
+        let refused = Error::Attempt(AttemptError::Connect(
+            std::io::ErrorKind::ConnectionRefused.into(),
+        ));
+        assert_eq!(
+            (refused.side(), refused.kind()),
+            (Side::Upstream, ErrorKind::UpstreamFailed)
+        );
+        assert!(refused.retry_safe());
+        let timeout = Error::Attempt(AttemptError::Head {
+            e: HeadError::Timeout,
+            untaken: false,
+        });
+        assert_eq!(timeout.kind().status(), 504);
+        assert!(!timeout.retry_safe());
+        // Closed before answering on a connection that served before: its
+        // body is at hand, so it may go again.
+        let closed = Error::Attempt(AttemptError::Head {
+            e: HeadError::ClosedEarly,
+            untaken: true,
+        });
+        assert!(closed.retry_safe());
+        let none = Error::Unavailable(ErrorKind::NoHealthyEndpoint);
+        assert!(none.retry_safe());
+        assert_eq!(none.kind().status(), 503);
+        assert_eq!(Error::Request.side(), Side::Internal);
+        assert!(!Error::Body.retry_safe());
     }
 }

@@ -33,7 +33,7 @@ use crate::upstream::attempt::{
 use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::upstream::endpoint::{EndpointState, Permit};
-use crate::upstream::failure::{AttemptError, Side};
+use crate::upstream::failure::{AttemptError, Error, Side};
 use crate::upstream::head::{
     early_response, h2_request_head, head_grpc_status, read_response_head, write_request_head,
     write_response_head, Forwarded, HeadError,
@@ -287,6 +287,12 @@ impl<'s> Attempts<'s> {
         (self.ep, self.admit) = switch_to(self.service, i);
         true
     }
+
+    /// The endpoint that answered (its place in the service) and its
+    /// in-flight slot, held until the response is read.
+    pub(super) fn answered(self) -> (usize, &'s EndpointState, Permit<'s>) {
+        (self.index, self.ep, self.permit)
+    }
 }
 
 /// The first attempt's endpoint, with its in-flight slot and its circuit's
@@ -435,6 +441,51 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         Err(Stopped::Failed(e)) => return answer_failed(&call, down, at.ep, e, bufs).await,
     };
     relay(&call, down, at, up, sent_at, bufs).await
+}
+
+/// A request the gateway made itself (the internal client,
+/// [`super::client`]), its head laid out in `bufs` with its whole body
+/// after it, as a client's would be: through the same steps as a client's
+/// request ([`first`], [`prepare`], [`attempts`]: the balancer, the pools,
+/// retries and their budget, the circuits, the deadlines and the
+/// endpoint's metrics) to a response head in `bufs.res`. It carries no
+/// `X-Forwarded-*` of its own, and a request without an authority (its
+/// `Host` the endpoint's name) is not sent to another endpoint.
+pub(super) async fn send_made<'s>(
+    worker: &Worker,
+    snap: &'s Snapshot,
+    service: &'s ServiceRt,
+    target: &Target,
+    started: Instant,
+    bufs: &mut Bufs,
+) -> Result<(Attempts<'s>, Stream, Instant), Error> {
+    let client = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    let mut at = first(service, client, target, bufs, started)
+        .await
+        .map_err(|(kind, _)| Error::Unavailable(kind))?;
+    let plan = prepare(None, service, target, 0, at.ep, false, bufs);
+    debug_assert!(
+        plan.replayable,
+        "a request made in the gateway has its body at hand"
+    );
+    let mut call = Call {
+        worker,
+        down: None,
+        snap,
+        service,
+        started,
+        bytes_in: plan.bytes_in,
+        plan,
+        close_req: false,
+        body: bufs.req_framing.body,
+        body_cut: false,
+    };
+    match attempts(&mut call, &mut at, bufs).await {
+        Ok((up, sent_at)) => Ok((at, up, sent_at)),
+        Err(Stopped::Failed(e)) => Err(Error::Attempt(e)),
+        // Only a call whose body streams runs both ways at once.
+        Err(Stopped::Ended(_)) => Err(Error::Attempt(AttemptError::Downstream)),
+    }
 }
 
 /// Answers the client for a request whose last attempt failed (nothing,
