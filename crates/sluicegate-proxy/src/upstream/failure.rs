@@ -104,6 +104,8 @@ pub(crate) enum Error {
     /// The response body failed after its head: the upstream closed,
     /// stalled or sent a malformed body.
     Body,
+    /// The response body is longer than its reader takes.
+    TooLarge,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -112,7 +114,7 @@ impl Error {
         match self {
             Error::Request => Side::Internal,
             Error::Attempt(e) => e.side(),
-            Error::Unavailable(_) | Error::Body => Side::Upstream,
+            Error::Unavailable(_) | Error::Body | Error::TooLarge => Side::Upstream,
         }
     }
 
@@ -121,7 +123,7 @@ impl Error {
         match self {
             Error::Unavailable(kind) => *kind,
             Error::Attempt(e) => e.kind(),
-            Error::Request | Error::Body => ErrorKind::UpstreamFailed,
+            Error::Request | Error::Body | Error::TooLarge => ErrorKind::UpstreamFailed,
         }
     }
 
@@ -131,7 +133,7 @@ impl Error {
         match self {
             Error::Unavailable(_) => true,
             Error::Attempt(e) => e.unprocessed(true),
-            Error::Request | Error::Body => false,
+            Error::Request | Error::Body | Error::TooLarge => false,
         }
     }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 
 use super::{send, Error, Event, Response};
+use crate::proto::http2::exchange::Exchange;
 use crate::runtime::worker::Worker;
 use crate::snapshot::Shared;
 use crate::transport::duplex;
@@ -21,6 +22,7 @@ use crate::transport::io::write_all;
 use crate::transport::stream::Stream;
 use crate::upstream::dial::in_memory;
 use crate::upstream::failure::{AttemptError, Side};
+use crate::upstream::held::{HeldResponse, Replay, Replayed};
 
 const A: &str = "192.0.2.1:8080";
 const B: &str = "192.0.2.2:8080";
@@ -418,5 +420,216 @@ fn an_http2_upstream_gives_its_data_then_its_trailers() {
             seen.borrow().requests(A),
             ["GET api.example /one", "GET api.example /two"]
         );
+    });
+}
+
+#[test]
+fn a_response_is_held_whole_or_refused_past_its_limit() {
+    on_worker(ONE, |worker| async move {
+        let answer = b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\nx-a: 1\r\n\r\n\
+            5\r\nhello\r\n6\r\n world\r\n0\r\nx-checksum: abc\r\n\r\n";
+        upstreams(&[(A, Upstream::Answers(answer))]);
+        let snap = worker.shared.snapshot.load();
+        let service = &snap.services[0];
+        let res = send(&worker, &snap, service, get("http://a/"))
+            .await
+            .unwrap();
+        let held = HeldResponse::read(res, 1024).await.unwrap();
+        assert_eq!(held.status, 201);
+        assert_eq!(held.fields.get("x-a").unwrap(), "1");
+        assert_eq!(held.body.concat(), b"hello world");
+        assert_eq!(held.trailers.unwrap().get("x-checksum").unwrap(), "abc");
+        let ep = &service.endpoints[0];
+        assert_eq!(ep.idle.load(Ordering::Relaxed), 1);
+        let res = send(&worker, &snap, service, get("http://a/"))
+            .await
+            .unwrap();
+        let e = HeldResponse::read(res, 8).await.unwrap_err();
+        assert!(matches!(e, Error::TooLarge), "{e:?}");
+        // Its connection was closed, not pooled.
+        assert_eq!(ep.idle.load(Ordering::Relaxed), 0);
+    });
+}
+
+/// A held response of `hello` in two pieces, `content-type: text/plain`,
+/// and fields the replay must not pass on as held.
+fn hello(trailers: bool) -> HeldResponse {
+    let mut fields = HeaderMap::new();
+    fields.insert("content-type", "text/plain".parse().unwrap());
+    fields.insert("connection", "keep-alive".parse().unwrap());
+    fields.insert("content-length", "99".parse().unwrap());
+    HeldResponse {
+        status: 200,
+        fields,
+        body: vec![
+            Bytes::from_static(b"hel"),
+            Bytes::new(),
+            Bytes::from_static(b"lo"),
+        ],
+        trailers: trailers.then(|| {
+            let mut t = HeaderMap::new();
+            t.insert("x-sum", "5".parse().unwrap());
+            t
+        }),
+    }
+}
+
+/// Replays `held` to an HTTP/1.x client (`minor`, HEAD or not, closing
+/// or not) over the in-memory pipe: what the client read, and what the
+/// replay said.
+async fn replay_h1(
+    worker: &Worker,
+    held: &HeldResponse,
+    minor: u8,
+    is_head: bool,
+    close: bool,
+) -> (String, Replayed) {
+    let (ours, theirs) = duplex::pair();
+    let how = Replay {
+        deadlines: &worker.deadlines,
+        write_timeout: std::time::Duration::from_secs(1),
+        is_head,
+        client_minor: minor,
+        close,
+    };
+    let ours = Stream::Duplex(ours);
+    let replayed = held.replay(&ours, how, &mut Vec::new()).await.unwrap();
+    drop(ours);
+    let (theirs, mut got) = (Stream::Duplex(theirs), Vec::new());
+    let mut piece = [0u8; 4096];
+    while let Ok(n @ 1..) = theirs.try_recv(&mut piece) {
+        got.extend_from_slice(&piece[..n]);
+    }
+    (String::from_utf8(got).unwrap(), replayed)
+}
+
+#[test]
+fn a_held_response_is_replayed_to_http1_clients() {
+    on_worker(ONE, |worker| async move {
+        let w = &worker;
+        let whole = hello(false);
+        let (text, r) = replay_h1(w, &whole, 1, false, false).await;
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nhello"
+        );
+        assert_eq!((r.bytes, r.close), (5, false));
+        // With trailers: chunked, the trailers after the last chunk.
+        let (text, r) = replay_h1(w, &hello(true), 1, false, false).await;
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n\
+             3\r\nhel\r\n2\r\nlo\r\n0\r\nx-sum: 5\r\n\r\n"
+        );
+        assert_eq!((r.bytes, r.close), (5, false));
+        // To HTTP/1.0: no chunks, so until the close, trailers dropped.
+        let (text, r) = replay_h1(w, &hello(true), 0, false, false).await;
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\nhello"
+        );
+        assert!(r.close);
+        let (text, _) = replay_h1(w, &whole, 0, false, false).await;
+        assert!(text.contains("\r\ncontent-length: 5\r\nconnection: keep-alive\r\n\r\nhello"));
+        // HEAD: the head alone; a closing connection says so.
+        let (text, r) = replay_h1(w, &whole, 1, true, true).await;
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\
+             connection: close\r\n\r\n"
+        );
+        assert_eq!((r.bytes, r.close), (0, true));
+        // A 304 has no body, whatever is held.
+        let not_modified = HeldResponse {
+            status: 304,
+            ..hello(false)
+        };
+        let (text, _) = replay_h1(w, &not_modified, 1, false, false).await;
+        assert_eq!(
+            text,
+            "HTTP/1.1 304 Not Modified\r\ncontent-type: text/plain\r\n\r\n"
+        );
+        // A large body in large pieces: each goes as it is.
+        let big = HeldResponse {
+            body: vec![
+                Bytes::from(vec![b'x'; 40_000]),
+                Bytes::from(vec![b'y'; 40_000]),
+            ],
+            ..hello(false)
+        };
+        let (text, r) = replay_h1(w, &big, 1, false, false).await;
+        let body = text.split_once("\r\n\r\n").unwrap().1;
+        assert!(text.contains("\r\ncontent-length: 80000\r\n"));
+        assert_eq!((body.len(), r.bytes), (80_000, 80_000));
+        assert!(body.starts_with('x') && body.ends_with('y'));
+    });
+}
+
+/// Replays `held` to an HTTP/2 client's stream (the `h2` crate's client
+/// and server over the in-memory pipe, the gateway's side an
+/// [`Exchange`]): the head, data and trailers the client read.
+async fn replay_h2(
+    worker: &Worker,
+    held: &HeldResponse,
+) -> (http::response::Parts, Vec<u8>, Option<HeaderMap>) {
+    let (c, s) = duplex::pair();
+    let client = tokio::task::spawn_local(async move {
+        let io = H2Io::client(Stream::Duplex(c), Flood::default());
+        let (mut send, conn) = h2::client::handshake(io).await.unwrap();
+        tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        });
+        let req = http::Request::get("http://a.example/").body(()).unwrap();
+        let (res, _) = send.send_request(req, true).unwrap();
+        let (parts, mut body) = res.await.unwrap().into_parts();
+        let mut data = Vec::new();
+        while let Some(d) = body.data().await {
+            let d = d.unwrap();
+            body.flow_control().release_capacity(d.len()).unwrap();
+            data.extend_from_slice(&d);
+        }
+        (parts, data, body.trailers().await.unwrap())
+    });
+    let io = H2Io::new(Stream::Duplex(s), Vec::new(), Flood::default());
+    let mut conn = h2::server::handshake(io).await.unwrap();
+    let (req, respond) = conn.accept().await.unwrap().unwrap();
+    tokio::task::spawn_local(async move { while conn.accept().await.is_some() {} });
+    let x = Exchange::new(req.into_body(), respond, false, Vec::new());
+    let stream = Stream::H2(Box::new(x));
+    let how = Replay {
+        deadlines: &worker.deadlines,
+        write_timeout: std::time::Duration::from_secs(1),
+        is_head: false,
+        client_minor: 1,
+        close: false,
+    };
+    let r = held.replay(&stream, how, &mut Vec::new()).await.unwrap();
+    drop(stream);
+    let (head, data, trailers) = client.await.unwrap();
+    // Never closes the connection; counts what went as DATA.
+    assert_eq!((r.bytes, r.close), (data.len() as u64, false));
+    (head, data, trailers)
+}
+
+#[test]
+fn a_held_response_is_replayed_to_http2_clients() {
+    on_worker(ONE, |worker| async move {
+        let (head, data, trailers) = replay_h2(&worker, &hello(false)).await;
+        assert_eq!(head.status, 200);
+        assert_eq!(head.headers.get("content-type").unwrap(), "text/plain");
+        assert_eq!(head.headers.get("content-length").unwrap(), "5");
+        assert!(head.headers.get("connection").is_none());
+        assert_eq!((data, trailers), (b"hello".to_vec(), None));
+        // With trailers: no length, the trailers end the stream.
+        let (head, data, trailers) = replay_h2(&worker, &hello(true)).await;
+        assert!(head.headers.get("content-length").is_none());
+        assert_eq!(data, b"hello");
+        assert_eq!(trailers.unwrap().get("x-sum").unwrap(), "5");
+        let empty = HeldResponse {
+            status: 204,
+            ..hello(false)
+        };
+        let (head, data, _) = replay_h2(&worker, &empty).await;
+        assert_eq!((head.status.as_u16(), data.len()), (204, 0));
     });
 }
