@@ -1,11 +1,14 @@
 //! One attempt's helpers for [`super::forward`]: a clean pooled
 //! connection, what a failed connect costs and how it is logged, the
-//! endpoint's circuit verdict on an attempt, and the endpoint a retry goes
-//! to (within the attempts, the deadline and the retry budget).
+//! endpoint's circuit verdict on an attempt, the endpoint a retry goes
+//! to (within the attempts, the deadline and the retry budget), the
+//! endpoint's response time once a head came, and the connection back to
+//! the pool once its response was read.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::runtime::worker::Worker;
+use crate::runtime::worker::{Bufs, Worker};
 use crate::snapshot::ServiceRt;
 use crate::transport::stream::Stream;
 use crate::upstream::breaker::Admit;
@@ -28,6 +31,58 @@ pub(super) fn take_pooled(worker: &Worker, ep: &EndpointState, started: Instant)
             return Some(s);
         }
     }
+}
+
+/// Records that a response head came from `ep` for a request sent at
+/// `sent_at`: its response time, and its latency average when the
+/// service's balancer reads it. When it came, and the microseconds it
+/// took.
+pub(super) fn head_came(
+    service: &ServiceRt,
+    ep: &EndpointState,
+    sent_at: Instant,
+) -> (Instant, u64) {
+    let head_at = Instant::now();
+    let upstream_us = head_at.duration_since(sent_at).as_micros() as u64;
+    ep.response_time.observe(upstream_us);
+    if service.balancer.reads_latency() {
+        ep.ewma.observe(epoch_us(head_at), upstream_us as f64);
+    }
+    (head_at, upstream_us)
+}
+
+/// Microseconds from a process-wide origin to `now`.
+fn epoch_us(now: Instant) -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
+        .as_micros() as u64
+}
+
+/// Puts `up` back into the worker's pool once its response (head in
+/// `bufs`, came at `head_at`, `body` bytes of body) was read to its end,
+/// when it is clean: the upstream did not say it closes, nothing came past
+/// the response, and it is a connection, not an HTTP/2 stream. Kept for
+/// the service's idle timeout from the head.
+pub(super) fn pool_back(
+    worker: &Worker,
+    service: &ServiceRt,
+    index: usize,
+    up: Stream,
+    bufs: &Bufs,
+    head_at: Instant,
+    body: u64,
+) {
+    if bufs.res_framing.close || !bufs.upb.is_empty() || !up.poolable() {
+        return;
+    }
+    let expires = head_at + service.timeouts.idle;
+    let ep = &service.endpoints[index];
+    // Not after a 204, 304 or HEAD (see the pool's rule).
+    let framing = bufs.res_framing.body;
+    worker
+        .pool
+        .borrow_mut()
+        .put(ep, up, expires, ep.max, framing, body);
 }
 
 /// A failed connect that cost the endpoint nothing (refused, or no route

@@ -436,22 +436,28 @@ async fn end_stream_body(
         return Ok(());
     }
     bufs.out.clear();
-    match trailers.filter(|t| !t.is_empty()) {
-        None => bufs.out.extend_from_slice(LAST_CHUNK),
-        Some(t) => {
-            bufs.out.extend_from_slice(b"0\r\n");
-            for (name, value) in &t {
-                bufs.out.extend_from_slice(name.as_str().as_bytes());
-                bufs.out.extend_from_slice(b": ");
-                bufs.out.extend_from_slice(value.as_bytes());
-                bufs.out.extend_from_slice(b"\r\n");
-            }
-            bufs.out.extend_from_slice(b"\r\n");
-        }
-    }
+    write_last_chunk(&mut bufs.out, trailers.as_ref());
     let r = write_all_by(down.client, &bufs.out, wait).await;
     bufs.out.clear();
     r
+}
+
+/// Appends the last chunk of a chunked body, with `trailers` as its
+/// trailer fields when there are some.
+pub(crate) fn write_last_chunk(out: &mut Vec<u8>, trailers: Option<&http::HeaderMap>) {
+    match trailers.filter(|t| !t.is_empty()) {
+        None => out.extend_from_slice(LAST_CHUNK),
+        Some(t) => {
+            out.extend_from_slice(b"0\r\n");
+            for (name, value) in t {
+                out.extend_from_slice(name.as_str().as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"\r\n");
+        }
+    }
 }
 
 /// The `grpc-status` among header field lines (`name: value` CRLF).

@@ -1,5 +1,6 @@
 //! A new connection to an endpoint: TCP, then TLS when the service speaks
-//! it to its endpoints.
+//! it to its endpoints. In unit tests, a thread may have its connects
+//! answered in memory instead ([`in_memory`]).
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,10 @@ pub(crate) async fn connect_stream(
     service: &ServiceRt,
     timeout: Duration,
 ) -> std::io::Result<Stream> {
+    #[cfg(test)]
+    if let Some(s) = tests::dial(ep.addr) {
+        return s;
+    }
     let deadline = Instant::now() + timeout;
     let s = tokio::time::timeout(timeout, TcpStream::connect(ep.addr))
         .await
@@ -30,4 +35,34 @@ pub(crate) async fn connect_stream(
     let name = tls.server_name(&ep.name).map_err(std::io::Error::other)?;
     let s = TlsStream::connect(s, tls.config.clone(), name, dl.at(deadline)).await?;
     Ok(Stream::Tls(Box::new(s)))
+}
+
+#[cfg(test)]
+pub(crate) use tests::in_memory;
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::net::SocketAddr;
+
+    use crate::transport::stream::Stream;
+
+    /// How a test answers a connect to an address: a stream (one end of
+    /// an in-memory pipe, say) or the connect's error.
+    type Dialer = Box<dyn Fn(SocketAddr) -> std::io::Result<Stream>>;
+
+    thread_local! {
+        static DIALER: RefCell<Option<Dialer>> = const { RefCell::new(None) };
+    }
+
+    /// Answers this thread's connects with `dial` from now on, in place
+    /// of sockets (a test's worker and its runtime run on its thread).
+    pub(crate) fn in_memory(dial: impl Fn(SocketAddr) -> std::io::Result<Stream> + 'static) {
+        DIALER.with(|d| *d.borrow_mut() = Some(Box::new(dial)));
+    }
+
+    /// The connect's result from this thread's dialer, when it has one.
+    pub(super) fn dial(addr: SocketAddr) -> Option<std::io::Result<Stream>> {
+        DIALER.with(|d| d.borrow().as_ref().map(|dial| dial(addr)))
+    }
 }

@@ -167,7 +167,8 @@ async fn answer(
     let sent_at = Instant::now();
     let head = read_response_head(
         up,
-        c.down,
+        c.down.worker,
+        Some(c.down),
         bufs,
         c.is_head,
         c.client_minor,

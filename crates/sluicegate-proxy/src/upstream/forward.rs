@@ -17,22 +17,23 @@
 //! `upstream_head`'s, the bodies `body`'s.
 
 use std::net::IpAddr;
-use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::proto::codec::BodyKind;
 use crate::proto::response::ErrorKind;
 use crate::route::target::Target;
-use crate::runtime::worker::{Bufs, Downstream};
+use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
 use crate::upstream::attempt::{
-    connect_failed, cost_nothing, retry_endpoint, switch_to, take_pooled, time_left, Verdict,
+    connect_failed, cost_nothing, head_came, pool_back, retry_endpoint, switch_to, take_pooled,
+    time_left, Verdict,
 };
 use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
 use crate::upstream::endpoint::{EndpointState, Permit};
+use crate::upstream::failure::{AttemptError, Error, Side};
 use crate::upstream::head::{
     early_response, h2_request_head, head_grpc_status, read_response_head, write_request_head,
     write_response_head, Forwarded, HeadError,
@@ -66,12 +67,6 @@ pub struct Request<'a, 's> {
     pub upgrade: &'s [Box<str>],
 }
 
-/// Microseconds from a process-wide origin to `now`.
-fn epoch_us(now: Instant) -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    now.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
-        .as_micros() as u64
-}
 /// The endpoint for a request: the balancer's pick among the endpoints in
 /// rotation; when none is, one only ejected after failed connects (a lone
 /// endpoint that restarted is back with its first good connect); `None`
@@ -130,7 +125,7 @@ struct Plan {
 /// bytes that already arrived with it, and takes both out of `bufs.inb`.
 #[inline]
 fn prepare(
-    down: &Downstream<'_>,
+    forwarded: Option<Forwarded<'_>>,
     service: &ServiceRt,
     target: &Target,
     strip: usize,
@@ -148,12 +143,6 @@ fn prepare(
         b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
     );
     let is_head = method == b"HEAD";
-    let forwarded = || {
-        service.forwarded_headers.then_some(Forwarded {
-            client: down.peer_ip,
-            https: down.https,
-        })
-    };
     let h2 = if service.protocol.http2() {
         h2_request_head(
             raw,
@@ -161,7 +150,7 @@ fn prepare(
             framing.len,
             target,
             strip,
-            forwarded(),
+            forwarded,
             ep,
             &bufs.edits,
             &bufs.ids,
@@ -185,7 +174,7 @@ fn prepare(
             &framing,
             target,
             strip,
-            forwarded(),
+            forwarded,
             ep,
             &bufs.edits,
             &bufs.ids,
@@ -262,87 +251,10 @@ async fn send_head(
     Ok(())
 }
 
-/// Where an attempt failed, and what that leaves a retry: the one place
-/// that maps a failure to the answer's kind (status and gRPC status, by
-/// [`ErrorKind`]) and says whether the request may go again.
-#[derive(Debug)]
-enum AttemptError {
-    /// No connection (or stream) could be had: nothing was sent, so any
-    /// request may go to another endpoint.
-    Connect(std::io::Error),
-    /// The upstream took none of it: a pooled connection closed before
-    /// it took the head, or an HTTP/2 stream refused unprocessed. The
-    /// same request may go again, on a fresh connection or stream.
-    NotTaken,
-    /// The head (and the body at hand) could not be written.
-    Write,
-    /// The head could not be encoded for the upstream's protocol.
-    Encode,
-    /// The client failed while its body was read (gone, stalled), or did
-    /// not take the `100 Continue`.
-    Downstream,
-    /// The client's body was malformed or over the limit.
-    Request(ErrorKind),
-    /// The upstream failed while the body went to it.
-    UpstreamBody,
-    /// No response head: why (closed, timed out, invalid); `untaken`:
-    /// closed before answering on a connection that served before (or a
-    /// stream refused), so it did not process the request.
-    Head { e: HeadError, untaken: bool },
-}
-
-/// Where a failure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    /// The client.
-    Downstream,
-    /// The upstream.
-    Upstream,
-    /// The gateway itself (a head it could not encode).
-    Internal,
-}
-
-impl AttemptError {
-    fn side(&self) -> Side {
-        match self {
-            AttemptError::Downstream | AttemptError::Request(_) => Side::Downstream,
-            AttemptError::Encode => Side::Internal,
-            _ => Side::Upstream,
-        }
-    }
-
-    /// The answer's kind.
-    fn kind(&self) -> ErrorKind {
-        match self {
-            AttemptError::Request(kind) => *kind,
-            AttemptError::Downstream => ErrorKind::BadRequest,
-            AttemptError::Head {
-                e: HeadError::Timeout,
-                ..
-            } => ErrorKind::UpstreamTimeout,
-            _ => ErrorKind::UpstreamFailed,
-        }
-    }
-
-    /// Whether nothing of the request was processed upstream, so that
-    /// sending it again is safe whatever its method (`at_hand`: the whole
-    /// request is still in the buffers).
-    fn unprocessed(&self, at_hand: bool) -> bool {
-        match self {
-            AttemptError::Connect(_) | AttemptError::NotTaken => true,
-            AttemptError::Head {
-                e: HeadError::ClosedEarly,
-                untaken: true,
-            } => at_hand,
-            _ => false,
-        }
-    }
-}
-
 /// The attempt loop's state: the endpoint tried now, its in-flight slot
 /// and circuit verdict, what was tried, and the request's deadline for a
 /// response head.
-struct Attempts<'s> {
+pub(super) struct Attempts<'s> {
     service: &'s ServiceRt,
     index: usize,
     ep: &'s EndpointState,
@@ -375,12 +287,68 @@ impl<'s> Attempts<'s> {
         (self.ep, self.admit) = switch_to(self.service, i);
         true
     }
+
+    /// The endpoint that answered (its place in the service) and its
+    /// in-flight slot, held until the response is read.
+    pub(super) fn answered(self) -> (usize, &'s EndpointState, Permit<'s>) {
+        (self.index, self.ep, self.permit)
+    }
+}
+
+/// The first attempt's endpoint, with its in-flight slot and its circuit's
+/// verdict, for a request started at `started` from `client`: the
+/// balancer's pick ([`choose`]). Refused with the answer's kind (and the
+/// endpoint, when one was picked) when every endpoint is down (shed at
+/// once, never queued) or the one picked frees no slot in time.
+async fn first<'s>(
+    service: &'s ServiceRt,
+    client: IpAddr,
+    target: &Target,
+    bufs: &Bufs,
+    started: Instant,
+) -> Result<Attempts<'s>, (ErrorKind, Option<&'s EndpointState>)> {
+    let Some(index) = choose(service, client, target, bufs) else {
+        return Err((ErrorKind::NoHealthyEndpoint, None));
+    };
+    let ep: &'s EndpointState = &service.endpoints[index];
+    // Every attempt must have the response head by then (sooner when a
+    // gRPC client's own deadline says so).
+    let limit = match bufs.grpc_timeout {
+        Some(t) => t.min(service.timeouts.request),
+        None => service.timeouts.request,
+    };
+    let total = started + limit;
+    let wait = service.timeouts.connect.min(service.timeouts.request);
+    let Some(permit) = ep.acquire(wait).await else {
+        return Err((ErrorKind::UpstreamBusy, Some(ep)));
+    };
+    ep.requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    service.retries.deposit();
+    Ok(Attempts {
+        service,
+        index,
+        ep,
+        permit,
+        admit: Verdict::admit(ep),
+        tried: 1 << index.min(63),
+        tries: 1,
+        again: 0,
+        total,
+    })
 }
 
 /// What a request's sends share: its plan, the facts of the call, and
 /// what changes as it goes.
 struct Call<'a, 's> {
-    cx: &'a Request<'a, 's>,
+    worker: &'a Worker,
+    /// The client's connection; `None` for a request the gateway made
+    /// itself (the internal client): no 1xx goes anywhere, no `100
+    /// Continue` is owed, and its body is whole at hand, never streamed.
+    down: Option<&'a Downstream<'a>>,
+    snap: &'s Snapshot,
+    service: &'s ServiceRt,
+    started: Instant,
     plan: Plan,
     close_req: bool,
     body: BodyKind,
@@ -398,6 +366,15 @@ enum Tried<'s> {
     /// The call ran both ways at once to its end (gRPC streaming), or the
     /// client failed: its outcome.
     Ended(Outcome<'s>),
+}
+
+/// Why the attempt loop stopped without a response head.
+enum Stopped<'s> {
+    /// The call ran to its end within an attempt (gRPC both ways): its
+    /// outcome.
+    Ended(Outcome<'s>),
+    /// The last attempt failed, and no retry was allowed or left.
+    Failed(AttemptError),
 }
 
 pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
@@ -430,43 +407,28 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
             return fail_unsent((down, snap), bufs, ErrorKind::BodyTooLarge, true).await;
         }
     }
-    let Some(index) = choose(service, cx.client, cx.target, bufs) else {
-        // Every endpoint is down: shed at once, never queue.
-        let close = close_req || body_pending;
-        return fail_unsent((down, snap), bufs, ErrorKind::NoHealthyEndpoint, close).await;
+    let mut at = match first(service, cx.client, cx.target, bufs, cx.started).await {
+        Ok(at) => at,
+        Err((kind, ep)) => {
+            let close = close_req || body_pending;
+            let mut o = fail_unsent((down, snap), bufs, kind, close).await;
+            o.endpoint = ep;
+            return o;
+        }
     };
-    let ep: &'s EndpointState = &service.endpoints[index];
-    // Every attempt must have the response head by then (sooner when a
-    // gRPC client's own deadline says so).
-    let limit = match bufs.grpc_timeout {
-        Some(t) => t.min(service.timeouts.request),
-        None => service.timeouts.request,
-    };
-    let total = cx.started + limit;
-    let wait = service.timeouts.connect.min(service.timeouts.request);
-    let Some(permit) = ep.acquire(wait).await else {
-        let close = close_req || body_pending;
-        let mut o = fail_unsent((down, snap), bufs, ErrorKind::UpstreamBusy, close).await;
-        o.endpoint = Some(ep);
-        return o;
-    };
-    ep.requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    service.retries.deposit();
-    let mut at = Attempts {
-        service,
-        index,
-        ep,
-        permit,
-        admit: Verdict::admit(ep),
-        tried: 1 << index.min(63),
-        tries: 1,
-        again: 0,
-        total,
-    };
-    let plan = prepare(down, service, cx.target, cx.strip, ep, upgrading, bufs);
+    let forwarded = service.forwarded_headers.then_some(Forwarded {
+        client: down.peer_ip,
+        https: down.https,
+    });
+    let plan = prepare(
+        forwarded, service, cx.target, cx.strip, at.ep, upgrading, bufs,
+    );
     let mut call = Call {
-        cx: &cx,
+        worker,
+        down: Some(down),
+        snap,
+        service,
+        started: cx.started,
         bytes_in: plan.bytes_in,
         plan,
         close_req,
@@ -475,9 +437,83 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     };
     let (up, sent_at) = match attempts(&mut call, &mut at, bufs).await {
         Ok(sent) => sent,
-        Err(o) => return o,
+        Err(Stopped::Ended(o)) => return o,
+        Err(Stopped::Failed(e)) => return answer_failed(&call, down, at.ep, e, bufs).await,
     };
-    relay(&call, at, up, sent_at, bufs).await
+    relay(&call, down, at, up, sent_at, bufs).await
+}
+
+/// A request the gateway made itself (the internal client,
+/// [`super::client`]), its head laid out in `bufs` with its whole body
+/// after it, as a client's would be: through the same steps as a client's
+/// request ([`first`], [`prepare`], [`attempts`]: the balancer, the pools,
+/// retries and their budget, the circuits, the deadlines and the
+/// endpoint's metrics) to a response head in `bufs.res`. It carries no
+/// `X-Forwarded-*` of its own, and a request without an authority (its
+/// `Host` the endpoint's name) is not sent to another endpoint.
+pub(super) async fn send_made<'s>(
+    worker: &Worker,
+    snap: &'s Snapshot,
+    service: &'s ServiceRt,
+    target: &Target,
+    started: Instant,
+    bufs: &mut Bufs,
+) -> Result<(Attempts<'s>, Stream, Instant), Error> {
+    let client = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    let mut at = first(service, client, target, bufs, started)
+        .await
+        .map_err(|(kind, _)| Error::Unavailable(kind))?;
+    let plan = prepare(None, service, target, 0, at.ep, false, bufs);
+    debug_assert!(
+        plan.replayable,
+        "a request made in the gateway has its body at hand"
+    );
+    let mut call = Call {
+        worker,
+        down: None,
+        snap,
+        service,
+        started,
+        bytes_in: plan.bytes_in,
+        plan,
+        close_req: false,
+        body: bufs.req_framing.body,
+        body_cut: false,
+    };
+    match attempts(&mut call, &mut at, bufs).await {
+        Ok((up, sent_at)) => Ok((at, up, sent_at)),
+        Err(Stopped::Failed(e)) => Err(Error::Attempt(e)),
+        // Only a call whose body streams runs both ways at once.
+        Err(Stopped::Ended(_)) => Err(Error::Attempt(AttemptError::Downstream)),
+    }
+}
+
+/// Answers the client for a request whose last attempt failed (nothing,
+/// when the client itself failed), closing the connection when the
+/// request's body may still be coming.
+async fn answer_failed<'s>(
+    call: &Call<'_, 's>,
+    down: &Downstream<'_>,
+    ep: &'s EndpointState,
+    failed: AttemptError,
+    bufs: &mut Bufs,
+) -> Outcome<'s> {
+    if let AttemptError::Downstream = failed {
+        // The client is gone or stalled: nothing to answer.
+        return Outcome::local(400, 0, true);
+    }
+    let plan = &call.plan;
+    let close = match failed {
+        AttemptError::Connect(_)
+        | AttemptError::NotTaken
+        | AttemptError::Write
+        | AttemptError::Encode => call.close_req || plan.remaining > 0 || plan.chunked,
+        AttemptError::Head { .. } => call.close_req,
+        _ => true,
+    };
+    let mut o = fail((down, call.snap), bufs, failed.kind(), close).await;
+    o.endpoint = Some(ep);
+    o
 }
 
 /// The attempt loop: one attempt after another (the same endpoint again
@@ -487,12 +523,11 @@ async fn attempts<'s>(
     call: &mut Call<'_, 's>,
     at: &mut Attempts<'s>,
     bufs: &mut Bufs,
-) -> Result<(Stream, Instant), Outcome<'s>> {
-    let (down, snap, service) = (call.cx.down, call.cx.snap, call.cx.service);
-    let r = &service.retries.settings;
+) -> Result<(Stream, Instant), Stopped<'s>> {
+    let r = &call.service.retries.settings;
     loop {
         let failed = match attempt(call, at, bufs).await {
-            Ok(Tried::Ended(o)) => return Err(o),
+            Ok(Tried::Ended(o)) => return Err(Stopped::Ended(o)),
             Ok(Tried::Head(up, sent_at)) => {
                 let status = bufs.res.status;
                 let plan = &call.plan;
@@ -544,23 +579,11 @@ async fn attempts<'s>(
         if allowed && may && at.elsewhere(free) {
             continue;
         }
-        if let AttemptError::Downstream = failed {
-            // The client is gone or stalled: nothing to answer.
-            return Err(Outcome::local(400, 0, true));
+        if !matches!(failed, AttemptError::Downstream) {
+            let status = failed.kind().status();
+            tracing::debug!(endpoint = %at.ep.name, status, side = ?failed.side(), "attempt failed");
         }
-        let close = match failed {
-            AttemptError::Connect(_)
-            | AttemptError::NotTaken
-            | AttemptError::Write
-            | AttemptError::Encode => call.close_req || plan.remaining > 0 || plan.chunked,
-            AttemptError::Head { .. } => call.close_req,
-            _ => true,
-        };
-        let kind = failed.kind();
-        tracing::debug!(endpoint = %at.ep.name, status = kind.status(), side = ?failed.side(), "attempt failed");
-        let mut o = fail((down, snap), bufs, kind, close).await;
-        o.endpoint = Some(at.ep);
-        return Err(o);
+        return Err(Stopped::Failed(failed));
     }
 }
 
@@ -573,14 +596,13 @@ async fn attempt<'s>(
     at: &mut Attempts<'s>,
     bufs: &mut Bufs,
 ) -> Result<Tried<'s>, AttemptError> {
-    let (down, snap, service) = (call.cx.down, call.cx.snap, call.cx.service);
-    let worker = down.worker;
+    let (worker, snap, service) = (call.worker, call.snap, call.service);
     let ep = at.ep;
     bufs.upb.clear();
     // A send after a pooled connection failed takes a fresh one: the next
     // pooled one may have been closed by the upstream just the same.
     let pooled = if at.again == 0 {
-        take_pooled(worker, ep, call.cx.started)
+        take_pooled(worker, ep, call.started)
     } else {
         None
     };
@@ -602,17 +624,20 @@ async fn attempt<'s>(
     };
     let plan = &mut call.plan;
     if !plan.sent_continue && call.body != BodyKind::None {
+        // Owed only to a client (one whose request asked for it).
         plan.sent_continue = true;
-        let deadline = Instant::now() + snap.timeouts.client_write;
-        if let Err(e) = write_all_by(
-            down.client,
-            b"HTTP/1.1 100 Continue\r\n\r\n",
-            worker.until(deadline),
-        )
-        .await
-        {
-            client_write_failed(worker, &e);
-            return Err(AttemptError::Downstream);
+        if let Some(down) = call.down {
+            let deadline = Instant::now() + snap.timeouts.client_write;
+            if let Err(e) = write_all_by(
+                down.client,
+                b"HTTP/1.1 100 Continue\r\n\r\n",
+                worker.until(deadline),
+            )
+            .await
+            {
+                client_write_failed(worker, &e);
+                return Err(AttemptError::Downstream);
+            }
         }
     }
     let streams = plan.chunked || plan.remaining > 0;
@@ -632,7 +657,12 @@ async fn attempt<'s>(
             AttemptError::Write
         });
     }
-    if !plan.replayable && bufs.grpc {
+    let down = call.down;
+    if down.is_none() && !plan.replayable {
+        // Only a client's body streams: one made in the gateway is at hand.
+        return Err(AttemptError::Downstream);
+    }
+    if let (false, true, Some(down)) = (plan.replayable, bufs.grpc, down) {
         // A gRPC call whose request streams: both ways at once.
         let duplex = duplex::Call {
             down,
@@ -650,7 +680,7 @@ async fn attempt<'s>(
             duplex::run(duplex, up, &mut at.admit, bufs).await,
         ));
     }
-    if !plan.replayable {
+    if let (false, Some(down)) = (plan.replayable, down) {
         // Stream the body while watching the upstream: one that answers
         // early (say 413) gets its answer relayed at once, and the rest
         // of the body is not sent.
@@ -680,7 +710,8 @@ async fn attempt<'s>(
     let sent_at = Instant::now();
     let deadline = (sent_at + service.timeouts.response_header).min(at.total);
     let (is_head, minor, upgrading) = (plan.is_head, plan.client_minor, plan.upgrading);
-    match read_response_head(&up, down, bufs, is_head, minor, deadline, upgrading).await {
+    let read = read_response_head(&up, worker, down, bufs, is_head, minor, deadline, upgrading);
+    match read.await {
         Ok(()) => {
             let status = bufs.res.status;
             if ep.breaker.counts_status(status) {
@@ -709,13 +740,13 @@ async fn attempt<'s>(
 /// when it is clean.
 async fn relay<'s>(
     call: &Call<'_, 's>,
+    down: &Downstream<'_>,
     at: Attempts<'s>,
     up: Stream,
     sent_at: Instant,
     bufs: &mut Bufs,
 ) -> Outcome<'s> {
-    let (down, snap, service) = (call.cx.down, call.cx.snap, call.cx.service);
-    let worker = down.worker;
+    let (worker, snap, service) = (call.worker, call.snap, call.service);
     let Attempts {
         index,
         ep,
@@ -724,12 +755,7 @@ async fn relay<'s>(
         ..
     } = at;
     let (bytes_in, body_cut, client_minor) = (call.bytes_in, call.body_cut, call.plan.client_minor);
-    let head_at = Instant::now();
-    let upstream_us = head_at.duration_since(sent_at).as_micros() as u64;
-    ep.response_time.observe(upstream_us);
-    if service.balancer.reads_latency() {
-        ep.ewma.observe(epoch_us(head_at), upstream_us as f64);
-    }
+    let (head_at, upstream_us) = head_came(service, ep, sent_at);
     let status = bufs.res.status;
     if status == 101 {
         // The upstream switched: a tunnel until either side is done, run by
@@ -782,14 +808,8 @@ async fn relay<'s>(
     match relay {
         Ok(n) => {
             outcome.bytes_out = n;
-            if !bufs.res_framing.close && !body_cut && bufs.upb.is_empty() && up.poolable() {
-                let expires = head_at + service.timeouts.idle;
-                let ep_arc = &service.endpoints[index];
-                // Not after a 204, 304 or HEAD (see the pool's rule).
-                worker
-                    .pool
-                    .borrow_mut()
-                    .put(ep_arc, up, expires, ep.max, res_body, n);
+            if !body_cut {
+                pool_back(worker, service, index, up, bufs, head_at, n);
             }
         }
         Err((_, Fault::Unsent)) => {
@@ -823,43 +843,4 @@ async fn relay<'s>(
         .await;
     }
     outcome
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failures_say_where_they_came_from_and_what_a_retry_may_do() {
-        let refused = AttemptError::Connect(std::io::ErrorKind::ConnectionRefused.into());
-        assert_eq!(refused.side(), Side::Upstream);
-        assert_eq!(refused.kind(), ErrorKind::UpstreamFailed);
-        assert!(refused.unprocessed(false));
-        let timeout = AttemptError::Head {
-            e: HeadError::Timeout,
-            untaken: false,
-        };
-        assert_eq!(timeout.kind(), ErrorKind::UpstreamTimeout);
-        assert!(!timeout.unprocessed(true));
-        // Closed before answering on a connection that served before: not
-        // processed, but safe to send again only while the request is at
-        // hand.
-        let closed = AttemptError::Head {
-            e: HeadError::ClosedEarly,
-            untaken: true,
-        };
-        assert!(closed.unprocessed(true) && !closed.unprocessed(false));
-        let fresh = AttemptError::Head {
-            e: HeadError::ClosedEarly,
-            untaken: false,
-        };
-        assert!(!fresh.unprocessed(true));
-        assert_eq!(AttemptError::Downstream.side(), Side::Downstream);
-        let big = AttemptError::Request(ErrorKind::BodyTooLarge);
-        assert_eq!((big.side(), big.kind().status()), (Side::Downstream, 413));
-        assert_eq!(AttemptError::Encode.side(), Side::Internal);
-        assert!(AttemptError::NotTaken.unprocessed(false));
-        assert!(!AttemptError::Write.unprocessed(true));
-        assert_eq!(AttemptError::UpstreamBody.kind().grpc_status(), 14);
-    }
 }

@@ -19,7 +19,8 @@ use crate::proto::http2::response::{append_field, client_fields, fill_response_h
 use crate::proto::http2::upstream::UpExchange;
 use crate::proto::response;
 use crate::route::target::Target;
-use crate::runtime::worker::{Bufs, Downstream};
+use crate::runtime::deadline::Wait;
+use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::transport::io::{write_all_by, ReadError, RecvBuf};
 use crate::upstream::endpoint::EndpointState;
 
@@ -35,6 +36,7 @@ pub(crate) enum HeadError {
 }
 
 /// What the X-Forwarded-* headers say about the client's connection.
+#[derive(Clone, Copy)]
 pub(crate) struct Forwarded<'a> {
     /// The connection's client address, appended to X-Forwarded-For.
     pub(crate) client: &'a str,
@@ -245,21 +247,29 @@ pub(crate) async fn early_response(up: &Stream, upb: &mut RecvBuf) -> bool {
 
 /// Reads the final response head into `bufs.res` (its framing into
 /// `bufs.res_framing`), relaying 1xx informational responses (other than
-/// 100) to clients that take them (HTTP/1.1 and HTTP/2, not HTTP/1.0). A `101`
-/// is final when the request asked for an upgrade (`upgrading`), and
-/// invalid otherwise.
+/// 100) to clients that take them (HTTP/1.1 and HTTP/2, not HTTP/1.0;
+/// `down`: the client's connection, none for a request the gateway made
+/// itself). A `101` is final when the request asked for an upgrade
+/// (`upgrading`), and invalid otherwise.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn read_response_head(
     up: &Stream,
-    down: &Downstream<'_>,
+    worker: &Worker,
+    down: Option<&Downstream<'_>>,
     bufs: &mut Bufs,
     is_head: bool,
     client_minor: u8,
     deadline: Instant,
     upgrading: bool,
 ) -> Result<(), HeadError> {
+    // The wait, in the client connection's own deadline slot when there
+    // is one.
+    let wait = || match down {
+        Some(d) => worker.until(deadline).in_slot(d.slot),
+        None => worker.until(deadline),
+    };
     if let Stream::H2Up(x) = up {
-        return read_h2_response_head(x, down, bufs, is_head, deadline).await;
+        return read_h2_response_head(x, wait(), bufs, is_head).await;
     }
     let mut got = false;
     loop {
@@ -283,21 +293,13 @@ pub(crate) async fn read_response_head(
                         Err(HeadError::Invalid)
                     };
                 }
-                if status != 100 && client_minor == 1 {
+                if let Some(down) = down.filter(|_| status != 100 && client_minor == 1) {
                     relay_informational(down, bufs, framing.len, deadline).await;
                 }
                 bufs.upb.consume(framing.len);
                 got = true;
             }
-            Ok(Parsed::Partial) => match bufs
-                .upb
-                .fill(
-                    up,
-                    MAX_RESPONSE_HEAD,
-                    down.worker.until(deadline).in_slot(down.slot),
-                )
-                .await
-            {
+            Ok(Parsed::Partial) => match bufs.upb.fill(up, MAX_RESPONSE_HEAD, wait()).await {
                 Ok(0) | Err(ReadError::Io(_) | ReadError::Shutdown) => {
                     return Err(if bufs.upb.is_empty() && !got {
                         HeadError::ClosedEarly
@@ -336,17 +338,11 @@ async fn relay_informational(down: &Downstream<'_>, bufs: &Bufs, len: usize, dea
 #[cold]
 async fn read_h2_response_head(
     x: &UpExchange,
-    down: &Downstream<'_>,
+    wait: Wait<'_>,
     bufs: &mut Bufs,
     is_head: bool,
-    deadline: Instant,
 ) -> Result<(), HeadError> {
-    let got = down
-        .worker
-        .until(deadline)
-        .in_slot(down.slot)
-        .bound(std::future::poll_fn(|cx| x.poll_head(cx)))
-        .await;
+    let got = wait.bound(std::future::poll_fn(|cx| x.poll_head(cx))).await;
     let head = match got {
         Ok(Ok(head)) => head,
         Ok(Err(_)) => return Err(HeadError::ClosedEarly),
