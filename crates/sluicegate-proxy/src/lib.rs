@@ -1,15 +1,21 @@
 //! Sluicegate's data plane: worker threads with their own listeners,
-//! the HTTP/1.1 codec, HTTP/2 from clients, routing, load balancing, upstream connection pools,
-//! metrics and access logging. Folders by concern, in dependency order
-//! (a folder uses those listed after it, never one before it):
-//! `runtime` (workers, listeners, deadlines), `session` (per-connection
-//! drivers), `upstream` (forwarding, pools, balancing, health), `filters`,
-//! `cluster` (global limits leased from Redis), `discovery` (endpoints
-//! re-resolved from DNS in the background) and `apps` (the request
-//! phases), `route`, `observe` (metrics, access
-//! log), `transport` (streams and socket I/O), `proto` (HTTP/1.1 codec,
-//! gateway answers, HTTP/2 streams as HTTP/1.1 messages). `snapshot` ties the runtime tables together. See
-//! `docs/architecture.md` for the request lifecycle.
+//! the protocol-neutral message model with its HTTP/1.1 codec and HTTP/2
+//! mapping, routing, load balancing, upstream connection pools and the
+//! internal client, metrics and access logging. Folders by concern, in
+//! the dependency order they are meant to keep (a folder uses those
+//! listed after it): `runtime` (workers, listeners, deadlines), `session`
+//! (per-connection drivers), `upstream` (forwarding, the internal client,
+//! pools, balancing, health), `filters`, `cluster` (global limits leased
+//! from Redis), `discovery` (endpoints re-resolved from DNS in the
+//! background) and `apps` (the request phases), `route`, `observe`
+//! (metrics, access log), `transport` (streams and socket I/O), `proto`
+//! (the message heads, the HTTP/1.1 codec, the HTTP/2 mapping, the one
+//! renderer of gateway answers). `snapshot` ties the runtime tables
+//! together. Today the first nine of these still use each other in one
+//! loop (runtime, session, upstream, filters, cluster, apps, observe,
+//! transport, snapshot): the layers test (sluicegate-testkit's
+//! `tests/layers.rs`, its `KNOWN_LOOPS`) says exactly which, and fails on
+//! any new one. See `docs/architecture.md` for the request lifecycle.
 
 pub(crate) mod apps;
 pub mod cluster;
