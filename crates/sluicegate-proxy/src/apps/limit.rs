@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sluicegate_config::{OnFailure, Plan, QuotaWindow, Scope};
 
 use crate::apps::lease::Lease;
+use crate::clock::mono_ns;
 
 /// A plan compiled for the data plane.
 #[derive(Debug, Clone)]
@@ -101,25 +102,6 @@ impl Drop for Undo<'_> {
     }
 }
 
-/// A fixed instant before any request of this process (an hour before the
-/// first call, or less on a machine up for less), so request times taken
-/// just before the first call do not saturate to zero.
-fn clock_origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(|| {
-        let now = Instant::now();
-        [3600, 60, 1]
-            .iter()
-            .find_map(|&s| now.checked_sub(Duration::from_secs(s)))
-            .unwrap_or(now)
-    })
-}
-
-/// Nanoseconds since the process's clock origin (never zero).
-pub fn mono_ns(now: Instant) -> u64 {
-    now.saturating_duration_since(clock_origin()).as_nanos() as u64 + 1
-}
-
 const COUNT_BITS: u32 = 40;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Largest quota window tag and count a state holds.
@@ -137,9 +119,9 @@ pub(crate) fn window_of(t: SystemTime, w: QuotaWindow) -> (u64, u64) {
         QuotaWindow::Day => span(86_400),
         QuotaWindow::Month => {
             let days = secs / 86_400;
-            let (y, m, _) = crate::observe::accesslog::civil_from_days(days as i64);
+            let (y, m, _) = crate::clock::calendar::civil_from_days(days as i64);
             let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-            let next = crate::observe::accesslog::days_from_civil(ny, nm, 1) as u64 * 86_400;
+            let next = crate::clock::calendar::days_from_civil(ny, nm, 1) as u64 * 86_400;
             (
                 (y as u64) * 12 + u64::from(m),
                 next.saturating_sub(secs).max(1),

@@ -110,7 +110,7 @@ pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
     let apps_called = apps.len();
     apps.sort_unstable_by(|a, b| b.requests.cmp(&a.requests).then(a.id.cmp(&b.id)));
     apps.truncate(MAX_APPS);
-    let now = crate::apps::limit::mono_ns(Instant::now());
+    let now = crate::clock::mono_ns(Instant::now());
     let mut endpoints = Vec::new();
     for svc in snap.services.iter() {
         for e in &svc.endpoints {

@@ -7,13 +7,13 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::clock::deadline::{Deadlines, OwnSlot, Wait};
 use crate::filters::Edits;
 use crate::observe::accesslog::{self, Sink};
 use crate::observe::trace::Ids;
 use crate::proto::codec::{RequestFraming, ResponseFraming};
 use crate::proto::head::{RequestHead, ResponseHead};
 use crate::runtime::busypoll::BusyPoll;
-use crate::runtime::deadline::{Deadlines, OwnSlot, Wait};
 use crate::session::parkset::ParkSet;
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;

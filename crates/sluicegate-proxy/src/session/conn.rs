@@ -19,9 +19,9 @@ use compact_str::CompactString;
 use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
 
+use crate::clock::deadline::{OwnSlot, Stop};
 use crate::proto::codec::{self, HeadError, Parsed, RequestFraming};
 use crate::proto::response::ErrorKind;
-use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::{Bufs, Worker, BUF_SIZE};
 use crate::snapshot::Snapshot;
 use crate::transport::io::ReadError;

@@ -37,7 +37,7 @@ use super::active::Active;
 use super::conn::Begin;
 use super::parkset::VACANT;
 use super::start::serve_stream;
-use crate::runtime::deadline::{OwnSlot, Stop};
+use crate::clock::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::Worker;
 use crate::transport::listener::Prepared;
 use crate::transport::stream::Stream;

@@ -19,7 +19,7 @@ use super::active::Active;
 use super::conn::{Begin, Conn, End};
 use super::parkset::ParkRefused;
 use super::tunneled;
-use crate::runtime::deadline::OwnSlot;
+use crate::clock::deadline::OwnSlot;
 use crate::runtime::worker::Worker;
 use crate::transport::listener::{prepare, ListenerRt, Prepared};
 use crate::transport::stream::Stream;

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Shared;
-use crate::apps::limit::mono_ns;
+use crate::clock::mono_ns;
 use crate::filters::RouteCounters;
 use crate::upstream::breaker::Carried;
 use crate::upstream::endpoint::EndpointState;

@@ -253,7 +253,7 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
             |e| {
                 u64::from(
                     e.breaker
-                        .is_open(crate::apps::limit::mono_ns(std::time::Instant::now())),
+                        .is_open(crate::clock::mono_ns(std::time::Instant::now())),
                 )
             },
         ),
@@ -270,7 +270,7 @@ fn render_endpoints(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)]) {
             |e| {
                 u64::from(
                     e.eject
-                        .is_ejected(crate::apps::limit::mono_ns(std::time::Instant::now())),
+                        .is_ejected(crate::clock::mono_ns(std::time::Instant::now())),
                 )
             },
         ),

@@ -3,7 +3,7 @@
 
 use std::io;
 
-use crate::runtime::deadline::{Stop, Wait};
+use crate::clock::deadline::{Stop, Wait};
 use crate::transport::stream::Stream;
 
 /// A receive buffer: bytes `start..end` are received and not yet used.

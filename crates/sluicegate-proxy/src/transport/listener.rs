@@ -19,7 +19,7 @@ use rustls::ServerConfig;
 use sluicegate_config::{ClientAuth, Config, Http2Settings, TlsVersion};
 use tokio::net::TcpStream;
 
-use crate::runtime::deadline::{Deadlines, Stop};
+use crate::clock::deadline::{Deadlines, Stop};
 use crate::transport::proxy_protocol::{self, Parsed};
 use crate::transport::stream::Stream;
 use crate::transport::tls::certs::CertSpec;

@@ -122,7 +122,7 @@ impl<'a> Verdict<'a> {
     /// Counts a failed attempt against the endpoint's circuit.
     pub(super) fn failed(&mut self, ep: &EndpointState) {
         self.pending = None;
-        let now = crate::apps::limit::mono_ns(Instant::now());
+        let now = crate::clock::mono_ns(Instant::now());
         if ep.breaker.record(self.admit, false, now) {
             tracing::warn!(service = %ep.service, endpoint = %ep.name, "circuit opened: endpoint out of rotation");
         }
@@ -168,7 +168,7 @@ pub(super) fn connect_failed(service: &ServiceRt, ep: &EndpointState, e: &std::i
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let f = ep
         .eject
-        .connect_failed(crate::apps::limit::mono_ns(Instant::now()));
+        .connect_failed(crate::clock::mono_ns(Instant::now()));
     if let Some(failures) = f.log {
         match f.ejected_for {
             Some(d) => tracing::warn!(

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use crate::transport::stream::Stream;
 
+use crate::clock::deadline::{Deadlines, Wait};
 use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
 use crate::proto::http2::exchange::trailer_map;
-use crate::runtime::deadline::{Deadlines, Wait};
 use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::transport::io::{write_all_by, RecvBuf};
 

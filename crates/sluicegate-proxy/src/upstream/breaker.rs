@@ -61,7 +61,7 @@ impl Breaker {
     }
 
     /// Whether a balancer may pick the endpoint at `now` (nanoseconds of
-    /// [`crate::apps::limit::mono_ns`]).
+    /// [`crate::clock::mono_ns`]).
     pub fn available(&self, now: u64) -> bool {
         let until = self.open_until.load(Relaxed);
         until == 0
@@ -72,7 +72,7 @@ impl Breaker {
     /// [`Breaker::available`] now.
     pub fn available_now(&self) -> bool {
         self.open_until.load(Relaxed) == 0
-            || self.available(crate::apps::limit::mono_ns(std::time::Instant::now()))
+            || self.available(crate::clock::mono_ns(std::time::Instant::now()))
     }
 
     /// [`Breaker::admit`] now: the clock is read only when the circuit has
@@ -81,7 +81,7 @@ impl Breaker {
         if self.open_until.load(Relaxed) == 0 || !self.enabled.load(Relaxed) {
             return Some(Admit::Closed);
         }
-        self.admit(crate::apps::limit::mono_ns(std::time::Instant::now()))
+        self.admit(crate::clock::mono_ns(std::time::Instant::now()))
     }
 
     /// Records a success: nothing to do (and no clock read) for a request
@@ -95,7 +95,7 @@ impl Breaker {
         self.record(
             admit,
             true,
-            crate::apps::limit::mono_ns(std::time::Instant::now()),
+            crate::clock::mono_ns(std::time::Instant::now()),
         );
     }
 
@@ -189,7 +189,7 @@ impl Breaker {
 
 /// A circuit as an upgrade carries it to the new process, with times
 /// relative to the moment it was read (the breaker's own times are
-/// [`crate::apps::limit::mono_ns`], which means nothing in another process).
+/// [`crate::clock::mono_ns`], which means nothing in another process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Carried {
     /// Open: nanoseconds left before it turns half-open (0: half-open now).

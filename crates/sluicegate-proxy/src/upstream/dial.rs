@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::runtime::deadline::Deadlines;
+use crate::clock::deadline::Deadlines;
 use crate::snapshot::ServiceRt;
 use crate::transport::stream::Stream;
 use crate::transport::tls::TlsStream;

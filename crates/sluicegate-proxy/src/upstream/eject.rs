@@ -25,7 +25,7 @@ pub struct Ejection {
     base_ns: AtomicU64,
     max_ns: AtomicU64,
     /// 0 while in rotation; else when the ejection ends (nanoseconds of
-    /// [`crate::apps::limit::mono_ns`]), kept after it ends until a
+    /// [`crate::clock::mono_ns`]), kept after it ends until a
     /// connect succeeds.
     until: AtomicU64,
     /// Failed connects in a row that ejected it.
@@ -71,7 +71,7 @@ impl Ejection {
     #[inline]
     pub fn available_now(&self) -> bool {
         let until = self.until.load(Relaxed);
-        until == 0 || crate::apps::limit::mono_ns(std::time::Instant::now()) >= until
+        until == 0 || crate::clock::mono_ns(std::time::Instant::now()) >= until
     }
 
     /// Whether it is out of rotation at `now`.

@@ -228,7 +228,7 @@ async fn send_head(
     plan: &Plan,
     streams: bool,
     out: &mut Vec<u8>,
-    wait: crate::runtime::deadline::Wait<'_>,
+    wait: crate::clock::deadline::Wait<'_>,
 ) -> std::io::Result<()> {
     let Stream::H2Up(x) = up else {
         if plan.chunked {

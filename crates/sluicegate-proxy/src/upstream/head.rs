@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::transport::stream::Stream;
 
+use crate::clock::deadline::Wait;
 use crate::filters::{Edits, HeaderOpsRt};
 use crate::observe::trace::Ids;
 use crate::proto::bytes;
@@ -19,7 +20,6 @@ use crate::proto::http2::response::{append_field, client_fields, fill_response_h
 use crate::proto::http2::upstream::UpExchange;
 use crate::proto::response;
 use crate::route::target::Target;
-use crate::runtime::deadline::Wait;
 use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::transport::io::{write_all_by, ReadError, RecvBuf};
 use crate::upstream::endpoint::EndpointState;

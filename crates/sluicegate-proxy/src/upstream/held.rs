@@ -19,10 +19,10 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
 use http::HeaderMap;
 
+use crate::clock::deadline::Deadlines;
 use crate::proto::chunked::write_chunk_header;
 use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
 use crate::proto::response;
-use crate::runtime::deadline::Deadlines;
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
 use crate::upstream::body::write_last_chunk;

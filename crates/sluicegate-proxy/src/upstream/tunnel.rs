@@ -26,10 +26,10 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
+use crate::clock::deadline::Stop;
 use crate::observe::metrics::GlobalMetrics;
 use crate::proto::http2::exchange::Exchange;
 use crate::proto::http2::response::{append_field, client_fields};
-use crate::runtime::deadline::Stop;
 use crate::runtime::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by};

@@ -42,7 +42,6 @@ const KNOWN_LOOPS: &[Known] = &[
             "runtime",
             "session",
             "snapshot",
-            "transport",
             "upstream",
         ],
     ),

@@ -14,7 +14,7 @@ use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerCon
 use tokio::net::TcpStream;
 
 use super::identity::ClientIdentity;
-use crate::runtime::deadline::{Stop, Wait};
+use crate::clock::deadline::{Stop, Wait};
 use crate::transport::tcp::{drained, recv, send};
 
 /// A TLS connection (server or client side) over a TCP socket.

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use sluicegate_config::{HealthCheck, UpstreamProtocol};
 use tokio::net::TcpStream;
 
-use crate::runtime::deadline::Deadlines;
+use crate::clock::deadline::Deadlines;
 use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::stream::Stream;
 use crate::transport::tls::client::UpstreamTlsRt;
