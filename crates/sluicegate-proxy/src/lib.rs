@@ -18,6 +18,7 @@
 //! any new one. See `docs/architecture.md` for the request lifecycle.
 
 pub(crate) mod apps;
+pub(crate) mod balance;
 pub(crate) mod clock;
 pub mod cluster;
 pub mod discovery;

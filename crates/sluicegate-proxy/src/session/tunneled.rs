@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::active::Active;
+use crate::balance::endpoint::EndpointState;
 use crate::filters::InFlight;
 use crate::observe::accesslog;
 use crate::runtime::worker::Worker;
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::stream::Stream;
-use crate::upstream::endpoint::EndpointState;
 use crate::upstream::tunnel;
 use crate::upstream::upgraded::Upgraded;
 

@@ -45,10 +45,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Shared;
+use crate::balance::breaker::Carried;
+use crate::balance::endpoint::EndpointState;
 use crate::clock::mono_ns;
 use crate::filters::RouteCounters;
-use crate::upstream::breaker::Carried;
-use crate::upstream::endpoint::EndpointState;
 use format::{name, parse, Entry};
 pub use format::{MAX_BYTES, VERSION};
 

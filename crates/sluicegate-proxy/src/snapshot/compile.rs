@@ -11,6 +11,9 @@ use sluicegate_config::{Action, Auth, Config, LimitKey, Plan};
 use super::{ActionRt, Registry, RouteRt, ServiceRt, Snapshot};
 use crate::apps::limit::PlanRt;
 use crate::apps::AppTable;
+use crate::balance::balancer::BalancerState;
+use crate::balance::budget::RetryBudget;
+use crate::balance::endpoint::EndpointState;
 use crate::cluster::{GlobalRt, Globals, Holder};
 use crate::filters::{
     AppKeyAuth, CorsPolicy, Filter, Filters, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth,
@@ -21,9 +24,6 @@ use crate::observe::metrics::RouteMetrics;
 use crate::route::router::Router;
 use crate::transport::listener::ListenerRt;
 use crate::transport::tls::client::UpstreamTlsRt;
-use crate::upstream::balancer::BalancerState;
-use crate::upstream::budget::RetryBudget;
-use crate::upstream::endpoint::EndpointState;
 
 /// Builds a snapshot from a validated config, reusing registry state.
 pub fn compile(config: &Config, reg: &mut Registry) -> Result<Snapshot, String> {

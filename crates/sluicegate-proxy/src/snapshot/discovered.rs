@@ -9,7 +9,7 @@ use sluicegate_config::Endpoint;
 
 use super::members::build;
 use super::{ServiceRt, Shared, Snapshot};
-use crate::upstream::budget::RetryBudget;
+use crate::balance::budget::RetryBudget;
 
 impl Shared {
     /// Publishes `found` as the discovered endpoints of service `service`

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use sluicegate_config::{Endpoint, Service};
 
 use super::{EndpointKey, Registry};
-use crate::upstream::balancer::{Balancer, BalancerState};
-use crate::upstream::endpoint::EndpointState;
+use crate::balance::balancer::{Balancer, BalancerState};
+use crate::balance::endpoint::EndpointState;
 
 /// The endpoints of one service as built for a snapshot.
 pub(super) struct Members {

@@ -29,15 +29,15 @@ use std::sync::Arc;
 use sluicegate_config::{ClientTimeouts, Limits, UpstreamTimeouts};
 
 use crate::apps::{AppTable, SlotPool};
+use crate::balance::balancer::{Balancer, BalancerState};
+use crate::balance::budget::RetryBudget;
+use crate::balance::endpoint::EndpointState;
 use crate::filters::{Filters, RouteCounters};
 use crate::observe::accesslog::Sink;
 use crate::observe::metrics::RouteMetrics;
 use crate::route::router::Router;
 use crate::transport::listener::{ListenerRt, ListenerState};
 use crate::transport::tls::client::UpstreamTlsRt;
-use crate::upstream::balancer::{Balancer, BalancerState};
-use crate::upstream::budget::RetryBudget;
-use crate::upstream::endpoint::EndpointState;
 
 #[derive(Debug)]
 pub struct ServiceRt {

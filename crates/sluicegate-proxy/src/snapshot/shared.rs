@@ -13,9 +13,9 @@ use std::collections::HashSet;
 use super::compile::compile;
 use super::{Registry, Snapshot};
 use crate::apps::{AppChange, AppTable, DeltaError};
+use crate::balance::endpoint::EndpointState;
 use crate::cluster::{GlobalRt, Globals, Holder};
 use crate::observe::metrics::GlobalMetrics;
-use crate::upstream::endpoint::EndpointState;
 
 /// The global limits of `cur` with those of the changed apps replaced by
 /// what `table` has for them (route limits and other apps' are kept).

@@ -8,11 +8,11 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::balance::breaker::Admit;
+use crate::balance::endpoint::{EndpointState, Permit};
 use crate::runtime::worker::{Bufs, Worker};
 use crate::snapshot::ServiceRt;
 use crate::transport::stream::Stream;
-use crate::upstream::breaker::Admit;
-use crate::upstream::endpoint::{EndpointState, Permit};
 
 /// An idle pooled connection to `ep` that is still clean. The request's
 /// start stands in for the clock: an idle connection that expired
@@ -161,7 +161,7 @@ pub(super) fn switch_to(service: &ServiceRt, i: usize) -> (&EndpointState, Verdi
 
 /// Counts a failed connect to `ep`: takes the endpoint out of rotation
 /// for a while, and logs it (at most once per endpoint per
-/// [`crate::upstream::eject::LOG_EVERY`], with how many failed since the last line).
+/// [`crate::balance::eject::LOG_EVERY`], with how many failed since the last line).
 #[cold]
 pub(super) fn connect_failed(service: &ServiceRt, ep: &EndpointState, e: &std::io::Error) {
     ep.connect_errors
@@ -201,7 +201,7 @@ pub(super) fn retry_endpoint<'s>(
     {
         return None;
     }
-    let i = crate::upstream::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;
+    let i = crate::balance::balancer::Balancer::pick_other(&service.endpoints, failed, *tried)?;
     let permit = service.endpoints[i].try_acquire()?;
     if !free && !service.retries.withdraw() {
         tracing::debug!(service = %service.name, "retry budget spent");

@@ -36,6 +36,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::HeaderMap;
 
+use crate::balance::endpoint::{EndpointState, Permit};
 use crate::proto::chunked::ChunkedDecoder;
 use crate::proto::codec::BodyKind;
 use crate::proto::http2::exchange::trailer_map;
@@ -47,7 +48,6 @@ use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::attempt::{head_came, pool_back};
 use crate::upstream::body::STREAM_BUF;
-use crate::upstream::endpoint::{EndpointState, Permit};
 pub(crate) use crate::upstream::failure::Error;
 use crate::upstream::forward;
 

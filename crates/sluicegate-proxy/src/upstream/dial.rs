@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
+use crate::balance::endpoint::EndpointState;
 use crate::clock::deadline::Deadlines;
 use crate::snapshot::ServiceRt;
 use crate::transport::stream::Stream;
 use crate::transport::tls::TlsStream;
-use crate::upstream::endpoint::EndpointState;
 
 /// A new connection to `ep`, with the TLS handshake when the service
 /// speaks TLS to its endpoints; both within `timeout`.

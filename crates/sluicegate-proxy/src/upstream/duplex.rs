@@ -12,6 +12,7 @@
 
 use std::time::Instant;
 
+use crate::balance::endpoint::EndpointState;
 use crate::proto::codec::BodyKind;
 use crate::proto::response::ErrorKind;
 use crate::runtime::worker::{Bufs, Downstream};
@@ -20,7 +21,6 @@ use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
 use crate::upstream::attempt::Verdict;
 use crate::upstream::body::{relay_body, send_body, BodyError, Fault};
-use crate::upstream::endpoint::EndpointState;
 use crate::upstream::head::{head_grpc_status, read_response_head, write_response_head, HeadError};
 use crate::upstream::outcome::{fail, Outcome};
 

@@ -19,6 +19,8 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
+use crate::balance::balancer::PickContext;
+use crate::balance::endpoint::{EndpointState, Permit};
 use crate::proto::codec::BodyKind;
 use crate::proto::response::ErrorKind;
 use crate::route::target::Target;
@@ -30,9 +32,7 @@ use crate::upstream::attempt::{
     connect_failed, cost_nothing, head_came, pool_back, retry_endpoint, switch_to, take_pooled,
     time_left, Verdict,
 };
-use crate::upstream::balancer::PickContext;
 use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
-use crate::upstream::endpoint::{EndpointState, Permit};
 use crate::upstream::failure::{AttemptError, Error, Side};
 use crate::upstream::head::{
     early_response, h2_request_head, head_grpc_status, read_response_head, write_request_head,

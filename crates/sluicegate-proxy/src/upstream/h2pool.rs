@@ -22,12 +22,12 @@ use h2::client::SendRequest;
 use sluicegate_config::UpstreamProtocol;
 
 use super::h2conns::{Conn, Plan, MAX_STREAMS};
+use crate::balance::endpoint::EndpointState;
 use crate::proto::http2::upstream::{ConnState, UpExchange};
 use crate::runtime::worker::Worker;
 use crate::snapshot::ServiceRt;
 use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::stream::Stream;
-use crate::upstream::endpoint::EndpointState;
 
 /// Receive windows for responses: large enough not to hold back a fast
 /// upstream on a path with latency.

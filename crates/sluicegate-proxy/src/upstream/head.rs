@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::transport::stream::Stream;
 
+use crate::balance::endpoint::EndpointState;
 use crate::clock::deadline::Wait;
 use crate::filters::{Edits, HeaderOpsRt};
 use crate::observe::trace::Ids;
@@ -22,7 +23,6 @@ use crate::proto::response;
 use crate::route::target::Target;
 use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::transport::io::{write_all_by, ReadError, RecvBuf};
-use crate::upstream::endpoint::EndpointState;
 
 /// Largest response head accepted from an upstream.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;

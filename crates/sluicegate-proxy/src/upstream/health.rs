@@ -19,9 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
+use crate::balance::endpoint::EndpointState;
 use crate::snapshot::Shared;
 use crate::transport::tls::client::UpstreamTlsRt;
-use crate::upstream::endpoint::EndpointState;
 
 /// How often the checker looks for checks that are due.
 const TICK: Duration = Duration::from_millis(20);

@@ -4,14 +4,12 @@
 //! endpoints (`dial`), HTTP/2 connections to endpoints
 //! (`h2pool`, their data in the worker in `h2conns`), tunnels after a
 //! `101` (`tunnel`, an open one as handed on in `upgraded`), the upstream
-//! heads, endpoint choice, per-endpoint state, ejection after failed
-//! connects, circuit breakers and active health checks.
+//! heads, and active health checks. The per-service state they read
+//! (endpoints, balancers, breakers, ejection, retry budgets) is in
+//! `balance/`.
 
 mod attempt;
-pub(crate) mod balancer;
 pub(crate) mod body;
-pub(crate) mod breaker;
-pub(crate) mod budget;
 // The internal client and held responses: for the features built on them
 // (mirroring, caching, aggregation, forward auth); only their tests use
 // them until those land.
@@ -20,8 +18,6 @@ pub(crate) mod client;
 mod connect;
 mod dial;
 mod duplex;
-pub(crate) mod eject;
-pub(crate) mod endpoint;
 pub(crate) mod failure;
 pub(crate) mod forward;
 pub(crate) mod h2conns;

@@ -3,12 +3,12 @@
 //! [`crate::proto::response`]: HTTP/1.1 text, or an HTTP/2 stream's
 //! fields with its body as data).
 
+use crate::balance::endpoint::EndpointState;
 use crate::proto::response::{self, Answer, ErrorKind, What};
 use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::Snapshot;
 use crate::transport::io::write_all_by;
 use crate::upstream::body::client_write_failed;
-use crate::upstream::endpoint::EndpointState;
 
 /// How a request ended, for metrics, the access log and the connection.
 #[derive(Debug)]

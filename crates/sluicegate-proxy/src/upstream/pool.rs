@@ -20,9 +20,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::balance::endpoint::EndpointState;
 use crate::proto::codec::BodyKind;
 use crate::transport::stream::Stream;
-use crate::upstream::endpoint::EndpointState;
 
 /// An idle upstream connection and when it stops being usable. Counted in
 /// its endpoint's idle gauge while it exists.

@@ -26,6 +26,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
+use crate::balance::endpoint::OwnedPermit;
 use crate::clock::deadline::Stop;
 use crate::observe::metrics::GlobalMetrics;
 use crate::proto::http2::exchange::Exchange;
@@ -35,7 +36,6 @@ use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
-use crate::upstream::endpoint::OwnedPermit;
 use crate::upstream::upgraded::{Carried, Upgraded};
 
 /// Which side had bytes (or a close) first.

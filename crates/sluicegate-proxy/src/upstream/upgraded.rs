@@ -5,9 +5,9 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use crate::balance::endpoint::{EndpointState, OwnedPermit};
 use crate::snapshot::Shared;
 use crate::transport::stream::Stream;
-use crate::upstream::endpoint::{EndpointState, OwnedPermit};
 
 /// Bytes a tunnel carried: client to upstream, upstream to client
 /// (the 101's head included).

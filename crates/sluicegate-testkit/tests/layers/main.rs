@@ -35,16 +35,10 @@ const KNOWN_LOOPS: &[Known] = &[
     folders(
         "sluicegate-proxy",
         &[
-            "apps",
-            "cluster",
-            "filters",
-            "observe",
-            "runtime",
-            "session",
-            "snapshot",
-            "upstream",
+            "apps", "balance", "cluster", "filters", "observe", "snapshot",
         ],
     ),
+    folders("sluicegate-proxy", &["runtime", "session", "upstream"]),
 ];
 
 const fn files(krate: &'static str, members: &'static [&'static str]) -> Known {

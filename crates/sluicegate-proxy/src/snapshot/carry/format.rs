@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::apps::limit::{QUOTA_COUNT_MAX, QUOTA_TAG_MAX};
-use crate::upstream::breaker::Carried;
-use crate::upstream::endpoint::EndpointState;
+use crate::balance::breaker::Carried;
+use crate::balance::endpoint::EndpointState;
 
 /// The format's version, on the first line.
 pub const VERSION: u32 = 1;

@@ -3,7 +3,7 @@
 use super::format::unescape;
 use super::*;
 use crate::apps::limit::PlanRt;
-use crate::upstream::breaker::Admit;
+use crate::balance::breaker::Admit;
 use sluicegate_config::{Plan, Rate};
 use std::sync::atomic::Ordering::Relaxed;
 

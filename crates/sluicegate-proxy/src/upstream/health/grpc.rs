@@ -13,12 +13,12 @@ use bytes::Bytes;
 use sluicegate_config::{HealthCheck, UpstreamProtocol};
 use tokio::net::TcpStream;
 
+use crate::balance::endpoint::EndpointState;
 use crate::clock::deadline::Deadlines;
 use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::stream::Stream;
 use crate::transport::tls::client::UpstreamTlsRt;
 use crate::transport::tls::TlsStream;
-use crate::upstream::endpoint::EndpointState;
 
 /// The method every check calls.
 const CHECK_PATH: &str = "/grpc.health.v1.Health/Check";

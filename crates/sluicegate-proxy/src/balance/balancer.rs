@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sluicegate_config::{Balance, HashKey};
 
-use crate::upstream::endpoint::EndpointState;
+use crate::balance::endpoint::EndpointState;
 
 /// Longest precomputed round-robin sequence; larger weight sums are scaled.
 const MAX_SEQUENCE: u64 = 4096;
@@ -92,7 +92,7 @@ impl Balancer {
     }
 
     /// Whether picks read the endpoints' latency averages
-    /// ([`crate::upstream::endpoint::Ewma`]);
+    /// ([`crate::balance::endpoint::Ewma`]);
     /// only then does a request update its endpoint's. An average weighs
     /// its old value by the time since its last sample, so one that starts
     /// to count again after a reload to `p2c` keeps little of a stale one.

@@ -43,9 +43,9 @@ pub struct EndpointState {
     pub health_oks: std::sync::atomic::AtomicU32,
     pub health_fails: std::sync::atomic::AtomicU32,
     /// Passive outlier detection from the requests it serves.
-    pub breaker: crate::upstream::breaker::Breaker,
+    pub breaker: crate::balance::breaker::Breaker,
     /// Out of rotation for a while after a failed connect.
-    pub eject: crate::upstream::eject::Ejection,
+    pub eject: crate::balance::eject::Ejection,
 }
 
 impl EndpointState {
@@ -88,8 +88,8 @@ impl EndpointState {
             healthy: std::sync::atomic::AtomicBool::new(true),
             health_oks: std::sync::atomic::AtomicU32::new(0),
             health_fails: std::sync::atomic::AtomicU32::new(0),
-            breaker: crate::upstream::breaker::Breaker::default(),
-            eject: crate::upstream::eject::Ejection::default(),
+            breaker: crate::balance::breaker::Breaker::default(),
+            eject: crate::balance::eject::Ejection::default(),
         }
     }
 
