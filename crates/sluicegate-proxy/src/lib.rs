@@ -31,6 +31,7 @@ pub(crate) mod session;
 pub(crate) mod snapshot;
 pub(crate) mod transport;
 pub(crate) mod upstream;
+pub(crate) mod worker;
 
 pub mod fuzzing;
 

@@ -1,6 +1,4 @@
-//! Worker threads and what they share: listeners and the accept loop,
-//! the per-worker state, busy polling.
+//! Worker threads: listeners, the accept loop and the server that starts
+//! and stops them. What a worker holds is in `worker/`.
 
-pub(crate) mod busypoll;
 pub(crate) mod server;
-pub(crate) mod worker;

@@ -15,10 +15,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::runtime::worker::Worker;
 use crate::session::start;
 use crate::snapshot::Shared;
 use crate::transport::listener;
+use crate::worker::Worker;
 
 /// Listen backlog per socket.
 const BACKLOG: i32 = 4096;

@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use crate::runtime::worker::Worker;
+use crate::worker::Worker;
 
 /// A connection counted in its worker's `active` and the process's
 /// `open_connections` for as long as this lives: it moves with the

@@ -14,11 +14,11 @@ use crate::proto::codec::BodyKind;
 use crate::proto::fields::{self, Fields};
 use crate::proto::response::{self, Answer, ErrorKind, Head, What};
 use crate::route::target::Target;
-use crate::runtime::worker::Bufs;
 use crate::snapshot::Snapshot;
 use crate::transport::io::write_all_by;
 use crate::upstream::body::{client_write_failed, linger};
 use crate::upstream::forward::Outcome;
+use crate::worker::Bufs;
 
 /// Bodies up to this size are read and discarded when the gateway answers
 /// without forwarding; larger ones close the connection instead.

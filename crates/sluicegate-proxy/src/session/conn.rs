@@ -22,9 +22,9 @@ use crate::transport::tls::identity::ClientIdentity;
 use crate::clock::deadline::{OwnSlot, Stop};
 use crate::proto::codec::{self, HeadError, Parsed, RequestFraming};
 use crate::proto::response::ErrorKind;
-use crate::runtime::worker::{Bufs, Worker, BUF_SIZE};
 use crate::snapshot::Snapshot;
 use crate::transport::io::ReadError;
+use crate::worker::{Bufs, Worker, BUF_SIZE};
 
 use super::tunneled::Handoff;
 

@@ -10,9 +10,9 @@ use std::time::Instant;
 use crate::apps::AppTable;
 use crate::filters::{Filters, Refuse, ReqCx};
 use crate::route::target::Target;
-use crate::runtime::worker::Bufs;
 use crate::snapshot::{ActionRt, RouteRt};
 use crate::transport::tls::identity::ClientIdentity;
+use crate::worker::Bufs;
 
 /// What the request filters are told besides the request in the buffers.
 pub(super) struct Facts<'a> {

@@ -44,12 +44,12 @@ use crate::clock::deadline::{OwnSlot, Stop};
 use crate::proto::codec::{HeadError, RequestFraming};
 use crate::proto::http2::exchange::{take_ready, Exchange};
 use crate::proto::http2::request::{fill_head, BodyAt};
-use crate::runtime::worker::{Bufs, Worker};
 use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::listener::{ListenerRt, Prepared};
 use crate::transport::stream::Stream;
 use crate::transport::tls::identity::ClientIdentity;
 use crate::upstream::body::linger;
+use crate::worker::{Bufs, Worker};
 
 /// A request body up to this size that came whole with its head is given
 /// with its length (see [`stream`]).

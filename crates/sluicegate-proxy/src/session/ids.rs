@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use super::conn::Conn;
 use crate::observe::trace::{Parent, Sampled, SpanRecord};
-use crate::runtime::worker::Bufs;
 use crate::snapshot::Snapshot;
 use crate::upstream::forward::Outcome;
+use crate::worker::Bufs;
 
 impl Conn<'_> {
     /// Sets `bufs.ids` for the request whose head is in `bufs` (`path`:

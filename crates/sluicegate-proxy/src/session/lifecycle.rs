@@ -40,11 +40,11 @@ use crate::proto::head::RequestHead;
 use crate::proto::response::{ErrorKind, Head};
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
-use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
-use crate::upstream::upgraded::Upgraded;
+use crate::worker::upgraded::Upgraded;
+use crate::worker::{Bufs, Downstream};
 
 impl Conn<'_> {
     /// Runs one request whose head is in `bufs`, from routing to the log.

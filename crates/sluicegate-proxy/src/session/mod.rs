@@ -1,12 +1,12 @@
 //! Per-connection drivers: how a connection starts, parks and comes back
-//! (`start`; its count, `active`; the worker's park set, `parkset`, and
-//! its task, `park`), the HTTP/1.1 client connection's request loop
-//! (`conn`), one request's phases in order (`lifecycle`; its filters
+//! (`start`; its count, `active`; the task of the worker's park set
+//! (`crate::worker::parkset`), `park`), the HTTP/1.1 client connection's
+//! request loop (`conn`), one request's phases in order (`lifecycle`; its filters
 //! phase, `filtering`; what its head says of gRPC, `grpc`), the answers
 //! the session makes itself (`answer`), the task an upgraded connection's
 //! tunnel runs in (`tunneled`), and HTTP/2 connections, whose streams go
 //! through the same request code (`h2`). Forwarding (`crate::upstream`)
-//! sees the connection only as a [`crate::runtime::worker::Downstream`]
+//! sees the connection only as a [`crate::worker::Downstream`]
 //! and never imports from here.
 
 mod active;
@@ -18,7 +18,6 @@ mod h2;
 mod ids;
 mod lifecycle;
 pub(crate) mod park;
-pub(crate) mod parkset;
 pub(crate) mod start;
 mod tunneled;
 

@@ -18,7 +18,7 @@
 //! test streams park in a small task instead ([`super::start::parked_wait`]),
 //! as do all connections when the set could not be set up.
 //!
-//! The set itself, what the worker holds, is [`super::parkset`]; a
+//! The set itself, what the worker holds, is [`crate::worker::parkset`]; a
 //! connection goes in by [`super::start`]'s `park`, and this module is
 //! the set's task.
 
@@ -35,12 +35,12 @@ use tokio::net::TcpStream;
 
 use super::active::Active;
 use super::conn::Begin;
-use super::parkset::VACANT;
 use super::start::serve_stream;
 use crate::clock::deadline::{OwnSlot, Stop};
-use crate::runtime::worker::Worker;
 use crate::transport::listener::Prepared;
 use crate::transport::stream::Stream;
+use crate::worker::parkset::VACANT;
+use crate::worker::Worker;
 
 /// Events taken from the set's epoll instance per call.
 const EVENTS: usize = 256;

@@ -17,12 +17,12 @@ use tokio::net::TcpStream;
 
 use super::active::Active;
 use super::conn::{Begin, Conn, End};
-use super::parkset::ParkRefused;
 use super::tunneled;
 use crate::clock::deadline::OwnSlot;
-use crate::runtime::worker::Worker;
 use crate::transport::listener::{prepare, ListenerRt, Prepared};
 use crate::transport::stream::Stream;
+use crate::worker::parkset::ParkRefused;
+use crate::worker::Worker;
 
 /// Starts serving one accepted client connection, which the caller has
 /// already counted in `open_connections`. A plain listener's connection is

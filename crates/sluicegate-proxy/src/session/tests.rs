@@ -6,11 +6,11 @@ mod http2;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::runtime::worker::Worker;
 use crate::snapshot::Shared;
 use crate::transport::duplex;
 use crate::transport::listener::{self, Prepared};
 use crate::transport::stream::Stream;
+use crate::worker::Worker;
 
 const CONFIG: &str = r#"
 listen: ["127.0.0.1:9"]

@@ -13,11 +13,11 @@ use super::active::Active;
 use crate::balance::endpoint::EndpointState;
 use crate::filters::InFlight;
 use crate::observe::accesslog;
-use crate::runtime::worker::Worker;
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::tunnel;
-use crate::upstream::upgraded::Upgraded;
+use crate::worker::upgraded::Upgraded;
+use crate::worker::Worker;
 
 /// What the serving task hands its tunnel's task, besides the client's
 /// stream, the connection's count and the request's snapshot.

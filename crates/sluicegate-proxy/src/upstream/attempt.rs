@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::balance::breaker::Admit;
 use crate::balance::endpoint::{EndpointState, Permit};
-use crate::runtime::worker::{Bufs, Worker};
 use crate::snapshot::ServiceRt;
 use crate::transport::stream::Stream;
+use crate::worker::{Bufs, Worker};
 
 /// An idle pooled connection to `ep` that is still clean. The request's
 /// start stands in for the clock: an idle connection that expired
@@ -21,7 +21,7 @@ use crate::transport::stream::Stream;
 /// where stray bytes would come right after the head, the socket itself
 /// is asked; otherwise the runtime's readiness is, with no syscall. (After
 /// a 204, a 304 or a HEAD the connection was not pooled at all: see
-/// [`super::pool`].)
+/// [`crate::worker::pool`].)
 #[inline]
 pub(super) fn take_pooled(worker: &Worker, ep: &EndpointState, started: Instant) -> Option<Stream> {
     loop {

@@ -13,8 +13,8 @@ use crate::clock::deadline::{Deadlines, Wait};
 use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
 use crate::proto::http2::exchange::trailer_map;
-use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::transport::io::{write_all_by, RecvBuf};
+use crate::worker::{Bufs, Downstream, Worker};
 
 /// Reads while streaming bodies use buffers up to this size.
 pub(crate) const STREAM_BUF: usize = 64 * 1024;

@@ -43,13 +43,13 @@ use crate::proto::http2::exchange::trailer_map;
 use crate::proto::http2::request::{fill_head, BodyAt};
 use crate::proto::http2::response::client_fields;
 use crate::route::target::Target;
-use crate::runtime::worker::{Bufs, Worker};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::attempt::{head_came, pool_back};
 use crate::upstream::body::STREAM_BUF;
 pub(crate) use crate::upstream::failure::Error;
 use crate::upstream::forward;
+use crate::worker::{Bufs, Worker};
 
 /// What a response's body gives, in order: data, then its trailers when
 /// it has some, then its end.

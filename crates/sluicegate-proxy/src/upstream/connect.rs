@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use super::dial::connect_stream;
 use crate::balance::endpoint::EndpointState;
-use crate::runtime::worker::Worker;
 use crate::snapshot::ServiceRt;
 use crate::transport::stream::Stream;
+use crate::worker::Worker;
 
 /// A connection for one request to `ep`, within `timeout`: a new one to
 /// a service speaking HTTP/1.1, a stream on one of the worker's HTTP/2

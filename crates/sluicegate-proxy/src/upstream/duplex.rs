@@ -15,7 +15,6 @@ use std::time::Instant;
 use crate::balance::endpoint::EndpointState;
 use crate::proto::codec::BodyKind;
 use crate::proto::response::ErrorKind;
-use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::Snapshot;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
@@ -23,6 +22,7 @@ use crate::upstream::attempt::Verdict;
 use crate::upstream::body::{relay_body, send_body, BodyError, Fault};
 use crate::upstream::head::{head_grpc_status, read_response_head, write_response_head, HeadError};
 use crate::upstream::outcome::{fail, Outcome};
+use crate::worker::{Bufs, Downstream};
 
 /// One call's state when its head went upstream.
 pub(super) struct Call<'a, 's> {

@@ -24,7 +24,6 @@ use crate::balance::endpoint::{EndpointState, Permit};
 use crate::proto::codec::BodyKind;
 use crate::proto::response::ErrorKind;
 use crate::route::target::Target;
-use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
@@ -39,6 +38,7 @@ use crate::upstream::head::{
     write_response_head, Forwarded, HeadError,
 };
 use crate::upstream::tunnel;
+use crate::worker::{Bufs, Downstream, Worker};
 use sluicegate_config::UpstreamProtocol;
 
 use super::connect::connect;

@@ -4,14 +4,14 @@
 //! balanced per request, not per connection). A connection takes new
 //! streams up to the peer's `max_concurrent_streams` (and
 //! [`MAX_STREAMS`]); past that a new connection opens, up to
-//! [`MAX_CONNS`](super::h2conns::MAX_CONNS) per endpoint and worker,
+//! [`MAX_CONNS`](crate::worker::h2conns::MAX_CONNS) per endpoint and worker,
 //! after which streams queue on the least busy one. A connection the peer
 //! sent GOAWAY on (or that failed) takes no new stream; its streams under
 //! way finish. An idle connection closes after the service's
 //! `timeouts.idle`.
 //!
 //! The connections themselves, and the choice a request makes among
-//! them, are data in the worker ([`super::h2conns`]); this module opens
+//! them, are data in the worker ([`crate::worker::h2conns`]); this module opens
 //! and drives them.
 
 use std::io;
@@ -21,13 +21,13 @@ use bytes::Bytes;
 use h2::client::SendRequest;
 use sluicegate_config::UpstreamProtocol;
 
-use super::h2conns::{Conn, Plan, MAX_STREAMS};
 use crate::balance::endpoint::EndpointState;
 use crate::proto::http2::upstream::{ConnState, UpExchange};
-use crate::runtime::worker::Worker;
 use crate::snapshot::ServiceRt;
 use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::stream::Stream;
+use crate::worker::h2conns::{Conn, Plan, MAX_STREAMS};
+use crate::worker::Worker;
 
 /// Receive windows for responses: large enough not to hold back a fast
 /// upstream on a path with latency.

@@ -21,8 +21,8 @@ use crate::proto::http2::response::{append_field, client_fields, fill_response_h
 use crate::proto::http2::upstream::UpExchange;
 use crate::proto::response;
 use crate::route::target::Target;
-use crate::runtime::worker::{Bufs, Downstream, Worker};
 use crate::transport::io::{write_all_by, ReadError, RecvBuf};
+use crate::worker::{Bufs, Downstream, Worker};
 
 /// Largest response head accepted from an upstream.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;

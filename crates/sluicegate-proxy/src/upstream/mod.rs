@@ -2,8 +2,9 @@
 //! requests the gateway makes itself (the internal client, `client`) and
 //! responses held in memory and replayed (`held`), new connections to
 //! endpoints (`dial`), HTTP/2 connections to endpoints
-//! (`h2pool`, their data in the worker in `h2conns`), tunnels after a
-//! `101` (`tunnel`, an open one as handed on in `upgraded`), the upstream
+//! (`h2pool`, their data in the worker in `crate::worker::h2conns`),
+//! tunnels after a `101` (`tunnel`, an open one as handed on in
+//! `crate::worker::upgraded`), the upstream
 //! heads, and active health checks. The per-service state they read
 //! (endpoints, balancers, breakers, ejection, retry budgets) is in
 //! `balance/`.
@@ -20,13 +21,10 @@ mod dial;
 mod duplex;
 pub(crate) mod failure;
 pub(crate) mod forward;
-pub(crate) mod h2conns;
 pub(crate) mod h2pool;
 pub(crate) mod head;
 pub(crate) mod health;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod held;
 mod outcome;
-pub(crate) mod pool;
 pub(crate) mod tunnel;
-pub(crate) mod upgraded;

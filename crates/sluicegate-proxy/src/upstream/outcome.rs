@@ -5,10 +5,10 @@
 
 use crate::balance::endpoint::EndpointState;
 use crate::proto::response::{self, Answer, ErrorKind, What};
-use crate::runtime::worker::{Bufs, Downstream};
 use crate::snapshot::Snapshot;
 use crate::transport::io::write_all_by;
 use crate::upstream::body::client_write_failed;
+use crate::worker::{Bufs, Downstream};
 
 /// How a request ended, for metrics, the access log and the connection.
 #[derive(Debug)]

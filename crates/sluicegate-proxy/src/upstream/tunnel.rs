@@ -31,12 +31,12 @@ use crate::clock::deadline::Stop;
 use crate::observe::metrics::GlobalMetrics;
 use crate::proto::http2::exchange::Exchange;
 use crate::proto::http2::response::{append_field, client_fields};
-use crate::runtime::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
-use crate::upstream::upgraded::{Carried, Upgraded};
+use crate::worker::upgraded::{Carried, Upgraded};
+use crate::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 
 /// Which side had bytes (or a close) first.
 enum Side {

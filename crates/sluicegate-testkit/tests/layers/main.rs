@@ -38,7 +38,6 @@ const KNOWN_LOOPS: &[Known] = &[
             "apps", "balance", "cluster", "filters", "observe", "snapshot",
         ],
     ),
-    folders("sluicegate-proxy", &["runtime", "session", "upstream"]),
 ];
 
 const fn files(krate: &'static str, members: &'static [&'static str]) -> Known {

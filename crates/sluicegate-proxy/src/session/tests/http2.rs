@@ -17,10 +17,10 @@ use h2::client::SendRequest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::{accepted, runtime, scripted_upstream, worker_on};
-use crate::runtime::worker::Worker;
 use crate::session::active::Active;
 use crate::transport::listener::ListenerRt;
 use crate::transport::stream::Stream;
+use crate::worker::Worker;
 
 const ROUTES: &str = r#"
   - name: hello

@@ -14,7 +14,6 @@ use http::HeaderMap;
 
 use super::{send, Error, Event, Response};
 use crate::proto::http2::exchange::Exchange;
-use crate::runtime::worker::Worker;
 use crate::snapshot::Shared;
 use crate::transport::duplex;
 use crate::transport::h2io::{Flood, H2Io};
@@ -23,6 +22,7 @@ use crate::transport::stream::Stream;
 use crate::upstream::dial::in_memory;
 use crate::upstream::failure::{AttemptError, Side};
 use crate::upstream::held::{HeldResponse, Replay, Replayed};
+use crate::worker::Worker;
 
 const A: &str = "192.0.2.1:8080";
 const B: &str = "192.0.2.2:8080";

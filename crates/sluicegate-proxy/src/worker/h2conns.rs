@@ -1,7 +1,7 @@
 //! One worker's HTTP/2 connections to endpoints, as data: by endpoint,
 //! the connections open and being opened, and what a request does for its
 //! stream ([`H2Pool::plan`]). Opening and driving them is
-//! [`super::h2pool`]'s.
+//! [`crate::upstream::h2pool`]'s.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -19,9 +19,9 @@ pub(crate) const MAX_CONNS: usize = 4;
 pub(crate) const MAX_STREAMS: usize = 256;
 
 /// One connection to an endpoint.
-pub(super) struct Conn {
-    pub(super) send: SendRequest<Bytes>,
-    pub(super) state: ConnState,
+pub(crate) struct Conn {
+    pub(crate) send: SendRequest<Bytes>,
+    pub(crate) state: ConnState,
 }
 
 /// One endpoint's connections in a worker.
@@ -41,7 +41,7 @@ pub(crate) struct H2Pool {
 }
 
 /// What a request does for its stream.
-pub(super) enum Plan {
+pub(crate) enum Plan {
     Use(SendRequest<Bytes>, ConnState),
     /// Open a connection (counted in `opening`).
     Open,
@@ -62,7 +62,7 @@ impl H2Pool {
     /// connection with room; else open one while fewer than [`MAX_CONNS`]
     /// are open or opening; else queue on the least busy one, or wait for
     /// one being opened. Connections no longer usable are dropped.
-    pub(super) fn plan(&mut self, id: usize) -> Plan {
+    pub(crate) fn plan(&mut self, id: usize) -> Plan {
         let e = self.endpoints.entry(id).or_default();
         e.conns.retain(|c| c.state.usable.get());
         let best = e.conns.iter().min_by_key(|c| c.state.open.get());
@@ -83,7 +83,7 @@ impl H2Pool {
     }
 
     /// A connection to `id` opened (`Some`) or failed to (`None`).
-    pub(super) fn opened(&mut self, id: usize, conn: Option<Conn>) {
+    pub(crate) fn opened(&mut self, id: usize, conn: Option<Conn>) {
         let e = self.endpoints.entry(id).or_default();
         e.opening = e.opening.saturating_sub(1);
         if let Some(c) = conn {

@@ -1,6 +1,6 @@
 //! An open tunnel as the request hands it on ([`Upgraded`]), and the bytes
 //! a tunnel carried ([`Carried`]); starting and relaying it is
-//! [`super::tunnel`]'s.
+//! [`crate::upstream::tunnel`]'s.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -22,11 +22,11 @@ pub struct Carried {
 /// dropping it closes the upstream connection and gives the endpoint's
 /// in-flight slot back.
 pub(crate) struct Upgraded {
-    pub(super) up: Stream,
-    pub(super) permit: OwnedPermit,
-    pub(super) shared: Arc<Shared>,
+    pub(crate) up: Stream,
+    pub(crate) permit: OwnedPermit,
+    pub(crate) shared: Arc<Shared>,
     /// What it carried so far.
-    pub(super) carried: Carried,
+    pub(crate) carried: Carried,
 }
 
 impl Upgraded {

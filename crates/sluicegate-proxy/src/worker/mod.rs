@@ -1,7 +1,17 @@
 //! A worker thread's state shared by its connection tasks: the upstream
 //! pool, the free list of per-request buffer sets, the access log buffer,
 //! deadlines, the park set of idle connections, the busy poller and the
-//! buffer tunnels relay through.
+//! buffer tunnels relay through. Below session/ and upstream/, which take
+//! it as a [`Worker`] and a [`Downstream`]; the plain data it holds is
+//! here too: idle HTTP/1.1 upstream connections (`pool`), HTTP/2 upstream
+//! connections (`h2conns`), a tunnel handed on after a `101` (`upgraded`),
+//! parked client connections (`parkset`) and the busy poller (`busypoll`).
+
+pub(crate) mod busypoll;
+pub(crate) mod h2conns;
+pub(crate) mod parkset;
+pub(crate) mod pool;
+pub(crate) mod upgraded;
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -13,14 +23,14 @@ use crate::observe::accesslog::{self, Sink};
 use crate::observe::trace::Ids;
 use crate::proto::codec::{RequestFraming, ResponseFraming};
 use crate::proto::head::{RequestHead, ResponseHead};
-use crate::runtime::busypoll::BusyPoll;
-use crate::session::parkset::ParkSet;
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
 use crate::transport::stream::Stream;
-use crate::upstream::h2conns::H2Pool;
-use crate::upstream::pool::Pool;
-use crate::upstream::upgraded::Upgraded;
+use crate::worker::busypoll::BusyPoll;
+use crate::worker::h2conns::H2Pool;
+use crate::worker::parkset::ParkSet;
+use crate::worker::pool::Pool;
+use crate::worker::upgraded::Upgraded;
 
 /// Size a receive buffer grows to for an ordinary read (the request head
 /// read first, a tunnel's reads).

@@ -1,8 +1,8 @@
 //! The data of the worker's park set ([`ParkSet`]): its parked
 //! connections, one small slab entry each, with their keep-alive expiries
 //! in a dense array beside the slab. The set's task is
-//! [`super::park::run`]; a connection goes in by [`super::start`]'s
-//! `park`.
+//! [`crate::session::park::run`]; a connection goes in by
+//! [`crate::session::start`]'s `park`.
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::net::SocketAddr;
@@ -19,39 +19,39 @@ use tokio::net::TcpStream;
 use crate::transport::listener::ListenerRt;
 
 /// An `expiries` value for a vacant slab key.
-pub(super) const VACANT: u64 = u64::MAX;
+pub(crate) const VACANT: u64 = u64::MAX;
 
 /// One parked connection.
-pub(super) struct Parked {
-    pub(super) fd: OwnedFd,
-    pub(super) peer: SocketAddr,
-    pub(super) listener: Arc<ListenerRt>,
+pub(crate) struct Parked {
+    pub(crate) fd: OwnedFd,
+    pub(crate) peer: SocketAddr,
+    pub(crate) listener: Arc<ListenerRt>,
     /// When its last answer was written.
-    pub(super) end: Instant,
+    pub(crate) end: Instant,
 }
 
-/// One worker's parked plain connections; see [`super::park`].
-/// Lives in the [`Worker`](crate::runtime::worker::Worker); its task is
-/// [`run`](super::park::run).
+/// One worker's parked plain connections; see [`crate::session::park`].
+/// Lives in the [`Worker`](crate::worker::Worker); its task is
+/// [`run`](crate::session::park::run).
 pub(crate) struct ParkSet {
     /// The set's own epoll instance, watched by tokio; set up by
-    /// [`run`](super::park::run).
-    pub(super) epoll: OnceCell<AsyncFd<OwnedFd>>,
+    /// [`run`](crate::session::park::run).
+    pub(crate) epoll: OnceCell<AsyncFd<OwnedFd>>,
     entries: RefCell<Slab<Parked>>,
     /// Each slab key's keep-alive expiry in milliseconds from `base`
     /// (rounded up), [`VACANT`] for a free key: a dense array, so the
     /// scan for expired entries reads 8 bytes per key.
     expiries: RefCell<Vec<u64>>,
-    pub(super) base: Instant,
+    pub(crate) base: Instant,
     /// The earliest expiry in the set (or earlier), in `expiries` units.
-    pub(super) earliest: Cell<u64>,
+    pub(crate) earliest: Cell<u64>,
     /// What the park task's timer is set to, in `expiries` units.
-    pub(super) armed: Cell<u64>,
+    pub(crate) armed: Cell<u64>,
     /// The park task's waker, to re-arm its timer for an earlier expiry.
-    pub(super) task: RefCell<Option<Waker>>,
-    pub(super) kicked: Cell<bool>,
+    pub(crate) task: RefCell<Option<Waker>>,
+    pub(crate) kicked: Cell<bool>,
     /// The park task is running: the set takes connections.
-    pub(super) running: Cell<bool>,
+    pub(crate) running: Cell<bool>,
 }
 
 impl Default for ParkSet {
@@ -98,7 +98,7 @@ impl ParkSet {
     }
 
     /// Puts `tcp` in the set. Gives it back if the set cannot take it.
-    pub(super) fn insert(
+    pub(crate) fn insert(
         &self,
         tcp: TcpStream,
         peer: SocketAddr,
@@ -150,7 +150,7 @@ impl ParkSet {
     }
 
     /// Takes entry `key` out of the set, if it is there.
-    pub(super) fn take(&self, key: usize) -> Option<Parked> {
+    pub(crate) fn take(&self, key: usize) -> Option<Parked> {
         let p = self.entries.borrow_mut().try_remove(key)?;
         self.expiries.borrow_mut()[key] = VACANT;
         Some(p)
@@ -158,7 +158,7 @@ impl ParkSet {
 
     /// Takes out every entry that expired by `now` (they close as they
     /// drop) and returns how many; the earliest expiry left is noted.
-    pub(super) fn expire(&self, now: Instant) -> usize {
+    pub(crate) fn expire(&self, now: Instant) -> usize {
         let now = self.ms_down(now);
         let mut next = VACANT;
         let mut gone = 0;
@@ -177,7 +177,7 @@ impl ParkSet {
     }
 
     /// Takes out every entry (they close as they drop); how many.
-    pub(super) fn clear(&self) -> usize {
+    pub(crate) fn clear(&self) -> usize {
         let mut entries = self.entries.borrow_mut();
         let n = entries.len();
         entries.clear();
@@ -188,7 +188,7 @@ impl ParkSet {
 }
 
 /// Why the set did not take a connection.
-pub(super) enum ParkRefused {
+pub(crate) enum ParkRefused {
     /// It can park in a task instead.
     Tcp(TcpStream, Arc<ListenerRt>),
     /// The socket was lost on the way (tokio failed to release it).
