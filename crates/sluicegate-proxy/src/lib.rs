@@ -36,12 +36,12 @@ pub(crate) mod worker;
 pub mod fuzzing;
 
 pub use apps::{AppChange, DeltaError};
-pub use observe::live;
 pub use proto::response::reason;
 pub use runtime::server::{AcceptSwitch, Gateway};
 pub use snapshot::carry::{
     Exported as StateExported, Imported as StateImported, MAX_BYTES as STATE_MAX_BYTES,
 };
+pub use snapshot::live;
 pub use snapshot::{Shared, Snapshot};
 pub use upstream::health::run as run_health_checks;
 

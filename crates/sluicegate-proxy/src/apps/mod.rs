@@ -21,7 +21,7 @@ pub(crate) mod lease;
 pub(crate) mod limit;
 mod policy;
 mod slab;
-mod table;
+pub(crate) mod table;
 
 pub use build::{AppChange, Delta, DeltaError};
 pub use table::{AppRef, AppTable};

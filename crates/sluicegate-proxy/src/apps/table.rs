@@ -19,7 +19,7 @@ use super::{slot_in, AppSlot};
 /// Shards of each kind: a change copies about 1/256 of the apps and of
 /// the keys, a few thousand at a million apps.
 pub(super) const SHARD_BITS: u32 = 8;
-pub(super) const SHARDS: usize = 1 << SHARD_BITS;
+pub(crate) const SHARDS: usize = 1 << SHARD_BITS;
 /// An app's index in its table: its shard in the high bits, its place in
 /// the shard in the low ones.
 pub(super) const PLACE_BITS: u32 = 24;
@@ -35,7 +35,7 @@ pub(super) fn index_of(shard: usize, place: u32) -> u32 {
     (shard as u32) << PLACE_BITS | place
 }
 
-pub(super) fn split_index(index: u32) -> (usize, usize) {
+pub(crate) fn split_index(index: u32) -> (usize, usize) {
     (
         (index >> PLACE_BITS) as usize,
         (index & PLACE_MASK) as usize,
@@ -44,7 +44,7 @@ pub(super) fn split_index(index: u32) -> (usize, usize) {
 
 /// One app: 28 bytes, the rest shared or in its shard's arena.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct AppRec {
+pub(crate) struct AppRec {
     /// The id in the shard's text; `id_len` 0: the app was removed (its
     /// place is kept, since key records name it).
     pub(super) id: u32,
@@ -54,7 +54,7 @@ pub(super) struct AppRec {
     pub(super) keys: u32,
     pub(super) policy: u32,
     pub(super) jwt: u32,
-    pub(super) slot: u32,
+    pub(crate) slot: u32,
     pub(super) extra: u32,
 }
 
@@ -66,7 +66,7 @@ impl AppRec {
 
 /// The apps whose id hashes to one shard.
 #[derive(Debug, Clone, Default)]
-pub(super) struct AppShard {
+pub(crate) struct AppShard {
     /// The ids, back to back (ASCII).
     pub(super) text: String,
     pub(super) apps: Slab<AppRec>,
@@ -116,7 +116,7 @@ impl AppShard {
 
 /// The keys whose hash falls in one shard.
 #[derive(Debug, Clone)]
-pub(super) struct KeyShard {
+pub(crate) struct KeyShard {
     /// The keys, back to back (ASCII).
     pub(super) text: Slab<u8>,
     pub(super) table: KeyTable,
@@ -131,8 +131,8 @@ impl KeyShard {
 
 #[derive(Debug)]
 pub struct AppTable {
-    pub(super) app_shards: Box<[Arc<AppShard>]>,
-    pub(super) key_shards: Box<[Arc<KeyShard>]>,
+    pub(crate) app_shards: Box<[Arc<AppShard>]>,
+    pub(crate) key_shards: Box<[Arc<KeyShard>]>,
     pub(super) plans: Arc<[PlanRt]>,
     pub(super) chunks: Box<[Arc<[AppSlot]>]>,
     pub(super) secret: RandomState,
@@ -231,14 +231,14 @@ impl<'a> AppRef<'a> {
 }
 
 impl AppTable {
-    pub(super) fn find_id(&self, id: &str) -> Option<u32> {
+    pub(crate) fn find_id(&self, id: &str) -> Option<u32> {
         let hash = self.secret.hash_one(id.as_bytes());
         let shard = shard_of(hash);
         let place = self.app_shards[shard].find(hash, id)?;
         Some(index_of(shard, place))
     }
 
-    pub(super) fn rec(&self, index: u32) -> &AppRec {
+    pub(crate) fn rec(&self, index: u32) -> &AppRec {
         let (s, p) = split_index(index);
         &self.app_shards[s].apps[p]
     }

@@ -3,7 +3,6 @@
 //! OTLP export of spans.
 
 pub(crate) mod accesslog;
-pub mod live;
 pub(crate) mod metrics;
 pub mod otlp;
 pub mod process;

@@ -11,12 +11,14 @@
 //! This module holds the tables and the registry; `compile` builds a
 //! snapshot from a config (a service's endpoints: `members`), `shared`
 //! holds the process-wide [`Shared`] (publishing, metrics), `discovered`
-//! what the discovery planes publish through it, and `carry` the state an
-//! upgrade hands over.
+//! what the discovery planes publish through it, `carry` the state an
+//! upgrade hands over, and `live` a copy of the live counters for the
+//! admin plane.
 
 pub mod carry;
 mod compile;
 mod discovered;
+pub mod live;
 mod members;
 mod shared;
 

@@ -161,10 +161,10 @@ impl Shared {
         Ok(())
     }
 
-    /// The live counters of the running snapshot (see `observe::live`).
-    pub fn live(&self) -> crate::observe::live::Counts {
+    /// The live counters of the running snapshot (see `snapshot::live`).
+    pub fn live(&self) -> crate::snapshot::live::Counts {
         let unrouted = self.global.unrouted.classes();
-        crate::observe::live::read(&self.snapshot.load(), unrouted)
+        crate::snapshot::live::read(&self.snapshot.load(), unrouted)
     }
 
     /// The global limits of the snapshot in force (for the Redis plane).
@@ -351,6 +351,9 @@ fn render_response_times(out: &mut String, eps: &[(Arc<str>, Arc<EndpointState>)
         render_histogram(out, name, &l, &counts, sum_us);
     }
 }
+
+#[cfg(test)]
+mod apps;
 
 #[cfg(test)]
 mod tests {

@@ -32,12 +32,6 @@ const KNOWN_LOOPS: &[Known] = &[
         "sluicegate-proxy",
         &["filters/limits.rs", "filters/mod.rs", "filters/policy.rs"],
     ),
-    folders(
-        "sluicegate-proxy",
-        &[
-            "apps", "balance", "cluster", "filters", "observe", "snapshot",
-        ],
-    ),
 ];
 
 const fn files(krate: &'static str, members: &'static [&'static str]) -> Known {
