@@ -14,11 +14,11 @@ use sluicegate_config::{App, Config};
 use super::keys::{KeyRec, KeyTable};
 use super::limit::PlanRt;
 use super::policy::{jwt_key, policy, PolicyKey, NONE};
+use super::pool::{Delta, SlotPool};
 use super::slab::{pack, Slab};
 use super::table::{
     index_of, shard_of, split_index, AppRec, AppShard, AppTable, KeyShard, PLACE_BITS, SHARDS,
 };
-use super::SlotPool;
 
 /// One change to the apps of a table.
 #[derive(Debug, Clone, Copy)]
@@ -27,15 +27,6 @@ pub enum AppChange<'a> {
     Upsert(&'a App),
     /// The app with this id is removed (nothing happens if there is none).
     Remove(&'a str),
-}
-
-/// The slots a table made by [`AppTable::with_changes`] took (given back
-/// if it is not published) and the slots of the table before it that it
-/// no longer uses (retired once it is).
-#[derive(Debug, Default)]
-pub struct Delta {
-    pub(super) taken: Vec<u32>,
-    pub(super) dropped: Vec<u32>,
 }
 
 /// Why a table could not be made from changes.

@@ -14,7 +14,7 @@ use super::keys::KeyTable;
 use super::limit::{LimitState, PlanRt};
 use super::policy::{JwtKeyRt, Policy};
 use super::slab::Slab;
-use super::{slot_in, AppSlot};
+use super::slot::{slot_in, AppSlot};
 
 /// Shards of each kind: a change copies about 1/256 of the apps and of
 /// the keys, a few thousand at a million apps.

@@ -2,7 +2,11 @@
 //! apps. How tables follow reloads and app changes is tested with the
 //! snapshot that makes them (`crate::snapshot::shared`'s `apps` tests).
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use super::keys::{KeyRec, KeyTable};
+use super::slot::{chunk_of, CHUNK};
 use super::table::SHARDS;
 use super::*;
 

@@ -26,10 +26,6 @@ struct Known {
 const KNOWN_LOOPS: &[Known] = &[
     files(
         "sluicegate-proxy",
-        &["apps/build.rs", "apps/mod.rs", "apps/table.rs"],
-    ),
-    files(
-        "sluicegate-proxy",
         &["filters/limits.rs", "filters/mod.rs", "filters/policy.rs"],
     ),
 ];
