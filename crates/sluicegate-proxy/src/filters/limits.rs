@@ -5,9 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::{Answer, Filter, Refuse, ReqCx};
+use super::{Answer, Filter, InFlight, Refuse, ReqCx};
 use crate::apps::limit::{ClientLimits, LimitState, PlanRt};
-use crate::apps::AppTable;
 use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
 
@@ -79,25 +78,6 @@ fn charge_or_refuse(
                 answer: Answer::Error(ErrorKind::TooManyRequests),
                 headers,
             })
-        }
-    }
-}
-
-/// A concurrency slot a filter took, released when the request ends (the
-/// guard is dropped).
-#[derive(Debug)]
-pub enum InFlight {
-    /// A route's or a client's counters.
-    State(Arc<LimitState>),
-    /// An app's slot in the table the request was served by.
-    App(Arc<AppTable>, u32),
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        match self {
-            InFlight::State(s) => s.release(),
-            InFlight::App(t, slot) => t.slot(*slot).limit.release(),
         }
     }
 }

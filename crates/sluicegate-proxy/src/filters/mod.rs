@@ -1,5 +1,6 @@
 //! Route filters: the one trait every policy implements (auth, ACL, plan
-//! limits, ...) and the per-request context they read and edit. The
+//! limits, ...) and the per-request context they read and edit (with
+//! what it holds: concurrency slots taken, header edits to apply). The
 //! filters are in `auth` (app keys, JWT), `limits` (plans, route limits)
 //! and `policy` (IP rules, CORS, header policies, rewrite). A route holds
 //! its filters in order; the first to refuse answers the request.
@@ -9,8 +10,8 @@ mod limits;
 mod policy;
 
 pub use auth::{AppKeyAuth, JwtAuth, MtlsAuth, MtlsIndex};
-pub use limits::{InFlight, PlanLimit, RouteCounters, RouteLimiter};
-pub use policy::{CorsPolicy, HeaderOpsRt, HeaderPolicy, IpFilter, PathRewrite};
+pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
+pub use policy::{CorsPolicy, HeaderPolicy, IpFilter, PathRewrite};
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -20,6 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::apps::limit::LimitState;
 use crate::apps::{AppRef, AppTable};
 use crate::proto::fields::Fields;
 use crate::proto::head::RequestHead;
@@ -67,6 +69,57 @@ impl Edits {
         self.guards.clear();
         self.response_ops = None;
         self.cors = false;
+    }
+}
+
+/// A concurrency slot a filter took, released when the request ends (the
+/// guard is dropped).
+#[derive(Debug)]
+pub enum InFlight {
+    /// A route's or a client's counters.
+    State(Arc<LimitState>),
+    /// An app's slot in the table the request was served by.
+    App(Arc<AppTable>, u32),
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        match self {
+            InFlight::State(s) => s.release(),
+            InFlight::App(t, slot) => t.slot(*slot).limit.release(),
+        }
+    }
+}
+
+/// `set`/`add`/`remove` compiled: names to drop (removed and set ones,
+/// lower-cased) and the fields to add (set ones, then added ones).
+#[derive(Debug, Default)]
+pub struct HeaderOpsRt {
+    drop: Vec<Box<[u8]>>,
+    pub fields: Fields,
+}
+
+impl HeaderOpsRt {
+    pub fn new(ops: &sluicegate_config::HeaderOps) -> Option<HeaderOpsRt> {
+        if ops.set.is_empty() && ops.add.is_empty() && ops.remove.is_empty() {
+            return None;
+        }
+        let mut rt = HeaderOpsRt::default();
+        for name in &ops.remove {
+            rt.drop.push(name.as_bytes().into());
+        }
+        for (name, value) in ops.set.iter().chain(&ops.add) {
+            rt.fields.push(name.as_bytes(), value.as_bytes());
+        }
+        for (name, _) in &ops.set {
+            rt.drop.push(name.to_ascii_lowercase().into_bytes().into());
+        }
+        Some(rt)
+    }
+
+    /// Whether a received header named `name` is dropped.
+    pub fn drops(&self, name: &[u8]) -> bool {
+        self.drop.iter().any(|d| name.eq_ignore_ascii_case(d))
     }
 }
 

@@ -3,41 +3,9 @@
 
 use std::sync::Arc;
 
-use super::{Answer, Filter, Refuse, ReqCx};
+use super::{Answer, Filter, HeaderOpsRt, Refuse, ReqCx};
 use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
-
-/// `set`/`add`/`remove` compiled: names to drop (removed and set ones,
-/// lower-cased) and the fields to add (set ones, then added ones).
-#[derive(Debug, Default)]
-pub struct HeaderOpsRt {
-    drop: Vec<Box<[u8]>>,
-    pub fields: Fields,
-}
-
-impl HeaderOpsRt {
-    pub fn new(ops: &sluicegate_config::HeaderOps) -> Option<HeaderOpsRt> {
-        if ops.set.is_empty() && ops.add.is_empty() && ops.remove.is_empty() {
-            return None;
-        }
-        let mut rt = HeaderOpsRt::default();
-        for name in &ops.remove {
-            rt.drop.push(name.as_bytes().into());
-        }
-        for (name, value) in ops.set.iter().chain(&ops.add) {
-            rt.fields.push(name.as_bytes(), value.as_bytes());
-        }
-        for (name, _) in &ops.set {
-            rt.drop.push(name.to_ascii_lowercase().into_bytes().into());
-        }
-        Some(rt)
-    }
-
-    /// Whether a received header named `name` is dropped.
-    pub fn drops(&self, name: &[u8]) -> bool {
-        self.drop.iter().any(|d| name.eq_ignore_ascii_case(d))
-    }
-}
 
 /// `request_headers` and `response_headers` of a route.
 #[derive(Debug)]
