@@ -2,20 +2,22 @@
 //! the protocol-neutral message model with its HTTP/1.1 codec and HTTP/2
 //! mapping, routing, load balancing, upstream connection pools and the
 //! internal client, metrics and access logging. Folders by concern, in
-//! the dependency order they are meant to keep (a folder uses those
-//! listed after it): `runtime` (workers, listeners, deadlines), `session`
+//! the dependency order they keep (a folder uses only those after it):
+//! `runtime` (worker threads, listeners, the server), `session`
 //! (per-connection drivers), `upstream` (forwarding, the internal client,
-//! pools, balancing, health), `filters`, `cluster` (global limits leased
-//! from Redis), `discovery` (endpoints re-resolved from DNS in the
-//! background) and `apps` (the request phases), `route`, `observe`
-//! (metrics, access log), `transport` (streams and socket I/O), `proto`
-//! (the message heads, the HTTP/1.1 codec, the HTTP/2 mapping, the one
-//! renderer of gateway answers). `snapshot` ties the runtime tables
-//! together. Today the first nine of these still use each other in one
-//! loop (runtime, session, upstream, filters, cluster, apps, observe,
-//! transport, snapshot): the layers test (sluicegate-testkit's
-//! `tests/layers.rs`, its `KNOWN_LOOPS`) says exactly which, and fails on
-//! any new one. See `docs/architecture.md` for the request lifecycle.
+//! upstream connections, health checks), `worker` (a worker's state and
+//! the per-request context: buffers, pools, the park set), `discovery`
+//! (endpoints re-resolved from DNS in the background), `snapshot` (the
+//! runtime tables and their swap, the live counters), `filters`,
+//! `cluster` (global limits leased from Redis), `balance` (endpoints,
+//! balancers, breakers, ejection, retry budgets), `observe` (metrics,
+//! access log, traces), `apps` (the apps table), `route`, `transport`
+//! (streams and socket I/O), `proto` (the message heads, the HTTP/1.1
+//! codec, the HTTP/2 mapping, the one renderer of gateway answers) and
+//! `clock` (deadlines, the monotonic origin, calendar dates). The layers
+//! test (sluicegate-testkit's `tests/layers/`) fails on any import loop
+//! between folders or between files. See `docs/architecture.md` for the
+//! request lifecycle.
 
 pub(crate) mod apps;
 pub(crate) mod balance;
