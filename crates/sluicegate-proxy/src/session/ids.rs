@@ -3,106 +3,110 @@
 //! worker makes; with `tracing`, the client's `traceparent` (or the
 //! sampling ratio) decides whether the request gets a span, and a sampled
 //! request's span is queued for export when it ends. An unsampled
-//! request's `traceparent` and `tracestate` pass on untouched.
+//! request's `traceparent` and `tracestate` pass on untouched. Each takes
+//! what it reads: the worker and the peer's address, or the request's
+//! [`Link`]; none the connection.
 
+use std::net::IpAddr;
 use std::ops::Range;
 use std::time::Instant;
 
-use super::conn::Conn;
+use super::peer::Link;
 use crate::observe::trace::{Parent, Sampled, SpanRecord};
-use crate::runtime::worker::Bufs;
+use crate::runtime::worker::{Bufs, Worker};
 use crate::snapshot::Snapshot;
 use crate::upstream::forward::Outcome;
 
-impl Conn<'_> {
-    /// Sets `bufs.ids` for the request whose head is in `bufs` (`path`:
-    /// its path, for a span), and marks the client's fields the gateway
-    /// replaces so they are not forwarded.
-    pub(super) fn request_ids(&self, snap: &Snapshot, bufs: &mut Bufs, path: Range<usize>) {
-        let ids = &mut bufs.ids;
-        let name = &*snap.request_id_header;
-        ids.rid.set_name(name);
-        ids.sampled = None;
-        let trusted = !snap.trusted_proxies.is_empty()
-            && snap
-                .trusted_proxies
-                .iter()
-                .any(|c| c.contains(self.peer.ip()));
-        let sampler = snap.sampler.filter(|_| self.worker.shared.tracer.is_some());
-        let raw = bufs.inb.filled();
-        let mut kept = false;
-        let mut parent = None;
-        let mut has_parent = false;
+/// Sets `bufs.ids` for the request whose head is in `bufs` (`path`:
+/// its path, for a span), from a connection with `peer` on `worker`, and
+/// marks the client's fields the gateway replaces so they are not
+/// forwarded.
+pub(super) fn request_ids(
+    worker: &Worker,
+    peer: IpAddr,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    path: Range<usize>,
+) {
+    let ids = &mut bufs.ids;
+    let name = &*snap.request_id_header;
+    ids.rid.set_name(name);
+    ids.sampled = None;
+    let trusted =
+        !snap.trusted_proxies.is_empty() && snap.trusted_proxies.iter().any(|c| c.contains(peer));
+    let sampler = snap.sampler.filter(|_| worker.shared.tracer.is_some());
+    let raw = bufs.inb.filled();
+    let mut kept = false;
+    let mut parent = None;
+    let mut has_parent = false;
+    for h in bufs.req.headers.iter_mut() {
+        let n = &raw[h.name.clone()];
+        if n.len() == name.len() && n.eq_ignore_ascii_case(name) {
+            // Kept once, from a trusted proxy; dropped otherwise.
+            if trusted && !kept && ids.rid.keep(&raw[h.value.clone()]) {
+                kept = true;
+            } else {
+                h.skip = true;
+            }
+        } else if sampler.is_some() && n.len() == 11 && n.eq_ignore_ascii_case(b"traceparent") {
+            // Two of them: neither is believed.
+            parent = if has_parent {
+                None
+            } else {
+                Parent::parse(&raw[h.value.clone()])
+            };
+            has_parent = true;
+        }
+    }
+    ids.made = !kept;
+    if !kept {
+        worker.make_request_id(&mut ids.rid);
+    }
+    let Some(sampler) = sampler else { return };
+    if !sampler.sample(parent.as_ref()) {
+        return;
+    }
+    let method = &raw[bufs.req.method.clone()];
+    ids.sampled = Some(Sampled::start(parent.as_ref(), method, &raw[path]));
+    if has_parent {
+        // The upstream's parent is the gateway's span.
         for h in bufs.req.headers.iter_mut() {
-            let n = &raw[h.name.clone()];
-            if n.len() == name.len() && n.eq_ignore_ascii_case(name) {
-                // Kept once, from a trusted proxy; dropped otherwise.
-                if trusted && !kept && ids.rid.keep(&raw[h.value.clone()]) {
-                    kept = true;
-                } else {
-                    h.skip = true;
-                }
-            } else if sampler.is_some() && n.len() == 11 && n.eq_ignore_ascii_case(b"traceparent") {
-                // Two of them: neither is believed.
-                parent = if has_parent {
-                    None
-                } else {
-                    Parent::parse(&raw[h.value.clone()])
-                };
-                has_parent = true;
-            }
-        }
-        ids.made = !kept;
-        if !kept {
-            self.worker.make_request_id(&mut ids.rid);
-        }
-        let Some(sampler) = sampler else { return };
-        if !sampler.sample(parent.as_ref()) {
-            return;
-        }
-        let method = &raw[bufs.req.method.clone()];
-        ids.sampled = Some(Sampled::start(parent.as_ref(), method, &raw[path]));
-        if has_parent {
-            // The upstream's parent is the gateway's span.
-            for h in bufs.req.headers.iter_mut() {
-                if raw[h.name.clone()].eq_ignore_ascii_case(b"traceparent") {
-                    h.skip = true;
-                }
+            if raw[h.name.clone()].eq_ignore_ascii_case(b"traceparent") {
+                h.skip = true;
             }
         }
     }
+}
 
-    /// Queues the span of a sampled request that ended with `outcome`
-    /// (after `total_us`; a tunnel's at its `101`).
-    #[cold]
-    pub(super) fn end_span(
-        &self,
-        bufs: &mut Bufs,
-        names: (&str, &str),
-        outcome: &Outcome,
-        total_us: u64,
-    ) {
-        let (Some(span), Some(tracer)) = (bufs.ids.sampled.take(), &self.worker.shared.tracer)
-        else {
-            return;
-        };
-        tracer.push(SpanRecord {
-            span,
-            route: names.0.into(),
-            service: names.1.into(),
-            endpoint: outcome
-                .endpoint
-                .as_ref()
-                .map_or("", |e| e.name.as_str())
-                .into(),
-            request_id: compact_str::CompactString::from_utf8_lossy(bufs.ids.rid.value()),
-            status: outcome.status,
-            total_us,
-            upstream_us: outcome.upstream_us,
-            http2: matches!(self.client, crate::transport::stream::Stream::H2(_)),
-            tls: self.tls.is_some(),
-        });
-    }
+/// Queues the span of a sampled request that ended with `outcome`
+/// (after `total_us`; a tunnel's at its `101`).
+#[cold]
+pub(super) fn end_span(
+    link: Link<'_>,
+    bufs: &mut Bufs,
+    names: (&str, &str),
+    outcome: &Outcome,
+    total_us: u64,
+) {
+    let (Some(span), Some(tracer)) = (bufs.ids.sampled.take(), &link.worker.shared.tracer) else {
+        return;
+    };
+    tracer.push(SpanRecord {
+        span,
+        route: names.0.into(),
+        service: names.1.into(),
+        endpoint: outcome
+            .endpoint
+            .as_ref()
+            .map_or("", |e| e.name.as_str())
+            .into(),
+        request_id: compact_str::CompactString::from_utf8_lossy(bufs.ids.rid.value()),
+        status: outcome.status,
+        total_us,
+        upstream_us: outcome.upstream_us,
+        http2: link.http2(),
+        tls: link.peer.tls.is_some(),
+    });
 }
 
 /// Microseconds from `started` to now (for a span that ends before the
