@@ -306,3 +306,75 @@ pub(super) fn https_redirect(raw: &[u8], target: &Target, method: &[u8]) -> Opti
     });
     Some((status, fields))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::codec::{self, Parsed};
+    use crate::runtime::deadline::OwnSlot;
+    use crate::session::peer::Peer;
+    use crate::session::tests::{read_some, runtime, worker};
+    use crate::transport::duplex;
+    use crate::transport::stream::Stream;
+    use std::time::Duration;
+
+    /// A local answer needs no connection: given a `Link` to a stream, a
+    /// snapshot and the buffers with a request head in them, it writes the
+    /// answer, drops the small body, and leaves the next request in place.
+    #[test]
+    fn a_local_answer_is_written_from_a_link_and_the_buffers() {
+        runtime().block_on(async {
+            let worker = worker();
+            let (client, ours) = duplex::pair();
+            let (client, ours) = (Stream::Duplex(client), Stream::Duplex(ours));
+            let addr = "192.0.2.7:40000".parse().unwrap();
+            let peer = Peer {
+                addr,
+                ip: "192.0.2.7".into(),
+                listener: "127.0.0.1:9".parse().unwrap(),
+                tls: None,
+                redirect_https: false,
+                identity: None,
+            };
+            let slot = OwnSlot::new(&worker.deadlines);
+            let link = Link {
+                worker: &worker,
+                client: &ours,
+                slot: &slot,
+                peer: &peer,
+            };
+            let snap = worker.shared.snapshot.load_full();
+            let mut bufs = worker.take_bufs();
+            let next = b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n";
+            bufs.inb
+                .put(b"POST /nowhere HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc");
+            bufs.inb.put(next);
+            let max = snap.limits.max_header_bytes;
+            let Ok(Parsed::Complete(framing)) =
+                codec::parse_request(bufs.inb.filled(), max, &mut bufs.req)
+            else {
+                panic!("the head does not parse");
+            };
+            bufs.req_framing = framing;
+            let path = bufs.req.target.clone();
+            crate::session::ids::request_ids(&worker, addr.ip(), &snap, &mut bufs, path);
+            let none = Local::Error(ErrorKind::NoRoute, &fields::NONE);
+            let outcome = answer_locally(link, &snap, &mut bufs, none, false).await;
+            assert_eq!((outcome.status, outcome.close), (404, false));
+            assert_eq!(
+                bufs.inb.filled(),
+                next,
+                "the body is dropped, not the next request"
+            );
+            let got = read_some(&client, Duration::from_millis(200))
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&got);
+            assert!(text.starts_with("HTTP/1.1 404 "), "{text}");
+            let rid = String::from_utf8_lossy(bufs.ids.rid.value()).into_owned();
+            assert!(!rid.is_empty() && text.contains(&rid), "{text}");
+            assert_eq!(outcome.bytes_out, got.len() as u64);
+            worker.give_bufs(bufs);
+        });
+    }
+}

@@ -22,7 +22,7 @@ routes:
 "#;
 
 /// The worker thread's local runtime, as `runtime::server` builds it.
-fn runtime() -> tokio::runtime::LocalRuntime {
+pub(super) fn runtime() -> tokio::runtime::LocalRuntime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build_local(tokio::runtime::LocalOptions::default())
@@ -31,7 +31,7 @@ fn runtime() -> tokio::runtime::LocalRuntime {
 
 /// A worker on [`CONFIG`] with its deadline sweeper running (call inside
 /// [`runtime`]).
-fn worker() -> Rc<Worker> {
+pub(super) fn worker() -> Rc<Worker> {
     worker_on(CONFIG)
 }
 
@@ -144,7 +144,7 @@ fn bad_framing_gets_400_and_the_session_closes() {
 
 /// Reads what `c` has within `within`, until it goes quiet or ends; `None`
 /// once the stream has ended (after any bytes it still had).
-async fn read_some(c: &Stream, within: Duration) -> Option<Vec<u8>> {
+pub(super) async fn read_some(c: &Stream, within: Duration) -> Option<Vec<u8>> {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
