@@ -114,3 +114,44 @@ pub(super) fn end_span(
 pub(super) fn since(started: Instant) -> u64 {
     started.elapsed().as_micros() as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::codec::{self, Parsed};
+    use crate::session::tests::{runtime, worker_on};
+
+    /// The id a client sends is kept only from a trusted proxy, once, and
+    /// not forwarded when replaced; no connection is needed to decide it.
+    #[test]
+    fn a_request_id_is_kept_from_a_trusted_proxy_only() {
+        let config = "listen: [\"127.0.0.1:9\"]\ntrusted_proxies: [\"192.0.2.0/24\"]\n\
+                      routes: [{ name: a, match: { path: / }, respond: { status: 204 } }]\n";
+        runtime().block_on(async {
+            let worker = worker_on(config);
+            let snap = worker.shared.snapshot.load_full();
+            let mut bufs = worker.take_bufs();
+            for (peer, kept) in [("192.0.2.7", true), ("198.51.100.1", false)] {
+                bufs.inb.clear();
+                bufs.inb.put(
+                    b"GET / HTTP/1.1\r\nHost: a\r\nX-Request-Id: abc\r\nX-Request-Id: def\r\n\r\n",
+                );
+                let max = snap.limits.max_header_bytes;
+                let Ok(Parsed::Complete(_)) =
+                    codec::parse_request(bufs.inb.filled(), max, &mut bufs.req)
+                else {
+                    panic!("the head does not parse");
+                };
+                let path = bufs.req.target.clone();
+                request_ids(&worker, peer.parse().unwrap(), &snap, &mut bufs, path);
+                assert_eq!(bufs.ids.made, !kept, "{peer}");
+                assert_eq!(bufs.ids.rid.value() == b"abc", kept, "{peer}");
+                assert_eq!(bufs.ids.rid.value().len(), if kept { 3 } else { 32 });
+                let skipped: Vec<bool> = bufs.req.headers.iter().map(|h| h.skip).collect();
+                // Host stays; the first id goes on only as the one kept.
+                assert_eq!(skipped, [false, !kept, true], "{peer}");
+            }
+            worker.give_bufs(bufs);
+        });
+    }
+}

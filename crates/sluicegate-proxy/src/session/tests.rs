@@ -36,7 +36,7 @@ pub(super) fn worker() -> Rc<Worker> {
 }
 
 /// A worker on `config` with its deadline sweeper running.
-fn worker_on(config: &str) -> Rc<Worker> {
+pub(super) fn worker_on(config: &str) -> Rc<Worker> {
     let cfg = sluicegate_config::parse(config).unwrap();
     let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
     tokio::task::spawn_local({
