@@ -1,7 +1,10 @@
-//! One client connection: the keep-alive loop that reads request heads and
-//! hands each to its lifecycle ([`super::lifecycle`]: route, filters,
-//! respond or forward, log). Requests on a connection (pipelined or not)
-//! are answered strictly in order, one at a time.
+//! One HTTP/1.1 client connection and all that changes its state: the
+//! keep-alive loop that waits for and reads request heads, hands each to
+//! its lifecycle ([`super::lifecycle`]: route, filters, respond or
+//! forward, log) over a [`Link`] to the connection, and applies what the
+//! lifecycle returns (keep alive, close, hand a tunnel on). Requests on a
+//! connection (pipelined or not) are answered strictly in order, one at a
+//! time. This is the one `impl Conn`.
 //!
 //! Per request: `wait for bytes (keep-alive or header timeout) -> parse
 //! head (400/431/501 and a graceful close on bad framing) -> the request's
@@ -10,22 +13,20 @@
 //! list while it waits for the next request; past a short while it parks
 //! (see [`super::start`] and [`super::park`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use compact_str::CompactString;
-
-use crate::transport::stream::Stream;
-use crate::transport::tls::identity::ClientIdentity;
-
 use crate::clock::deadline::{OwnSlot, Stop};
-use crate::proto::codec::{self, HeadError, Parsed, RequestFraming};
+use crate::proto::codec::{self, Parsed};
 use crate::proto::response::ErrorKind;
 use crate::snapshot::Snapshot;
 use crate::transport::io::ReadError;
+use crate::transport::stream::Stream;
 use crate::worker::{Bufs, Worker, BUF_SIZE};
 
+use super::answer::{fail_early, refuse_head};
+use super::lifecycle::{exchange, Next};
+use super::peer::{Link, Peer};
 use super::tunneled::Handoff;
 
 /// How long a new connection may still take to send its first request once
@@ -33,28 +34,17 @@ use super::tunneled::Handoff;
 /// enough that a silent connection does not hold up the exit.
 const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(100);
 
+/// One HTTP/1.1 client connection: its stream and who is on it, its
+/// buffers while a request is under way, when its last answer ended, and
+/// its deadline slot. Built and taken apart by [`super::start`]; while it
+/// serves, only its request loop below reads or changes them.
 pub struct Conn<'w> {
     pub worker: &'w Worker,
     pub client: Stream,
-    pub peer: SocketAddr,
-    /// The client's address as text, formatted once for X-Forwarded-For
-    /// (inline: an IPv4 address takes no allocation, nor does its copy
-    /// for each HTTP/2 stream).
-    pub peer_ip: CompactString,
-    /// The listener's address (named in the log lines of refused
-    /// requests).
-    pub(super) listener: SocketAddr,
-    /// TLS version and cipher, on a TLS connection.
-    pub tls: Option<(&'static str, &'static str)>,
-    /// Every request is answered with a redirect to HTTPS.
-    pub(super) redirect_https: bool,
+    /// Who the client is and where it came in.
+    pub(super) peer: Peer,
     /// A plain listener's client may speak HTTP/2 with prior knowledge.
     pub(super) h2c: bool,
-    /// Who the client certificate names (`auth: mtls`).
-    pub(super) identity: Option<Box<ClientIdentity>>,
-    /// The current request's client as text when a trusted proxy named
-    /// another than the connection's.
-    pub(super) req_client: Option<String>,
     pub(super) bufs: Option<Box<Bufs>>,
     /// When the last request's answer was written: the keep-alive timeout
     /// counts from there, so waiting for the next request reads no clock.
@@ -62,8 +52,6 @@ pub struct Conn<'w> {
     /// The deadline slot for this connection's waits for a request head
     /// and for a response head (one at a time).
     pub slot: OwnSlot<'w>,
-    /// A tunnel the last request opened, for its own task to run.
-    pub(super) tunnel: Option<Box<Handoff>>,
 }
 
 /// How long a keep-alive connection waits for its next request in its
@@ -108,24 +96,14 @@ fn h2_preface(b: &[u8]) -> bool {
     n >= 4 && b[..n] == H2_PREFACE[..n]
 }
 
-/// What the request loop does after a request.
-#[derive(PartialEq, Eq)]
-pub(super) enum Next {
-    KeepAlive,
-    Close,
-    /// The request opened a tunnel (in [`Conn::tunnel`]): the serving
-    /// task ends and a task of the tunnel's own takes the connection.
-    Tunnel,
-}
-
 /// How a connection leaves its serving task.
 pub(super) enum End {
     Close,
     /// Idle: park, with the time the last answer was written.
     Park(Instant),
-    /// Upgraded: its tunnel ([`Conn::tunnel`]) runs on in a task of its
-    /// own, under the request's snapshot.
-    Tunnel(Arc<Snapshot>),
+    /// Upgraded: its tunnel runs on in a task of its own, under the
+    /// request's snapshot.
+    Tunnel(Arc<Snapshot>, Box<Handoff>),
     /// It opened with the HTTP/2 preface (h2c with prior knowledge): its
     /// bytes so far are in the buffers, for the HTTP/2 session.
     Http2,
@@ -171,14 +149,15 @@ impl Conn<'_> {
                 None => self.worker.take_bufs(),
             };
             self.worker.busy.touch();
-            let next = self.request(snap, &mut bufs, due, None).await;
+            let next = self.request(snap, &mut bufs, due).await;
             self.worker.busy.touch();
             self.bufs = Some(bufs);
-            if next != Next::KeepAlive || self.worker.shutting_down() {
-                if next == Next::Tunnel {
-                    return End::Tunnel(snap.clone());
+            match next {
+                Next::KeepAlive(end) if !self.worker.shutting_down() => {
+                    self.last_end = Some(end);
                 }
-                return End::Close;
+                Next::Tunnel(h) => return End::Tunnel(snap.clone(), h),
+                Next::KeepAlive(_) | Next::Close => return End::Close,
             }
         }
     }
@@ -268,44 +247,19 @@ impl Conn<'_> {
         }
     }
 
-    /// Answers a request whose head was refused, and closes (an HTTP/2
-    /// stream: ends it).
-    pub(super) async fn refuse_head(&self, snap: &Snapshot, bufs: &mut Bufs, e: HeadError) {
-        let kind = match e {
-            HeadError::Bad(why) => {
-                tracing::debug!(peer = %self.peer, why, "bad request");
-                ErrorKind::BadRequest
-            }
-            HeadError::TooLarge => ErrorKind::HeadersTooLarge,
-            HeadError::NotImplemented(_) => ErrorKind::NotImplemented,
-            HeadError::ExpectationFailed => ErrorKind::ExpectationFailed,
-        };
-        self.refuse_and_close(snap, bufs, kind, false).await;
-    }
-
     /// Reads, routes and answers one request. Its head is due by `due`
     /// when given (a connection's first request: from the accept),
     /// otherwise `client_header` after its first byte.
-    pub(super) async fn request(
-        &mut self,
-        snap: &Snapshot,
-        bufs: &mut Bufs,
-        due: Option<Instant>,
-        laid: Option<Result<RequestFraming, HeadError>>,
-    ) -> Next {
+    async fn request(&self, snap: &Snapshot, bufs: &mut Bufs, due: Option<Instant>) -> Next {
         // A request's time starts with its first byte (the wait before that
         // has its own timeout), and so does its header deadline unless due.
         let mut started = (!bufs.inb.is_empty()).then(Instant::now);
         let max_head = snap.limits.max_header_bytes;
         let header_time = snap.timeouts.client_header;
-        let mut laid = laid;
         loop {
-            // A head laid out already (an HTTP/2 stream's) is taken as it
-            // is; nothing received yet (woken by readiness): read before
+            // Nothing received yet (woken by readiness): read before
             // parsing.
-            let parsed = if let Some(head) = laid.take() {
-                head.map(Parsed::Complete)
-            } else if bufs.inb.is_empty() {
+            let parsed = if bufs.inb.is_empty() {
                 Ok(Parsed::Partial)
             } else {
                 codec::parse_request(bufs.inb.filled(), max_head, &mut bufs.req)
@@ -334,8 +288,8 @@ impl Conn<'_> {
                         Err(ReadError::Timeout) => {
                             if !bufs.inb.is_empty() {
                                 // A slow client gets no extra time: no linger.
-                                self.fail_early(snap, bufs, ErrorKind::RequestTimeout, false)
-                                    .await;
+                                let timeout = ErrorKind::RequestTimeout;
+                                fail_early(self.link(), snap, bufs, timeout, false).await;
                             }
                             return Next::Close;
                         }
@@ -343,12 +297,22 @@ impl Conn<'_> {
                     }
                 }
                 Err(e) => {
-                    self.refuse_head(snap, bufs, e).await;
+                    refuse_head(self.link(), snap, bufs, e).await;
                     return Next::Close;
                 }
             }
         }
         let started = started.unwrap_or_else(Instant::now);
-        self.exchange(snap, bufs, started).await
+        exchange(self.link(), snap, bufs, started).await
+    }
+
+    /// The request's view of this connection.
+    fn link(&self) -> Link<'_> {
+        Link {
+            worker: self.worker,
+            client: &self.client,
+            slot: &self.slot,
+            peer: &self.peer,
+        }
     }
 }

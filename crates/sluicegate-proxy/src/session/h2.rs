@@ -1,9 +1,11 @@
 //! A client's HTTP/2 connection: the framing layer (the `h2` crate) run in
 //! the connection's task, and each stream served in a task of its own by
-//! the same request code as an HTTP/1.1 request ([`Conn::exchange`]), its
-//! head laid out as the protocol-neutral head that code reads and the
-//! stream as the one it answers on ([`crate::proto::http2`]); no HTTP/1.1
-//! text is written or parsed. A WebSocket over HTTP/2 (RFC 8441, an
+//! the same request code as an HTTP/1.1 request
+//! ([`super::lifecycle::exchange`], over a [`Link`] to the stream and the
+//! connection's [`Peer`], no connection state of its own), its head laid
+//! out as the protocol-neutral head that code reads and the stream as the
+//! one it answers on ([`crate::proto::http2`]); no HTTP/1.1 text is
+//! written or parsed. A WebSocket over HTTP/2 (RFC 8441, an
 //! extended CONNECT, enabled in the connection's SETTINGS) is given as the
 //! upgrade it stands for, and its tunnel runs on the stream.
 //!
@@ -25,21 +27,21 @@
 //! before reading why, and the reset can discard the GOAWAY on its way.
 
 use std::cell::Cell;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use compact_str::{CompactString, ToCompactString};
+use compact_str::ToCompactString;
 
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream};
 
 use super::active::Active;
-use super::answer::LINGER_MAX;
-use super::conn::{Conn, Next};
+use super::answer::{refuse_head, LINGER_MAX};
+use super::lifecycle::{self, Next};
+use super::peer::{Link, Peer};
 use crate::clock::deadline::{OwnSlot, Stop};
 use crate::proto::codec::{HeadError, RequestFraming};
 use crate::proto::http2::exchange::{take_ready, Exchange};
@@ -47,7 +49,6 @@ use crate::proto::http2::request::{fill_head, BodyAt};
 use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::listener::{ListenerRt, Prepared};
 use crate::transport::stream::Stream;
-use crate::transport::tls::identity::ClientIdentity;
 use crate::upstream::body::linger;
 use crate::worker::{Bufs, Worker};
 
@@ -66,12 +67,7 @@ type H2Connection = h2::server::Connection<H2Io, Bytes>;
 
 /// What every stream of a connection shares.
 struct Shared {
-    peer: SocketAddr,
-    peer_ip: CompactString,
-    listener: SocketAddr,
-    tls: Option<(&'static str, &'static str)>,
-    redirect_https: bool,
-    identity: Option<Box<ClientIdentity>>,
+    peer: Peer,
     /// Streams being served now.
     open: Cell<usize>,
 }
@@ -151,12 +147,14 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
         Err(_) => return,
     };
     let shared = Rc::new(Shared {
-        peer: p.client,
-        peer_ip: p.client.ip().to_compact_string(),
-        listener: listener.addr,
-        tls: listener.tls.is_some().then_some(p.tls),
-        redirect_https: listener.redirect_https,
-        identity: p.identity,
+        peer: Peer {
+            addr: p.client,
+            ip: p.client.ip().to_compact_string(),
+            listener: listener.addr,
+            tls: listener.tls.is_some().then_some(p.tls),
+            redirect_https: listener.redirect_https,
+            identity: p.identity,
+        },
         open: Cell::new(0),
     });
     let mut rate = StreamRate::new(settings.max_streams_per_second, Instant::now());
@@ -176,13 +174,13 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
         });
         match wait.bound(next).await {
             Ok(None) => {
-                tracing::debug!(peer = %shared.peer, "HTTP/2 client floods PING or SETTINGS frames");
+                tracing::debug!(peer = %shared.peer.addr, "HTTP/2 client floods PING or SETTINGS frames");
                 calm_down(&worker, &mut conn).await;
                 break true;
             }
             Ok(Some(Some(Ok((req, respond))))) => {
                 if !rate.admit(Instant::now()) {
-                    tracing::debug!(peer = %shared.peer, "HTTP/2 client opens streams too fast");
+                    tracing::debug!(peer = %shared.peer.addr, "HTTP/2 client opens streams too fast");
                     calm_down(&worker, &mut conn).await;
                     break true;
                 }
@@ -190,7 +188,7 @@ pub(crate) async fn serve(p: Prepared, early: Vec<u8>, listener: Arc<ListenerRt>
                 tokio::task::spawn_local(stream(worker, shared, req, respond));
             }
             Ok(Some(Some(Err(e)))) => {
-                tracing::debug!(peer = %shared.peer, error = %e, "HTTP/2 connection failed");
+                tracing::debug!(peer = %shared.peer.addr, error = %e, "HTTP/2 connection failed");
                 // The framing layer's own limits (Rapid Reset, MadeYouReset)
                 // and protocol errors: its GOAWAY is written and its side
                 // ended already.
@@ -313,32 +311,30 @@ async fn serve_one(
     mut bufs: Box<Bufs>,
     head: Result<RequestFraming, HeadError>,
 ) {
-    let mut conn = Conn {
+    let client = Stream::H2(Box::new(exchange));
+    let slot = OwnSlot::new(&worker.deadlines);
+    let link = Link {
         worker,
-        client: Stream::H2(Box::new(exchange)),
-        peer: shared.peer,
-        peer_ip: shared.peer_ip.clone(),
-        listener: shared.listener,
-        tls: shared.tls,
-        redirect_https: shared.redirect_https,
-        identity: shared.identity.clone(),
-        req_client: None,
-        bufs: None,
-        last_end: None,
-        slot: OwnSlot::new(&worker.deadlines),
-        h2c: false,
-        // Set when an extended CONNECT's upgrade opens a tunnel.
-        tunnel: None,
+        client: &client,
+        slot: &slot,
+        peer: &shared.peer,
     };
     worker.busy.touch();
     let snap = worker.shared.snapshot.load_full();
-    let next = conn.request(&snap, &mut bufs, None, Some(head)).await;
+    let next = match head {
+        Ok(framing) => {
+            bufs.req_framing = framing;
+            lifecycle::exchange(link, &snap, &mut bufs, Instant::now()).await
+        }
+        Err(e) => {
+            refuse_head(link, &snap, &mut bufs, e).await;
+            Next::Close
+        }
+    };
     worker.busy.touch();
     worker.give_bufs(bufs);
-    if next == Next::Tunnel {
-        if let Some(h) = conn.tunnel.take() {
-            super::tunneled::relay_and_record(worker, &conn.client, &snap, h).await;
-        }
+    if let Next::Tunnel(h) = next {
+        super::tunneled::relay_and_record(worker, &client, &snap, h).await;
     }
 }
 

@@ -1,13 +1,16 @@
 //! Per-connection drivers: how a connection starts, parks and comes back
 //! (`start`; its count, `active`; the task of the worker's park set
-//! (`crate::worker::parkset`), `park`), the HTTP/1.1 client connection's
-//! request loop (`conn`), one request's phases in order (`lifecycle`; its filters
-//! phase, `filtering`; what its head says of gRPC, `grpc`), the answers
-//! the session makes itself (`answer`), the task an upgraded connection's
-//! tunnel runs in (`tunneled`), and HTTP/2 connections, whose streams go
-//! through the same request code (`h2`). Forwarding (`crate::upstream`)
-//! sees the connection only as a [`crate::worker::Downstream`]
-//! and never imports from here.
+//! (`crate::worker::parkset`), `park`), the HTTP/1.1 client connection's state and request
+//! loop (`conn`, the one `impl Conn`), what a request knows of its
+//! connection (`peer`: the peer's facts, and the borrowed `Link` the
+//! request code takes in place of the connection), one request's phases
+//! in order (`lifecycle`; its filters phase, `filtering`; what its head
+//! says of gRPC, `grpc`; its id, trace context and span, `ids`), the
+//! answers the session makes itself (`answer`), the task an upgraded
+//! connection's tunnel runs in (`tunneled`), and HTTP/2 connections, whose
+//! streams go through the same request code (`h2`). Forwarding
+//! (`crate::upstream`) sees the connection only as a
+//! [`crate::worker::Downstream`] and never imports from here.
 
 mod active;
 mod answer;
@@ -18,8 +21,11 @@ mod h2;
 mod ids;
 mod lifecycle;
 pub(crate) mod park;
+mod peer;
 pub(crate) mod start;
 mod tunneled;
 
+#[cfg(test)]
+mod testing;
 #[cfg(test)]
 mod tests;

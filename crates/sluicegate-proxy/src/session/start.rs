@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 
 use super::active::Active;
 use super::conn::{Begin, Conn, End};
+use super::peer::Peer;
 use super::tunneled;
 use crate::clock::deadline::OwnSlot;
 use crate::transport::listener::{prepare, ListenerRt, Prepared};
@@ -98,18 +99,18 @@ pub(crate) async fn serve_stream(
     let mut conn = Conn {
         worker: &worker,
         client: p.stream,
-        peer: p.client,
-        peer_ip: p.client.ip().to_compact_string(),
-        listener: listener.addr,
-        tls,
-        redirect_https: listener.redirect_https,
+        peer: Peer {
+            addr: p.client,
+            ip: p.client.ip().to_compact_string(),
+            listener: listener.addr,
+            tls,
+            redirect_https: listener.redirect_https,
+            identity: p.identity,
+        },
         h2c: listener.http2.is_some() && listener.tls.is_none(),
-        identity: p.identity,
-        req_client: None,
         bufs: None,
         last_end,
         slot: OwnSlot::new(&worker.deadlines),
-        tunnel: None,
     };
     let end = conn.run(begin).await;
     let early = match (&end, &conn.bufs) {
@@ -125,25 +126,23 @@ pub(crate) async fn serve_stream(
             let expires = end + worker.shared.snapshot.load().timeouts.keepalive;
             let parked = Prepared {
                 stream: conn.client,
-                client: conn.peer,
+                client: conn.peer.addr,
                 tls: p.tls,
-                identity: conn.identity,
+                identity: conn.peer.identity,
                 h2: false,
             };
             park(parked, listener, active, end, expires);
         }
-        End::Tunnel(snap) => {
+        End::Tunnel(snap, h) => {
             // The tunnel's own task takes the connection; this one ends.
-            if let Some(h) = conn.tunnel.take() {
-                tokio::task::spawn_local(tunneled::run(conn.client, active, snap, h));
-            }
+            tokio::task::spawn_local(tunneled::run(conn.client, active, snap, h));
         }
         End::Http2 => {
             let ready = Prepared {
                 stream: conn.client,
-                client: conn.peer,
+                client: conn.peer.addr,
                 tls: p.tls,
-                identity: conn.identity,
+                identity: conn.peer.identity,
                 h2: true,
             };
             tokio::task::spawn_local(super::h2::serve(ready, early, listener, active));

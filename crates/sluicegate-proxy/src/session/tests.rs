@@ -6,45 +6,11 @@ mod http2;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::snapshot::Shared;
+use super::testing::{read_some, runtime, worker, worker_on};
 use crate::transport::duplex;
 use crate::transport::listener::{self, Prepared};
 use crate::transport::stream::Stream;
 use crate::worker::Worker;
-
-const CONFIG: &str = r#"
-listen: ["127.0.0.1:9"]
-timeouts: { keepalive: 400ms }
-routes:
-  - name: hello
-    match: { path: /hello }
-    respond: { status: 200, body: "hi\n", headers: { content-type: text/plain } }
-"#;
-
-/// The worker thread's local runtime, as `runtime::server` builds it.
-fn runtime() -> tokio::runtime::LocalRuntime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build_local(tokio::runtime::LocalOptions::default())
-        .unwrap()
-}
-
-/// A worker on [`CONFIG`] with its deadline sweeper running (call inside
-/// [`runtime`]).
-fn worker() -> Rc<Worker> {
-    worker_on(CONFIG)
-}
-
-/// A worker on `config` with its deadline sweeper running.
-fn worker_on(config: &str) -> Rc<Worker> {
-    let cfg = sluicegate_config::parse(config).unwrap();
-    let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
-    tokio::task::spawn_local({
-        let w = worker.clone();
-        async move { w.deadlines.run().await }
-    });
-    worker
-}
 
 /// A connection to `worker` over the in-memory pipe, counted as an
 /// accepted connection is before it is served: the client's end, and the
@@ -140,25 +106,6 @@ fn bad_framing_gets_400_and_the_session_closes() {
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
     assert!(text.contains("connection: close"), "{text}");
-}
-
-/// Reads what `c` has within `within`, until it goes quiet or ends; `None`
-/// once the stream has ended (after any bytes it still had).
-async fn read_some(c: &Stream, within: Duration) -> Option<Vec<u8>> {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        let ready = std::future::poll_fn(|cx| c.poll_read_ready(cx));
-        if tokio::time::timeout(within, ready).await.is_err() {
-            return Some(got);
-        }
-        match c.try_recv(&mut buf) {
-            Ok(0) => return if got.is_empty() { None } else { Some(got) },
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return None,
-        }
-    }
 }
 
 #[test]
