@@ -114,28 +114,40 @@ mod tests {
 
     #[test]
     fn spins_for_the_window_then_parks_until_touched() {
+        // A window long enough that a loaded machine's scheduling delays
+        // (tens of milliseconds) cannot pass for it.
+        const WINDOW: Duration = Duration::from_millis(400);
         let (rt, local) = local_rt();
         local.block_on(&rt, async {
             let bp = Rc::new(BusyPoll::default());
             let stop = Rc::new(Cell::new(false));
             let task = tokio::task::spawn_local({
                 let (bp, stop) = (bp.clone(), stop.clone());
-                async move {
-                    bp.run(|| Duration::from_millis(30), move || stop.get())
-                        .await
-                }
+                async move { bp.run(|| WINDOW, move || stop.get()).await }
             });
-            // While it spins, other tasks still run and timers still fire.
+            // While it spins, other tasks still run and timers still fire
+            // (well before the window would have ended a blocked spin).
             let t0 = Instant::now();
             tokio::time::sleep(Duration::from_millis(5)).await;
             assert!(!bp.is_parked());
-            assert!(t0.elapsed() < Duration::from_millis(25));
-            // A touch restarts the window.
+            assert!(t0.elapsed() < WINDOW, "{:?}", t0.elapsed());
+            // A touch restarts the window: still spinning past the first
+            // window's end.
+            tokio::time::sleep_until((t0 + WINDOW * 3 / 4).into()).await;
             bp.touch();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            assert!(!bp.is_parked());
-            tokio::time::sleep(Duration::from_millis(40)).await;
-            assert!(bp.is_parked(), "still spinning 60 ms after the last touch");
+            let touched = Instant::now();
+            tokio::time::sleep_until((t0 + WINDOW * 5 / 4).into()).await;
+            assert!(!bp.is_parked(), "parked within the window after a touch");
+            // Parked once a whole window passed without a touch.
+            let deadline = touched + WINDOW * 8;
+            while !bp.is_parked() {
+                assert!(
+                    Instant::now() < deadline,
+                    "still spinning long after the window"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(touched.elapsed() >= WINDOW, "{:?}", touched.elapsed());
             // The next touch wakes it; then it stops when told.
             bp.touch();
             tokio::task::yield_now().await;
