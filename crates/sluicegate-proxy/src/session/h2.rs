@@ -41,7 +41,7 @@ use super::active::Active;
 use super::answer::LINGER_MAX;
 use super::conn::{Conn, Next};
 use crate::proto::codec::{HeadError, RequestFraming};
-use crate::proto::http2::exchange::{take_ready, Exchange};
+use crate::proto::http2::exchange::{take_ready, Exchange, Taken};
 use crate::proto::http2::request::{fill_head, BodyAt};
 use crate::runtime::deadline::{OwnSlot, Stop};
 use crate::runtime::worker::{Bufs, Worker};
@@ -271,13 +271,21 @@ async fn stream(
             // unary gRPC call) goes after the head with its length: the request
             // can then be sent again (retries). Otherwise what came of it leads
             // the stream's body.
+            // A body that ended with trailers streams, so that an HTTP/1.1
+            // upstream gets it chunked, with them.
             let mut early = Vec::new();
+            let mut trailers = None;
             let body = if recv.is_end_stream() {
                 BodyAt::None
-            } else if take_ready(&mut recv, &mut early, WHOLE_MAX) {
-                BodyAt::Whole(early.len() as u64)
             } else {
-                BodyAt::Streams
+                match take_ready(&mut recv, &mut early, WHOLE_MAX) {
+                    Taken::Whole(None) => BodyAt::Whole(early.len() as u64),
+                    Taken::Whole(t) => {
+                        trailers = t;
+                        BodyAt::Streams
+                    }
+                    Taken::Part => BodyAt::Streams,
+                }
             };
             let head = fill_head(&parts, body, None, &mut bufs.inb, &mut bufs.req);
             if let BodyAt::Whole(_) = body {
@@ -285,7 +293,11 @@ async fn stream(
                 early.clear();
             }
             let is_head = parts.method == http::Method::HEAD;
-            (head, Exchange::new(recv, respond, is_head, early))
+            let exchange = Exchange::new(recv, respond, is_head, early);
+            if let Some(t) = trailers {
+                exchange.set_trailers(t);
+            }
+            (head, exchange)
         };
     drop(parts);
     // Boxed, so that the stream's task stays small: the request's state
@@ -294,6 +306,16 @@ async fn stream(
     // 128 bytes at the spawn.
     Box::pin(serve_one(&worker, &shared, exchange, bufs, head)).await;
     shared.open.set(shared.open.get() - 1);
+}
+
+/// Counts a request whose trailers were dropped.
+#[cold]
+fn count_dropped_trailers(worker: &Worker) {
+    worker
+        .shared
+        .global
+        .request_trailers_dropped
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A fresh `Sec-WebSocket-Key` (16 random bytes, base64).
@@ -334,6 +356,13 @@ async fn serve_one(
     let snap = worker.shared.snapshot.load_full();
     let next = conn.request(&snap, &mut bufs, None, Some(head)).await;
     worker.busy.touch();
+    if let Some(x) = conn.client.h2() {
+        // Trailers no upstream took: a body with a length, which an
+        // HTTP/1.1 upstream cannot get with trailers.
+        if x.trailers_left() {
+            count_dropped_trailers(worker);
+        }
+    }
     worker.give_bufs(bufs);
     if next == Next::Tunnel {
         if let Some(h) = conn.tunnel.take() {
