@@ -7,7 +7,10 @@
 //! body size limit holds for streams with and without a length (413, then
 //! RST_STREAM NO_ERROR). Reloads every 200 ms close no open HTTP/2
 //! connection and fail no stream on it; across `run --upgrade` a stream
-//! under way finishes on the old process and new ones reach the new. Auth, CORS, header ops, rewrites, ACLs, timeouts
+//! under way finishes on the old process and new ones reach the new. A
+//! request's trailers (sent by the `h2` crate's client) reach an HTTP/1.1
+//! upstream of the test's own as chunked trailer fields, or, with a
+//! `content-length`, are dropped and counted. Auth, CORS, header ops, rewrites, ACLs, timeouts
 //! and retries on streams are tested beside their HTTP/1.1 tests
 //! (`api_*`, `res_*`, `http_upstream_errors`, with `Proto::H2c`).
 
