@@ -356,7 +356,7 @@ async fn serve_one(
     let snap = worker.shared.snapshot.load_full();
     let next = conn.request(&snap, &mut bufs, None, Some(head)).await;
     worker.busy.touch();
-    if let Some(x) = conn.client.h2() {
+    if let (Some(x), false) = (conn.client.h2(), next == Next::Tunnel) {
         // Trailers no upstream took: a body with a length, which an
         // HTTP/1.1 upstream cannot get with trailers.
         if x.trailers_left() {

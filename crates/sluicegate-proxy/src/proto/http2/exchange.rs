@@ -155,13 +155,25 @@ impl Exchange {
 
     /// Whether the client sent trailers that no one took: those the
     /// request's body ended with, kept or still in the framing layer
-    /// (looked at without waiting). A body not read to its end says no.
+    /// (looked at without waiting, once the request is over). A body not
+    /// read to its end says no, and so does an extended CONNECT, whose
+    /// DATA is its tunnel's.
     pub(crate) fn trailers_left(&self) -> bool {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
-        if i.trailers.is_none() && !i.in_done && !i.staged.pending() {
+        if i.trailers.is_none() && !i.in_done && !i.staged.pending() && !i.connect {
             let mut cx = Context::from_waker(std::task::Waker::noop());
-            if i.in_trailers || matches!(i.recv.poll_data(&mut cx), Poll::Ready(None)) {
+            let ended = i.in_trailers
+                || match i.recv.poll_data(&mut cx) {
+                    Poll::Ready(None) => true,
+                    // Data never read: the window it took is given back.
+                    Poll::Ready(Some(Ok(d))) => {
+                        let _ = i.recv.flow_control().release_capacity(d.len());
+                        false
+                    }
+                    _ => false,
+                };
+            if ended {
                 if let Poll::Ready(Ok(t)) = i.recv.poll_trailers(&mut cx) {
                     i.trailers = t;
                 }
