@@ -265,16 +265,7 @@ impl Exchange {
     pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
-        if i.staged.pending() {
-            return Ok(i.staged.read_into(buf));
-        }
-        if i.in_failed {
-            return Err(io::ErrorKind::ConnectionReset.into());
-        }
-        if i.in_done {
-            return Ok(0);
-        }
-        Err(io::ErrorKind::WouldBlock.into())
+        i.staged.recv(buf, i.in_done, i.in_failed)
     }
 
     /// Ready when a read would not block: body bytes, their end or an
@@ -352,14 +343,11 @@ impl Exchange {
         let Out::Body { send, .. } = &mut i.out else {
             return Poll::Ready(Ok(()));
         };
-        match poll_room(send, cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
-            Poll::Ready(Err(())) => {
-                i.out = Out::Failed;
-                Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
-            }
+        let room = poll_room(send, cx);
+        if let Poll::Ready(Err(_)) = room {
+            i.out = Out::Failed;
         }
+        room
     }
 
     /// Ends the answer's body with `trailers` (a trailing HEADERS with
