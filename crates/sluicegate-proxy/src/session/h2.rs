@@ -270,9 +270,9 @@ async fn stream(
             // A body that came whole with its head (most small requests, every
             // unary gRPC call) goes after the head with its length: the request
             // can then be sent again (retries). Otherwise what came of it leads
-            // the stream's body.
-            // A body that ended with trailers streams, so that an HTTP/1.1
-            // upstream gets it chunked, with them.
+            // the stream's body. A body that came whole but with trailers
+            // streams too, so that an HTTP/1.1 upstream gets it chunked,
+            // with them.
             let mut early = Vec::new();
             let mut trailers = None;
             let body = if recv.is_end_stream() {
@@ -357,8 +357,8 @@ async fn serve_one(
     let next = conn.request(&snap, &mut bufs, None, Some(head)).await;
     worker.busy.touch();
     if let (Some(x), false) = (conn.client.h2(), next == Next::Tunnel) {
-        // Trailers no upstream took: a body with a length, which an
-        // HTTP/1.1 upstream cannot get with trailers.
+        // Trailers no upstream took: the body had a length, and went
+        // with it and without them.
         if x.trailers_left() {
             count_dropped_trailers(worker);
         }

@@ -1,10 +1,10 @@
 //! Message bodies on the forwarding path, as data, trailers and an end:
 //! the request body streamed upstream (chunked to an HTTP/1.1 upstream
 //! when it has no length, as DATA to an HTTP/2 one; an HTTP/2 client's
-//! trailers as the last chunk's trailer fields or a trailing HEADERS), the response body
-//! streamed back (an HTTP/2 upstream's trailers relayed as trailers), and
-//! the client bytes read and dropped when an answer came before the body
-//! ended.
+//! trailers as the last chunk's trailer fields or a trailing HEADERS),
+//! the response body streamed back (an HTTP/2 upstream's trailers relayed
+//! as trailers), and the client bytes read and dropped when an answer
+//! came before the body ended.
 
 use std::time::{Duration, Instant};
 
