@@ -83,16 +83,30 @@ impl Gateway {
     /// [`READY_TIMEOUT`] until every port in `ports` (on 127.0.0.1) accepts.
     /// Panics with the captured output if the process exits or never gets ready.
     pub fn start(bin: &Path, yaml: &str, ports: &[u16]) -> Gateway {
-        let mut gw = Gateway::spawn(bin, yaml);
-        if let Err(why) = gw.wait_ready(ports, READY_TIMEOUT) {
+        Gateway::spawn(bin, yaml).ready(bin, ports)
+    }
+
+    /// Waits up to [`READY_TIMEOUT`] for `ports`; panics with the output
+    /// when they do not accept.
+    fn ready(mut self, bin: &Path, ports: &[u16]) -> Gateway {
+        if let Err(why) = self.wait_ready(ports, READY_TIMEOUT) {
             panic!(
                 "gateway {} not ready: {why}\n--- stdout ---\n{}\n--- stderr ---\n{}",
                 bin.display(),
-                gw.stdout(),
-                gw.stderr()
+                self.stdout(),
+                self.stderr()
             );
         }
-        gw
+        self
+    }
+
+    /// Like [`Gateway::start`], the process working in a folder of its
+    /// temp dir (`work/`, removed with it) instead of the test's working
+    /// directory (the package's folder), so that a relative path it is
+    /// given later (a config an admin API write put in place, an access
+    /// log named by a generated string) names a file in there.
+    pub fn start_in_own_dir(bin: &Path, yaml: &str, ports: &[u16]) -> Gateway {
+        Gateway::spawn_from(bin, yaml, &[], true).ready(bin, ports)
     }
 
     /// Writes `yaml` and starts `bin run --config FILE` without waiting.
@@ -102,6 +116,12 @@ impl Gateway {
 
     /// Like [`Gateway::spawn`], appending `extra` after `run --config FILE`.
     pub fn spawn_args(bin: &Path, yaml: &str, extra: &[&str]) -> Gateway {
+        Gateway::spawn_from(bin, yaml, extra, false)
+    }
+
+    /// [`Gateway::spawn_args`], working in `work/` of its temp dir when
+    /// `own_dir` (see [`Gateway::start_in_own_dir`]).
+    fn spawn_from(bin: &Path, yaml: &str, extra: &[&str], own_dir: bool) -> Gateway {
         let dir = tempfile::Builder::new()
             .prefix("sluicegate-gw-")
             .tempdir()
@@ -117,6 +137,11 @@ impl Gateway {
         cmd.arg("run").arg("--config").arg(&config).args(extra);
         if !extra.contains(&"--handover-socket") {
             cmd.arg("--handover-socket").arg(&handover);
+        }
+        if own_dir {
+            let work = dir.path().join("work");
+            fs::create_dir(&work).expect("create the gateway's working dir");
+            cmd.current_dir(work);
         }
         let child = cmd
             .stdin(Stdio::null())

@@ -7,7 +7,10 @@
 //! body size limit holds for streams with and without a length (413, then
 //! RST_STREAM NO_ERROR). Reloads every 200 ms close no open HTTP/2
 //! connection and fail no stream on it; across `run --upgrade` a stream
-//! under way finishes on the old process and new ones reach the new. Auth, CORS, header ops, rewrites, ACLs, timeouts
+//! under way finishes on the old process and new ones reach the new. A
+//! request's trailers (sent by the `h2` crate's client) reach an HTTP/1.1
+//! upstream of the test's own as chunked trailer fields, or, with a
+//! `content-length`, are dropped and counted. Auth, CORS, header ops, rewrites, ACLs, timeouts
 //! and retries on streams are tested beside their HTTP/1.1 tests
 //! (`api_*`, `res_*`, `http_upstream_errors`, with `Proto::H2c`).
 
@@ -483,4 +486,194 @@ fn an_upgrade_lets_a_stream_in_flight_finish_and_new_streams_reach_the_new_proce
     assert!(exited.is_some_and(|s| s.success()), "{}", old.stderr());
     new.terminate();
     assert!(new.wait_exit(Duration::from_secs(15)).is_some());
+}
+
+/// An HTTP/1.1 upstream of the test's own that keeps each request's raw
+/// bytes (head and body, the chunked framing and its trailer section as
+/// they came) and answers `200 ok`. Each head is told on `heads` as it
+/// arrives, each whole request on `requests`.
+struct RawUpstream {
+    port: u16,
+    heads: std::sync::mpsc::Receiver<()>,
+    requests: std::sync::mpsc::Receiver<String>,
+}
+
+impl RawUpstream {
+    fn start() -> RawUpstream {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (head_tx, heads) = std::sync::mpsc::channel();
+        let (req_tx, requests) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(conn) = conn else { return };
+                conn.set_read_timeout(Some(DEADLINE)).unwrap();
+                let (head_tx, req_tx) = (head_tx.clone(), req_tx.clone());
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    let mut r = BufReader::new(conn);
+                    let line = |r: &mut BufReader<_>, raw: &mut String| {
+                        let mut l = String::new();
+                        let n = r.read_line(&mut l).unwrap_or(0);
+                        raw.push_str(&l);
+                        (n > 0).then_some(l)
+                    };
+                    loop {
+                        let mut raw = String::new();
+                        let mut length = None;
+                        let mut chunked = false;
+                        loop {
+                            let Some(l) = line(&mut r, &mut raw) else {
+                                return;
+                            };
+                            let lower = l.to_ascii_lowercase();
+                            if let Some(v) = lower.strip_prefix("content-length:") {
+                                length = v.trim().parse::<usize>().ok();
+                            }
+                            chunked |= lower.starts_with("transfer-encoding:")
+                                && lower.contains("chunked");
+                            if l == "\r\n" {
+                                break;
+                            }
+                        }
+                        let _ = head_tx.send(());
+                        if chunked {
+                            loop {
+                                let Some(l) = line(&mut r, &mut raw) else {
+                                    return;
+                                };
+                                let size = usize::from_str_radix(l.trim(), 16).unwrap();
+                                if size == 0 {
+                                    while line(&mut r, &mut raw).is_some_and(|l| l != "\r\n") {}
+                                    break;
+                                }
+                                let mut data = vec![0; size + 2];
+                                r.read_exact(&mut data).unwrap();
+                                raw.push_str(&String::from_utf8_lossy(&data));
+                            }
+                        } else if let Some(n) = length {
+                            let mut data = vec![0; n];
+                            r.read_exact(&mut data).unwrap();
+                            raw.push_str(&String::from_utf8_lossy(&data));
+                        }
+                        let _ = req_tx.send(raw);
+                        let _ = w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                    }
+                });
+            }
+        });
+        RawUpstream {
+            port,
+            heads,
+            requests,
+        }
+    }
+}
+
+/// How [`post_with_trailers`] sends its body.
+#[derive(Clone, Copy, PartialEq)]
+enum Send {
+    /// Without a length, the data and the trailers at once.
+    AtOnce,
+    /// Without a length, the trailers once the upstream has the head
+    /// (the gateway streams the body by then).
+    Later,
+    /// With a `content-length`.
+    WithLength,
+}
+
+/// POSTs `hello` with trailers over an h2c connection (the h2 crate's
+/// client) to 127.0.0.1:`port`: the status and the body of the answer.
+fn post_with_trailers(port: u16, up: &RawUpstream, how: Send) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut req = http::Request::post(format!("http://127.0.0.1:{port}/up"));
+        if how == Send::WithLength {
+            req = req.header("content-length", "5");
+        }
+        let (res, mut body) = client.send_request(req.body(()).unwrap(), false).unwrap();
+        body.send_data(bytes::Bytes::from_static(b"hello"), false)
+            .unwrap();
+        if how == Send::Later {
+            // The connection's task runs on this thread: poll, do not block.
+            let until = std::time::Instant::now() + DEADLINE;
+            while up.heads.try_recv().is_err() {
+                assert!(std::time::Instant::now() < until, "no head upstream");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let mut t = http::HeaderMap::new();
+        for (name, value) in [
+            ("x-checksum", "abc"),
+            ("grpc-status-details-bin", "AAAA"),
+            // Not forwarded: credentials and the gateway's own fields.
+            ("authorization", "Bearer sneaky"),
+            ("x-forwarded-for", "10.9.9.9"),
+        ] {
+            t.insert(name, value.parse().unwrap());
+        }
+        body.send_trailers(t).unwrap();
+        let res = tokio::time::timeout(DEADLINE, res).await.unwrap().unwrap();
+        let status = res.status().as_u16();
+        let mut data = res.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = tokio::time::timeout(DEADLINE, data.data()).await.unwrap() {
+            text.extend_from_slice(&chunk.unwrap());
+        }
+        (status, String::from_utf8_lossy(&text).into_owned())
+    })
+}
+
+#[test]
+fn request_trailers_go_to_an_http11_upstream_as_chunked_trailers_unless_the_body_has_a_length() {
+    let up = RawUpstream::start();
+    let ports = ops_common::Ports::new();
+    let yaml = format!(
+        "{}log: {{ level: warn, access: off }}\nreload: {{ watch: false }}\nservices:\n{}routes:\n{}",
+        ports.head(),
+        ops_common::service("raw", &[up.port]),
+        ops_common::proxy_route("all", "/", "raw"),
+    );
+    let _gw = ops_common::start(ports, &yaml);
+    let dropped = "sluicegate_request_trailers_dropped_total";
+    for how in [Send::AtOnce, Send::Later] {
+        while up.heads.try_recv().is_ok() {}
+        let (status, body) = post_with_trailers(ports.listen, &up, how);
+        assert_eq!((status, body.as_str()), (200, "ok"));
+        let raw = up.requests.recv_timeout(DEADLINE).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains("\r\ntransfer-encoding: chunked"), "{raw}");
+        assert!(!head.contains("content-length"), "{raw}");
+        assert_eq!(
+            body, "5\r\nhello\r\n0\r\nx-checksum: abc\r\ngrpc-status-details-bin: AAAA\r\n\r\n",
+            "{raw}"
+        );
+    }
+    assert_eq!(ops_common::metric(ports, dropped), 0.0);
+    // With a length, an HTTP/1.1 message has no room for trailers: the
+    // request goes without them, and the drop is counted.
+    let (status, body) = post_with_trailers(ports.listen, &up, Send::WithLength);
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let raw = up.requests.recv_timeout(DEADLINE).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.to_ascii_lowercase().contains("\r\ncontent-length: 5"),
+        "{raw}"
+    );
+    assert_eq!(body, "hello", "{raw}");
+    assert!(
+        ops_common::wait_until(DEADLINE, || ops_common::metric(ports, dropped) == 1.0),
+        "{}",
+        ops_common::metrics(ports)
+    );
 }

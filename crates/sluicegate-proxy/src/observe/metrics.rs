@@ -251,6 +251,9 @@ pub struct GlobalMetrics {
     /// Client connections closed because the client did not read a
     /// response within `timeouts.client_write`.
     pub client_write_timeouts: AtomicU64,
+    /// Requests from HTTP/2 clients whose trailers were dropped: their
+    /// body had a length, which an HTTP/1.1 upstream gets without them.
+    pub request_trailers_dropped: AtomicU64,
     /// Upgraded connections (tunnels) open now, opened in all, refused
     /// over `limits.max_tunnels`, and the bytes they carried each way.
     pub tunnels_open: AtomicU64,
@@ -379,6 +382,13 @@ pub fn render_global(out: &mut String, g: &GlobalMetrics) {
         "Client connections closed because the client did not read within timeouts.client_write.",
         "counter",
         g.client_write_timeouts.load(Ordering::Relaxed),
+    );
+    gauge(
+        out,
+        "sluicegate_request_trailers_dropped_total",
+        "Requests from HTTP/2 clients whose trailers were dropped (a body with a length).",
+        "counter",
+        g.request_trailers_dropped.load(Ordering::Relaxed),
     );
     gauge(
         out,

@@ -44,7 +44,7 @@ use super::lifecycle::{self, Next};
 use super::peer::{Link, Peer};
 use crate::clock::deadline::{OwnSlot, Stop};
 use crate::proto::codec::{HeadError, RequestFraming};
-use crate::proto::http2::exchange::{take_ready, Exchange};
+use crate::proto::http2::exchange::{take_ready, Exchange, Taken};
 use crate::proto::http2::request::{fill_head, BodyAt};
 use crate::transport::h2io::{Flood, H2Io};
 use crate::transport::listener::{ListenerRt, Prepared};
@@ -268,14 +268,22 @@ async fn stream(
             // A body that came whole with its head (most small requests, every
             // unary gRPC call) goes after the head with its length: the request
             // can then be sent again (retries). Otherwise what came of it leads
-            // the stream's body.
+            // the stream's body. A body that came whole but with trailers
+            // streams too, so that an HTTP/1.1 upstream gets it chunked,
+            // with them.
             let mut early = Vec::new();
+            let mut trailers = None;
             let body = if recv.is_end_stream() {
                 BodyAt::None
-            } else if take_ready(&mut recv, &mut early, WHOLE_MAX) {
-                BodyAt::Whole(early.len() as u64)
             } else {
-                BodyAt::Streams
+                match take_ready(&mut recv, &mut early, WHOLE_MAX) {
+                    Taken::Whole(None) => BodyAt::Whole(early.len() as u64),
+                    Taken::Whole(t) => {
+                        trailers = t;
+                        BodyAt::Streams
+                    }
+                    Taken::Part => BodyAt::Streams,
+                }
             };
             let head = fill_head(&parts, body, None, &mut bufs.inb, &mut bufs.req);
             if let BodyAt::Whole(_) = body {
@@ -283,7 +291,11 @@ async fn stream(
                 early.clear();
             }
             let is_head = parts.method == http::Method::HEAD;
-            (head, Exchange::new(recv, respond, is_head, early))
+            let exchange = Exchange::new(recv, respond, is_head, early);
+            if let Some(t) = trailers {
+                exchange.set_trailers(t);
+            }
+            (head, exchange)
         };
     drop(parts);
     // Boxed, so that the stream's task stays small: the request's state
@@ -292,6 +304,16 @@ async fn stream(
     // 128 bytes at the spawn.
     Box::pin(serve_one(&worker, &shared, exchange, bufs, head)).await;
     shared.open.set(shared.open.get() - 1);
+}
+
+/// Counts a request whose trailers were dropped.
+#[cold]
+fn count_dropped_trailers(worker: &Worker) {
+    worker
+        .shared
+        .global
+        .request_trailers_dropped
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A fresh `Sec-WebSocket-Key` (16 random bytes, base64).
@@ -332,6 +354,13 @@ async fn serve_one(
         }
     };
     worker.busy.touch();
+    if let (Some(x), false) = (client.h2(), matches!(next, Next::Tunnel(_))) {
+        // Trailers no upstream took: the body had a length, and went
+        // with it and without them.
+        if x.trailers_left() {
+            count_dropped_trailers(worker);
+        }
+    }
     worker.give_bufs(bufs);
     if let Next::Tunnel(h) = next {
         super::tunneled::relay_and_record(worker, &client, &snap, h).await;

@@ -162,17 +162,26 @@ impl Stream {
     /// Ends a request body written to an HTTP/2 upstream's stream
     /// (END_STREAM); other streams are framed by what was written.
     pub(crate) fn end_body(&self) -> io::Result<()> {
+        self.end_body_with(None)
+    }
+
+    /// Ends a request body written to an HTTP/2 upstream's stream with
+    /// `trailers` (a trailing HEADERS) when given, else as
+    /// [`Stream::end_body`] does.
+    pub(crate) fn end_body_with(&self, trailers: Option<http::HeaderMap>) -> io::Result<()> {
         match self {
-            Stream::H2Up(x) => x.end_body(None),
+            Stream::H2Up(x) => x.end_body(trailers),
             _ => Ok(()),
         }
     }
 
-    /// The trailers that ended what was read from an HTTP/2 upstream's
-    /// stream, once it ended (taken: asked once).
+    /// The trailers that ended what was read from an HTTP/2 stream (an
+    /// upstream's response, a client's request), once it ended (taken:
+    /// asked once).
     pub(crate) fn take_trailers(&self) -> Option<http::HeaderMap> {
         match self {
             Stream::H2Up(x) => x.take_trailers(),
+            Stream::H2(x) => x.take_trailers(),
             _ => None,
         }
     }

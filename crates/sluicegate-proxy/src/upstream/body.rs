@@ -1,9 +1,10 @@
 //! Message bodies on the forwarding path, as data, trailers and an end:
 //! the request body streamed upstream (chunked to an HTTP/1.1 upstream
-//! when it has no length, as DATA to an HTTP/2 one), the response body
-//! streamed back (an HTTP/2 upstream's trailers relayed as trailers), and
-//! the client bytes read and dropped when an answer came before the body
-//! ended.
+//! when it has no length, as DATA to an HTTP/2 one; an HTTP/2 client's
+//! trailers as the last chunk's trailer fields or a trailing HEADERS),
+//! the response body streamed back (an HTTP/2 upstream's trailers relayed
+//! as trailers), and the client bytes read and dropped when an answer
+//! came before the body ended.
 
 use std::time::{Duration, Instant};
 
@@ -178,14 +179,20 @@ pub(crate) async fn send_body(
                     out.clear();
                 }
                 match inb.fill(client, STREAM_BUF, dl.after(idle)).await {
-                    Ok(0) if framed => {
-                        write_all_by(up, LAST_CHUNK, dl.after(idle))
+                    Ok(0) => {
+                        // The end, with the client's trailers when it
+                        // sent some: the last chunk's trailer fields, or
+                        // a trailing HEADERS.
+                        let trailers = client.take_trailers().and_then(forwardable_trailers);
+                        if !framed {
+                            up.end_body_with(trailers).map_err(upstream_failed)?;
+                            break;
+                        }
+                        write_last_chunk(out, trailers.as_ref());
+                        write_all_by(up, out, dl.after(idle))
                             .await
                             .map_err(upstream_failed)?;
-                        break;
-                    }
-                    Ok(0) => {
-                        up.end_body().map_err(upstream_failed)?;
+                        out.clear();
                         break;
                     }
                     Ok(_) => {
@@ -458,6 +465,49 @@ pub(crate) fn write_last_chunk(out: &mut Vec<u8>, trailers: Option<&http::Header
             out.extend_from_slice(b"\r\n");
         }
     }
+}
+
+/// Request trailer fields an upstream never gets (RFC 9110 6.5.1: what
+/// must be known before the content, which a recipient may merge into
+/// the head): the connection's own and framing fields, routing,
+/// credentials, request modifiers, content format, and the fields the
+/// gateway itself writes in the head (a trailer must not undo them).
+const NOT_IN_TRAILERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+    "content-length",
+    "content-encoding",
+    "content-type",
+    "content-range",
+    "host",
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "expect",
+    "max-forwards",
+    "range",
+    "cache-control",
+    "pragma",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-app-id",
+    "x-request-id",
+];
+
+/// A client's request trailers without the fields that must not be
+/// forwarded ([`NOT_IN_TRAILERS`]); none when nothing is left.
+pub(crate) fn forwardable_trailers(mut t: http::HeaderMap) -> Option<http::HeaderMap> {
+    for name in NOT_IN_TRAILERS {
+        t.remove(*name);
+    }
+    (!t.is_empty()).then_some(t)
 }
 
 /// The `grpc-status` among header field lines (`name: value` CRLF).

@@ -14,7 +14,16 @@
 //! and HTTP/2 connections, retries and their budget, the circuit
 //! breakers, `timeouts.connect`, `response_header` and `request`, and the
 //! endpoint's counters and response times. It gets a request id of its
-//! own unless its fields carry one, and no `X-Forwarded-*`.
+//! own unless its fields carry one. Made on behalf of a client's request
+//! (mirroring, aggregation, forward auth: [`Options::origin`]), it is
+//! balanced by that client's address and carries that client's facts as
+//! its own request would, where the service takes them: `X-Forwarded-For`
+//! (the values it came with, then the address its connection came from),
+//! `X-Forwarded-Proto` and `X-Forwarded-Host`. Made for the gateway
+//! itself (a JWKS fetch), it carries none; `X-Forwarded-*` fields written
+//! in code are never sent. A call may have deadlines of its own
+//! ([`Options::head_within`], [`Options::body_within`]), past which it
+//! ends with [`Error::Deadline`].
 //!
 //! The response's head comes owned ([`Response::status`],
 //! [`Response::fields`]: its fields but the hop-by-hop and framing ones),
@@ -31,7 +40,8 @@
 //! response can be held in memory and replayed to a client
 //! ([`super::held`]).
 
-use std::time::Instant;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -39,6 +49,7 @@ use http::HeaderMap;
 use crate::balance::endpoint::{EndpointState, Permit};
 use crate::proto::chunked::ChunkedDecoder;
 use crate::proto::codec::BodyKind;
+use crate::proto::head::RequestHead;
 use crate::proto::http2::exchange::trailer_map;
 use crate::proto::http2::request::{fill_head, BodyAt};
 use crate::proto::http2::response::client_fields;
@@ -47,9 +58,64 @@ use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::attempt::{head_came, pool_back};
 use crate::upstream::body::STREAM_BUF;
-pub(crate) use crate::upstream::failure::Error;
+pub(crate) use crate::upstream::failure::{Error, Part};
 use crate::upstream::forward;
-use crate::worker::{Bufs, Worker};
+use crate::upstream::head::Forwarded;
+use crate::worker::{Bufs, Downstream, Worker};
+
+/// The client a request is made on behalf of, with the facts its own
+/// request would carry upstream.
+#[derive(Debug, Clone)]
+pub(crate) struct Origin {
+    /// Its address (behind trusted proxies), which balancing reads.
+    pub(crate) client: IpAddr,
+    /// The address its connection came from, appended to X-Forwarded-For.
+    pub(crate) peer: Box<str>,
+    /// The X-Forwarded-For values its request came with, in order.
+    pub(crate) xff: Vec<Bytes>,
+    /// Its connection is TLS.
+    pub(crate) https: bool,
+    /// The host its request named, if it named one.
+    pub(crate) host: Option<Bytes>,
+}
+
+impl Origin {
+    /// The facts of the client's request `req` (laid out in `raw`, its
+    /// target `t`), from `client` on the connection `down`.
+    pub(crate) fn of(
+        down: &Downstream<'_>,
+        client: IpAddr,
+        raw: &[u8],
+        req: &RequestHead,
+        t: &Target,
+    ) -> Origin {
+        Origin {
+            client,
+            peer: down.peer_ip.into(),
+            xff: req
+                .xff
+                .iter()
+                .map(|v| Bytes::copy_from_slice(&raw[v.clone()]))
+                .collect(),
+            https: down.https,
+            host: t.host(raw).map(Bytes::copy_from_slice),
+        }
+    }
+}
+
+/// How a call is made: on whose behalf, within what time.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Options {
+    /// The client's request it is made for; none for the gateway's own.
+    pub(crate) origin: Option<Origin>,
+    /// Longest from the call to its response head, retries included:
+    /// past it, [`Error::Deadline`] ([`Part::Head`]).
+    pub(crate) head_within: Option<Duration>,
+    /// Longest from the response head to the body's end: past it, the
+    /// next read is [`Error::Deadline`] ([`Part::Body`]) (and later ones
+    /// [`Error::Body`]), the connection closed.
+    pub(crate) body_within: Option<Duration>,
+}
 
 /// What a response's body gives, in order: data, then its trailers when
 /// it has some, then its end.
@@ -128,6 +194,8 @@ pub(crate) struct Response<'w, 's> {
     reading: Reading,
     /// Body bytes read so far.
     read: u64,
+    /// The call's deadline for the body, if it has one.
+    body_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for Response<'_, '_> {
@@ -140,21 +208,62 @@ impl std::fmt::Debug for Response<'_, '_> {
     }
 }
 
-/// Sends `req` to `service` (of `snap`) from `worker`, and reads its
-/// response's head: see the module's notes.
+/// Sends `req` to `service` (of `snap`) from `worker` for the gateway
+/// itself, and reads its response's head: see the module's notes.
 pub(crate) async fn send<'w, 's>(
     worker: &'w Worker,
     snap: &'s Snapshot,
     service: &'s ServiceRt,
     req: http::Request<Bytes>,
 ) -> Result<Response<'w, 's>, Error> {
+    send_with(worker, snap, service, req, &Options::default()).await
+}
+
+/// [`send`], as `opts` says: on a client's behalf, within deadlines.
+pub(crate) async fn send_with<'w, 's>(
+    worker: &'w Worker,
+    snap: &'s Snapshot,
+    service: &'s ServiceRt,
+    req: http::Request<Bytes>,
+    opts: &Options,
+) -> Result<Response<'w, 's>, Error> {
+    let started = Instant::now();
     let mut lent = Lent::take(worker);
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    let origin = opts.origin.as_ref();
+    // Only the origin's X-Forwarded-For values lead the gateway's.
+    parts.headers.remove("x-forwarded-for");
+    for v in origin.map_or(&[][..], |o| &o.xff) {
+        if let Ok(v) = http::HeaderValue::from_maybe_shared(v.clone()) {
+            parts.headers.append("x-forwarded-for", v);
+        }
+    }
     let bufs = lent.get();
     let target = lay_out(worker, snap, &parts, &body, bufs)?;
-    let started = Instant::now();
-    let (at, up, sent_at) =
-        forward::send_made(worker, snap, service, &target, started, bufs).await?;
+    let forwarded = origin.map(|o| Forwarded {
+        client: &o.peer,
+        https: o.https,
+        host: o.host.as_deref(),
+    });
+    let sending = forward::send_made(
+        worker,
+        snap,
+        service,
+        &target,
+        origin.map(|o| o.client),
+        forwarded,
+        started,
+        bufs,
+    );
+    let (at, up, sent_at) = match opts.head_within {
+        None => sending.await?,
+        Some(d) => worker
+            .deadlines
+            .at(started + d)
+            .bound(sending)
+            .await
+            .map_err(|_| Error::Deadline(Part::Head))??,
+    };
     let (index, ep, permit) = at.answered();
     let (head_at, upstream_us) = head_came(service, ep, sent_at);
     let framing = bufs.res_framing;
@@ -182,6 +291,7 @@ pub(crate) async fn send<'w, 's>(
         upstream_us,
         reading,
         read: 0,
+        body_until: opts.body_within.map(|d| head_at + d),
     })
 }
 
@@ -271,14 +381,26 @@ impl Response<'_, '_> {
             let Some(up) = &self.up else {
                 return Ok(Event::End);
             };
-            let wait = self
-                .bufs
-                .worker
-                .deadlines
-                .after(self.service.timeouts.response_body);
+            let deadlines = &self.bufs.worker.deadlines;
+            let idle = self.service.timeouts.response_body;
+            let wait = match self.body_until {
+                None => deadlines.after(idle),
+                Some(until) => {
+                    let now = Instant::now();
+                    if now >= until {
+                        self.failed();
+                        return Err(Error::Deadline(Part::Body));
+                    }
+                    deadlines.at(until.min(now + idle))
+                }
+            };
             let bufs = self.bufs.get();
             match bufs.upb.fill(up, STREAM_BUF, wait).await {
                 Ok(n) if n > 0 => {}
+                Err(_) if self.body_until.is_some_and(|u| Instant::now() >= u) => {
+                    self.failed();
+                    return Err(Error::Deadline(Part::Body));
+                }
                 // The upstream's end: the body's, when it runs until then.
                 Ok(_) => match self.reading {
                     Reading::UntilClose => self.reading = Reading::Whole,

@@ -106,6 +106,17 @@ pub(crate) enum Error {
     Body,
     /// The response body is longer than its reader takes.
     TooLarge,
+    /// The call's own deadline passed (`client::Options`): before its
+    /// response head came, or before its body ended.
+    Deadline(Part),
+}
+
+/// Which part of a response a call's deadline ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum Part {
+    Head,
+    Body,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -114,7 +125,9 @@ impl Error {
         match self {
             Error::Request => Side::Internal,
             Error::Attempt(e) => e.side(),
-            Error::Unavailable(_) | Error::Body | Error::TooLarge => Side::Upstream,
+            Error::Unavailable(_) | Error::Body | Error::TooLarge | Error::Deadline(_) => {
+                Side::Upstream
+            }
         }
     }
 
@@ -123,6 +136,7 @@ impl Error {
         match self {
             Error::Unavailable(kind) => *kind,
             Error::Attempt(e) => e.kind(),
+            Error::Deadline(_) => ErrorKind::UpstreamTimeout,
             Error::Request | Error::Body | Error::TooLarge => ErrorKind::UpstreamFailed,
         }
     }
@@ -133,7 +147,8 @@ impl Error {
         match self {
             Error::Unavailable(_) => true,
             Error::Attempt(e) => e.unprocessed(true),
-            Error::Request | Error::Body | Error::TooLarge => false,
+            // The upstream may have processed it by then.
+            Error::Request | Error::Body | Error::TooLarge | Error::Deadline(_) => false,
         }
     }
 }

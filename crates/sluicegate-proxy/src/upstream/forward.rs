@@ -419,6 +419,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
     let forwarded = service.forwarded_headers.then_some(Forwarded {
         client: down.peer_ip,
         https: down.https,
+        host: None,
     });
     let plan = prepare(
         forwarded, service, cx.target, cx.strip, at.ep, upgrading, bufs,
@@ -448,22 +449,28 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
 /// after it, as a client's would be: through the same steps as a client's
 /// request ([`first`], [`prepare`], [`attempts`]: the balancer, the pools,
 /// retries and their budget, the circuits, the deadlines and the
-/// endpoint's metrics) to a response head in `bufs.res`. It carries no
-/// `X-Forwarded-*` of its own, and a request without an authority (its
-/// `Host` the endpoint's name) is not sent to another endpoint.
+/// endpoint's metrics) to a response head in `bufs.res`. Made on a
+/// client's behalf, it is balanced by that `client`'s address and carries
+/// its `forwarded` facts where the service takes them; made for the
+/// gateway itself, neither. A request without an authority (its `Host`
+/// the endpoint's name) is not sent to another endpoint.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_made<'s>(
     worker: &Worker,
     snap: &'s Snapshot,
     service: &'s ServiceRt,
     target: &Target,
+    client: Option<IpAddr>,
+    forwarded: Option<Forwarded<'_>>,
     started: Instant,
     bufs: &mut Bufs,
 ) -> Result<(Attempts<'s>, Stream, Instant), Error> {
-    let client = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    let client = client.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
     let mut at = first(service, client, target, bufs, started)
         .await
         .map_err(|(kind, _)| Error::Unavailable(kind))?;
-    let plan = prepare(None, service, target, 0, at.ep, false, bufs);
+    let forwarded = forwarded.filter(|_| service.forwarded_headers);
+    let plan = prepare(forwarded, service, target, 0, at.ep, false, bufs);
     debug_assert!(
         plan.replayable,
         "a request made in the gateway has its body at hand"

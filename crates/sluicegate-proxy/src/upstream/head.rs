@@ -42,6 +42,9 @@ pub(crate) struct Forwarded<'a> {
     pub(crate) client: &'a str,
     /// The connection is TLS: X-Forwarded-Proto is `https`.
     pub(crate) https: bool,
+    /// X-Forwarded-Host when it is not the request's own host: a request
+    /// the gateway makes on a client's behalf carries that client's.
+    pub(crate) host: Option<&'a [u8]>,
 }
 
 /// Writes the request head as it goes upstream into `out`, framed as
@@ -100,7 +103,7 @@ pub(crate) fn write_request_head(
     }
     edits.request_headers.write_h1(out);
     ids.write_upstream_h1(out);
-    if let (Some(_), Some(h)) = (&forwarded, t.host(raw)) {
+    if let Some(h) = forwarded.and_then(|f| f.host.or_else(|| t.host(raw))) {
         out.extend_from_slice(b"x-forwarded-host: ");
         out.extend_from_slice(h);
         out.extend_from_slice(b"\r\n");
@@ -197,7 +200,7 @@ pub(crate) fn h2_request_head(
     }
     edits.request_headers.iter().for_each(|(n, v)| add(n, v));
     ids.each_upstream(&mut add);
-    if let (Some(_), Some(h)) = (&forwarded, t.host(raw)) {
+    if let Some(h) = forwarded.and_then(|f| f.host.or_else(|| t.host(raw))) {
         add(b"x-forwarded-host", h);
     }
     if grpc {

@@ -1,7 +1,8 @@
 //! One HTTP/2 stream of a client's connection, as the request's lifecycle
 //! reads and answers it: the request body comes out as the DATA it
 //! arrived in (no HTTP/1.1 framing: the head given to the lifecycle says
-//! `BodyKind::Stream` or a length), and the answer goes out as HTTP/2,
+//! `BodyKind::Stream` or a length), its trailers kept once it ended
+//! ([`Exchange::take_trailers`]), and the answer goes out as HTTP/2,
 //! never as HTTP/1.1 text: informational heads and the final one given as
 //! fields ([`Exchange::informational`], [`Exchange::answer`]; an extended
 //! CONNECT's tunnel opened by [`Exchange::open_tunnel`]), then its body,
@@ -48,6 +49,10 @@ struct Inner {
     /// The client's body ended (or failed: `in_failed`).
     in_done: bool,
     in_failed: bool,
+    /// The client's DATA ended and its trailers (if any) are next.
+    in_trailers: bool,
+    /// The trailers the client's body ended with, until taken.
+    trailers: Option<HeaderMap>,
     /// A HEAD request: its answer has no body whatever its head says.
     is_head: bool,
     /// An extended CONNECT (RFC 8441): the upstream's `101` is the
@@ -127,11 +132,54 @@ impl Exchange {
                 staged: Staged::from_vec(early),
                 in_done,
                 in_failed: false,
+                in_trailers: false,
+                trailers: None,
                 is_head,
                 connect: false,
                 out: Out::Head { respond },
             }),
         }
+    }
+
+    /// The trailers the client's body ended with, taken in with its data
+    /// before the exchange began (see [`take_ready`]).
+    pub(crate) fn set_trailers(&self, trailers: HeaderMap) {
+        self.inner.borrow_mut().trailers = Some(trailers);
+    }
+
+    /// The trailers the request body ended with, once it ended (taken:
+    /// asked once).
+    pub(crate) fn take_trailers(&self) -> Option<HeaderMap> {
+        self.inner.borrow_mut().trailers.take()
+    }
+
+    /// Whether the client sent trailers that no one took: those the
+    /// request's body ended with, kept or still in the framing layer
+    /// (looked at without waiting, once the request is over). A body not
+    /// read to its end says no, and so does an extended CONNECT, whose
+    /// DATA is its tunnel's.
+    pub(crate) fn trailers_left(&self) -> bool {
+        let mut i = self.inner.borrow_mut();
+        let i = &mut *i;
+        if i.trailers.is_none() && !i.in_done && !i.staged.pending() && !i.connect {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let ended = i.in_trailers
+                || match i.recv.poll_data(&mut cx) {
+                    Poll::Ready(None) => true,
+                    // Data never read: the window it took is given back.
+                    Poll::Ready(Some(Ok(d))) => {
+                        let _ = i.recv.flow_control().release_capacity(d.len());
+                        false
+                    }
+                    _ => false,
+                };
+            if ended {
+                if let Poll::Ready(Ok(t)) = i.recv.poll_trailers(&mut cx) {
+                    i.trailers = t;
+                }
+            }
+        }
+        i.trailers.as_ref().is_some_and(|t| !t.is_empty())
     }
 
     /// Marks the stream an extended CONNECT (see [`Inner::connect`]).
@@ -217,16 +265,7 @@ impl Exchange {
     pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
-        if i.staged.pending() {
-            return Ok(i.staged.read_into(buf));
-        }
-        if i.in_failed {
-            return Err(io::ErrorKind::ConnectionReset.into());
-        }
-        if i.in_done {
-            return Ok(0);
-        }
-        Err(io::ErrorKind::WouldBlock.into())
+        i.staged.recv(buf, i.in_done, i.in_failed)
     }
 
     /// Ready when a read would not block: body bytes, their end or an
@@ -241,6 +280,25 @@ impl Exchange {
             if i.staged.pending() || i.in_done {
                 return Poll::Ready(Ok(()));
             }
+            if i.in_trailers {
+                // The DATA ended: what ends the stream is its trailers
+                // (a HEADERS with END_STREAM) or nothing.
+                match i.recv.poll_trailers(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(t)) => {
+                        if t.is_some() {
+                            i.trailers = t;
+                        }
+                        i.in_done = true;
+                    }
+                    Poll::Ready(Err(e)) => {
+                        tracing::debug!(error = %e, "HTTP/2 request trailers failed");
+                        i.in_done = true;
+                        i.in_failed = true;
+                    }
+                }
+                continue;
+            }
             match i.recv.poll_data(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(data))) => {
@@ -250,7 +308,7 @@ impl Exchange {
                     }
                     i.staged.data(&data);
                 }
-                Poll::Ready(None) => i.in_done = true,
+                Poll::Ready(None) => i.in_trailers = true,
                 Poll::Ready(Some(Err(e))) => {
                     tracing::debug!(error = %e, "HTTP/2 request body failed");
                     i.in_done = true;
@@ -285,14 +343,11 @@ impl Exchange {
         let Out::Body { send, .. } = &mut i.out else {
             return Poll::Ready(Ok(()));
         };
-        match poll_room(send, cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
-            Poll::Ready(Err(())) => {
-                i.out = Out::Failed;
-                Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
-            }
+        let room = poll_room(send, cx);
+        if let Poll::Ready(Err(_)) = room {
+            i.out = Out::Failed;
         }
+        room
     }
 
     /// Ends the answer's body with `trailers` (a trailing HEADERS with
@@ -332,33 +387,42 @@ impl Exchange {
     }
 }
 
+/// What [`take_ready`] found of a request body.
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// Some of it (or none): the rest is still coming.
+    Part,
+    /// All of it; then the trailers the stream ended with, if it did with
+    /// some.
+    Whole(Option<HeaderMap>),
+}
+
 /// Takes in the request body bytes `recv` holds now, without waiting, up
-/// to about `max`; true when that was all of it (the stream ended).
-pub(crate) fn take_ready(recv: &mut RecvStream, out: &mut Vec<u8>, max: usize) -> bool {
+/// to about `max`; whether that was all of it (the stream ended), with
+/// its trailers.
+pub(crate) fn take_ready(recv: &mut RecvStream, out: &mut Vec<u8>, max: usize) -> Taken {
     if recv.is_end_stream() {
-        return true;
+        return Taken::Whole(None);
     }
-    let waker = std::task::Waker::from(std::sync::Arc::new(NoWake));
-    let mut cx = Context::from_waker(&waker);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
     while out.len() <= max {
         match recv.poll_data(&mut cx) {
             Poll::Ready(Some(Ok(data))) => {
                 let _ = recv.flow_control().release_capacity(data.len());
                 out.extend_from_slice(&data);
             }
-            Poll::Ready(None) => return true,
+            Poll::Ready(None) => {
+                return match recv.poll_trailers(&mut cx) {
+                    Poll::Ready(Ok(t)) => Taken::Whole(t.filter(|t| !t.is_empty())),
+                    // Failed: the exchange's own reads see it.
+                    Poll::Ready(Err(_)) | Poll::Pending => Taken::Part,
+                };
+            }
             // An error or nothing yet: the exchange's own reads see it.
-            Poll::Ready(Some(Err(_))) | Poll::Pending => return false,
+            Poll::Ready(Some(Err(_))) | Poll::Pending => return Taken::Part,
         }
     }
-    false
-}
-
-/// A waker for a look at what is there: nothing waits on it.
-struct NoWake;
-
-impl std::task::Wake for NoWake {
-    fn wake(self: std::sync::Arc<Self>) {}
+    Taken::Part
 }
 
 impl Drop for Exchange {

@@ -12,6 +12,7 @@ pub(crate) mod request;
 pub(crate) mod response;
 pub(crate) mod upstream;
 
+use std::io;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -52,6 +53,20 @@ impl Staged {
     pub(crate) fn data(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
     }
+
+    /// A socket-like read of the body: what is staged, else its end
+    /// (`Ok(0)`) once `ended`, a reset once `failed`, or `WouldBlock`.
+    pub(crate) fn recv(&mut self, out: &mut [u8], ended: bool, failed: bool) -> io::Result<usize> {
+        if self.pending() {
+            Ok(self.read_into(out))
+        } else if failed {
+            Err(io::ErrorKind::ConnectionReset.into())
+        } else if ended {
+            Ok(0)
+        } else {
+            Err(io::ErrorKind::WouldBlock.into())
+        }
+    }
 }
 
 /// Whether `send` has room for body bytes now; asks for more when not.
@@ -63,11 +78,12 @@ pub(crate) fn has_room(send: &mut SendStream<Bytes>) -> bool {
     send.capacity() > 0
 }
 
-/// Ready when `send` has room; an error when the stream is gone.
+/// Ready when `send` has room; an error (`BrokenPipe`) when the stream
+/// is gone.
 pub(crate) fn poll_room(
     send: &mut SendStream<Bytes>,
     cx: &mut Context<'_>,
-) -> Poll<Result<(), ()>> {
+) -> Poll<io::Result<()>> {
     if send.capacity() > 0 {
         return Poll::Ready(Ok(()));
     }
@@ -75,6 +91,6 @@ pub(crate) fn poll_room(
     match send.poll_capacity(cx) {
         Poll::Pending => Poll::Pending,
         Poll::Ready(Some(Ok(_))) => Poll::Ready(Ok(())),
-        Poll::Ready(Some(Err(_)) | None) => Poll::Ready(Err(())),
+        Poll::Ready(Some(Err(_)) | None) => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
     }
 }

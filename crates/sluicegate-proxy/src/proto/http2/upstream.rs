@@ -184,14 +184,11 @@ impl UpExchange {
         let Req::Body(send) = &mut i.req else {
             return Poll::Ready(Ok(()));
         };
-        match poll_room(send, cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
-            Poll::Ready(Err(())) => {
-                i.req = Req::Failed;
-                Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()))
-            }
+        let room = poll_room(send, cx);
+        if let Poll::Ready(Err(_)) = room {
+            i.req = Req::Failed;
         }
+        room
     }
 
     /// Ready when the response head came (or the stream failed), without
@@ -226,14 +223,8 @@ impl UpExchange {
     pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut i = self.inner.borrow_mut();
         let i = &mut *i;
-        if i.staged.pending() {
-            return Ok(i.staged.read_into(buf));
-        }
-        match i.res {
-            Res::Done => Ok(0),
-            Res::Failed => Err(io::ErrorKind::ConnectionReset.into()),
-            _ => Err(io::ErrorKind::WouldBlock.into()),
-        }
+        let (ended, failed) = (matches!(i.res, Res::Done), matches!(i.res, Res::Failed));
+        i.staged.recv(buf, ended, failed)
     }
 
     /// Ready when a read of the response body would not block: bytes, the

@@ -280,3 +280,92 @@ fn an_upstreams_informational_head_and_a_tunnel_go_as_fields() {
         assert_eq!(&echo[..], b"ping");
     });
 }
+
+/// An HTTP/2 upstream in the clear on loopback that answers each stream
+/// `200` once its body ended, and tells what ended it: its trailers
+/// (none: an empty map) and its data.
+async fn h2c_recording_upstream() -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<(Vec<u8>, http::HeaderMap)>,
+) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::task::spawn_local(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let tx = tx.clone();
+            tokio::task::spawn_local(async move {
+                let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                    return;
+                };
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    let mut body = req.into_body();
+                    let mut data = Vec::new();
+                    while let Some(Ok(d)) = body.data().await {
+                        let _ = body.flow_control().release_capacity(d.len());
+                        data.extend_from_slice(&d);
+                    }
+                    let trailers = body.trailers().await.ok().flatten().unwrap_or_default();
+                    let _ = tx.send((data, trailers));
+                    let head = http::Response::builder().status(200).body(()).unwrap();
+                    let _ = respond.send_response(head, true);
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+#[test]
+fn a_clients_request_trailers_go_to_an_http2_upstream_unless_its_body_has_a_length() {
+    runtime().block_on(async {
+        let (up, mut seen) = h2c_recording_upstream().await;
+        let worker = worker_on(&format!(
+            "listen: [\"127.0.0.1:9\"]\nservices:\n  - name: up\n    endpoints: [\"{up}\"]\n\
+             \x20   protocol: h2c\nroutes:\n  - name: up\n    match: {{ path_prefix: / }}\n    service: up\n"
+        ));
+        let mut c = connect(&worker, false).await;
+        let dropped = || {
+            worker
+                .shared
+                .global
+                .request_trailers_dropped
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        for length in [None, Some("3")] {
+            let fields: &[(&str, &str)] = match length {
+                Some(n) => &[("content-length", n)],
+                None => &[],
+            };
+            let (res, mut body) = c.send_request(request("POST", "/up", fields), false).unwrap();
+            body.send_data(Bytes::from_static(b"abc"), false).unwrap();
+            let mut t = http::HeaderMap::new();
+            t.insert("x-sum", "3".parse().unwrap());
+            t.insert("authorization", "Bearer not-forwarded".parse().unwrap());
+            body.send_trailers(t).unwrap();
+            let res = tokio::time::timeout(Duration::from_secs(2), res)
+                .await
+                .expect("an answer")
+                .unwrap();
+            assert_eq!(res.status(), 200);
+            let (data, trailers) = seen.recv().await.unwrap();
+            assert_eq!(data, b"abc");
+            match length {
+                None => {
+                    assert_eq!(trailers.len(), 1, "{trailers:?}");
+                    assert_eq!(trailers["x-sum"], "3");
+                    assert_eq!(dropped(), 0);
+                }
+                Some(_) => {
+                    assert!(trailers.is_empty(), "{trailers:?}");
+                    // Counted once the stream's request is over.
+                    let until = std::time::Instant::now() + Duration::from_secs(2);
+                    while dropped() == 0 && std::time::Instant::now() < until {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    assert_eq!(dropped(), 1);
+                }
+            }
+        }
+    });
+}

@@ -12,8 +12,12 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use http::HeaderMap;
 
-use super::{send, Error, Event, Response};
+use super::{send, send_with, Error, Event, Options, Origin, Part, Response};
+use crate::clock::deadline::OwnSlot;
+use crate::proto::head::RequestHead;
 use crate::proto::http2::exchange::Exchange;
+use crate::proto::http2::request::{fill_head, BodyAt};
+use crate::route::target::Target;
 use crate::snapshot::Shared;
 use crate::transport::duplex;
 use crate::transport::h2io::{Flood, H2Io};
@@ -22,7 +26,7 @@ use crate::transport::stream::Stream;
 use crate::upstream::dial::in_memory;
 use crate::upstream::failure::{AttemptError, Side};
 use crate::upstream::held::{HeldResponse, Replay, Replayed};
-use crate::worker::Worker;
+use crate::worker::{Downstream, Worker};
 
 const A: &str = "192.0.2.1:8080";
 const B: &str = "192.0.2.2:8080";
@@ -631,5 +635,145 @@ fn a_held_response_is_replayed_to_http2_clients() {
         };
         let (head, data, _) = replay_h2(&worker, &empty).await;
         assert_eq!((head.status.as_u16(), data.len()), (204, 0));
+    });
+}
+
+/// The facts of a client's HTTP/2 request over TLS to `shop.example`
+/// from 198.51.100.7, which came through a proxy for 203.0.113.9.
+fn origin(worker: &Worker) -> Origin {
+    let (ours, _theirs) = duplex::pair();
+    let client = Stream::Duplex(ours);
+    let slot = OwnSlot::new(&worker.deadlines);
+    let down = Downstream {
+        worker,
+        client: &client,
+        slot: &slot,
+        peer_ip: "198.51.100.7",
+        https: true,
+    };
+    let (parts, ()) = http::Request::get("https://shop.example/cart")
+        .header("x-forwarded-for", "203.0.113.9")
+        .body(())
+        .unwrap()
+        .into_parts();
+    let (mut raw, mut head) = (Vec::new(), RequestHead::default());
+    fill_head(&parts, BodyAt::None, None, &mut raw, &mut head).unwrap();
+    let t = Target::parse(&raw, &head).unwrap();
+    Origin::of(&down, "198.51.100.7".parse().unwrap(), &raw, &head, &t)
+}
+
+#[test]
+fn a_call_for_a_client_carries_its_forwarded_facts_and_the_gateways_own_none() {
+    let services =
+        format!("{ONE}  - name: bare\n    endpoints: [\"{B}\"]\n    forwarded_headers: false\n");
+    on_worker(&services, |worker| async move {
+        let answer = b"HTTP/1.1 204 No Content\r\n\r\n";
+        let seen = upstreams(&[
+            (A, Upstream::Answers(answer)),
+            (B, Upstream::Answers(answer)),
+        ]);
+        let snap = worker.shared.snapshot.load();
+        // Fields written in code never pass as X-Forwarded-*.
+        let req = || {
+            http::Request::get("http://auth.internal/check")
+                .header("x-forwarded-for", "6.6.6.6")
+                .header("x-forwarded-host", "evil.example")
+                .body(Bytes::new())
+                .unwrap()
+        };
+        let on_behalf = Options {
+            origin: Some(origin(&worker)),
+            ..Options::default()
+        };
+        for (service, opts) in [
+            (&snap.services[0], &on_behalf),
+            (&snap.services[0], &Options::default()),
+            (&snap.services[1], &on_behalf),
+        ] {
+            let mut res = send_with(&worker, &snap, service, req(), opts)
+                .await
+                .unwrap();
+            assert_eq!(body_of(&mut res).await.0, b"");
+        }
+        let to_a = seen.borrow().requests(A);
+        let (mine, own) = (&to_a[0], &to_a[1]);
+        assert!(mine.contains("\r\nhost: auth.internal\r\n"), "{mine}");
+        assert!(
+            mine.contains("\r\nx-forwarded-for: 203.0.113.9, 198.51.100.7\r\n"),
+            "{mine}"
+        );
+        assert!(mine.contains("\r\nx-forwarded-proto: https\r\n"), "{mine}");
+        assert!(
+            mine.contains("\r\nx-forwarded-host: shop.example\r\n"),
+            "{mine}"
+        );
+        assert_eq!(mine.matches("x-forwarded-").count(), 3, "{mine}");
+        assert!(!own.contains("x-forwarded-"), "{own}");
+        // A service that takes no X-Forwarded-* gets none, on anyone's behalf.
+        let bare = &seen.borrow().requests(B)[0];
+        assert!(!bare.contains("x-forwarded-"), "{bare}");
+    });
+}
+
+#[test]
+fn a_call_past_its_deadlines_ends_with_a_timeout_for_its_head_or_its_body() {
+    on_worker(ONE, |worker| async move {
+        let snap = worker.shared.snapshot.load();
+        let service = &snap.services[0];
+        let ep = &service.endpoints[0];
+        let within = std::time::Duration::from_millis(150);
+        // No answer at all (the service's own response_header is 60 s).
+        upstreams(&[(A, Upstream::Answers(b""))]);
+        let opts = Options {
+            head_within: Some(within),
+            ..Options::default()
+        };
+        let t0 = std::time::Instant::now();
+        let e = send_with(&worker, &snap, service, get("http://a/"), &opts)
+            .await
+            .unwrap_err();
+        let took = t0.elapsed();
+        assert!(matches!(e, Error::Deadline(Part::Head)), "{e:?}");
+        assert!(took >= within && took < 10 * within, "{took:?}");
+        assert!(!e.retry_safe());
+        assert_eq!(e.kind(), crate::proto::response::ErrorKind::UpstreamTimeout);
+        assert_eq!(ep.in_flight(), 0);
+        // A head, then half the body and nothing more.
+        upstreams(&[(
+            A,
+            Upstream::Answers(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf"),
+        )]);
+        let opts = Options {
+            body_within: Some(within),
+            ..Options::default()
+        };
+        let mut res = send_with(&worker, &snap, service, get("http://a/"), &opts)
+            .await
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            res.next().await.unwrap(),
+            Event::Data(Bytes::from_static(b"half"))
+        );
+        let e = res.next().await.unwrap_err();
+        let took = t0.elapsed();
+        assert!(matches!(e, Error::Deadline(Part::Body)), "{e:?}");
+        assert!(took < 10 * within, "{took:?}");
+        assert_eq!((ep.idle.load(Ordering::Relaxed), ep.in_flight()), (0, 0));
+        drop(res);
+        // Within its deadlines, a call is as any other.
+        upstreams(&[(
+            A,
+            Upstream::Answers(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"),
+        )]);
+        let opts = Options {
+            head_within: Some(within),
+            body_within: Some(within),
+            ..Options::default()
+        };
+        let mut res = send_with(&worker, &snap, service, get("http://a/"), &opts)
+            .await
+            .unwrap();
+        assert_eq!(body_of(&mut res).await, (b"ok".to_vec(), None));
     });
 }
