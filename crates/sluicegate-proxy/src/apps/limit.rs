@@ -50,7 +50,8 @@ impl PlanRt {
 /// One app's counters for one scope (the whole app, or one service).
 #[derive(Debug, Default)]
 pub struct LimitState {
-    /// GCRA theoretical arrival time, nanoseconds since [`clock_origin`].
+    /// GCRA theoretical arrival time, nanoseconds since the process's clock
+    /// origin ([`crate::clock::mono_ns`]).
     tat: AtomicU64,
     /// Quota window number (low 24 bits, high part) and count (low 40 bits).
     quota: AtomicU64,

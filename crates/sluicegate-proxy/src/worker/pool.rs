@@ -11,8 +11,8 @@
 //! is where an upstream that disagrees sends a body, or a whole response,
 //! afterwards, at once or much later: its connection is closed, so nothing
 //! sent on it then can reach another request. At reuse, a connection that
-//! got bytes or a close while idle is dropped (see
-//! [`crate::upstream::attempt::take_pooled`]). Left open: what an
+//! got bytes or a close while idle is dropped (see `take_pooled` in
+//! `upstream/attempt.rs`). Left open: what an
 //! upstream sends unasked after a response it framed itself, so late that the next
 //! request is already on its way; no HTTP/1.1 client can tell that from
 //! the answer (see `docs/reliability.md`).
