@@ -1,10 +1,11 @@
 //! Forwarding one request upstream and streaming the response back, in
-//! three parts: the attempt loop ([`attempts`]: endpoint choice, the same
-//! endpoint again when the upstream took nothing, retries elsewhere, the
-//! circuit's verdict), one attempt ([`attempt`]: connection, head, body,
-//! response head; its failures typed by [`AttemptError`], which says where
-//! each came from and whether a retry is safe), and the relay step
-//! ([`relay`]: response head and body, tunnel, pool).
+//! three parts: the attempt loop ([`attempts`]: each attempt's connection,
+//! head, body and response head, its failures typed by [`AttemptError`],
+//! which says where each came from and whether a retry is safe), the
+//! choice after each attempt ([`Attempts::again_after_head`] and
+//! [`Attempts::again_after_failure`]: the same endpoint again when the
+//! upstream took nothing, retries elsewhere, the circuit's verdict), and
+//! the relay step ([`relay`]: response head and body, tunnel, pool).
 //!
 //! Order: pick an endpoint, take an in-flight slot (503 when none frees up
 //! within the connect timeout), take a pooled connection or connect (502),
@@ -358,16 +359,6 @@ struct Call<'a, 's> {
     body_cut: bool,
 }
 
-/// What a successful attempt gives.
-enum Tried<'s> {
-    /// A response head came (in `bufs.res`) on `up`; the request went at
-    /// the instant given.
-    Head(Stream, Instant),
-    /// The call ran both ways at once to its end (gRPC streaming), or the
-    /// client failed: its outcome.
-    Ended(Outcome<'s>),
-}
-
 /// Why the attempt loop stopped without a response head.
 enum Stopped<'s> {
     /// The call ran to its end within an attempt (gRPC both ways): its
@@ -518,50 +509,229 @@ async fn answer_failed<'s>(
 
 /// The attempt loop: one attempt after another (the same endpoint again
 /// when the upstream took nothing, another when the service's retries
-/// allow) until a response head is relayed or the request fails.
+/// allow) until a response head came or the request fails. One attempt
+/// takes a connection (pooled for a first send, else new), sends the
+/// `100 Continue` the client waits for, the head and the body (both ways
+/// at once for a gRPC call whose request streams), then reads the
+/// response head (1xx relayed). The choice after each attempt is
+/// [`Attempts::again_after_head`] or [`Attempts::again_after_failure`].
+/// One state machine on purpose: an attempt as an async function of its
+/// own costs every request a second future moved and polled.
 async fn attempts<'s>(
     call: &mut Call<'_, 's>,
     at: &mut Attempts<'s>,
     bufs: &mut Bufs,
 ) -> Result<(Stream, Instant), Stopped<'s>> {
-    let r = &call.service.retries.settings;
-    loop {
-        let failed = match attempt(call, at, bufs).await {
-            Ok(Tried::Ended(o)) => return Err(Stopped::Ended(o)),
-            Ok(Tried::Head(up, sent_at)) => {
-                let status = bufs.res.status;
-                let plan = &call.plan;
-                // Another endpoint for an idempotent request still at hand,
-                // when the service retries this status; a gRPC call's
-                // trailers-only status may go again (`grpc:` in
-                // retries.on), whatever its method.
-                let at_hand = plan.replayable && plan.portable && !call.body_cut;
-                let again = (plan.idempotent && at_hand && r.on_status.contains(&status))
-                    || (bufs.grpc
-                        && at_hand
-                        && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c)));
-                if again && at.elsewhere(false) {
-                    tracing::debug!(endpoint = %at.ep.name, status, "retrying elsewhere");
-                    continue;
+    let (worker, snap, service) = (call.worker, call.snap, call.service);
+    'attempts: loop {
+        let ep = at.ep;
+        let failed: AttemptError = 'attempt: {
+            bufs.upb.clear();
+            // A send after a pooled connection failed takes a fresh one:
+            // the next pooled one may have been closed by the upstream
+            // just the same.
+            let pooled = if at.again == 0 {
+                take_pooled(worker, ep, call.started)
+            } else {
+                None
+            };
+            let (up, reused) = match pooled {
+                Some(s) => (s, true),
+                None => {
+                    let timeout = service.timeouts.connect.min(time_left(at.total));
+                    match connect(worker, ep, service, timeout).await {
+                        Ok(s) => {
+                            ep.eject.connect_ok();
+                            s
+                        }
+                        Err(e) => {
+                            connect_failed(service, ep, &e);
+                            break 'attempt AttemptError::Connect(e);
+                        }
+                    }
                 }
-                return Ok((up, sent_at));
+            };
+            if call.owes_continue() {
+                if let Err(e) = send_continue(call).await {
+                    break 'attempt e;
+                }
             }
-            Err(e) => e,
+            let plan = &call.plan;
+            let streams = plan.chunked || plan.remaining > 0;
+            let wait = worker.deadlines.after(service.timeouts.response_header);
+            if send_head(&up, plan, streams, &mut bufs.out, wait)
+                .await
+                .is_err()
+            {
+                break 'attempt unsent(plan, &up, reused && at.again == 0);
+            }
+            let down = call.down;
+            if down.is_none() && !plan.replayable {
+                // Only a client's body streams: one made in the gateway is
+                // at hand.
+                break 'attempt AttemptError::Downstream;
+            }
+            if let (false, true, Some(down)) = (plan.replayable, bufs.grpc, down) {
+                // A gRPC call whose request streams: both ways at once.
+                // Boxed: that state machine is large, and only such calls
+                // pay for it.
+                let duplex = duplex::Call {
+                    down,
+                    snap,
+                    ep,
+                    body: call.body,
+                    remaining: plan.remaining,
+                    bytes_in: call.bytes_in,
+                    client_minor: plan.client_minor,
+                    is_head: plan.is_head,
+                    deadline: (Instant::now() + service.timeouts.response_header).min(at.total),
+                    close: call.close_req,
+                };
+                let o = Box::pin(duplex::run(duplex, up, &mut at.admit, bufs)).await;
+                return Err(Stopped::Ended(o));
+            }
+            if let (false, Some(down)) = (plan.replayable, down) {
+                // Stream the body while watching the upstream: one that
+                // answers early (say 413) gets its answer relayed at once,
+                // and the rest of the body is not sent.
+                let Bufs { inb, out, upb, .. } = &mut *bufs;
+                let sent = tokio::select! {
+                    r = send_body(
+                        &worker.deadlines, down.client, &up, inb, out, call.body, plan.remaining,
+                        snap.limits.max_body_bytes, snap.timeouts.client_body,
+                    ) => r,
+                    early = early_response(&up, upb) => {
+                        if early {
+                            call.body_cut = true;
+                            Ok(0)
+                        } else {
+                            Err(BodyError::Upstream)
+                        }
+                    }
+                };
+                match sent {
+                    Ok(n) => call.bytes_in += n,
+                    Err(e) => break 'attempt AttemptError::from(e),
+                }
+            }
+            let plan = &call.plan;
+            let sent_at = Instant::now();
+            let deadline = (sent_at + service.timeouts.response_header).min(at.total);
+            let (is_head, minor, upgrading) = (plan.is_head, plan.client_minor, plan.upgrading);
+            let read =
+                read_response_head(&up, worker, down, bufs, is_head, minor, deadline, upgrading);
+            if let Err(e) = read.await {
+                // Closed before any answer on a connection that served
+                // before, or a stream refused unprocessed: it did not take
+                // the request. On a fresh connection it may have.
+                let untaken = matches!(e, HeadError::ClosedEarly)
+                    && ((reused && at.again == 0) || up.refused());
+                break 'attempt AttemptError::Head { e, untaken };
+            }
+            if at.again_after_head(call, bufs) {
+                continue 'attempts;
+            }
+            return Ok((up, sent_at));
         };
+        if !at.again_after_failure(call, &failed) {
+            return Err(Stopped::Failed(failed));
+        }
+    }
+}
+
+impl Call<'_, '_> {
+    /// A `100 Continue` is still owed for this request's body (to a
+    /// client whose request asked for it; never to the gateway itself).
+    #[inline]
+    fn owes_continue(&self) -> bool {
+        !self.plan.sent_continue && self.body != BodyKind::None
+    }
+}
+
+/// Writes the `100 Continue` the client waits for before it sends its
+/// body, once per request.
+#[cold]
+async fn send_continue(call: &mut Call<'_, '_>) -> Result<(), AttemptError> {
+    call.plan.sent_continue = true;
+    let Some(down) = call.down else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + call.snap.timeouts.client_write;
+    let wrote = write_all_by(
+        down.client,
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        call.worker.until(deadline),
+    )
+    .await;
+    wrote.map_err(|e| {
+        client_write_failed(call.worker, &e);
+        AttemptError::Downstream
+    })
+}
+
+/// Why a request head could not be sent on `up`: nothing beyond `out` was
+/// consumed, so a send again is safe when the upstream took none of it
+/// (`reused_first`: the first send on a pooled connection).
+fn unsent(plan: &Plan, up: &Stream, reused_first: bool) -> AttemptError {
+    if plan.h2.is_none() && matches!(up, Stream::H2Up(_)) {
+        AttemptError::Encode
+    } else if reused_first || up.refused() {
+        AttemptError::NotTaken
+    } else {
+        AttemptError::Write
+    }
+}
+
+impl<'s> Attempts<'s> {
+    /// After a response head came (in `bufs.res`): records the circuit's
+    /// verdict and the call's gRPC status, and says whether the request
+    /// goes to another endpoint (an idempotent request still at hand whose
+    /// status the service retries; a gRPC call's trailers-only status
+    /// named in `retries.on`, whatever its method).
+    fn again_after_head(&mut self, call: &Call<'_, 's>, bufs: &mut Bufs) -> bool {
+        let status = bufs.res.status;
+        if self.ep.breaker.counts_status(status) {
+            self.admit.failed(self.ep);
+        } else {
+            self.admit.succeeded(self.ep);
+        }
+        if bufs.grpc {
+            bufs.grpc_status = head_grpc_status(bufs);
+        }
+        let r = &call.service.retries.settings;
         let plan = &call.plan;
-        // The same endpoint once more, when nothing was processed (a
-        // failed connect goes elsewhere or nowhere).
+        let at_hand = plan.replayable && plan.portable && !call.body_cut;
+        let again = (plan.idempotent && at_hand && r.on_status.contains(&status))
+            || (bufs.grpc && at_hand && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c)));
+        if again && self.elsewhere(false) {
+            tracing::debug!(endpoint = %self.ep.name, status, "retrying elsewhere");
+            return true;
+        }
+        false
+    }
+
+    /// After an attempt failed: whether the request is sent again, on the
+    /// same endpoint when nothing was processed (a failed connect goes
+    /// elsewhere or nowhere), or on another one when the service's retries
+    /// allow it for this failure and the request may go (anything after a
+    /// failed connect, since nothing was sent; otherwise only an
+    /// idempotent request still at hand). Counts the failure against the
+    /// endpoint's circuit when the upstream's side caused it.
+    #[cold]
+    fn again_after_failure(&mut self, call: &Call<'_, 's>, failed: &AttemptError) -> bool {
+        let plan = &call.plan;
         let resend = !matches!(failed, AttemptError::Connect(_))
             && failed.unprocessed(plan.replayable)
-            && at.again < REFUSED_RETRIES;
+            && self.again < REFUSED_RETRIES;
         if resend {
-            at.again += 1;
-            continue;
+            self.again += 1;
+            return true;
         }
         if failed.side() == Side::Upstream {
-            at.admit.failed(at.ep);
+            self.admit.failed(self.ep);
         }
-        let (allowed, free) = match &failed {
+        let r = &call.service.retries.settings;
+        let (allowed, free) = match failed {
             AttemptError::Connect(e) => (r.on_connect, cost_nothing(e)),
             AttemptError::Head { e, .. } => match e {
                 HeadError::ClosedEarly => (r.on_reset, false),
@@ -570,168 +740,18 @@ async fn attempts<'s>(
             },
             _ => (false, false),
         };
-        let may = match &failed {
-            // Nothing was sent: any request may go elsewhere.
+        let may = match failed {
             AttemptError::Connect(_) => plan.portable,
-            // It may have been processed: only an idempotent one at hand.
             _ => plan.idempotent && plan.replayable && plan.portable && !call.body_cut,
         };
-        if allowed && may && at.elsewhere(free) {
-            continue;
+        if allowed && may && self.elsewhere(free) {
+            return true;
         }
         if !matches!(failed, AttemptError::Downstream) {
             let status = failed.kind().status();
-            tracing::debug!(endpoint = %at.ep.name, status, side = ?failed.side(), "attempt failed");
+            tracing::debug!(endpoint = %self.ep.name, status, side = ?failed.side(), "attempt failed");
         }
-        return Err(Stopped::Failed(failed));
-    }
-}
-
-/// One attempt on the endpoint `at` holds: a connection (pooled for a
-/// first send, else new), the `100 Continue` the client waits for, the
-/// head and the body (both ways at once for a gRPC call whose request
-/// streams), then the response head (1xx relayed).
-async fn attempt<'s>(
-    call: &mut Call<'_, 's>,
-    at: &mut Attempts<'s>,
-    bufs: &mut Bufs,
-) -> Result<Tried<'s>, AttemptError> {
-    let (worker, snap, service) = (call.worker, call.snap, call.service);
-    let ep = at.ep;
-    bufs.upb.clear();
-    // A send after a pooled connection failed takes a fresh one: the next
-    // pooled one may have been closed by the upstream just the same.
-    let pooled = if at.again == 0 {
-        take_pooled(worker, ep, call.started)
-    } else {
-        None
-    };
-    let (up, reused) = match pooled {
-        Some(s) => (s, true),
-        None => {
-            let timeout = service.timeouts.connect.min(time_left(at.total));
-            match connect(worker, ep, service, timeout).await {
-                Ok(s) => {
-                    ep.eject.connect_ok();
-                    s
-                }
-                Err(e) => {
-                    connect_failed(service, ep, &e);
-                    return Err(AttemptError::Connect(e));
-                }
-            }
-        }
-    };
-    let plan = &mut call.plan;
-    if !plan.sent_continue && call.body != BodyKind::None {
-        // Owed only to a client (one whose request asked for it).
-        plan.sent_continue = true;
-        if let Some(down) = call.down {
-            let deadline = Instant::now() + snap.timeouts.client_write;
-            if let Err(e) = write_all_by(
-                down.client,
-                b"HTTP/1.1 100 Continue\r\n\r\n",
-                worker.until(deadline),
-            )
-            .await
-            {
-                client_write_failed(worker, &e);
-                return Err(AttemptError::Downstream);
-            }
-        }
-    }
-    let streams = plan.chunked || plan.remaining > 0;
-    let wait = worker.deadlines.after(service.timeouts.response_header);
-    if send_head(&up, plan, streams, &mut bufs.out, wait)
-        .await
-        .is_err()
-    {
-        // Nothing beyond `out` was consumed: a send again is safe when the
-        // upstream took none of it.
-        let untaken = (reused && at.again == 0) || up.refused();
-        return Err(if plan.h2.is_none() && matches!(up, Stream::H2Up(_)) {
-            AttemptError::Encode
-        } else if untaken {
-            AttemptError::NotTaken
-        } else {
-            AttemptError::Write
-        });
-    }
-    let down = call.down;
-    if down.is_none() && !plan.replayable {
-        // Only a client's body streams: one made in the gateway is at hand.
-        return Err(AttemptError::Downstream);
-    }
-    if let (false, true, Some(down)) = (plan.replayable, bufs.grpc, down) {
-        // A gRPC call whose request streams: both ways at once.
-        let duplex = duplex::Call {
-            down,
-            snap,
-            ep,
-            body: call.body,
-            remaining: plan.remaining,
-            bytes_in: call.bytes_in,
-            client_minor: plan.client_minor,
-            is_head: plan.is_head,
-            deadline: (Instant::now() + service.timeouts.response_header).min(at.total),
-            close: call.close_req,
-        };
-        return Ok(Tried::Ended(
-            duplex::run(duplex, up, &mut at.admit, bufs).await,
-        ));
-    }
-    if let (false, Some(down)) = (plan.replayable, down) {
-        // Stream the body while watching the upstream: one that answers
-        // early (say 413) gets its answer relayed at once, and the rest
-        // of the body is not sent.
-        let Bufs { inb, out, upb, .. } = &mut *bufs;
-        let sent = tokio::select! {
-            r = send_body(
-                &worker.deadlines, down.client, &up, inb, out, call.body, plan.remaining,
-                snap.limits.max_body_bytes, snap.timeouts.client_body,
-            ) => r,
-            early = early_response(&up, upb) => {
-                if early {
-                    call.body_cut = true;
-                    Ok(0)
-                } else {
-                    Err(BodyError::Upstream)
-                }
-            }
-        };
-        match sent {
-            Ok(n) => call.bytes_in += n,
-            Err(BodyError::Client) => return Err(AttemptError::Downstream),
-            Err(BodyError::Upstream) => return Err(AttemptError::UpstreamBody),
-            Err(BodyError::BadChunk) => return Err(AttemptError::Request(ErrorKind::BadRequest)),
-            Err(BodyError::TooLarge) => return Err(AttemptError::Request(ErrorKind::BodyTooLarge)),
-        }
-    }
-    let sent_at = Instant::now();
-    let deadline = (sent_at + service.timeouts.response_header).min(at.total);
-    let (is_head, minor, upgrading) = (plan.is_head, plan.client_minor, plan.upgrading);
-    let read = read_response_head(&up, worker, down, bufs, is_head, minor, deadline, upgrading);
-    match read.await {
-        Ok(()) => {
-            let status = bufs.res.status;
-            if ep.breaker.counts_status(status) {
-                at.admit.failed(ep);
-            } else {
-                at.admit.succeeded(ep);
-            }
-            if bufs.grpc {
-                bufs.grpc_status = head_grpc_status(bufs);
-            }
-            Ok(Tried::Head(up, sent_at))
-        }
-        Err(e) => {
-            // Closed before any answer on a connection that served
-            // before, or a stream refused unprocessed: it did not take the
-            // request. On a fresh connection it may have.
-            let untaken =
-                matches!(e, HeadError::ClosedEarly) && ((reused && at.again == 0) || up.refused());
-            Err(AttemptError::Head { e, untaken })
-        }
+        false
     }
 }
 
