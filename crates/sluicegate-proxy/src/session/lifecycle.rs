@@ -208,7 +208,8 @@ impl Conn<'_> {
                     svc = &service.name;
                     let down = self.downstream();
                     let cx = forward::Request {
-                        down: &down,
+                        worker: down.worker,
+                        down: Some(&down),
                         client,
                         snap,
                         service,
@@ -217,7 +218,7 @@ impl Conn<'_> {
                         started,
                         upgrade,
                     };
-                    let outcome = forward::forward(cx, bufs).await;
+                    let outcome = forward::forward(cx, bufs).await.outcome();
                     if outcome.status == 101 {
                         if let Some(t) = bufs.upgraded.take() {
                             // An open tunnel: its own task runs it, then

@@ -63,6 +63,7 @@ fn epoch_us(now: Instant) -> u64 {
 /// when it is clean: the upstream did not say it closes, nothing came past
 /// the response, and it is a connection, not an HTTP/2 stream. Kept for
 /// the service's idle timeout from the head.
+#[inline]
 pub(super) fn pool_back(
     worker: &Worker,
     service: &ServiceRt,

@@ -10,7 +10,7 @@
 //! worker's buffer sets as the protocol-neutral head with the body right
 //! after it, as an HTTP/2 client's request whose body came whole is
 //! ([`fill_head`]), and sent by forwarding's own steps
-//! ([`forward::send_made`]): the service's balancer, the worker's pool
+//! ([`forward::forward`], the client's connection `None`): the service's balancer, the worker's pool
 //! and HTTP/2 connections, retries and their budget, the circuit
 //! breakers, `timeouts.connect`, `response_header` and `request`, and the
 //! endpoint's counters and response times. It gets a request id of its
@@ -31,6 +31,7 @@
 //! response can be held in memory and replayed to a client
 //! ([`super::held`]).
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -48,8 +49,9 @@ use crate::transport::stream::Stream;
 use crate::upstream::attempt::{head_came, pool_back};
 use crate::upstream::body::STREAM_BUF;
 use crate::upstream::endpoint::{EndpointState, Permit};
+use crate::upstream::failure::AttemptError;
 pub(crate) use crate::upstream::failure::Error;
-use crate::upstream::forward;
+use crate::upstream::forward::{self, Ended};
 
 /// What a response's body gives, in order: data, then its trailers when
 /// it has some, then its end.
@@ -153,8 +155,23 @@ pub(crate) async fn send<'w, 's>(
     let bufs = lent.get();
     let target = lay_out(worker, snap, &parts, &body, bufs)?;
     let started = Instant::now();
-    let (at, up, sent_at) =
-        forward::send_made(worker, snap, service, &target, started, bufs).await?;
+    let cx = forward::Request {
+        worker,
+        down: None,
+        client: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        snap,
+        service,
+        target: &target,
+        strip: 0,
+        started,
+        upgrade: &[],
+    };
+    let (at, up, sent_at) = match forward::forward(cx, bufs).await {
+        Ended::Head(at, up, sent_at) => (at, up, sent_at),
+        Ended::Failed(e) => return Err(e),
+        // Only a client's call whose body streams ends with the client.
+        Ended::Done(_) => return Err(Error::Attempt(AttemptError::Downstream)),
+    };
     let (index, ep, permit) = at.answered();
     let (head_at, upstream_us) = head_came(service, ep, sent_at);
     let framing = bufs.res_framing;

@@ -1,11 +1,12 @@
-//! Forwarding one request upstream and streaming the response back, in
-//! three parts: the attempt loop ([`attempts`]: each attempt's connection,
-//! head, body and response head, its failures typed by [`AttemptError`],
-//! which says where each came from and whether a retry is safe), the
-//! choice after each attempt ([`Attempts::again_after_head`] and
-//! [`Attempts::again_after_failure`]: the same endpoint again when the
+//! Forwarding one request upstream and streaming the response back
+//! ([`forward`]), in three parts: the attempt loop (each attempt's
+//! connection, head, body and response head, its failures typed by
+//! [`AttemptError`], which says where each came from and whether a retry
+//! is safe), the choice after each attempt ([`Attempts::again_after_head`]
+//! and [`Attempts::again_after_failure`]: the same endpoint again when the
 //! upstream took nothing, retries elsewhere, the circuit's verdict), and
-//! the relay step ([`relay`]: response head and body, tunnel, pool).
+//! the relay step ([`relay`]: response head and body, tunnel, pool). The
+//! internal client's requests take the same path and stop at the head.
 //!
 //! Order: pick an endpoint, take an in-flight slot (503 when none frees up
 //! within the connect timeout), take a pooled connection or connect (502),
@@ -53,10 +54,14 @@ const REFUSED_RETRIES: u32 = 3;
 
 /// What `forward` needs besides the buffers.
 pub struct Request<'a, 's> {
-    /// The client's connection.
-    pub down: &'a Downstream<'a>,
+    pub worker: &'a Worker,
+    /// The client's connection; `None` for a request the gateway made
+    /// itself (the internal client): no 1xx goes anywhere, no `100
+    /// Continue` is owed, its body is whole at hand, never streamed, and
+    /// the response head is handed back, not relayed.
+    pub down: Option<&'a Downstream<'a>>,
     /// The client's address (the connection's, or one a trusted proxy
-    /// named).
+    /// named; unspecified for the gateway's own requests).
     pub client: std::net::IpAddr,
     pub snap: &'s Snapshot,
     pub service: &'s ServiceRt,
@@ -255,7 +260,7 @@ async fn send_head(
 /// The attempt loop's state: the endpoint tried now, its in-flight slot
 /// and circuit verdict, what was tried, and the request's deadline for a
 /// response head.
-pub(super) struct Attempts<'s> {
+pub(crate) struct Attempts<'s> {
     service: &'s ServiceRt,
     index: usize,
     ep: &'s EndpointState,
@@ -296,47 +301,63 @@ impl<'s> Attempts<'s> {
     }
 }
 
-/// The first attempt's endpoint, with its in-flight slot and its circuit's
-/// verdict, for a request started at `started` from `client`: the
-/// balancer's pick ([`choose`]). Refused with the answer's kind (and the
-/// endpoint, when one was picked) when every endpoint is down (shed at
-/// once, never queued) or the one picked frees no slot in time.
-async fn first<'s>(
+/// The first attempt's endpoint for a request started at `started` from
+/// `client` (the balancer's pick, [`choose`]), before its in-flight slot
+/// is taken; `None` when every endpoint is down (shed at once, never
+/// queued).
+struct Picked<'s> {
+    index: usize,
+    ep: &'s EndpointState,
+    /// The request's deadline for a response head.
+    total: Instant,
+    /// How long to wait for a free in-flight slot.
+    wait: std::time::Duration,
+}
+
+fn pick<'s>(
     service: &'s ServiceRt,
     client: IpAddr,
     target: &Target,
     bufs: &Bufs,
     started: Instant,
-) -> Result<Attempts<'s>, (ErrorKind, Option<&'s EndpointState>)> {
-    let Some(index) = choose(service, client, target, bufs) else {
-        return Err((ErrorKind::NoHealthyEndpoint, None));
-    };
-    let ep: &'s EndpointState = &service.endpoints[index];
+) -> Option<Picked<'s>> {
+    let index = choose(service, client, target, bufs)?;
     // Every attempt must have the response head by then (sooner when a
     // gRPC client's own deadline says so).
     let limit = match bufs.grpc_timeout {
         Some(t) => t.min(service.timeouts.request),
         None => service.timeouts.request,
     };
-    let total = started + limit;
-    let wait = service.timeouts.connect.min(service.timeouts.request);
-    let Some(permit) = ep.acquire(wait).await else {
-        return Err((ErrorKind::UpstreamBusy, Some(ep)));
-    };
-    ep.requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    service.retries.deposit();
-    Ok(Attempts {
-        service,
+    Some(Picked {
         index,
-        ep,
-        permit,
-        admit: Verdict::admit(ep),
-        tried: 1 << index.min(63),
-        tries: 1,
-        again: 0,
-        total,
+        ep: &service.endpoints[index],
+        total: started + limit,
+        wait: service.timeouts.connect.min(service.timeouts.request),
     })
+}
+
+impl<'s> Attempts<'s> {
+    /// The first attempt, on the endpoint picked, with its slot. (Taking
+    /// the slot is left to the caller: at once when one is free, without
+    /// a future of its own on that path, else by waiting up to
+    /// `picked.wait`.)
+    fn first(service: &'s ServiceRt, picked: Picked<'s>, permit: Permit<'s>) -> Self {
+        let ep = picked.ep;
+        ep.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        service.retries.deposit();
+        Attempts {
+            service,
+            index: picked.index,
+            ep,
+            permit,
+            admit: Verdict::admit(ep),
+            tried: 1 << picked.index.min(63),
+            tries: 1,
+            again: 0,
+            total: picked.total,
+        }
+    }
 }
 
 /// What a request's sends share: its plan, the facts of the call, and
@@ -359,18 +380,49 @@ struct Call<'a, 's> {
     body_cut: bool,
 }
 
-/// Why the attempt loop stopped without a response head.
-enum Stopped<'s> {
-    /// The call ran to its end within an attempt (gRPC both ways): its
-    /// outcome.
-    Ended(Outcome<'s>),
-    /// The last attempt failed, and no retry was allowed or left.
-    Failed(AttemptError),
+/// How forwarding a request ended.
+pub enum Ended<'s> {
+    /// With the client: answered, relayed, or gone; how.
+    Done(Outcome<'s>),
+    /// A request the gateway made itself got a response head (in `bufs`)
+    /// on the stream given, sent at the instant given; the endpoint's
+    /// slot is held in the attempts' state until its body is read.
+    Head(Attempts<'s>, Stream, Instant),
+    /// A request the gateway made itself got no response head: why.
+    Failed(Error),
 }
 
-pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
-    let (down, snap, service) = (cx.down, cx.snap, cx.service);
-    let worker = down.worker;
+impl<'s> Ended<'s> {
+    /// How a client's request ended. (Only the gateway's own requests end
+    /// otherwise; such an end is counted a failure, never relayed.)
+    pub fn outcome(self) -> Outcome<'s> {
+        match self {
+            Ended::Done(o) => o,
+            Ended::Head(..) | Ended::Failed(_) => {
+                debug_assert!(false, "a client's request ends with an outcome");
+                Outcome::local(502, 0, true)
+            }
+        }
+    }
+}
+
+/// Forwards a request (its head and framing in `bufs`): a client's, to
+/// its end, its answer relayed; or one the gateway made itself (the
+/// internal client, [`super::client`]), laid out in `bufs` with its whole
+/// body as a client's would be, to a response head. Both go through the
+/// same steps: the balancer's pick and an in-flight slot, [`prepare`],
+/// then the attempt loop (each attempt's connection, pooled for a first
+/// send, else new; the `100 Continue` the client waits for; the head and
+/// the body, both ways at once for a gRPC call whose request streams; the
+/// response head, 1xx relayed), the choice after each attempt
+/// ([`Attempts::again_after_head`], [`Attempts::again_after_failure`]),
+/// and the relay step ([`relay`]). The gateway's own requests carry no
+/// `X-Forwarded-*`, and one without an authority (its `Host` the
+/// endpoint's name) is not sent to another endpoint. One state machine on
+/// purpose: each async function nested on this path costs every request
+/// its future's set-up, moves and polls.
+pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
+    let (worker, down, snap, service) = (cx.worker, cx.down, cx.snap, cx.service);
     let body = bufs.req_framing.body;
     let close_req = bufs.req_framing.close || worker.shutting_down();
     // An upgrade the route allows is forwarded (a request without a body);
@@ -388,35 +440,43 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         {
             g.tunnels_refused
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return fail_unsent((down, snap), bufs, ErrorKind::TooManyTunnels, close_req).await;
+            let kind = ErrorKind::TooManyTunnels;
+            return refuse(down, snap, bufs, kind, close_req, None).await;
         }
     }
     // Until the body is read, an error answer must close the connection.
     let body_pending = body != BodyKind::None;
     if let BodyKind::Length(n) = body {
         if n > snap.limits.max_body_bytes {
-            return fail_unsent((down, snap), bufs, ErrorKind::BodyTooLarge, true).await;
+            return refuse(down, snap, bufs, ErrorKind::BodyTooLarge, true, None).await;
         }
     }
-    let mut at = match first(service, cx.client, cx.target, bufs, cx.started).await {
-        Ok(at) => at,
-        Err((kind, ep)) => {
-            let close = close_req || body_pending;
-            let mut o = fail_unsent((down, snap), bufs, kind, close).await;
-            o.endpoint = ep;
-            return o;
-        }
+    let close = close_req || body_pending;
+    let Some(picked) = pick(service, cx.client, cx.target, bufs, cx.started) else {
+        return refuse(down, snap, bufs, ErrorKind::NoHealthyEndpoint, close, None).await;
     };
-    let forwarded = service.forwarded_headers.then_some(Forwarded {
-        client: down.peer_ip,
-        https: down.https,
-    });
+    let ep = picked.ep;
+    let permit = match ep.try_acquire() {
+        Some(p) => Some(p),
+        None => ep.acquire(picked.wait).await,
+    };
+    let Some(permit) = permit else {
+        return refuse(down, snap, bufs, ErrorKind::UpstreamBusy, close, Some(ep)).await;
+    };
+    let mut at = Attempts::first(service, picked, permit);
+    let forwarded = match down {
+        Some(d) if service.forwarded_headers => Some(Forwarded {
+            client: d.peer_ip,
+            https: d.https,
+        }),
+        _ => None,
+    };
     let plan = prepare(
         forwarded, service, cx.target, cx.strip, at.ep, upgrading, bufs,
     );
     let mut call = Call {
         worker,
-        down: Some(down),
+        down,
         snap,
         service,
         started: cx.started,
@@ -426,104 +486,9 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         body,
         body_cut: false,
     };
-    let (up, sent_at) = match attempts(&mut call, &mut at, bufs).await {
-        Ok(sent) => sent,
-        Err(Stopped::Ended(o)) => return o,
-        Err(Stopped::Failed(e)) => return answer_failed(&call, down, at.ep, e, bufs).await,
-    };
-    relay(&call, down, at, up, sent_at, bufs).await
-}
-
-/// A request the gateway made itself (the internal client,
-/// [`super::client`]), its head laid out in `bufs` with its whole body
-/// after it, as a client's would be: through the same steps as a client's
-/// request ([`first`], [`prepare`], [`attempts`]: the balancer, the pools,
-/// retries and their budget, the circuits, the deadlines and the
-/// endpoint's metrics) to a response head in `bufs.res`. It carries no
-/// `X-Forwarded-*` of its own, and a request without an authority (its
-/// `Host` the endpoint's name) is not sent to another endpoint.
-pub(super) async fn send_made<'s>(
-    worker: &Worker,
-    snap: &'s Snapshot,
-    service: &'s ServiceRt,
-    target: &Target,
-    started: Instant,
-    bufs: &mut Bufs,
-) -> Result<(Attempts<'s>, Stream, Instant), Error> {
-    let client = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
-    let mut at = first(service, client, target, bufs, started)
-        .await
-        .map_err(|(kind, _)| Error::Unavailable(kind))?;
-    let plan = prepare(None, service, target, 0, at.ep, false, bufs);
-    debug_assert!(
-        plan.replayable,
-        "a request made in the gateway has its body at hand"
-    );
-    let mut call = Call {
-        worker,
-        down: None,
-        snap,
-        service,
-        started,
-        bytes_in: plan.bytes_in,
-        plan,
-        close_req: false,
-        body: bufs.req_framing.body,
-        body_cut: false,
-    };
-    match attempts(&mut call, &mut at, bufs).await {
-        Ok((up, sent_at)) => Ok((at, up, sent_at)),
-        Err(Stopped::Failed(e)) => Err(Error::Attempt(e)),
-        // Only a call whose body streams runs both ways at once.
-        Err(Stopped::Ended(_)) => Err(Error::Attempt(AttemptError::Downstream)),
-    }
-}
-
-/// Answers the client for a request whose last attempt failed (nothing,
-/// when the client itself failed), closing the connection when the
-/// request's body may still be coming.
-async fn answer_failed<'s>(
-    call: &Call<'_, 's>,
-    down: &Downstream<'_>,
-    ep: &'s EndpointState,
-    failed: AttemptError,
-    bufs: &mut Bufs,
-) -> Outcome<'s> {
-    if let AttemptError::Downstream = failed {
-        // The client is gone or stalled: nothing to answer.
-        return Outcome::local(400, 0, true);
-    }
-    let plan = &call.plan;
-    let close = match failed {
-        AttemptError::Connect(_)
-        | AttemptError::NotTaken
-        | AttemptError::Write
-        | AttemptError::Encode => call.close_req || plan.remaining > 0 || plan.chunked,
-        AttemptError::Head { .. } => call.close_req,
-        _ => true,
-    };
-    let mut o = fail((down, call.snap), bufs, failed.kind(), close).await;
-    o.endpoint = Some(ep);
-    o
-}
-
-/// The attempt loop: one attempt after another (the same endpoint again
-/// when the upstream took nothing, another when the service's retries
-/// allow) until a response head came or the request fails. One attempt
-/// takes a connection (pooled for a first send, else new), sends the
-/// `100 Continue` the client waits for, the head and the body (both ways
-/// at once for a gRPC call whose request streams), then reads the
-/// response head (1xx relayed). The choice after each attempt is
-/// [`Attempts::again_after_head`] or [`Attempts::again_after_failure`].
-/// One state machine on purpose: an attempt as an async function of its
-/// own costs every request a second future moved and polled.
-async fn attempts<'s>(
-    call: &mut Call<'_, 's>,
-    at: &mut Attempts<'s>,
-    bufs: &mut Bufs,
-) -> Result<(Stream, Instant), Stopped<'s>> {
-    let (worker, snap, service) = (call.worker, call.snap, call.service);
-    'attempts: loop {
+    // The attempt loop: one attempt after another until a response head
+    // came or the request fails.
+    let (up, sent_at) = 'attempts: loop {
         let ep = at.ep;
         let failed: AttemptError = 'attempt: {
             bufs.upb.clear();
@@ -552,7 +517,7 @@ async fn attempts<'s>(
                 }
             };
             if call.owes_continue() {
-                if let Err(e) = send_continue(call).await {
+                if let Err(e) = send_continue(&mut call).await {
                     break 'attempt e;
                 }
             }
@@ -565,7 +530,6 @@ async fn attempts<'s>(
             {
                 break 'attempt unsent(plan, &up, reused && at.again == 0);
             }
-            let down = call.down;
             if down.is_none() && !plan.replayable {
                 // Only a client's body streams: one made in the gateway is
                 // at hand.
@@ -588,7 +552,7 @@ async fn attempts<'s>(
                     close: call.close_req,
                 };
                 let o = Box::pin(duplex::run(duplex, up, &mut at.admit, bufs)).await;
-                return Err(Stopped::Ended(o));
+                return Ended::Done(o);
             }
             if let (false, Some(down)) = (plan.replayable, down) {
                 // Stream the body while watching the upstream: one that
@@ -628,15 +592,73 @@ async fn attempts<'s>(
                     && ((reused && at.again == 0) || up.refused());
                 break 'attempt AttemptError::Head { e, untaken };
             }
-            if at.again_after_head(call, bufs) {
+            if at.again_after_head(&call, bufs) {
                 continue 'attempts;
             }
-            return Ok((up, sent_at));
+            break 'attempts (up, sent_at);
         };
-        if !at.again_after_failure(call, &failed) {
-            return Err(Stopped::Failed(failed));
+        if !at.again_after_failure(&call, &failed) {
+            return match down {
+                Some(down) => Ended::Done(answer_failed(&call, down, at.ep, failed, bufs).await),
+                None => Ended::Failed(Error::Attempt(failed)),
+            };
         }
+    };
+    match down {
+        Some(down) => Ended::Done(relay(&call, down, at, up, sent_at, bufs).await),
+        None => Ended::Head(at, up, sent_at),
     }
+}
+
+/// A request refused before any attempt: the client gets the answer of
+/// `kind` (closing the connection when `close`; `ep` the endpoint picked,
+/// if one was), the gateway's own request the error.
+#[cold]
+async fn refuse<'s>(
+    down: Option<&Downstream<'_>>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    kind: ErrorKind,
+    close: bool,
+    ep: Option<&'s EndpointState>,
+) -> Ended<'s> {
+    let Some(down) = down else {
+        return Ended::Failed(match kind {
+            ErrorKind::NoHealthyEndpoint | ErrorKind::UpstreamBusy => Error::Unavailable(kind),
+            _ => Error::Attempt(AttemptError::Request(kind)),
+        });
+    };
+    let mut o = fail_unsent((down, snap), bufs, kind, close).await;
+    o.endpoint = ep;
+    Ended::Done(o)
+}
+
+/// Answers the client for a request whose last attempt failed (nothing,
+/// when the client itself failed), closing the connection when the
+/// request's body may still be coming.
+async fn answer_failed<'s>(
+    call: &Call<'_, 's>,
+    down: &Downstream<'_>,
+    ep: &'s EndpointState,
+    failed: AttemptError,
+    bufs: &mut Bufs,
+) -> Outcome<'s> {
+    if let AttemptError::Downstream = failed {
+        // The client is gone or stalled: nothing to answer.
+        return Outcome::local(400, 0, true);
+    }
+    let plan = &call.plan;
+    let close = match failed {
+        AttemptError::Connect(_)
+        | AttemptError::NotTaken
+        | AttemptError::Write
+        | AttemptError::Encode => call.close_req || plan.remaining > 0 || plan.chunked,
+        AttemptError::Head { .. } => call.close_req,
+        _ => true,
+    };
+    let mut o = fail((down, call.snap), bufs, failed.kind(), close).await;
+    o.endpoint = Some(ep);
+    o
 }
 
 impl Call<'_, '_> {
