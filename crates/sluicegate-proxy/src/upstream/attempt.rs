@@ -37,6 +37,7 @@ pub(super) fn take_pooled(worker: &Worker, ep: &EndpointState, started: Instant)
 /// `sent_at`: its response time, and its latency average when the
 /// service's balancer reads it. When it came, and the microseconds it
 /// took.
+#[inline]
 pub(super) fn head_came(
     service: &ServiceRt,
     ep: &EndpointState,

@@ -341,6 +341,7 @@ impl<'s> Attempts<'s> {
     /// the slot is left to the caller: at once when one is free, without
     /// a future of its own on that path, else by waiting up to
     /// `picked.wait`.)
+    #[inline]
     fn first(service: &'s ServiceRt, picked: Picked<'s>, permit: Permit<'s>) -> Self {
         let ep = picked.ep;
         ep.requests
@@ -604,10 +605,42 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
             };
         }
     };
-    match down {
-        Some(down) => Ended::Done(relay(&call, down, at, up, sent_at, bufs).await),
-        None => Ended::Head(at, up, sent_at),
+    // The relay step: the response head (rewritten) and body to the
+    // client, or the tunnel a `101` opens; the upstream connection back to
+    // the pool when it is clean.
+    let Some(down) = down else {
+        return Ended::Head(at, up, sent_at);
+    };
+    let (head_at, upstream_us) = head_came(service, at.ep, sent_at);
+    if bufs.res.status == 101 {
+        return Ended::Done(upgraded(&call, down, at, up, upstream_us, bufs).await);
     }
+    let close = relay_head(&call, down, bufs);
+    let relayed = relay_body(
+        down,
+        &up,
+        bufs,
+        bufs.res_framing.body,
+        call.plan.client_minor == 1,
+        service.timeouts.response_body,
+        snap.timeouts.client_write,
+    )
+    .await;
+    let ended = relay_end(&call, at, up, bufs, head_at, upstream_us, close, relayed);
+    let outcome = match ended {
+        Ok(o) => o,
+        Err(o) => unrelayed(down, snap, bufs, o).await,
+    };
+    if call.body_cut {
+        linger(
+            &worker.deadlines,
+            down.client,
+            &mut bufs.inb,
+            snap.limits.max_body_bytes,
+        )
+        .await;
+    }
+    Ended::Done(outcome)
 }
 
 /// A request refused before any attempt: the client gets the answer of
@@ -777,112 +810,124 @@ impl<'s> Attempts<'s> {
     }
 }
 
-/// The relay step: the response head (rewritten) and body to the client,
-/// or the tunnel a `101` opens; the upstream connection back to the pool
-/// when it is clean.
-async fn relay<'s>(
+/// The upstream switched protocols (its `101` in `bufs`): a tunnel until
+/// either side is done, run by a task of its own once started (the
+/// session takes it from `bufs.upgraded`; the endpoint's slot goes with
+/// it).
+#[cold]
+async fn upgraded<'s>(
     call: &Call<'_, 's>,
     down: &Downstream<'_>,
     at: Attempts<'s>,
     up: Stream,
-    sent_at: Instant,
+    upstream_us: u64,
     bufs: &mut Bufs,
 ) -> Outcome<'s> {
-    let (worker, snap, service) = (call.worker, call.snap, call.service);
-    let Attempts {
-        index,
-        ep,
-        permit,
-        mut admit,
-        ..
-    } = at;
-    let (bytes_in, body_cut, client_minor) = (call.bytes_in, call.body_cut, call.plan.client_minor);
-    let (head_at, upstream_us) = head_came(service, ep, sent_at);
-    let status = bufs.res.status;
-    if status == 101 {
-        // The upstream switched: a tunnel until either side is done, run by
-        // a task of its own once started (the session takes it from
-        // `bufs.upgraded`; its endpoint slot goes with it).
-        let permit = permit.into_owned(&service.endpoints[index]);
-        debug_assert_eq!(bytes_in, 0, "an upgrade request has no body");
-        let carried = match tunnel::start(down, up, permit, bufs, snap).await {
-            Ok(t) => {
-                let carried = t.carried();
-                bufs.upgraded = Some(t);
-                carried
-            }
-            Err(carried) => carried,
-        };
-        return Outcome {
-            status,
-            bytes_in: bytes_in + carried.up,
-            bytes_out: carried.down,
-            close: true,
-            upstream_us: Some(upstream_us),
-            endpoint: Some(ep),
-        };
+    let (ep, permit) = (
+        at.ep,
+        at.permit.into_owned(&call.service.endpoints[at.index]),
+    );
+    debug_assert_eq!(call.bytes_in, 0, "an upgrade request has no body");
+    let carried = match tunnel::start(down, up, permit, bufs, call.snap).await {
+        Ok(t) => {
+            let carried = t.carried();
+            bufs.upgraded = Some(t);
+            carried
+        }
+        Err(carried) => carried,
+    };
+    Outcome {
+        status: 101,
+        bytes_in: call.bytes_in + carried.up,
+        bytes_out: carried.down,
+        close: true,
+        upstream_us: Some(upstream_us),
+        endpoint: Some(ep),
     }
+}
+
+/// Writes the response head (rewritten, in `bufs`) for the client, and
+/// says whether the client's connection closes after this response.
+#[inline]
+fn relay_head(call: &Call<'_, '_>, down: &Downstream<'_>, bufs: &mut Bufs) -> bool {
     let res_body = bufs.res_framing.body;
+    let client_minor = call.plan.client_minor;
     let close = call.close_req
-        || body_cut
-        || worker.shutting_down()
+        || call.body_cut
+        || call.worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && client_minor == 0);
     write_response_head(bufs, close, client_minor, down.client);
-    let relay = relay_body(
-        down,
-        &up,
-        bufs,
-        res_body,
-        client_minor == 1,
-        service.timeouts.response_body,
-        snap.timeouts.client_write,
-    )
-    .await;
+    close
+}
+
+/// The end of the relay step, once the body was relayed (`relayed`: its
+/// bytes, or how far it got and how it failed): the outcome, the upstream
+/// connection back to the pool when the whole response was read and
+/// nothing was cut short, and the endpoint's slot given back. `Err` when
+/// a malformed first chunk line came with the head, so that nothing
+/// reached the client: the outcome so far, for [`unrelayed`] to answer.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn relay_end<'s>(
+    call: &Call<'_, 's>,
+    at: Attempts<'s>,
+    up: Stream,
+    bufs: &Bufs,
+    head_at: Instant,
+    upstream_us: u64,
+    close: bool,
+    relayed: Result<u64, (u64, Fault)>,
+) -> Result<Outcome<'s>, Outcome<'s>> {
+    let (ep, status) = (at.ep, bufs.res.status);
     let mut outcome = Outcome {
         status,
-        bytes_in,
+        bytes_in: call.bytes_in,
         bytes_out: 0,
         close,
         upstream_us: Some(upstream_us),
         endpoint: Some(ep),
     };
-    match relay {
+    match relayed {
         Ok(n) => {
             outcome.bytes_out = n;
-            if !body_cut {
-                pool_back(worker, service, index, up, bufs, head_at, n);
+            if !call.body_cut {
+                pool_back(call.worker, call.service, at.index, up, bufs, head_at, n);
             }
+            Ok(outcome)
         }
         Err((_, Fault::Unsent)) => {
-            // A malformed first chunk line came with the head, so nothing
-            // reached the client: it gets a 502 instead of the head (which
-            // `fail` drops). The upstream connection is not pooled, and its
-            // circuit counts the failure.
+            // Not pooled, and the endpoint's circuit counts the failure
+            // (the head counted a success).
+            let mut admit = at.admit;
             if !ep.breaker.counts_status(status) {
                 admit.failed_after_success(ep);
             }
             tracing::debug!(endpoint = %ep.name, "malformed chunked body from upstream");
-            let closes = close || body_cut;
-            outcome = fail((down, snap), bufs, ErrorKind::UpstreamFailed, closes).await;
-            outcome.bytes_in = bytes_in;
-            outcome.upstream_us = Some(upstream_us);
-            outcome.endpoint = Some(ep);
+            outcome.close = close || call.body_cut;
+            Err(outcome)
         }
         Err((n, _)) => {
             outcome.bytes_out = n;
             outcome.close = true;
+            Ok(outcome)
         }
     }
-    drop(permit);
-    if body_cut {
-        linger(
-            &worker.deadlines,
-            down.client,
-            &mut bufs.inb,
-            snap.limits.max_body_bytes,
-        )
-        .await;
-    }
-    outcome
+}
+
+/// Answers a 502 for a response whose body was malformed before anything
+/// reached the client (`so_far` from [`relay_end`]: its head, which
+/// `fail` drops, is replaced).
+#[cold]
+async fn unrelayed<'s>(
+    down: &Downstream<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    so_far: Outcome<'s>,
+) -> Outcome<'s> {
+    let mut o = fail((down, snap), bufs, ErrorKind::UpstreamFailed, so_far.close).await;
+    o.bytes_in = so_far.bytes_in;
+    o.upstream_us = so_far.upstream_us;
+    o.endpoint = so_far.endpoint;
+    o
 }
