@@ -242,8 +242,10 @@ pub(super) async fn exchange(
                 svc = &service.name;
                 let down = link.downstream();
                 let cx = forward::Request {
-                    down: &down,
+                    worker: down.worker,
+                    down: Some(&down),
                     client,
+                    origin: None,
                     snap,
                     service,
                     target: &target,
@@ -251,7 +253,7 @@ pub(super) async fn exchange(
                     started,
                     upgrade,
                 };
-                let outcome = forward::forward(cx, bufs).await;
+                let outcome = forward::forward(cx, bufs).await.outcome();
                 if outcome.status == 101 {
                     if let Some(t) = bufs.upgraded.take() {
                         // An open tunnel: its own task runs it, then

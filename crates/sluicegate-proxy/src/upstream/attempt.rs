@@ -37,6 +37,7 @@ pub(super) fn take_pooled(worker: &Worker, ep: &EndpointState, started: Instant)
 /// `sent_at`: its response time, and its latency average when the
 /// service's balancer reads it. When it came, and the microseconds it
 /// took.
+#[inline]
 pub(super) fn head_came(
     service: &ServiceRt,
     ep: &EndpointState,
@@ -63,6 +64,7 @@ fn epoch_us(now: Instant) -> u64 {
 /// when it is clean: the upstream did not say it closes, nothing came past
 /// the response, and it is a connection, not an HTTP/2 stream. Kept for
 /// the service's idle timeout from the head.
+#[inline]
 pub(super) fn pool_back(
     worker: &Worker,
     service: &ServiceRt,

@@ -10,7 +10,7 @@
 //! worker's buffer sets as the protocol-neutral head with the body right
 //! after it, as an HTTP/2 client's request whose body came whole is
 //! ([`fill_head`]), and sent by forwarding's own steps
-//! ([`forward::send_made`]): the service's balancer, the worker's pool
+//! ([`forward::forward`], the client's connection `None`): the service's balancer, the worker's pool
 //! and HTTP/2 connections, retries and their budget, the circuit
 //! breakers, `timeouts.connect`, `response_header` and `request`, and the
 //! endpoint's counters and response times. It gets a request id of its
@@ -40,7 +40,7 @@
 //! response can be held in memory and replayed to a client
 //! ([`super::held`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -58,8 +58,9 @@ use crate::snapshot::{ServiceRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::attempt::{head_came, pool_back};
 use crate::upstream::body::STREAM_BUF;
+use crate::upstream::failure::AttemptError;
 pub(crate) use crate::upstream::failure::{Error, Part};
-use crate::upstream::forward;
+use crate::upstream::forward::{self, Ended};
 use crate::upstream::head::Forwarded;
 use crate::worker::{Bufs, Downstream, Worker};
 
@@ -240,29 +241,37 @@ pub(crate) async fn send_with<'w, 's>(
     }
     let bufs = lent.get();
     let target = lay_out(worker, snap, &parts, &body, bufs)?;
-    let forwarded = origin.map(|o| Forwarded {
-        client: &o.peer,
-        https: o.https,
-        host: o.host.as_deref(),
-    });
-    let sending = forward::send_made(
+    let cx = forward::Request {
         worker,
+        down: None,
+        client: origin.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |o| o.client),
+        origin: origin.map(|o| Forwarded {
+            client: &o.peer,
+            https: o.https,
+            host: o.host.as_deref(),
+        }),
         snap,
         service,
-        &target,
-        origin.map(|o| o.client),
-        forwarded,
+        target: &target,
+        strip: 0,
         started,
-        bufs,
-    );
-    let (at, up, sent_at) = match opts.head_within {
-        None => sending.await?,
+        upgrade: &[],
+    };
+    let sending = forward::forward(cx, bufs);
+    let ended = match opts.head_within {
+        None => sending.await,
         Some(d) => worker
             .deadlines
             .at(started + d)
             .bound(sending)
             .await
-            .map_err(|_| Error::Deadline(Part::Head))??,
+            .map_err(|_| Error::Deadline(Part::Head))?,
+    };
+    let (at, up, sent_at) = match ended {
+        Ended::Head(at, up, sent_at) => (at, up, sent_at),
+        Ended::Failed(e) => return Err(e),
+        // Only a client's call whose body streams ends with the client.
+        Ended::Done(_) => return Err(Error::Attempt(AttemptError::Downstream)),
     };
     let (index, ep, permit) = at.answered();
     let (head_at, upstream_us) = head_came(service, ep, sent_at);

@@ -33,7 +33,15 @@ pub(crate) async fn connect_stream(
         return Ok(Stream::Tcp(s));
     };
     let name = tls.server_name(&ep.name).map_err(std::io::Error::other)?;
-    let s = TlsStream::connect(s, tls.config.clone(), name, dl.at(deadline)).await?;
+    // Boxed: the handshake's state machine is large, and a new TLS
+    // connection allocates anyway.
+    let s = Box::pin(TlsStream::connect(
+        s,
+        tls.config.clone(),
+        name,
+        dl.at(deadline),
+    ))
+    .await?;
     Ok(Stream::Tls(Box::new(s)))
 }
 

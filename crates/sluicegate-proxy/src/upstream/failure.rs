@@ -7,6 +7,7 @@
 //! the request again is safe.
 
 use crate::proto::response::ErrorKind;
+use crate::upstream::body::BodyError;
 use crate::upstream::head::HeadError;
 
 /// Where an attempt failed, and what that leaves a retry: the one place
@@ -47,6 +48,19 @@ pub(crate) enum Side {
     Upstream,
     /// The gateway itself (a head it could not encode).
     Internal,
+}
+
+impl From<BodyError> for AttemptError {
+    /// A request body that could not be sent: the client's side failed,
+    /// or the upstream's, or the body itself was bad or too large.
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::Client => AttemptError::Downstream,
+            BodyError::Upstream => AttemptError::UpstreamBody,
+            BodyError::BadChunk => AttemptError::Request(ErrorKind::BadRequest),
+            BodyError::TooLarge => AttemptError::Request(ErrorKind::BodyTooLarge),
+        }
+    }
 }
 
 impl AttemptError {

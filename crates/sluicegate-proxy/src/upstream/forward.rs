@@ -1,10 +1,12 @@
-//! Forwarding one request upstream and streaming the response back, in
-//! three parts: the attempt loop ([`attempts`]: endpoint choice, the same
-//! endpoint again when the upstream took nothing, retries elsewhere, the
-//! circuit's verdict), one attempt ([`attempt`]: connection, head, body,
-//! response head; its failures typed by [`AttemptError`], which says where
-//! each came from and whether a retry is safe), and the relay step
-//! ([`relay`]: response head and body, tunnel, pool).
+//! Forwarding one request upstream and streaming the response back
+//! ([`forward`]), in three parts: the attempt loop (each attempt's
+//! connection, head, body and response head, its failures typed by
+//! [`AttemptError`], which says where each came from and whether a retry
+//! is safe), the choice after each attempt ([`Attempts::again_after_head`]
+//! and [`Attempts::again_after_failure`]: the same endpoint again when the
+//! upstream took nothing, retries elsewhere, the circuit's verdict), and
+//! the relay step ([`relay`]: response head and body, tunnel, pool). The
+//! internal client's requests take the same path and stop at the head.
 //!
 //! Order: pick an endpoint, take an in-flight slot (503 when none frees up
 //! within the connect timeout), take a pooled connection or connect (502),
@@ -52,11 +54,19 @@ const REFUSED_RETRIES: u32 = 3;
 
 /// What `forward` needs besides the buffers.
 pub struct Request<'a, 's> {
-    /// The client's connection.
-    pub down: &'a Downstream<'a>,
+    pub worker: &'a Worker,
+    /// The client's connection; `None` for a request the gateway made
+    /// itself (the internal client): no 1xx goes anywhere, no `100
+    /// Continue` is owed, its body is whole at hand, never streamed, and
+    /// the response head is handed back, not relayed.
+    pub down: Option<&'a Downstream<'a>>,
     /// The client's address (the connection's, or one a trusted proxy
-    /// named).
+    /// named; unspecified for the gateway's own requests).
     pub client: std::net::IpAddr,
+    /// For a request the gateway makes on a client's behalf, that
+    /// client's facts for the `X-Forwarded-*` fields (a client's own
+    /// request carries its connection's: `None`).
+    pub origin: Option<Forwarded<'a>>,
     pub snap: &'s Snapshot,
     pub service: &'s ServiceRt,
     pub target: &'a Target,
@@ -254,7 +264,7 @@ async fn send_head(
 /// The attempt loop's state: the endpoint tried now, its in-flight slot
 /// and circuit verdict, what was tried, and the request's deadline for a
 /// response head.
-pub(super) struct Attempts<'s> {
+pub(crate) struct Attempts<'s> {
     service: &'s ServiceRt,
     index: usize,
     ep: &'s EndpointState,
@@ -295,47 +305,64 @@ impl<'s> Attempts<'s> {
     }
 }
 
-/// The first attempt's endpoint, with its in-flight slot and its circuit's
-/// verdict, for a request started at `started` from `client`: the
-/// balancer's pick ([`choose`]). Refused with the answer's kind (and the
-/// endpoint, when one was picked) when every endpoint is down (shed at
-/// once, never queued) or the one picked frees no slot in time.
-async fn first<'s>(
+/// The first attempt's endpoint for a request started at `started` from
+/// `client` (the balancer's pick, [`choose`]), before its in-flight slot
+/// is taken; `None` when every endpoint is down (shed at once, never
+/// queued).
+struct Picked<'s> {
+    index: usize,
+    ep: &'s EndpointState,
+    /// The request's deadline for a response head.
+    total: Instant,
+    /// How long to wait for a free in-flight slot.
+    wait: std::time::Duration,
+}
+
+fn pick<'s>(
     service: &'s ServiceRt,
     client: IpAddr,
     target: &Target,
     bufs: &Bufs,
     started: Instant,
-) -> Result<Attempts<'s>, (ErrorKind, Option<&'s EndpointState>)> {
-    let Some(index) = choose(service, client, target, bufs) else {
-        return Err((ErrorKind::NoHealthyEndpoint, None));
-    };
-    let ep: &'s EndpointState = &service.endpoints[index];
+) -> Option<Picked<'s>> {
+    let index = choose(service, client, target, bufs)?;
     // Every attempt must have the response head by then (sooner when a
     // gRPC client's own deadline says so).
     let limit = match bufs.grpc_timeout {
         Some(t) => t.min(service.timeouts.request),
         None => service.timeouts.request,
     };
-    let total = started + limit;
-    let wait = service.timeouts.connect.min(service.timeouts.request);
-    let Some(permit) = ep.acquire(wait).await else {
-        return Err((ErrorKind::UpstreamBusy, Some(ep)));
-    };
-    ep.requests
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    service.retries.deposit();
-    Ok(Attempts {
-        service,
+    Some(Picked {
         index,
-        ep,
-        permit,
-        admit: Verdict::admit(ep),
-        tried: 1 << index.min(63),
-        tries: 1,
-        again: 0,
-        total,
+        ep: &service.endpoints[index],
+        total: started + limit,
+        wait: service.timeouts.connect.min(service.timeouts.request),
     })
+}
+
+impl<'s> Attempts<'s> {
+    /// The first attempt, on the endpoint picked, with its slot. (Taking
+    /// the slot is left to the caller: at once when one is free, without
+    /// a future of its own on that path, else by waiting up to
+    /// `picked.wait`.)
+    #[inline]
+    fn first(service: &'s ServiceRt, picked: Picked<'s>, permit: Permit<'s>) -> Self {
+        let ep = picked.ep;
+        ep.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        service.retries.deposit();
+        Attempts {
+            service,
+            index: picked.index,
+            ep,
+            permit,
+            admit: Verdict::admit(ep),
+            tried: 1 << picked.index.min(63),
+            tries: 1,
+            again: 0,
+            total: picked.total,
+        }
+    }
 }
 
 /// What a request's sends share: its plan, the facts of the call, and
@@ -358,28 +385,49 @@ struct Call<'a, 's> {
     body_cut: bool,
 }
 
-/// What a successful attempt gives.
-enum Tried<'s> {
-    /// A response head came (in `bufs.res`) on `up`; the request went at
-    /// the instant given.
-    Head(Stream, Instant),
-    /// The call ran both ways at once to its end (gRPC streaming), or the
-    /// client failed: its outcome.
-    Ended(Outcome<'s>),
+/// How forwarding a request ended.
+pub enum Ended<'s> {
+    /// With the client: answered, relayed, or gone; how.
+    Done(Outcome<'s>),
+    /// A request the gateway made itself got a response head (in `bufs`)
+    /// on the stream given, sent at the instant given; the endpoint's
+    /// slot is held in the attempts' state until its body is read.
+    Head(Attempts<'s>, Stream, Instant),
+    /// A request the gateway made itself got no response head: why.
+    Failed(Error),
 }
 
-/// Why the attempt loop stopped without a response head.
-enum Stopped<'s> {
-    /// The call ran to its end within an attempt (gRPC both ways): its
-    /// outcome.
-    Ended(Outcome<'s>),
-    /// The last attempt failed, and no retry was allowed or left.
-    Failed(AttemptError),
+impl<'s> Ended<'s> {
+    /// How a client's request ended. (Only the gateway's own requests end
+    /// otherwise; such an end is counted a failure, never relayed.)
+    pub fn outcome(self) -> Outcome<'s> {
+        match self {
+            Ended::Done(o) => o,
+            Ended::Head(..) | Ended::Failed(_) => {
+                debug_assert!(false, "a client's request ends with an outcome");
+                Outcome::local(502, 0, true)
+            }
+        }
+    }
 }
 
-pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
-    let (down, snap, service) = (cx.down, cx.snap, cx.service);
-    let worker = down.worker;
+/// Forwards a request (its head and framing in `bufs`): a client's, to
+/// its end, its answer relayed; or one the gateway made itself (the
+/// internal client, [`super::client`]), laid out in `bufs` with its whole
+/// body as a client's would be, to a response head. Both go through the
+/// same steps: the balancer's pick and an in-flight slot, [`prepare`],
+/// then the attempt loop (each attempt's connection, pooled for a first
+/// send, else new; the `100 Continue` the client waits for; the head and
+/// the body, both ways at once for a gRPC call whose request streams; the
+/// response head, 1xx relayed), the choice after each attempt
+/// ([`Attempts::again_after_head`], [`Attempts::again_after_failure`]),
+/// and the relay step ([`relay`]). The gateway's own requests carry no
+/// `X-Forwarded-*`, and one without an authority (its `Host` the
+/// endpoint's name) is not sent to another endpoint. One state machine on
+/// purpose: each async function nested on this path costs every request
+/// its future's set-up, moves and polls.
+pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
+    let (worker, down, snap, service) = (cx.worker, cx.down, cx.snap, cx.service);
     let body = bufs.req_framing.body;
     let close_req = bufs.req_framing.close || worker.shutting_down();
     // An upgrade the route allows is forwarded (a request without a body);
@@ -397,36 +445,49 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         {
             g.tunnels_refused
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return fail_unsent((down, snap), bufs, ErrorKind::TooManyTunnels, close_req).await;
+            let kind = ErrorKind::TooManyTunnels;
+            return refuse(down, snap, bufs, kind, close_req, None).await;
         }
     }
     // Until the body is read, an error answer must close the connection.
     let body_pending = body != BodyKind::None;
     if let BodyKind::Length(n) = body {
         if n > snap.limits.max_body_bytes {
-            return fail_unsent((down, snap), bufs, ErrorKind::BodyTooLarge, true).await;
+            return refuse(down, snap, bufs, ErrorKind::BodyTooLarge, true, None).await;
         }
     }
-    let mut at = match first(service, cx.client, cx.target, bufs, cx.started).await {
-        Ok(at) => at,
-        Err((kind, ep)) => {
-            let close = close_req || body_pending;
-            let mut o = fail_unsent((down, snap), bufs, kind, close).await;
-            o.endpoint = ep;
-            return o;
-        }
+    let close = close_req || body_pending;
+    let Some(picked) = pick(service, cx.client, cx.target, bufs, cx.started) else {
+        return refuse(down, snap, bufs, ErrorKind::NoHealthyEndpoint, close, None).await;
     };
-    let forwarded = service.forwarded_headers.then_some(Forwarded {
-        client: down.peer_ip,
-        https: down.https,
-        host: None,
-    });
+    let ep = picked.ep;
+    let permit = match ep.try_acquire() {
+        Some(p) => Some(p),
+        None => ep.acquire(picked.wait).await,
+    };
+    let Some(permit) = permit else {
+        return refuse(down, snap, bufs, ErrorKind::UpstreamBusy, close, Some(ep)).await;
+    };
+    let mut at = Attempts::first(service, picked, permit);
+    // The X-Forwarded-* facts, where the service takes them: the
+    // client's connection's, or those of the client a request the gateway
+    // makes is made for.
+    let forwarded = match (cx.origin, down) {
+        (Some(f), _) => Some(f),
+        (None, Some(d)) => Some(Forwarded {
+            client: d.peer_ip,
+            https: d.https,
+            host: None,
+        }),
+        (None, None) => None,
+    }
+    .filter(|_| service.forwarded_headers);
     let plan = prepare(
         forwarded, service, cx.target, cx.strip, at.ep, upgrading, bufs,
     );
     let mut call = Call {
         worker,
-        down: Some(down),
+        down,
         snap,
         service,
         started: cx.started,
@@ -436,63 +497,183 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Outcome<'s> {
         body,
         body_cut: false,
     };
-    let (up, sent_at) = match attempts(&mut call, &mut at, bufs).await {
-        Ok(sent) => sent,
-        Err(Stopped::Ended(o)) => return o,
-        Err(Stopped::Failed(e)) => return answer_failed(&call, down, at.ep, e, bufs).await,
+    // The attempt loop: one attempt after another until a response head
+    // came or the request fails.
+    let (up, sent_at) = 'attempts: loop {
+        let ep = at.ep;
+        let failed: AttemptError = 'attempt: {
+            bufs.upb.clear();
+            // A send after a pooled connection failed takes a fresh one:
+            // the next pooled one may have been closed by the upstream
+            // just the same.
+            let pooled = if at.again == 0 {
+                take_pooled(worker, ep, call.started)
+            } else {
+                None
+            };
+            let (up, reused) = match pooled {
+                Some(s) => (s, true),
+                None => {
+                    let timeout = service.timeouts.connect.min(time_left(at.total));
+                    match connect(worker, ep, service, timeout).await {
+                        Ok(s) => {
+                            ep.eject.connect_ok();
+                            s
+                        }
+                        Err(e) => {
+                            connect_failed(service, ep, &e);
+                            break 'attempt AttemptError::Connect(e);
+                        }
+                    }
+                }
+            };
+            if call.owes_continue() {
+                if let Err(e) = send_continue(&mut call).await {
+                    break 'attempt e;
+                }
+            }
+            let plan = &call.plan;
+            let streams = plan.chunked || plan.remaining > 0;
+            let wait = worker.deadlines.after(service.timeouts.response_header);
+            if send_head(&up, plan, streams, &mut bufs.out, wait)
+                .await
+                .is_err()
+            {
+                break 'attempt unsent(plan, &up, reused && at.again == 0);
+            }
+            if down.is_none() && !plan.replayable {
+                // Only a client's body streams: one made in the gateway is
+                // at hand.
+                break 'attempt AttemptError::Downstream;
+            }
+            if let (false, true, Some(down)) = (plan.replayable, bufs.grpc, down) {
+                // A gRPC call whose request streams: both ways at once.
+                // Boxed: that state machine is large, and only such calls
+                // pay for it.
+                let duplex = duplex::Call {
+                    down,
+                    snap,
+                    ep,
+                    body: call.body,
+                    remaining: plan.remaining,
+                    bytes_in: call.bytes_in,
+                    client_minor: plan.client_minor,
+                    is_head: plan.is_head,
+                    deadline: (Instant::now() + service.timeouts.response_header).min(at.total),
+                    close: call.close_req,
+                };
+                let o = Box::pin(duplex::run(duplex, up, &mut at.admit, bufs)).await;
+                return Ended::Done(o);
+            }
+            if let (false, Some(down)) = (plan.replayable, down) {
+                // Stream the body while watching the upstream: one that
+                // answers early (say 413) gets its answer relayed at once,
+                // and the rest of the body is not sent.
+                let Bufs { inb, out, upb, .. } = &mut *bufs;
+                let sent = tokio::select! {
+                    r = send_body(
+                        &worker.deadlines, down.client, &up, inb, out, call.body, plan.remaining,
+                        snap.limits.max_body_bytes, snap.timeouts.client_body,
+                    ) => r,
+                    early = early_response(&up, upb) => {
+                        if early {
+                            call.body_cut = true;
+                            Ok(0)
+                        } else {
+                            Err(BodyError::Upstream)
+                        }
+                    }
+                };
+                match sent {
+                    Ok(n) => call.bytes_in += n,
+                    Err(e) => break 'attempt AttemptError::from(e),
+                }
+            }
+            let plan = &call.plan;
+            let sent_at = Instant::now();
+            let deadline = (sent_at + service.timeouts.response_header).min(at.total);
+            let (is_head, minor, upgrading) = (plan.is_head, plan.client_minor, plan.upgrading);
+            let read =
+                read_response_head(&up, worker, down, bufs, is_head, minor, deadline, upgrading);
+            if let Err(e) = read.await {
+                // Closed before any answer on a connection that served
+                // before, or a stream refused unprocessed: it did not take
+                // the request. On a fresh connection it may have.
+                let untaken = matches!(e, HeadError::ClosedEarly)
+                    && ((reused && at.again == 0) || up.refused());
+                break 'attempt AttemptError::Head { e, untaken };
+            }
+            if at.again_after_head(&call, bufs) {
+                continue 'attempts;
+            }
+            break 'attempts (up, sent_at);
+        };
+        if !at.again_after_failure(&call, &failed) {
+            return match down {
+                Some(down) => Ended::Done(answer_failed(&call, down, at.ep, failed, bufs).await),
+                None => Ended::Failed(Error::Attempt(failed)),
+            };
+        }
     };
-    relay(&call, down, at, up, sent_at, bufs).await
+    // The relay step: the response head (rewritten) and body to the
+    // client, or the tunnel a `101` opens; the upstream connection back to
+    // the pool when it is clean.
+    let Some(down) = down else {
+        return Ended::Head(at, up, sent_at);
+    };
+    let (head_at, upstream_us) = head_came(service, at.ep, sent_at);
+    if bufs.res.status == 101 {
+        return Ended::Done(upgraded(&call, down, at, up, upstream_us, bufs).await);
+    }
+    let close = relay_head(&call, down, bufs);
+    let relayed = relay_body(
+        down,
+        &up,
+        bufs,
+        bufs.res_framing.body,
+        call.plan.client_minor == 1,
+        service.timeouts.response_body,
+        snap.timeouts.client_write,
+    )
+    .await;
+    let ended = relay_end(&call, at, up, bufs, head_at, upstream_us, close, relayed);
+    let outcome = match ended {
+        Ok(o) => o,
+        Err(o) => unrelayed(down, snap, bufs, o).await,
+    };
+    if call.body_cut {
+        linger(
+            &worker.deadlines,
+            down.client,
+            &mut bufs.inb,
+            snap.limits.max_body_bytes,
+        )
+        .await;
+    }
+    Ended::Done(outcome)
 }
 
-/// A request the gateway made itself (the internal client,
-/// [`super::client`]), its head laid out in `bufs` with its whole body
-/// after it, as a client's would be: through the same steps as a client's
-/// request ([`first`], [`prepare`], [`attempts`]: the balancer, the pools,
-/// retries and their budget, the circuits, the deadlines and the
-/// endpoint's metrics) to a response head in `bufs.res`. Made on a
-/// client's behalf, it is balanced by that `client`'s address and carries
-/// its `forwarded` facts where the service takes them; made for the
-/// gateway itself, neither. A request without an authority (its `Host`
-/// the endpoint's name) is not sent to another endpoint.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn send_made<'s>(
-    worker: &Worker,
-    snap: &'s Snapshot,
-    service: &'s ServiceRt,
-    target: &Target,
-    client: Option<IpAddr>,
-    forwarded: Option<Forwarded<'_>>,
-    started: Instant,
+/// A request refused before any attempt: the client gets the answer of
+/// `kind` (closing the connection when `close`; `ep` the endpoint picked,
+/// if one was), the gateway's own request the error.
+#[cold]
+async fn refuse<'s>(
+    down: Option<&Downstream<'_>>,
+    snap: &Snapshot,
     bufs: &mut Bufs,
-) -> Result<(Attempts<'s>, Stream, Instant), Error> {
-    let client = client.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    let mut at = first(service, client, target, bufs, started)
-        .await
-        .map_err(|(kind, _)| Error::Unavailable(kind))?;
-    let forwarded = forwarded.filter(|_| service.forwarded_headers);
-    let plan = prepare(forwarded, service, target, 0, at.ep, false, bufs);
-    debug_assert!(
-        plan.replayable,
-        "a request made in the gateway has its body at hand"
-    );
-    let mut call = Call {
-        worker,
-        down: None,
-        snap,
-        service,
-        started,
-        bytes_in: plan.bytes_in,
-        plan,
-        close_req: false,
-        body: bufs.req_framing.body,
-        body_cut: false,
+    kind: ErrorKind,
+    close: bool,
+    ep: Option<&'s EndpointState>,
+) -> Ended<'s> {
+    let Some(down) = down else {
+        return Ended::Failed(match kind {
+            ErrorKind::NoHealthyEndpoint | ErrorKind::UpstreamBusy => Error::Unavailable(kind),
+            _ => Error::Attempt(AttemptError::Request(kind)),
+        });
     };
-    match attempts(&mut call, &mut at, bufs).await {
-        Ok((up, sent_at)) => Ok((at, up, sent_at)),
-        Err(Stopped::Failed(e)) => Err(Error::Attempt(e)),
-        // Only a call whose body streams runs both ways at once.
-        Err(Stopped::Ended(_)) => Err(Error::Attempt(AttemptError::Downstream)),
-    }
+    let mut o = fail_unsent((down, snap), bufs, kind, close).await;
+    o.endpoint = ep;
+    Ended::Done(o)
 }
 
 /// Answers the client for a request whose last attempt failed (nothing,
@@ -523,52 +704,99 @@ async fn answer_failed<'s>(
     o
 }
 
-/// The attempt loop: one attempt after another (the same endpoint again
-/// when the upstream took nothing, another when the service's retries
-/// allow) until a response head is relayed or the request fails.
-async fn attempts<'s>(
-    call: &mut Call<'_, 's>,
-    at: &mut Attempts<'s>,
-    bufs: &mut Bufs,
-) -> Result<(Stream, Instant), Stopped<'s>> {
-    let r = &call.service.retries.settings;
-    loop {
-        let failed = match attempt(call, at, bufs).await {
-            Ok(Tried::Ended(o)) => return Err(Stopped::Ended(o)),
-            Ok(Tried::Head(up, sent_at)) => {
-                let status = bufs.res.status;
-                let plan = &call.plan;
-                // Another endpoint for an idempotent request still at hand,
-                // when the service retries this status; a gRPC call's
-                // trailers-only status may go again (`grpc:` in
-                // retries.on), whatever its method.
-                let at_hand = plan.replayable && plan.portable && !call.body_cut;
-                let again = (plan.idempotent && at_hand && r.on_status.contains(&status))
-                    || (bufs.grpc
-                        && at_hand
-                        && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c)));
-                if again && at.elsewhere(false) {
-                    tracing::debug!(endpoint = %at.ep.name, status, "retrying elsewhere");
-                    continue;
-                }
-                return Ok((up, sent_at));
-            }
-            Err(e) => e,
-        };
+impl Call<'_, '_> {
+    /// A `100 Continue` is still owed for this request's body (to a
+    /// client whose request asked for it; never to the gateway itself).
+    #[inline]
+    fn owes_continue(&self) -> bool {
+        !self.plan.sent_continue && self.body != BodyKind::None
+    }
+}
+
+/// Writes the `100 Continue` the client waits for before it sends its
+/// body, once per request.
+#[cold]
+async fn send_continue(call: &mut Call<'_, '_>) -> Result<(), AttemptError> {
+    call.plan.sent_continue = true;
+    let Some(down) = call.down else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + call.snap.timeouts.client_write;
+    let wrote = write_all_by(
+        down.client,
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        call.worker.until(deadline),
+    )
+    .await;
+    wrote.map_err(|e| {
+        client_write_failed(call.worker, &e);
+        AttemptError::Downstream
+    })
+}
+
+/// Why a request head could not be sent on `up`: nothing beyond `out` was
+/// consumed, so a send again is safe when the upstream took none of it
+/// (`reused_first`: the first send on a pooled connection).
+fn unsent(plan: &Plan, up: &Stream, reused_first: bool) -> AttemptError {
+    if plan.h2.is_none() && matches!(up, Stream::H2Up(_)) {
+        AttemptError::Encode
+    } else if reused_first || up.refused() {
+        AttemptError::NotTaken
+    } else {
+        AttemptError::Write
+    }
+}
+
+impl<'s> Attempts<'s> {
+    /// After a response head came (in `bufs.res`): records the circuit's
+    /// verdict and the call's gRPC status, and says whether the request
+    /// goes to another endpoint (an idempotent request still at hand whose
+    /// status the service retries; a gRPC call's trailers-only status
+    /// named in `retries.on`, whatever its method).
+    fn again_after_head(&mut self, call: &Call<'_, 's>, bufs: &mut Bufs) -> bool {
+        let status = bufs.res.status;
+        if self.ep.breaker.counts_status(status) {
+            self.admit.failed(self.ep);
+        } else {
+            self.admit.succeeded(self.ep);
+        }
+        if bufs.grpc {
+            bufs.grpc_status = head_grpc_status(bufs);
+        }
+        let r = &call.service.retries.settings;
         let plan = &call.plan;
-        // The same endpoint once more, when nothing was processed (a
-        // failed connect goes elsewhere or nowhere).
+        let at_hand = plan.replayable && plan.portable && !call.body_cut;
+        let again = (plan.idempotent && at_hand && r.on_status.contains(&status))
+            || (bufs.grpc && at_hand && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c)));
+        if again && self.elsewhere(false) {
+            tracing::debug!(endpoint = %self.ep.name, status, "retrying elsewhere");
+            return true;
+        }
+        false
+    }
+
+    /// After an attempt failed: whether the request is sent again, on the
+    /// same endpoint when nothing was processed (a failed connect goes
+    /// elsewhere or nowhere), or on another one when the service's retries
+    /// allow it for this failure and the request may go (anything after a
+    /// failed connect, since nothing was sent; otherwise only an
+    /// idempotent request still at hand). Counts the failure against the
+    /// endpoint's circuit when the upstream's side caused it.
+    #[cold]
+    fn again_after_failure(&mut self, call: &Call<'_, 's>, failed: &AttemptError) -> bool {
+        let plan = &call.plan;
         let resend = !matches!(failed, AttemptError::Connect(_))
             && failed.unprocessed(plan.replayable)
-            && at.again < REFUSED_RETRIES;
+            && self.again < REFUSED_RETRIES;
         if resend {
-            at.again += 1;
-            continue;
+            self.again += 1;
+            return true;
         }
         if failed.side() == Side::Upstream {
-            at.admit.failed(at.ep);
+            self.admit.failed(self.ep);
         }
-        let (allowed, free) = match &failed {
+        let r = &call.service.retries.settings;
+        let (allowed, free) = match failed {
             AttemptError::Connect(e) => (r.on_connect, cost_nothing(e)),
             AttemptError::Head { e, .. } => match e {
                 HeadError::ClosedEarly => (r.on_reset, false),
@@ -577,277 +805,139 @@ async fn attempts<'s>(
             },
             _ => (false, false),
         };
-        let may = match &failed {
-            // Nothing was sent: any request may go elsewhere.
+        let may = match failed {
             AttemptError::Connect(_) => plan.portable,
-            // It may have been processed: only an idempotent one at hand.
             _ => plan.idempotent && plan.replayable && plan.portable && !call.body_cut,
         };
-        if allowed && may && at.elsewhere(free) {
-            continue;
+        if allowed && may && self.elsewhere(free) {
+            return true;
         }
         if !matches!(failed, AttemptError::Downstream) {
             let status = failed.kind().status();
-            tracing::debug!(endpoint = %at.ep.name, status, side = ?failed.side(), "attempt failed");
+            tracing::debug!(endpoint = %self.ep.name, status, side = ?failed.side(), "attempt failed");
         }
-        return Err(Stopped::Failed(failed));
+        false
     }
 }
 
-/// One attempt on the endpoint `at` holds: a connection (pooled for a
-/// first send, else new), the `100 Continue` the client waits for, the
-/// head and the body (both ways at once for a gRPC call whose request
-/// streams), then the response head (1xx relayed).
-async fn attempt<'s>(
-    call: &mut Call<'_, 's>,
-    at: &mut Attempts<'s>,
-    bufs: &mut Bufs,
-) -> Result<Tried<'s>, AttemptError> {
-    let (worker, snap, service) = (call.worker, call.snap, call.service);
-    let ep = at.ep;
-    bufs.upb.clear();
-    // A send after a pooled connection failed takes a fresh one: the next
-    // pooled one may have been closed by the upstream just the same.
-    let pooled = if at.again == 0 {
-        take_pooled(worker, ep, call.started)
-    } else {
-        None
-    };
-    let (up, reused) = match pooled {
-        Some(s) => (s, true),
-        None => {
-            let timeout = service.timeouts.connect.min(time_left(at.total));
-            match connect(worker, ep, service, timeout).await {
-                Ok(s) => {
-                    ep.eject.connect_ok();
-                    s
-                }
-                Err(e) => {
-                    connect_failed(service, ep, &e);
-                    return Err(AttemptError::Connect(e));
-                }
-            }
-        }
-    };
-    let plan = &mut call.plan;
-    if !plan.sent_continue && call.body != BodyKind::None {
-        // Owed only to a client (one whose request asked for it).
-        plan.sent_continue = true;
-        if let Some(down) = call.down {
-            let deadline = Instant::now() + snap.timeouts.client_write;
-            if let Err(e) = write_all_by(
-                down.client,
-                b"HTTP/1.1 100 Continue\r\n\r\n",
-                worker.until(deadline),
-            )
-            .await
-            {
-                client_write_failed(worker, &e);
-                return Err(AttemptError::Downstream);
-            }
-        }
-    }
-    let streams = plan.chunked || plan.remaining > 0;
-    let wait = worker.deadlines.after(service.timeouts.response_header);
-    if send_head(&up, plan, streams, &mut bufs.out, wait)
-        .await
-        .is_err()
-    {
-        // Nothing beyond `out` was consumed: a send again is safe when the
-        // upstream took none of it.
-        let untaken = (reused && at.again == 0) || up.refused();
-        return Err(if plan.h2.is_none() && matches!(up, Stream::H2Up(_)) {
-            AttemptError::Encode
-        } else if untaken {
-            AttemptError::NotTaken
-        } else {
-            AttemptError::Write
-        });
-    }
-    let down = call.down;
-    if down.is_none() && !plan.replayable {
-        // Only a client's body streams: one made in the gateway is at hand.
-        return Err(AttemptError::Downstream);
-    }
-    if let (false, true, Some(down)) = (plan.replayable, bufs.grpc, down) {
-        // A gRPC call whose request streams: both ways at once.
-        let duplex = duplex::Call {
-            down,
-            snap,
-            ep,
-            body: call.body,
-            remaining: plan.remaining,
-            bytes_in: call.bytes_in,
-            client_minor: plan.client_minor,
-            is_head: plan.is_head,
-            deadline: (Instant::now() + service.timeouts.response_header).min(at.total),
-            close: call.close_req,
-        };
-        return Ok(Tried::Ended(
-            duplex::run(duplex, up, &mut at.admit, bufs).await,
-        ));
-    }
-    if let (false, Some(down)) = (plan.replayable, down) {
-        // Stream the body while watching the upstream: one that answers
-        // early (say 413) gets its answer relayed at once, and the rest
-        // of the body is not sent.
-        let Bufs { inb, out, upb, .. } = &mut *bufs;
-        let sent = tokio::select! {
-            r = send_body(
-                &worker.deadlines, down.client, &up, inb, out, call.body, plan.remaining,
-                snap.limits.max_body_bytes, snap.timeouts.client_body,
-            ) => r,
-            early = early_response(&up, upb) => {
-                if early {
-                    call.body_cut = true;
-                    Ok(0)
-                } else {
-                    Err(BodyError::Upstream)
-                }
-            }
-        };
-        match sent {
-            Ok(n) => call.bytes_in += n,
-            Err(BodyError::Client) => return Err(AttemptError::Downstream),
-            Err(BodyError::Upstream) => return Err(AttemptError::UpstreamBody),
-            Err(BodyError::BadChunk) => return Err(AttemptError::Request(ErrorKind::BadRequest)),
-            Err(BodyError::TooLarge) => return Err(AttemptError::Request(ErrorKind::BodyTooLarge)),
-        }
-    }
-    let sent_at = Instant::now();
-    let deadline = (sent_at + service.timeouts.response_header).min(at.total);
-    let (is_head, minor, upgrading) = (plan.is_head, plan.client_minor, plan.upgrading);
-    let read = read_response_head(&up, worker, down, bufs, is_head, minor, deadline, upgrading);
-    match read.await {
-        Ok(()) => {
-            let status = bufs.res.status;
-            if ep.breaker.counts_status(status) {
-                at.admit.failed(ep);
-            } else {
-                at.admit.succeeded(ep);
-            }
-            if bufs.grpc {
-                bufs.grpc_status = head_grpc_status(bufs);
-            }
-            Ok(Tried::Head(up, sent_at))
-        }
-        Err(e) => {
-            // Closed before any answer on a connection that served
-            // before, or a stream refused unprocessed: it did not take the
-            // request. On a fresh connection it may have.
-            let untaken =
-                matches!(e, HeadError::ClosedEarly) && ((reused && at.again == 0) || up.refused());
-            Err(AttemptError::Head { e, untaken })
-        }
-    }
-}
-
-/// The relay step: the response head (rewritten) and body to the client,
-/// or the tunnel a `101` opens; the upstream connection back to the pool
-/// when it is clean.
-async fn relay<'s>(
+/// The upstream switched protocols (its `101` in `bufs`): a tunnel until
+/// either side is done, run by a task of its own once started (the
+/// session takes it from `bufs.upgraded`; the endpoint's slot goes with
+/// it).
+#[cold]
+async fn upgraded<'s>(
     call: &Call<'_, 's>,
     down: &Downstream<'_>,
     at: Attempts<'s>,
     up: Stream,
-    sent_at: Instant,
+    upstream_us: u64,
     bufs: &mut Bufs,
 ) -> Outcome<'s> {
-    let (worker, snap, service) = (call.worker, call.snap, call.service);
-    let Attempts {
-        index,
-        ep,
-        permit,
-        mut admit,
-        ..
-    } = at;
-    let (bytes_in, body_cut, client_minor) = (call.bytes_in, call.body_cut, call.plan.client_minor);
-    let (head_at, upstream_us) = head_came(service, ep, sent_at);
-    let status = bufs.res.status;
-    if status == 101 {
-        // The upstream switched: a tunnel until either side is done, run by
-        // a task of its own once started (the session takes it from
-        // `bufs.upgraded`; its endpoint slot goes with it).
-        let permit = permit.into_owned(&service.endpoints[index]);
-        debug_assert_eq!(bytes_in, 0, "an upgrade request has no body");
-        let carried = match tunnel::start(down, up, permit, bufs, snap).await {
-            Ok(t) => {
-                let carried = t.carried();
-                bufs.upgraded = Some(t);
-                carried
-            }
-            Err(carried) => carried,
-        };
-        return Outcome {
-            status,
-            bytes_in: bytes_in + carried.up,
-            bytes_out: carried.down,
-            close: true,
-            upstream_us: Some(upstream_us),
-            endpoint: Some(ep),
-        };
+    let (ep, permit) = (
+        at.ep,
+        at.permit.into_owned(&call.service.endpoints[at.index]),
+    );
+    debug_assert_eq!(call.bytes_in, 0, "an upgrade request has no body");
+    let carried = match tunnel::start(down, up, permit, bufs, call.snap).await {
+        Ok(t) => {
+            let carried = t.carried();
+            bufs.upgraded = Some(t);
+            carried
+        }
+        Err(carried) => carried,
+    };
+    Outcome {
+        status: 101,
+        bytes_in: call.bytes_in + carried.up,
+        bytes_out: carried.down,
+        close: true,
+        upstream_us: Some(upstream_us),
+        endpoint: Some(ep),
     }
+}
+
+/// Writes the response head (rewritten, in `bufs`) for the client, and
+/// says whether the client's connection closes after this response.
+#[inline]
+fn relay_head(call: &Call<'_, '_>, down: &Downstream<'_>, bufs: &mut Bufs) -> bool {
     let res_body = bufs.res_framing.body;
+    let client_minor = call.plan.client_minor;
     let close = call.close_req
-        || body_cut
-        || worker.shutting_down()
+        || call.body_cut
+        || call.worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && client_minor == 0);
     write_response_head(bufs, close, client_minor, down.client);
-    let relay = relay_body(
-        down,
-        &up,
-        bufs,
-        res_body,
-        client_minor == 1,
-        service.timeouts.response_body,
-        snap.timeouts.client_write,
-    )
-    .await;
+    close
+}
+
+/// The end of the relay step, once the body was relayed (`relayed`: its
+/// bytes, or how far it got and how it failed): the outcome, the upstream
+/// connection back to the pool when the whole response was read and
+/// nothing was cut short, and the endpoint's slot given back. `Err` when
+/// a malformed first chunk line came with the head, so that nothing
+/// reached the client: the outcome so far, for [`unrelayed`] to answer.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn relay_end<'s>(
+    call: &Call<'_, 's>,
+    at: Attempts<'s>,
+    up: Stream,
+    bufs: &Bufs,
+    head_at: Instant,
+    upstream_us: u64,
+    close: bool,
+    relayed: Result<u64, (u64, Fault)>,
+) -> Result<Outcome<'s>, Outcome<'s>> {
+    let (ep, status) = (at.ep, bufs.res.status);
     let mut outcome = Outcome {
         status,
-        bytes_in,
+        bytes_in: call.bytes_in,
         bytes_out: 0,
         close,
         upstream_us: Some(upstream_us),
         endpoint: Some(ep),
     };
-    match relay {
+    match relayed {
         Ok(n) => {
             outcome.bytes_out = n;
-            if !body_cut {
-                pool_back(worker, service, index, up, bufs, head_at, n);
+            if !call.body_cut {
+                pool_back(call.worker, call.service, at.index, up, bufs, head_at, n);
             }
+            Ok(outcome)
         }
         Err((_, Fault::Unsent)) => {
-            // A malformed first chunk line came with the head, so nothing
-            // reached the client: it gets a 502 instead of the head (which
-            // `fail` drops). The upstream connection is not pooled, and its
-            // circuit counts the failure.
+            // Not pooled, and the endpoint's circuit counts the failure
+            // (the head counted a success).
+            let mut admit = at.admit;
             if !ep.breaker.counts_status(status) {
                 admit.failed_after_success(ep);
             }
             tracing::debug!(endpoint = %ep.name, "malformed chunked body from upstream");
-            let closes = close || body_cut;
-            outcome = fail((down, snap), bufs, ErrorKind::UpstreamFailed, closes).await;
-            outcome.bytes_in = bytes_in;
-            outcome.upstream_us = Some(upstream_us);
-            outcome.endpoint = Some(ep);
+            outcome.close = close || call.body_cut;
+            Err(outcome)
         }
         Err((n, _)) => {
             outcome.bytes_out = n;
             outcome.close = true;
+            Ok(outcome)
         }
     }
-    drop(permit);
-    if body_cut {
-        linger(
-            &worker.deadlines,
-            down.client,
-            &mut bufs.inb,
-            snap.limits.max_body_bytes,
-        )
-        .await;
-    }
-    outcome
+}
+
+/// Answers a 502 for a response whose body was malformed before anything
+/// reached the client (`so_far` from [`relay_end`]: its head, which
+/// `fail` drops, is replaced).
+#[cold]
+async fn unrelayed<'s>(
+    down: &Downstream<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    so_far: Outcome<'s>,
+) -> Outcome<'s> {
+    let mut o = fail((down, snap), bufs, ErrorKind::UpstreamFailed, so_far.close).await;
+    o.bytes_in = so_far.bytes_in;
+    o.upstream_us = so_far.upstream_us;
+    o.endpoint = so_far.endpoint;
+    o
 }

@@ -54,7 +54,9 @@ pub(crate) async fn stream(
                 }
             }
             Plan::Open => {
-                let opened = open(worker, ep, service, deadline).await;
+                // Boxed: a handshake's state machine is large, and only a
+                // new connection pays for it, not every stream.
+                let opened = Box::pin(open(worker, ep, service, deadline)).await;
                 return match opened {
                     Ok(Opened::H2(conn)) => {
                         let (send, state) = (conn.send.clone(), conn.state.clone());

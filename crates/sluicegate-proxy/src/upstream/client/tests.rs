@@ -61,6 +61,10 @@ enum Upstream {
     Answers(&'static [u8]),
     /// Answers the first request with these bytes, then closes.
     AnswersAndCloses(&'static [u8]),
+    /// Answers the first request with these bytes, and closes without an
+    /// answer once the second one came (a keep-alive connection the
+    /// upstream gave up on as it was used again).
+    AnswersOnce(&'static [u8]),
     /// Speaks HTTP/2: answers each stream with a 200, `x-a: 1`, these
     /// pieces of data, and a trailer `x-sum: 5`.
     H2(&'static [&'static [u8]]),
@@ -115,6 +119,7 @@ fn upstreams(of: &[(&str, Upstream)]) -> Rc<RefCell<Seen>> {
 /// An HTTP/1.1 upstream's side of a connection.
 async fn serve(s: Stream, addr: SocketAddr, up: Upstream, seen: Rc<RefCell<Seen>>) {
     let mut buf = Vec::new();
+    let mut served = false;
     while let Some(req) = read_request(&s, &mut buf).await {
         let req = String::from_utf8_lossy(&req).into_owned();
         seen.borrow_mut()
@@ -123,13 +128,15 @@ async fn serve(s: Stream, addr: SocketAddr, up: Upstream, seen: Rc<RefCell<Seen>
             .or_default()
             .push(req);
         let (answer, close) = match up {
-            Upstream::Answers(a) => (a, false),
+            Upstream::AnswersOnce(_) if served => return,
+            Upstream::AnswersOnce(a) | Upstream::Answers(a) => (a, false),
             Upstream::AnswersAndCloses(a) => (a, true),
             Upstream::Refuses | Upstream::H2(_) => return,
         };
         if write_all(&s, answer).await.is_err() {
             return;
         }
+        served = true;
         if close {
             s.shutdown_write();
             return;
@@ -366,6 +373,38 @@ fn a_listed_status_goes_to_the_other_endpoint() {
         let busy = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n";
         let seen = both_answered_by_b(&worker, Upstream::Answers(busy)).await;
         assert_eq!(seen.borrow().requests(A).len(), 1);
+    });
+}
+
+#[test]
+fn a_pooled_connection_closed_unanswered_sends_the_request_again_on_a_new_one() {
+    on_worker(ONE, |worker| async move {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let seen = upstreams(&[(A, Upstream::AnswersOnce(answer))]);
+        let snap = worker.shared.snapshot.load();
+        let service = &snap.services[0];
+        let ep = &service.endpoints[0];
+        for path in ["/first", "/second"] {
+            let uri = format!("http://api.example{path}");
+            let mut res = send(&worker, &snap, service, get(&uri)).await.unwrap();
+            assert_eq!(
+                (res.status(), body_of(&mut res).await.0),
+                (200, b"ok".to_vec())
+            );
+        }
+        // The second went on the pooled connection, which closed without
+        // an answer: taken by nobody, so sent again on a new connection,
+        // to the same endpoint, neither a retry nor a failure.
+        let requests = seen.borrow().requests(A);
+        let paths: Vec<_> = requests
+            .iter()
+            .map(|r| r.split(' ').nth(1).unwrap())
+            .collect();
+        assert_eq!(paths, ["/first", "/second", "/second"]);
+        assert_eq!(seen.borrow().connects(A), 2);
+        assert_eq!(ep.retries.load(Ordering::Relaxed), 0);
+        assert_eq!(ep.requests.load(Ordering::Relaxed), 2);
+        assert!(ep.breaker.admit_now().is_some());
     });
 }
 
