@@ -1,18 +1,28 @@
-//! One attempt's helpers for [`super::forward`]: a clean pooled
-//! connection, what a failed connect costs and how it is logged, the
-//! endpoint's circuit verdict on an attempt, the endpoint a retry goes
-//! to (within the attempts, the deadline and the retry budget), the
-//! endpoint's response time once a head came, and the connection back to
-//! the pool once its response was read.
+//! The attempt loop's state and choices, for [`super::forward`]: what a
+//! request's sends share ([`Call`]), the endpoint tried now with its
+//! in-flight slot and circuit verdict ([`Attempts`]), and after each
+//! attempt whether the request goes again ([`Attempts::again_after_head`],
+//! [`Attempts::again_after_failure`]: the same endpoint when the upstream
+//! took nothing, another within the retries, the deadline and the retry
+//! budget). Also one attempt's helpers: a clean pooled connection, what a
+//! failed connect costs and how it is logged, the `100 Continue` a client
+//! waits for, the endpoint's response time once a head came, and the
+//! connection back to the pool once its response was read.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::balance::breaker::Admit;
 use crate::balance::endpoint::{EndpointState, Permit};
-use crate::snapshot::ServiceRt;
+use crate::proto::codec::BodyKind;
+use crate::snapshot::{ServiceRt, Snapshot};
+use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
-use crate::worker::{Bufs, Worker};
+use crate::upstream::body::client_write_failed;
+use crate::upstream::failure::{AttemptError, Side};
+use crate::upstream::head::{head_grpc_status, HeadError};
+use crate::upstream::plan::{Picked, Plan};
+use crate::worker::{Bufs, Downstream, Worker};
 
 /// An idle pooled connection to `ep` that is still clean. The request's
 /// start stands in for the clock: an idle connection that expired
@@ -215,4 +225,204 @@ pub(super) fn retry_endpoint<'s>(
         .retries
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Some((i, permit))
+}
+
+/// Times a request whose HTTP/2 stream an upstream refused unprocessed
+/// (its connection going away) is sent again, on another stream.
+const REFUSED_RETRIES: u32 = 3;
+
+/// The attempt loop's state: the endpoint tried now, its in-flight slot
+/// and circuit verdict, what was tried, and the request's deadline for a
+/// response head.
+pub(crate) struct Attempts<'s> {
+    pub(super) service: &'s ServiceRt,
+    pub(super) index: usize,
+    pub(super) ep: &'s EndpointState,
+    pub(super) permit: Permit<'s>,
+    pub(super) admit: Verdict<'s>,
+    pub(super) tried: u64,
+    pub(super) tries: u32,
+    /// Sends on this endpoint after a `NotTaken` (0 for the first).
+    pub(super) again: u32,
+    pub(super) total: Instant,
+}
+
+impl<'s> Attempts<'s> {
+    /// Moves to another endpoint for a failed attempt when the service's
+    /// retries allow one (`free`: the failure cost the endpoint nothing,
+    /// so the retry is not paid from the budget).
+    fn elsewhere(&mut self, free: bool) -> bool {
+        let next = retry_endpoint(
+            self.service,
+            self.index,
+            &mut self.tried,
+            &mut self.tries,
+            self.total,
+            free,
+        );
+        let Some((i, permit)) = next else {
+            return false;
+        };
+        (self.index, self.permit, self.again) = (i, permit, 0);
+        (self.ep, self.admit) = switch_to(self.service, i);
+        true
+    }
+
+    /// The endpoint that answered (its place in the service) and its
+    /// in-flight slot, held until the response is read.
+    pub(super) fn answered(self) -> (usize, &'s EndpointState, Permit<'s>) {
+        (self.index, self.ep, self.permit)
+    }
+}
+
+impl<'s> Attempts<'s> {
+    /// The first attempt, on the endpoint picked, with its slot. (Taking
+    /// the slot is left to the caller: at once when one is free, without
+    /// a future of its own on that path, else by waiting up to
+    /// `picked.wait`.)
+    #[inline]
+    pub(super) fn first(service: &'s ServiceRt, picked: Picked<'s>, permit: Permit<'s>) -> Self {
+        let ep = picked.ep;
+        ep.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        service.retries.deposit();
+        Attempts {
+            service,
+            index: picked.index,
+            ep,
+            permit,
+            admit: Verdict::admit(ep),
+            tried: 1 << picked.index.min(63),
+            tries: 1,
+            again: 0,
+            total: picked.total,
+        }
+    }
+}
+
+/// What a request's sends share: its plan, the facts of the call, and
+/// what changes as it goes.
+pub(super) struct Call<'a, 's> {
+    pub(super) worker: &'a Worker,
+    /// The client's connection; `None` for a request the gateway made
+    /// itself (the internal client): no 1xx goes anywhere, no `100
+    /// Continue` is owed, and its body is whole at hand, never streamed.
+    pub(super) down: Option<&'a Downstream<'a>>,
+    pub(super) snap: &'s Snapshot,
+    pub(super) service: &'s ServiceRt,
+    pub(super) started: Instant,
+    pub(super) plan: Plan,
+    pub(super) close_req: bool,
+    pub(super) body: BodyKind,
+    /// Body bytes sent so far.
+    pub(super) bytes_in: u64,
+    /// The upstream answered before the whole body was sent.
+    pub(super) body_cut: bool,
+}
+
+impl Call<'_, '_> {
+    /// A `100 Continue` is still owed for this request's body (to a
+    /// client whose request asked for it; never to the gateway itself).
+    #[inline]
+    pub(super) fn owes_continue(&self) -> bool {
+        !self.plan.sent_continue && self.body != BodyKind::None
+    }
+}
+
+/// Writes the `100 Continue` the client waits for before it sends its
+/// body, once per request.
+#[cold]
+pub(super) async fn send_continue(call: &mut Call<'_, '_>) -> Result<(), AttemptError> {
+    call.plan.sent_continue = true;
+    let Some(down) = call.down else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + call.snap.timeouts.client_write;
+    let wrote = write_all_by(
+        down.client,
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        call.worker.until(deadline),
+    )
+    .await;
+    wrote.map_err(|e| {
+        client_write_failed(call.worker, &e);
+        AttemptError::Downstream
+    })
+}
+
+impl<'s> Attempts<'s> {
+    /// After a response head came (in `bufs.res`): records the circuit's
+    /// verdict and the call's gRPC status, and says whether the request
+    /// goes to another endpoint (an idempotent request still at hand whose
+    /// status the service retries; a gRPC call's trailers-only status
+    /// named in `retries.on`, whatever its method).
+    pub(super) fn again_after_head(&mut self, call: &Call<'_, 's>, bufs: &mut Bufs) -> bool {
+        let status = bufs.res.status;
+        if self.ep.breaker.counts_status(status) {
+            self.admit.failed(self.ep);
+        } else {
+            self.admit.succeeded(self.ep);
+        }
+        if bufs.grpc {
+            bufs.grpc_status = head_grpc_status(bufs);
+        }
+        let r = &call.service.retries.settings;
+        let plan = &call.plan;
+        let at_hand = plan.replayable && plan.portable && !call.body_cut;
+        let again = (plan.idempotent && at_hand && r.on_status.contains(&status))
+            || (bufs.grpc && at_hand && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c)));
+        if again && self.elsewhere(false) {
+            tracing::debug!(endpoint = %self.ep.name, status, "retrying elsewhere");
+            return true;
+        }
+        false
+    }
+
+    /// After an attempt failed: whether the request is sent again, on the
+    /// same endpoint when nothing was processed (a failed connect goes
+    /// elsewhere or nowhere), or on another one when the service's retries
+    /// allow it for this failure and the request may go (anything after a
+    /// failed connect, since nothing was sent; otherwise only an
+    /// idempotent request still at hand). Counts the failure against the
+    /// endpoint's circuit when the upstream's side caused it.
+    #[cold]
+    pub(super) fn again_after_failure(
+        &mut self,
+        call: &Call<'_, 's>,
+        failed: &AttemptError,
+    ) -> bool {
+        let plan = &call.plan;
+        let resend = !matches!(failed, AttemptError::Connect(_))
+            && failed.unprocessed(plan.replayable)
+            && self.again < REFUSED_RETRIES;
+        if resend {
+            self.again += 1;
+            return true;
+        }
+        if failed.side() == Side::Upstream {
+            self.admit.failed(self.ep);
+        }
+        let r = &call.service.retries.settings;
+        let (allowed, free) = match failed {
+            AttemptError::Connect(e) => (r.on_connect, cost_nothing(e)),
+            AttemptError::Head { e, .. } => match e {
+                HeadError::ClosedEarly => (r.on_reset, false),
+                HeadError::Timeout => (r.on_timeout, false),
+                HeadError::Invalid => (false, false),
+            },
+            _ => (false, false),
+        };
+        let may = match failed {
+            AttemptError::Connect(_) => plan.portable,
+            _ => plan.idempotent && plan.replayable && plan.portable && !call.body_cut,
+        };
+        if allowed && may && self.elsewhere(free) {
+            return true;
+        }
+        if !matches!(failed, AttemptError::Downstream) {
+            let status = failed.kind().status();
+            tracing::debug!(endpoint = %self.ep.name, status, side = ?failed.side(), "attempt failed");
+        }
+        false
+    }
 }

@@ -1,12 +1,14 @@
 //! Forwarding one request upstream and streaming the response back
-//! ([`forward`]), in three parts: the attempt loop (each attempt's
-//! connection, head, body and response head, its failures typed by
-//! [`AttemptError`], which says where each came from and whether a retry
-//! is safe), the choice after each attempt ([`Attempts::again_after_head`]
-//! and [`Attempts::again_after_failure`]: the same endpoint again when the
-//! upstream took nothing, retries elsewhere, the circuit's verdict), and
-//! the relay step ([`relay`]: response head and body, tunnel, pool). The
-//! internal client's requests take the same path and stop at the head.
+//! ([`forward`]), as one state machine on purpose (each async function
+//! nested on this path costs every request its future's set-up, moves and
+//! polls): the endpoint and the head to send ([`super::plan`]), the
+//! attempt loop (each attempt's connection, head, body and response head,
+//! its failures typed by [`AttemptError`], which says where each came from
+//! and whether a retry is safe; the choice after each attempt, the same
+//! endpoint again, another, or none, is [`super::attempt`]'s), and the
+//! relay step ([`relay_head`], the body's relay, [`relay_end`]; a `101`'s
+//! tunnel, [`upgraded`]). The internal client's requests take the same
+//! function and stop at the response head ([`Ended::Head`]).
 //!
 //! Order: pick an endpoint, take an in-flight slot (503 when none frees up
 //! within the connect timeout), take a pooled connection or connect (502),
@@ -18,39 +20,30 @@
 //! whole request is still at hand. The heads on the upstream side are
 //! `upstream_head`'s, the bodies `body`'s.
 
-use std::net::IpAddr;
 use std::time::Instant;
 
-use crate::balance::balancer::PickContext;
-use crate::balance::endpoint::{EndpointState, Permit};
+use crate::balance::endpoint::EndpointState;
 use crate::proto::codec::BodyKind;
 use crate::proto::response::ErrorKind;
 use crate::route::target::Target;
 use crate::snapshot::{ServiceRt, Snapshot};
-use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
 use crate::upstream::attempt::{
-    connect_failed, cost_nothing, head_came, pool_back, retry_endpoint, switch_to, take_pooled,
-    time_left, Verdict,
+    connect_failed, head_came, pool_back, send_continue, take_pooled, time_left, Attempts, Call,
 };
-use crate::upstream::body::{client_write_failed, linger, relay_body, send_body, BodyError, Fault};
-use crate::upstream::failure::{AttemptError, Error, Side};
+use crate::upstream::body::{linger, relay_body, send_body, BodyError, Fault};
+use crate::upstream::failure::{AttemptError, Error};
 use crate::upstream::head::{
-    early_response, h2_request_head, head_grpc_status, read_response_head, write_request_head,
-    write_response_head, Forwarded, HeadError,
+    early_response, read_response_head, write_response_head, Forwarded, HeadError,
 };
+use crate::upstream::plan::{pick, prepare, send_head, unsent};
 use crate::upstream::tunnel;
 use crate::worker::{Bufs, Downstream, Worker};
-use sluicegate_config::UpstreamProtocol;
 
 use super::connect::connect;
 use super::duplex;
 pub use super::outcome::Outcome;
 use super::outcome::{fail, fail_unsent};
-
-/// Times a request whose HTTP/2 stream an upstream refused unprocessed
-/// (its connection going away) is sent again, on another stream.
-const REFUSED_RETRIES: u32 = 3;
 
 /// What `forward` needs besides the buffers.
 pub struct Request<'a, 's> {
@@ -75,314 +68,6 @@ pub struct Request<'a, 's> {
     pub started: Instant,
     /// Protocols the route lets a client upgrade to.
     pub upgrade: &'s [Box<str>],
-}
-
-/// The endpoint for a request: the balancer's pick among the endpoints in
-/// rotation; when none is, one only ejected after failed connects (a lone
-/// endpoint that restarted is back with its first good connect); `None`
-/// when every endpoint is down.
-#[inline]
-fn choose(service: &ServiceRt, client: IpAddr, target: &Target, bufs: &Bufs) -> Option<usize> {
-    let raw = bufs.inb.filled();
-    let req = &bufs.req;
-    let lookup = |name: &[u8]| -> Option<&[u8]> {
-        req.headers
-            .iter()
-            .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
-            .map(|h| &raw[h.value.clone()])
-    };
-    let pcx = PickContext {
-        client_ip: client,
-        path: target.path(raw),
-        header: &lookup,
-    };
-    service.balancer.pick(&service.endpoints, &pcx).or_else(|| {
-        service.balancer.pick_by(
-            &service.endpoints,
-            &pcx,
-            EndpointState::usable_when_all_ejected,
-        )
-    })
-}
-
-/// What [`prepare`] decided about sending a request.
-struct Plan {
-    is_head: bool,
-    client_minor: u8,
-    /// Body bytes still to read from the client and send.
-    remaining: u64,
-    /// Body bytes already in `out` after the head.
-    bytes_in: u64,
-    chunked: bool,
-    /// The whole request is in `out`: it can be sent again.
-    replayable: bool,
-    /// No `100 Continue` is owed to the client.
-    sent_continue: bool,
-    /// The head names no endpoint (it has a Host), so it can go to another.
-    portable: bool,
-    idempotent: bool,
-    /// Bytes of HTTP/1.1 head at the start of `out` (none for a service
-    /// that speaks only HTTP/2).
-    head_len: usize,
-    /// The head encoded for an HTTP/2 upstream (a service that speaks or
-    /// may speak it); boxed, so that the plan moves cheaply.
-    h2: Option<Box<http::Request<()>>>,
-    /// The request asks for an upgrade the route allows.
-    upgrading: bool,
-}
-
-/// Writes the rewritten request head into `bufs.out`, followed by the body
-/// bytes that already arrived with it, and takes both out of `bufs.inb`.
-#[inline]
-fn prepare(
-    forwarded: Option<Forwarded<'_>>,
-    service: &ServiceRt,
-    target: &Target,
-    strip: usize,
-    ep: &EndpointState,
-    upgrading: bool,
-    bufs: &mut Bufs,
-) -> Plan {
-    let framing = bufs.req_framing;
-    let body = framing.body;
-    let raw = bufs.inb.filled();
-    let method = &raw[bufs.req.method.clone()];
-    let portable = bufs.req.host.is_some() || target.authority.is_some();
-    let idempotent = matches!(
-        method,
-        b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
-    );
-    let is_head = method == b"HEAD";
-    let h2 = if service.protocol.http2() {
-        h2_request_head(
-            raw,
-            &bufs.req,
-            framing.len,
-            target,
-            strip,
-            forwarded,
-            ep,
-            &bufs.edits,
-            &bufs.ids,
-            service.tls.is_some(),
-            bufs.grpc,
-        )
-        .map(Box::new)
-    } else {
-        None
-    };
-    if matches!(
-        service.protocol,
-        UpstreamProtocol::H2 | UpstreamProtocol::H2c
-    ) {
-        bufs.out.clear();
-    } else {
-        write_request_head(
-            &mut bufs.out,
-            raw,
-            &bufs.req,
-            &framing,
-            target,
-            strip,
-            forwarded,
-            ep,
-            &bufs.edits,
-            &bufs.ids,
-            upgrading
-                .then(|| bufs.req.upgrade.clone())
-                .flatten()
-                .map(|v| &raw[v]),
-        );
-    }
-    let head_len = bufs.out.len();
-    let client_minor = bufs.req.minor;
-    let expect_continue = framing.expect_continue;
-    bufs.inb.consume(framing.len);
-    let mut remaining = 0;
-    let mut bytes_in = 0;
-    if let BodyKind::Length(n) = body {
-        let take = (bufs.inb.len() as u64).min(n) as usize;
-        bufs.out.extend_from_slice(&bufs.inb.filled()[..take]);
-        bufs.inb.consume(take);
-        remaining = n - take as u64;
-        bytes_in = take as u64;
-    }
-    // A body without a length goes upstream chunked (one from an HTTP/2
-    // stream too).
-    let chunked = matches!(body, BodyKind::Chunked | BodyKind::Stream);
-    Plan {
-        is_head,
-        client_minor,
-        remaining,
-        bytes_in,
-        chunked,
-        replayable: remaining == 0 && !chunked,
-        sent_continue: !expect_continue || !bufs.inb.is_empty() || bytes_in > 0,
-        portable,
-        idempotent,
-        head_len,
-        h2,
-        upgrading,
-    }
-}
-
-/// Sends the request head and the body bytes at hand (`out`, after the
-/// HTTP/1.1 head `prepare` wrote). On an HTTP/1.1 connection: all of
-/// `out` when the body does not stream (else [`send_body`] writes it
-/// first). On an HTTP/2 stream: the stream opened with the HTTP/2 head,
-/// ended with the body when the whole body is at hand, and the HTTP/1.1
-/// head dropped from `out` when the body streams. Nothing is consumed
-/// when it fails, so a request at hand can be sent again.
-async fn send_head(
-    up: &Stream,
-    plan: &Plan,
-    streams: bool,
-    out: &mut Vec<u8>,
-    wait: crate::clock::deadline::Wait<'_>,
-) -> std::io::Result<()> {
-    let Stream::H2Up(x) = up else {
-        if plan.chunked {
-            return Ok(());
-        }
-        return write_all_by(up, out, wait).await;
-    };
-    let Some(req) = plan.h2.as_deref().cloned() else {
-        return Err(std::io::ErrorKind::InvalidData.into());
-    };
-    if !streams {
-        return x.open(req, Some(&out[plan.head_len..]));
-    }
-    x.open(req, None)?;
-    out.drain(..plan.head_len);
-    if !plan.chunked && !out.is_empty() {
-        write_all_by(up, out, wait).await?;
-        out.clear();
-    }
-    Ok(())
-}
-
-/// The attempt loop's state: the endpoint tried now, its in-flight slot
-/// and circuit verdict, what was tried, and the request's deadline for a
-/// response head.
-pub(crate) struct Attempts<'s> {
-    service: &'s ServiceRt,
-    index: usize,
-    ep: &'s EndpointState,
-    permit: Permit<'s>,
-    admit: Verdict<'s>,
-    tried: u64,
-    tries: u32,
-    /// Sends on this endpoint after a `NotTaken` (0 for the first).
-    again: u32,
-    total: Instant,
-}
-
-impl<'s> Attempts<'s> {
-    /// Moves to another endpoint for a failed attempt when the service's
-    /// retries allow one (`free`: the failure cost the endpoint nothing,
-    /// so the retry is not paid from the budget).
-    fn elsewhere(&mut self, free: bool) -> bool {
-        let next = retry_endpoint(
-            self.service,
-            self.index,
-            &mut self.tried,
-            &mut self.tries,
-            self.total,
-            free,
-        );
-        let Some((i, permit)) = next else {
-            return false;
-        };
-        (self.index, self.permit, self.again) = (i, permit, 0);
-        (self.ep, self.admit) = switch_to(self.service, i);
-        true
-    }
-
-    /// The endpoint that answered (its place in the service) and its
-    /// in-flight slot, held until the response is read.
-    pub(super) fn answered(self) -> (usize, &'s EndpointState, Permit<'s>) {
-        (self.index, self.ep, self.permit)
-    }
-}
-
-/// The first attempt's endpoint for a request started at `started` from
-/// `client` (the balancer's pick, [`choose`]), before its in-flight slot
-/// is taken; `None` when every endpoint is down (shed at once, never
-/// queued).
-struct Picked<'s> {
-    index: usize,
-    ep: &'s EndpointState,
-    /// The request's deadline for a response head.
-    total: Instant,
-    /// How long to wait for a free in-flight slot.
-    wait: std::time::Duration,
-}
-
-fn pick<'s>(
-    service: &'s ServiceRt,
-    client: IpAddr,
-    target: &Target,
-    bufs: &Bufs,
-    started: Instant,
-) -> Option<Picked<'s>> {
-    let index = choose(service, client, target, bufs)?;
-    // Every attempt must have the response head by then (sooner when a
-    // gRPC client's own deadline says so).
-    let limit = match bufs.grpc_timeout {
-        Some(t) => t.min(service.timeouts.request),
-        None => service.timeouts.request,
-    };
-    Some(Picked {
-        index,
-        ep: &service.endpoints[index],
-        total: started + limit,
-        wait: service.timeouts.connect.min(service.timeouts.request),
-    })
-}
-
-impl<'s> Attempts<'s> {
-    /// The first attempt, on the endpoint picked, with its slot. (Taking
-    /// the slot is left to the caller: at once when one is free, without
-    /// a future of its own on that path, else by waiting up to
-    /// `picked.wait`.)
-    #[inline]
-    fn first(service: &'s ServiceRt, picked: Picked<'s>, permit: Permit<'s>) -> Self {
-        let ep = picked.ep;
-        ep.requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        service.retries.deposit();
-        Attempts {
-            service,
-            index: picked.index,
-            ep,
-            permit,
-            admit: Verdict::admit(ep),
-            tried: 1 << picked.index.min(63),
-            tries: 1,
-            again: 0,
-            total: picked.total,
-        }
-    }
-}
-
-/// What a request's sends share: its plan, the facts of the call, and
-/// what changes as it goes.
-struct Call<'a, 's> {
-    worker: &'a Worker,
-    /// The client's connection; `None` for a request the gateway made
-    /// itself (the internal client): no 1xx goes anywhere, no `100
-    /// Continue` is owed, and its body is whole at hand, never streamed.
-    down: Option<&'a Downstream<'a>>,
-    snap: &'s Snapshot,
-    service: &'s ServiceRt,
-    started: Instant,
-    plan: Plan,
-    close_req: bool,
-    body: BodyKind,
-    /// Body bytes sent so far.
-    bytes_in: u64,
-    /// The upstream answered before the whole body was sent.
-    body_cut: bool,
 }
 
 /// How forwarding a request ended.
@@ -415,13 +100,13 @@ impl<'s> Ended<'s> {
 /// its end, its answer relayed; or one the gateway made itself (the
 /// internal client, [`super::client`]), laid out in `bufs` with its whole
 /// body as a client's would be, to a response head. Both go through the
-/// same steps: the balancer's pick and an in-flight slot, [`prepare`],
+/// same steps: the balancer's pick and an in-flight slot, [`prepare`](super::plan::prepare),
 /// then the attempt loop (each attempt's connection, pooled for a first
 /// send, else new; the `100 Continue` the client waits for; the head and
 /// the body, both ways at once for a gRPC call whose request streams; the
 /// response head, 1xx relayed), the choice after each attempt
 /// ([`Attempts::again_after_head`], [`Attempts::again_after_failure`]),
-/// and the relay step ([`relay`]). The gateway's own requests carry no
+/// and the relay step. The gateway's own requests carry no
 /// `X-Forwarded-*`, and one without an authority (its `Host` the
 /// endpoint's name) is not sent to another endpoint. One state machine on
 /// purpose: each async function nested on this path costs every request
@@ -702,122 +387,6 @@ async fn answer_failed<'s>(
     let mut o = fail((down, call.snap), bufs, failed.kind(), close).await;
     o.endpoint = Some(ep);
     o
-}
-
-impl Call<'_, '_> {
-    /// A `100 Continue` is still owed for this request's body (to a
-    /// client whose request asked for it; never to the gateway itself).
-    #[inline]
-    fn owes_continue(&self) -> bool {
-        !self.plan.sent_continue && self.body != BodyKind::None
-    }
-}
-
-/// Writes the `100 Continue` the client waits for before it sends its
-/// body, once per request.
-#[cold]
-async fn send_continue(call: &mut Call<'_, '_>) -> Result<(), AttemptError> {
-    call.plan.sent_continue = true;
-    let Some(down) = call.down else {
-        return Ok(());
-    };
-    let deadline = Instant::now() + call.snap.timeouts.client_write;
-    let wrote = write_all_by(
-        down.client,
-        b"HTTP/1.1 100 Continue\r\n\r\n",
-        call.worker.until(deadline),
-    )
-    .await;
-    wrote.map_err(|e| {
-        client_write_failed(call.worker, &e);
-        AttemptError::Downstream
-    })
-}
-
-/// Why a request head could not be sent on `up`: nothing beyond `out` was
-/// consumed, so a send again is safe when the upstream took none of it
-/// (`reused_first`: the first send on a pooled connection).
-fn unsent(plan: &Plan, up: &Stream, reused_first: bool) -> AttemptError {
-    if plan.h2.is_none() && matches!(up, Stream::H2Up(_)) {
-        AttemptError::Encode
-    } else if reused_first || up.refused() {
-        AttemptError::NotTaken
-    } else {
-        AttemptError::Write
-    }
-}
-
-impl<'s> Attempts<'s> {
-    /// After a response head came (in `bufs.res`): records the circuit's
-    /// verdict and the call's gRPC status, and says whether the request
-    /// goes to another endpoint (an idempotent request still at hand whose
-    /// status the service retries; a gRPC call's trailers-only status
-    /// named in `retries.on`, whatever its method).
-    fn again_after_head(&mut self, call: &Call<'_, 's>, bufs: &mut Bufs) -> bool {
-        let status = bufs.res.status;
-        if self.ep.breaker.counts_status(status) {
-            self.admit.failed(self.ep);
-        } else {
-            self.admit.succeeded(self.ep);
-        }
-        if bufs.grpc {
-            bufs.grpc_status = head_grpc_status(bufs);
-        }
-        let r = &call.service.retries.settings;
-        let plan = &call.plan;
-        let at_hand = plan.replayable && plan.portable && !call.body_cut;
-        let again = (plan.idempotent && at_hand && r.on_status.contains(&status))
-            || (bufs.grpc && at_hand && bufs.grpc_status.is_some_and(|c| r.on_grpc.contains(&c)));
-        if again && self.elsewhere(false) {
-            tracing::debug!(endpoint = %self.ep.name, status, "retrying elsewhere");
-            return true;
-        }
-        false
-    }
-
-    /// After an attempt failed: whether the request is sent again, on the
-    /// same endpoint when nothing was processed (a failed connect goes
-    /// elsewhere or nowhere), or on another one when the service's retries
-    /// allow it for this failure and the request may go (anything after a
-    /// failed connect, since nothing was sent; otherwise only an
-    /// idempotent request still at hand). Counts the failure against the
-    /// endpoint's circuit when the upstream's side caused it.
-    #[cold]
-    fn again_after_failure(&mut self, call: &Call<'_, 's>, failed: &AttemptError) -> bool {
-        let plan = &call.plan;
-        let resend = !matches!(failed, AttemptError::Connect(_))
-            && failed.unprocessed(plan.replayable)
-            && self.again < REFUSED_RETRIES;
-        if resend {
-            self.again += 1;
-            return true;
-        }
-        if failed.side() == Side::Upstream {
-            self.admit.failed(self.ep);
-        }
-        let r = &call.service.retries.settings;
-        let (allowed, free) = match failed {
-            AttemptError::Connect(e) => (r.on_connect, cost_nothing(e)),
-            AttemptError::Head { e, .. } => match e {
-                HeadError::ClosedEarly => (r.on_reset, false),
-                HeadError::Timeout => (r.on_timeout, false),
-                HeadError::Invalid => (false, false),
-            },
-            _ => (false, false),
-        };
-        let may = match failed {
-            AttemptError::Connect(_) => plan.portable,
-            _ => plan.idempotent && plan.replayable && plan.portable && !call.body_cut,
-        };
-        if allowed && may && self.elsewhere(free) {
-            return true;
-        }
-        if !matches!(failed, AttemptError::Downstream) {
-            let status = failed.kind().status();
-            tracing::debug!(endpoint = %self.ep.name, status, side = ?failed.side(), "attempt failed");
-        }
-        false
-    }
 }
 
 /// The upstream switched protocols (its `101` in `bufs`): a tunnel until

@@ -27,4 +27,5 @@ pub(crate) mod health;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod held;
 mod outcome;
+mod plan;
 pub(crate) mod tunnel;
