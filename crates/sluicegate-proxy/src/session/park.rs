@@ -202,35 +202,15 @@ mod tests {
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-    use crate::snapshot::Shared;
+    use crate::session::testing::{runtime, worker_on, CONFIG};
     use crate::transport::listener;
 
-    const CONFIG: &str = r#"
-listen: ["127.0.0.1:9"]
-timeouts: { keepalive: 400ms }
-routes:
-  - name: hello
-    match: { path: /hello }
-    respond: { status: 200, body: "hi\n", headers: { content-type: text/plain } }
-"#;
     const REQUEST: &[u8] = b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\n";
-
-    fn runtime() -> tokio::runtime::LocalRuntime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build_local(tokio::runtime::LocalOptions::default())
-            .unwrap()
-    }
 
     /// A worker with its deadline sweeper and park set running, as
     /// `runtime::server` starts them (call inside [`runtime`]).
     async fn worker() -> Rc<Worker> {
-        let cfg = sluicegate_config::parse(CONFIG).unwrap();
-        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
-        tokio::task::spawn_local({
-            let w = worker.clone();
-            async move { w.deadlines.run().await }
-        });
+        let worker = worker_on(CONFIG);
         tokio::task::spawn_local(run(worker.clone()));
         tokio::task::yield_now().await;
         assert!(worker.parked.running.get());
