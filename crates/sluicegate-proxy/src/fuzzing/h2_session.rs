@@ -334,7 +334,7 @@ fn run(io: ClientIo, flood: &Cell<bool>, ends: Option<&Cell<bool>>, report: &mut
 }
 
 /// One stream as `session::h2::stream` serves it, its laid-out head
-/// checked, answered with one of [`ANSWERS`].
+/// checked, answered with one of [`REPLIES`], chosen by stream.
 fn stream(
     req: http::Request<h2::RecvStream>,
     respond: h2::server::SendResponse<Bytes>,

@@ -1,6 +1,6 @@
 //! A new connection to an endpoint: TCP, then TLS when the service speaks
 //! it to its endpoints. In unit tests, a thread may have its connects
-//! answered in memory instead ([`in_memory`]).
+//! answered in memory instead (`in_memory`, a test-only seam).
 
 use std::time::{Duration, Instant};
 
