@@ -41,15 +41,33 @@ fn both_parts_decode_with_fractions() {
     let f = c.routes[0].fault.as_ref().unwrap();
     assert!(f.abort.is_none() && f.delay.is_some());
     let c = ok(&route("{ abort: { percent: 0, status: 200 } }"));
-    assert_eq!(c.routes[0].fault.as_ref().unwrap().abort.as_ref().unwrap().percent, 0.0);
-    assert_eq!(ok(&route("{}")).routes[0].fault, Some(Fault { abort: None, delay: None }));
+    assert_eq!(
+        c.routes[0]
+            .fault
+            .as_ref()
+            .unwrap()
+            .abort
+            .as_ref()
+            .unwrap()
+            .percent,
+        0.0
+    );
+    assert_eq!(
+        ok(&route("{}")).routes[0].fault,
+        Some(Fault {
+            abort: None,
+            delay: None
+        })
+    );
 }
 
 #[test]
 fn a_percent_out_of_range_or_malformed_is_named() {
     let expected = "expected a percentage from 0 to 100, e.g. 5 or 0.5";
     for bad in ["100.5", "-1", "1e2", "nan", "5%", ".5", "5.", "lots"] {
-        let e = errors(&route(&format!("{{ abort: {{ percent: {bad}, status: 503 }} }}")));
+        let e = errors(&route(&format!(
+            "{{ abort: {{ percent: {bad}, status: 503 }} }}"
+        )));
         assert_eq!(e.len(), 1, "{bad}: {e:?}");
         assert!(
             e[0].starts_with("8:32: routes[0].fault.abort.percent: ") && e[0].contains(expected),
@@ -66,7 +84,9 @@ fn a_percent_out_of_range_or_malformed_is_named() {
 #[test]
 fn a_bad_status_or_duration_is_named() {
     for bad in ["199", "600", "abc"] {
-        let e = errors(&route(&format!("{{ abort: {{ percent: 1, status: {bad} }} }}")));
+        let e = errors(&route(&format!(
+            "{{ abort: {{ percent: 1, status: {bad} }} }}"
+        )));
         assert_eq!(e.len(), 1, "{e:?}");
         assert!(
             e[0].starts_with("8:43: routes[0].fault.abort.status: ")
@@ -76,7 +96,10 @@ fn a_bad_status_or_duration_is_named() {
     }
     let e = errors(&route("{ delay: { percent: 1, duration: 5 } }"));
     assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].starts_with("8:45: routes[0].fault.delay.duration: "), "{e:?}");
+    assert!(
+        e[0].starts_with("8:45: routes[0].fault.delay.duration: "),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -94,7 +117,9 @@ fn unknown_and_missing_keys_are_named() {
             "8:35: unknown key \"code\" in fault.abort (expected one of: percent, status)",
         ]
     );
-    let e = errors(&route("{ delay: { percent: 1, duration: 1s, jitter: 1s } }"));
+    let e = errors(&route(
+        "{ delay: { percent: 1, duration: 1s, jitter: 1s } }",
+    ));
     assert_eq!(
         e,
         ["8:49: unknown key \"jitter\" in fault.delay (expected one of: percent, duration)"]

@@ -50,7 +50,10 @@ impl FaultRt {
     pub(crate) fn new(cfg: &Fault) -> FaultRt {
         FaultRt {
             abort: cfg.abort.as_ref().map(|a| (threshold(a.percent), a.status)),
-            delay: cfg.delay.as_ref().map(|d| (threshold(d.percent), d.duration)),
+            delay: cfg
+                .delay
+                .as_ref()
+                .map(|d| (threshold(d.percent), d.duration)),
         }
     }
 
@@ -80,7 +83,11 @@ pub(crate) struct Rng(Cell<u64>);
 impl Rng {
     /// A generator from `seed` (any value; zero is replaced).
     pub(crate) fn new(seed: u64) -> Rng {
-        Rng(Cell::new(if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed }))
+        Rng(Cell::new(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        }))
     }
 
     #[inline]

@@ -503,7 +503,11 @@ impl Answer<'_> {
             out.field(b"retry-after", b"1");
         }
         self.tail(out, extra);
-        out.end(if self.head_only || no_body { &[] } else { &body });
+        out.end(if self.head_only || no_body {
+            &[]
+        } else {
+            &body
+        });
     }
 
     /// An error as gRPC's trailers-only answer: `200`, `content-type:
@@ -621,25 +625,67 @@ mod tests {
     #[test]
     fn an_injected_abort_is_an_error_with_its_status() {
         let rid = RequestId::default();
-        let s = text(&answer(error(ErrorKind::Fault(503), false), &rid, false, false));
+        let s = text(&answer(
+            error(ErrorKind::Fault(503), false),
+            &rid,
+            false,
+            false,
+        ));
         assert!(s.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{s}");
-        assert!(s.ends_with("\r\n\r\n{\"error\":\"fault injected\",\"status\":503}\n"), "{s}");
+        assert!(
+            s.ends_with("\r\n\r\n{\"error\":\"fault injected\",\"status\":503}\n"),
+            "{s}"
+        );
         // An unusual status: a status line all the same.
-        let s = text(&answer(error(ErrorKind::Fault(599), false), &rid, false, false));
+        let s = text(&answer(
+            error(ErrorKind::Fault(599), false),
+            &rid,
+            false,
+            false,
+        ));
         assert!(s.starts_with("HTTP/1.1 599 \r\n"), "{s}");
         // 204 and 304 have no body and say no length.
-        let s = text(&answer(error(ErrorKind::Fault(204), false), &rid, false, false));
+        let s = text(&answer(
+            error(ErrorKind::Fault(204), false),
+            &rid,
+            false,
+            false,
+        ));
         assert!(s.starts_with("HTTP/1.1 204 No Content\r\n"), "{s}");
-        assert!(!s.contains("content-length") && s.ends_with("\r\n\r\n"), "{s}");
+        assert!(
+            !s.contains("content-length") && s.ends_with("\r\n\r\n"),
+            "{s}"
+        );
         // Over HTTP/2, the same status and body.
-        let (status, _, body, text) = fielded(&answer(error(ErrorKind::Fault(429), false), &rid, false, false));
+        let (status, _, body, text) = fielded(&answer(
+            error(ErrorKind::Fault(429), false),
+            &rid,
+            false,
+            false,
+        ));
         assert_eq!(status, 429);
         assert_eq!(text, "{\"error\":\"fault injected\",\"status\":429}\n");
         assert_eq!(body, AnswerBody::Length(text.len() as u64));
         // To gRPC: the status of the gateway's own error of that status.
-        for (status, grpc) in [(503, 14), (502, 14), (504, 4), (429, 8), (401, 16), (403, 7), (404, 12), (400, 13), (500, 2), (200, 2)] {
+        for (status, grpc) in [
+            (503, 14),
+            (502, 14),
+            (504, 4),
+            (429, 8),
+            (401, 16),
+            (403, 7),
+            (404, 12),
+            (400, 13),
+            (500, 2),
+            (200, 2),
+        ] {
             assert_eq!(ErrorKind::Fault(status).grpc_status(), grpc, "{status}");
-            let (st, lines, _, _) = fielded(&answer(error(ErrorKind::Fault(status), true), &rid, false, false));
+            let (st, lines, _, _) = fielded(&answer(
+                error(ErrorKind::Fault(status), true),
+                &rid,
+                false,
+                false,
+            ));
             assert_eq!(st, 200);
             assert!(lines.contains(&format!("grpc-status: {grpc}\n")), "{lines}");
         }

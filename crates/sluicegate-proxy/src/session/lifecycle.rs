@@ -49,11 +49,11 @@ use crate::proto::response::{ErrorKind, Head};
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
 use crate::snapshot::{ActionRt, RouteRt, ServiceRt, Snapshot};
-use std::sync::atomic::Ordering;
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Bufs;
+use std::sync::atomic::Ordering;
 
 /// What the request loop does after a request.
 pub(super) enum Next {
@@ -245,10 +245,17 @@ pub(super) async fn exchange(
                 let service = snap.service(*service);
                 svc = &service.name;
                 if let Some(fault) = fault {
-                    injected = inject(&rq, fault, route, service, bufs, started).await;
-                    if let Injected::Abort(status) = injected {
-                        let abort = Local::Error(ErrorKind::Fault(status), &fields::NONE);
-                        break 'proxy answer_locally(link, snap, bufs, abort, is_head).await;
+                    let timed_out;
+                    (injected, timed_out) = inject(&rq, fault, route, service, bufs, started).await;
+                    let kind = match injected {
+                        Injected::Abort(status) => Some(ErrorKind::Fault(status)),
+                        // The delay took the request's whole time.
+                        _ if timed_out => Some(ErrorKind::UpstreamTimeout),
+                        _ => None,
+                    };
+                    if let Some(kind) = kind {
+                        let local = Local::Error(kind, &fields::NONE);
+                        break 'proxy answer_locally(link, snap, bufs, local, is_head).await;
                     }
                 }
                 let down = link.downstream();
@@ -295,7 +302,14 @@ pub(super) async fn exchange(
     if bufs.grpc {
         route.metrics.record_grpc(bufs.grpc_status);
     }
-    log(&rq, bufs, (&route.name, svc), injected.mark(), &outcome, total_us);
+    log(
+        &rq,
+        bufs,
+        (&route.name, svc),
+        injected.mark(),
+        &outcome,
+        total_us,
+    );
     if bufs.ids.sampled.is_some() {
         end_span(link, bufs, (&route.name, svc), &outcome, total_us);
     }
@@ -382,7 +396,9 @@ fn hand_off(
 /// Draws the route's fault for this request (its worker's generator) and
 /// counts it; a delay is waited here, on the worker's deadlines, and never
 /// past the request's deadline for its response head (the service's
-/// `timeouts.request`, or a gRPC call's own), which forwarding keeps.
+/// `timeouts.request`, or a gRPC call's own), which forwarding keeps. True
+/// beside it when the delay reached that deadline: the request is out of
+/// time before it is sent.
 #[cold]
 async fn inject(
     rq: &Req<'_>,
@@ -391,8 +407,9 @@ async fn inject(
     service: &ServiceRt,
     bufs: &Bufs,
     started: Instant,
-) -> Injected {
+) -> (Injected, bool) {
     let injected = fault.draw(&rq.link.worker.rng);
+    let mut timed_out = false;
     match injected {
         Injected::None => {}
         Injected::Abort(_) => {
@@ -404,13 +421,14 @@ async fn inject(
                 Some(t) => t.min(service.timeouts.request),
                 None => service.timeouts.request,
             };
-            let until = (Instant::now() + d).min(started + limit);
-            let wait = rq.link.worker.deadlines.at(until).or_shutdown();
-            // Ends at `until` (or at shutdown): nothing else to wait for.
-            let _ = wait.bound(std::future::pending::<()>()).await;
+            let (wanted, deadline) = (Instant::now() + d, started + limit);
+            timed_out = deadline <= wanted;
+            let wait = rq.link.worker.deadlines.at(wanted.min(deadline));
+            // Ends then (or at shutdown): nothing else to wait for.
+            let _ = wait.or_shutdown().bound(std::future::pending::<()>()).await;
         }
     }
-    injected
+    (injected, timed_out)
 }
 
 /// Marks the end of a request: one clock read, shared by the metrics,
