@@ -3,7 +3,9 @@
 //! HTTP/1.1 and HTTP/2); an abort at 50% lands near half over 400
 //! requests; a 100% delay of 200 ms adds at least that and the request
 //! succeeds, and never goes past the request's deadline; a request
-//! refused by auth is not delayed; aborts and delays are counted per route and marked in the access log.
+//! refused by auth is not delayed; aborts and delays are counted per
+//! route and marked in the access log. A gRPC call gets the abort as a
+//! gRPC status.
 
 mod http_common;
 
@@ -230,4 +232,35 @@ fn a_full_delay_adds_its_duration_and_the_request_succeeds() {
             && l["duration_ms"].as_f64().unwrap() >= 200.0),
         "{slow:#?}"
     );
+}
+
+#[test]
+fn a_grpc_call_gets_the_abort_as_a_grpc_status() {
+    let up = TestUpstream::start();
+    let gw = Gw::start(&up);
+    // curl over h2c as a gRPC client: one message, "hi".
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-D", "-", "--max-time", "10"])
+        .args(["--http2-prior-knowledge"])
+        .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
+        .args(["--data-binary", "@-"])
+        .arg(format!(
+            "http://127.0.0.1:{}/abort/test.Echo/Unary",
+            gw.port
+        ))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"\0\0\0\0\x02hi")?;
+            c.wait_with_output()
+        })
+        .expect("curl");
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    // 503 is UNAVAILABLE, as for the gateway's own 503s.
+    assert!(head.starts_with("http/2 200"), "{head}");
+    assert!(head.contains("grpc-status: 14"), "{head}");
+    assert!(head.contains("grpc-message: fault injected"), "{head}");
+    assert_eq!(up.requests_seen(), 0);
 }
