@@ -393,13 +393,24 @@ pub(super) fn route() -> S {
 
 /// A route's `fault`: aborts and delays on a share of its requests.
 fn fault() -> S {
+    // A fraction is written back as text (documents keep only whole
+    // numbers as JSON numbers): either form.
     fn percent() -> S {
-        ObjectBuilder::new()
-            .schema_type(Type::Number)
-            .description(Some("Share of the requests, 0 to 100 (fractions allowed)."))
-            .minimum(Some(0.0))
-            .maximum(Some(100.0))
-            .into()
+        any_of(
+            "Share of the requests, 0 to 100 (fractions allowed).",
+            vec![
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .minimum(Some(0.0))
+                    .maximum(Some(100.0))
+                    .into(),
+                pattern(
+                    "A percentage as text.",
+                    r"^(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)$",
+                )
+                .into(),
+            ],
+        )
     }
     object(
         "Aborts and delays injected on a share of the requests (only with service).",

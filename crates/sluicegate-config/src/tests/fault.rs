@@ -139,3 +139,41 @@ routes:
         ["5:12: routes[0].fault: only applies to routes with a service"]
     );
 }
+
+/// Through the admin API's document form: JSON numbers (fractions too)
+/// decode, and a mistake is named by its JSON path.
+#[test]
+fn json_documents_decode_and_name_the_path() {
+    let doc = Document::from_yaml(&route(
+        "{ abort: { percent: 0.5, status: 503 }, delay: { percent: 5, duration: 200ms } }",
+    ))
+    .unwrap();
+    let json = doc.to_json();
+    // A fraction is kept as its text, a whole number as a number.
+    assert_eq!(json["routes"][0]["fault"]["abort"]["percent"], "0.5");
+    assert_eq!(json["routes"][0]["fault"]["delay"]["percent"], 5);
+    let c = Document::from_json(&json).decode().unwrap();
+    let f = c.routes[0].fault.as_ref().unwrap();
+    assert_eq!(f.abort.as_ref().unwrap().percent, 0.5);
+    assert_eq!(f.delay.as_ref().unwrap().percent, 5.0);
+    // A client's JSON number with a fraction.
+    let mut sent = json.clone();
+    sent["routes"][0]["fault"]["abort"]["percent"] = serde_json::json!(0.25);
+    let c = Document::from_json(&sent).decode().unwrap();
+    assert_eq!(
+        c.routes[0]
+            .fault
+            .as_ref()
+            .unwrap()
+            .abort
+            .as_ref()
+            .unwrap()
+            .percent,
+        0.25
+    );
+    let mut bad = json.clone();
+    bad["routes"][0]["fault"]["abort"]["status"] = serde_json::json!(600);
+    let problems = Document::from_json(&bad).decode().unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].path, "$.routes[0].fault.abort.status");
+}
