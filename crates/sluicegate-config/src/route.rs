@@ -8,6 +8,7 @@ use crate::model::{Action, Auth, HeaderOps, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
+pub(crate) mod fault;
 pub(crate) mod matcher;
 
 use matcher::{any, match_};
@@ -26,6 +27,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "ip",
     "rewrite",
     "upgrade",
+    "fault",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -212,6 +214,18 @@ fn route<'n>(
             }
         }
     };
+    let fault = match f.get("fault") {
+        None => Some(None),
+        Some(n) if f.get("respond").is_some() => {
+            cx.at(
+                n.pos,
+                path.key("fault"),
+                "only applies to routes with a service",
+            );
+            None
+        }
+        Some(n) => fault::fault(cx, n, path.key("fault")).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -224,6 +238,7 @@ fn route<'n>(
         ip: ip?,
         rewrite: rewrite?,
         upgrade: upgrade?,
+        fault: fault?,
     })
 }
 

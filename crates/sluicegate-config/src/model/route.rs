@@ -1,6 +1,8 @@
 //! A route in the model: its `match` conditions, its action (proxy or
 //! respond), how it authenticates apps, its own limit and its rewrite.
 
+use std::time::Duration;
+
 use super::{Cors, HeaderOps, IpRules, OnFailure, Rate, Scope};
 
 /// A route's own limit, for every caller (with or without an app).
@@ -55,6 +57,33 @@ pub struct Route {
     /// Protocols a client may upgrade to through this route (lower-cased
     /// `Upgrade` tokens); `websocket` by default.
     pub upgrade: Vec<String>,
+    /// Aborts and delays injected on a share of the requests.
+    pub fault: Option<Fault>,
+}
+
+/// `fault: { abort, delay }`: either part may be absent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fault {
+    pub abort: Option<FaultAbort>,
+    pub delay: Option<FaultDelay>,
+}
+
+/// With probability `percent` / 100, the gateway answers `status` itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultAbort {
+    /// 0 to 100, fractions allowed.
+    pub percent: f64,
+    /// 200 to 599.
+    pub status: u16,
+}
+
+/// With probability `percent` / 100, the request waits `duration` before
+/// it is forwarded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultDelay {
+    /// 0 to 100, fractions allowed.
+    pub percent: f64,
+    pub duration: Duration,
 }
 
 /// `rewrite: { regex, replacement }`: the first match of `regex` in the

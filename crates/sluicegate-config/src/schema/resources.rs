@@ -384,6 +384,64 @@ pub(super) fn route() -> S {
                     .items(pattern("A protocol name.", TOKEN))
                     .default(Some(json!(["websocket"])))
                     .into(),
+                "fault" => fault(),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A route's `fault`: aborts and delays on a share of its requests.
+fn fault() -> S {
+    // A fraction is written back as text (documents keep only whole
+    // numbers as JSON numbers): either form.
+    fn percent() -> S {
+        any_of(
+            "Share of the requests, 0 to 100 (fractions allowed).",
+            vec![
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .minimum(Some(0.0))
+                    .maximum(Some(100.0))
+                    .into(),
+                pattern(
+                    "A percentage as text.",
+                    r"^(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)$",
+                )
+                .into(),
+            ],
+        )
+    }
+    object(
+        "Aborts and delays injected on a share of the requests (only with service).",
+        route::fault::FAULT_KEYS,
+        &[],
+        |k| {
+            Some(match k {
+                "abort" => object(
+                    "Answer status without contacting the upstream.",
+                    route::fault::ABORT_KEYS,
+                    &["percent", "status"],
+                    |k| {
+                        Some(match k {
+                            "percent" => percent(),
+                            "status" => int("The answer's status.", 200, Some(599)).into(),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "delay" => object(
+                    "Wait duration before forwarding (bounded by the request's deadline).",
+                    route::fault::DELAY_KEYS,
+                    &["percent", "duration"],
+                    |k| {
+                        Some(match k {
+                            "percent" => percent(),
+                            "duration" => dur("How long the request waits.", None),
+                            _ => return None,
+                        })
+                    },
+                ),
                 _ => return None,
             })
         },

@@ -78,6 +78,15 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
     assert_eq!(props(&route["limit"]), sorted(apps::ROUTE_LIMIT_KEYS));
     assert_eq!(props(&route["cors"]), sorted(policy::CORS_KEYS));
     assert_eq!(props(&route["rewrite"]), sorted(route::REWRITE_KEYS));
+    assert_eq!(props(&route["fault"]), sorted(route::fault::FAULT_KEYS));
+    assert_eq!(
+        props(&route["fault"]["properties"]["abort"]),
+        sorted(route::fault::ABORT_KEYS)
+    );
+    assert_eq!(
+        props(&route["fault"]["properties"]["delay"]),
+        sorted(route::fault::DELAY_KEYS)
+    );
     let app = &all["App"]["properties"];
     assert_eq!(props(&app["jwt"]), sorted(jwt::APP_JWT_KEYS));
     assert_eq!(props(&app["mtls"]), sorted(tls::MTLS_KEYS));

@@ -3,6 +3,7 @@
 mod apps;
 mod cluster;
 mod errors;
+mod fault;
 mod hostile;
 mod resilience;
 mod source;
@@ -188,6 +189,7 @@ fn full_example_parses_to_the_expected_model() {
                 cors: None,
                 ip: IpRules::default(),
                 rewrite: None,
+                fault: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -210,6 +212,7 @@ fn full_example_parses_to_the_expected_model() {
                 cors: None,
                 ip: IpRules::default(),
                 rewrite: None,
+                fault: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -231,6 +234,7 @@ fn full_example_parses_to_the_expected_model() {
                 cors: None,
                 ip: IpRules::default(),
                 rewrite: None,
+                fault: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -252,6 +256,7 @@ fn full_example_parses_to_the_expected_model() {
                 cors: None,
                 ip: IpRules::default(),
                 rewrite: None,
+                fault: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],

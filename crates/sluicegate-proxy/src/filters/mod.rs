@@ -2,10 +2,12 @@
 //! limits, ...) and the per-request context they read and edit (with
 //! what it holds: concurrency slots taken, header edits to apply). The
 //! filters are in `auth` (app keys, JWT), `limits` (plans, route limits)
-//! and `policy` (IP rules, CORS, header policies, rewrite). A route holds
+//! and `policy` (IP rules, CORS, header policies, rewrite); `fault` holds
+//! a route's injected aborts and delays, applied after them. A route holds
 //! its filters in order; the first to refuse answers the request.
 
 mod auth;
+pub(crate) mod fault;
 mod limits;
 mod policy;
 

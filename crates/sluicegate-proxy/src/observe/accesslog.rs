@@ -80,6 +80,9 @@ pub struct Entry<'a> {
     /// else made), and its trace id when the request was sampled.
     pub request_id: &'a [u8],
     pub trace_id: Option<&'a [u8; 16]>,
+    /// The route's fault injection acted on the request: `abort` or
+    /// `delay` (absent otherwise).
+    pub fault: Option<&'static str>,
 }
 
 /// The request id (a kept one is visible ASCII without `"` or `\\`, but
@@ -157,6 +160,11 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
     }
     if e.http2 {
         out.extend_from_slice(b",\"proto\":\"HTTP/2\"");
+    }
+    if let Some(f) = e.fault {
+        out.extend_from_slice(b",\"fault\":\"");
+        name(out, f.as_bytes());
+        out.push(b'"');
     }
     request_ids(out, e);
     out.extend_from_slice(b"}\n");
@@ -392,6 +400,7 @@ mod tests {
             key_fp: None,
             request_id: b"req-1",
             trace_id: None,
+            fault: None,
             tls: None,
             http2: false,
         };
@@ -432,10 +441,12 @@ mod tests {
                 http2: false,
                 request_id: b"req-7",
                 trace_id: Some(&[0xab; 16]),
+                fault: Some("delay"),
             },
         );
         let s = String::from_utf8(out).unwrap();
         assert!(s.ends_with("}\n"));
+        assert!(s.contains(",\"fault\":\"delay\","), "{s}");
         assert!(
             s.ends_with(
                 ",\"request_id\":\"req-7\",\"trace_id\":\"abababababababababababababababab\"}\n"

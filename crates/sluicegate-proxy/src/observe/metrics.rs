@@ -173,6 +173,9 @@ pub struct RouteMetrics {
     pub upstream_us: AtomicU64,
     /// Requests refused 401 by the route's auth (no or unknown credentials).
     pub unauthorized: AtomicU64,
+    /// Requests the route's `fault` aborted, and delayed.
+    pub fault_aborts: AtomicU64,
+    pub fault_delays: AtomicU64,
     /// gRPC calls by the status they ended with (codes 0 to 16); index 17:
     /// calls that ended without one (cut, or a non-gRPC answer).
     pub grpc: [AtomicU64; 18],
@@ -220,6 +223,8 @@ impl RouteMetrics {
             latency: Histogram::default(),
             upstream_us: AtomicU64::new(0),
             unauthorized: AtomicU64::new(0),
+            fault_aborts: AtomicU64::new(0),
+            fault_delays: AtomicU64::new(0),
             grpc: Default::default(),
         }
     }
@@ -319,6 +324,25 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
             label(&r.name),
             r.unauthorized.load(Ordering::Relaxed)
         );
+    }
+    type Family = (&'static str, &'static str, fn(&RouteMetrics) -> u64);
+    let faults: [Family; 2] = [
+        (
+            "sluicegate_fault_aborts_total",
+            "Requests answered by the route's fault injection (abort), by route.",
+            |r| r.fault_aborts.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_fault_delays_total",
+            "Requests delayed by the route's fault injection, by route.",
+            |r| r.fault_delays.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, get) in faults {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for r in routes.clone() {
+            let _ = writeln!(out, "{name}{{route=\"{}\"}} {}", label(&r.name), get(r));
+        }
     }
     out.push_str(
         "# HELP sluicegate_grpc_requests_total gRPC calls by route and the gRPC status they ended with (none: cut, or no gRPC answer).\n",

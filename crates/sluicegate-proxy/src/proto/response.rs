@@ -52,6 +52,9 @@ pub enum ErrorKind {
     ExpectationFailed,
     /// An upgrade over `limits.max_tunnels` (503).
     TooManyTunnels,
+    /// An abort injected by the route's `fault`, with its status (200 to
+    /// 599).
+    Fault(u16),
 }
 
 impl ErrorKind {
@@ -73,6 +76,7 @@ impl ErrorKind {
             ErrorKind::TooManyRequests => 429,
             ErrorKind::NoHealthyEndpoint => 503,
             ErrorKind::ExpectationFailed => 417,
+            ErrorKind::Fault(status) => status,
         }
     }
 
@@ -94,6 +98,7 @@ impl ErrorKind {
             ErrorKind::TooManyRequests => "too many requests",
             ErrorKind::NoHealthyEndpoint => "no healthy upstream",
             ErrorKind::ExpectationFailed => "expectation failed",
+            ErrorKind::Fault(_) => "fault injected",
         }
     }
 
@@ -114,6 +119,7 @@ impl ErrorKind {
             | ErrorKind::NotImplemented
             | ErrorKind::MethodNotAllowed
             | ErrorKind::ExpectationFailed => 13, // INTERNAL
+            ErrorKind::Fault(status) => grpc_for_status(status),
         }
     }
 
@@ -128,6 +134,21 @@ impl ErrorKind {
                 | ErrorKind::NotImplemented
                 | ErrorKind::ExpectationFailed
         )
+    }
+}
+
+/// The gRPC status for an injected abort's HTTP status: that of the
+/// gateway's own error with the same status, else UNKNOWN.
+fn grpc_for_status(status: u16) -> u8 {
+    match status {
+        401 => 16,             // UNAUTHENTICATED
+        403 => 7,              // PERMISSION_DENIED
+        413 | 429 => 8,        // RESOURCE_EXHAUSTED
+        404 => 12,             // UNIMPLEMENTED
+        502 | 503 => 14,       // UNAVAILABLE
+        408 | 504 => 4,        // DEADLINE_EXCEEDED
+        400..=499 | 501 => 13, // INTERNAL
+        _ => 2,                // UNKNOWN
     }
 }
 
@@ -472,13 +493,21 @@ impl Answer<'_> {
         }
         body.extend_from_slice(b"}\n");
         out.status(status);
-        out.field(b"content-type", b"application/json");
-        out.length(body.len() as u64);
+        // Only an injected abort can be a 204 or a 304: no body, no length.
+        let no_body = bodiless(status);
+        if !no_body {
+            out.field(b"content-type", b"application/json");
+            out.length(body.len() as u64);
+        }
         if kind == ErrorKind::NoHealthyEndpoint {
             out.field(b"retry-after", b"1");
         }
         self.tail(out, extra);
-        out.end(if self.head_only { &[] } else { &body });
+        out.end(if self.head_only || no_body {
+            &[]
+        } else {
+            &body
+        });
     }
 
     /// An error as gRPC's trailers-only answer: `200`, `content-type:
@@ -591,6 +620,76 @@ mod tests {
         assert!(s.ends_with("\r\n\r\n{\"error\":\"bad gateway\",\"status\":502}\n"));
         let body_len = "{\"error\":\"bad gateway\",\"status\":502}\n".len();
         assert!(s.contains(&format!("content-length: {body_len}\r\n")));
+    }
+
+    #[test]
+    fn an_injected_abort_is_an_error_with_its_status() {
+        let rid = RequestId::default();
+        let s = text(&answer(
+            error(ErrorKind::Fault(503), false),
+            &rid,
+            false,
+            false,
+        ));
+        assert!(s.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{s}");
+        assert!(
+            s.ends_with("\r\n\r\n{\"error\":\"fault injected\",\"status\":503}\n"),
+            "{s}"
+        );
+        // An unusual status: a status line all the same.
+        let s = text(&answer(
+            error(ErrorKind::Fault(599), false),
+            &rid,
+            false,
+            false,
+        ));
+        assert!(s.starts_with("HTTP/1.1 599 \r\n"), "{s}");
+        // 204 and 304 have no body and say no length.
+        let s = text(&answer(
+            error(ErrorKind::Fault(204), false),
+            &rid,
+            false,
+            false,
+        ));
+        assert!(s.starts_with("HTTP/1.1 204 No Content\r\n"), "{s}");
+        assert!(
+            !s.contains("content-length") && s.ends_with("\r\n\r\n"),
+            "{s}"
+        );
+        // Over HTTP/2, the same status and body.
+        let (status, _, body, text) = fielded(&answer(
+            error(ErrorKind::Fault(429), false),
+            &rid,
+            false,
+            false,
+        ));
+        assert_eq!(status, 429);
+        assert_eq!(text, "{\"error\":\"fault injected\",\"status\":429}\n");
+        assert_eq!(body, AnswerBody::Length(text.len() as u64));
+        // To gRPC: the status of the gateway's own error of that status.
+        for (status, grpc) in [
+            (503, 14),
+            (502, 14),
+            (504, 4),
+            (429, 8),
+            (401, 16),
+            (403, 7),
+            (404, 12),
+            (400, 13),
+            (500, 2),
+            (200, 2),
+        ] {
+            assert_eq!(ErrorKind::Fault(status).grpc_status(), grpc, "{status}");
+            let (st, lines, _, _) = fielded(&answer(
+                error(ErrorKind::Fault(status), true),
+                &rid,
+                false,
+                false,
+            ));
+            assert_eq!(st, 200);
+            assert!(lines.contains(&format!("grpc-status: {grpc}\n")), "{lines}");
+        }
+        assert!(!ErrorKind::Fault(503).closes());
     }
 
     #[test]

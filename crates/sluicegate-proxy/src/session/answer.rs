@@ -127,6 +127,7 @@ fn log_refused(
         // The id the refusal's body and header carried.
         request_id: bufs.ids.rid.value(),
         trace_id: None,
+        fault: None,
     };
     link.worker
         .append_refused_log(sink, &entry, link.peer.listener);

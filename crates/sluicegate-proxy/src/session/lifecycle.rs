@@ -40,6 +40,7 @@ use super::grpc::grpc_facts;
 use super::ids::{end_span, request_ids, since};
 use super::peer::Link;
 use super::tunneled::{Handoff, LogFacts};
+use crate::filters::fault::{FaultRt, Injected};
 use crate::filters::Answer;
 use crate::observe::accesslog;
 use crate::proto::fields;
@@ -47,11 +48,12 @@ use crate::proto::head::RequestHead;
 use crate::proto::response::{ErrorKind, Head};
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
-use crate::snapshot::{ActionRt, Snapshot};
+use crate::snapshot::{ActionRt, RouteRt, ServiceRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Bufs;
+use std::sync::atomic::Ordering;
 
 /// What the request loop does after a request.
 pub(super) enum Next {
@@ -168,7 +170,7 @@ pub(super) async fn exchange(
             let outcome = gate(link, snap, bufs, &target, is_head, client).await;
             link.worker.shared.global.unrouted.record(outcome.status);
             let (end, total_us) = finish(started);
-            log(&rq, bufs, "", "", &outcome, total_us);
+            log(&rq, bufs, ("", ""), None, &outcome, total_us);
             if bufs.ids.sampled.is_some() {
                 end_span(link, bufs, ("", ""), &outcome, total_us);
             }
@@ -217,6 +219,7 @@ pub(super) async fn exchange(
     // 4. Action (5, the response's own edits, apply as its head is
     // written).
     let mut svc = "";
+    let mut injected = Injected::None;
     let outcome = match refused {
         Some(refuse) => {
             if refuse.answer == Answer::Error(ErrorKind::Unauthorized) {
@@ -236,10 +239,25 @@ pub(super) async fn exchange(
                 service,
                 strip_prefix,
                 upgrade,
-            } => {
+                fault,
+            } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let service = snap.service(*service);
                 svc = &service.name;
+                if let Some(fault) = fault {
+                    let timed_out;
+                    (injected, timed_out) = inject(&rq, fault, route, service, bufs, started).await;
+                    let kind = match injected {
+                        Injected::Abort(status) => Some(ErrorKind::Fault(status)),
+                        // The delay took the request's whole time.
+                        _ if timed_out => Some(ErrorKind::UpstreamTimeout),
+                        _ => None,
+                    };
+                    if let Some(kind) = kind {
+                        let local = Local::Error(kind, &fields::NONE);
+                        break 'proxy answer_locally(link, snap, bufs, local, is_head).await;
+                    }
+                }
                 let down = link.downstream();
                 let cx = forward::Request {
                     worker: down.worker,
@@ -284,7 +302,14 @@ pub(super) async fn exchange(
     if bufs.grpc {
         route.metrics.record_grpc(bufs.grpc_status);
     }
-    log(&rq, bufs, &route.name, svc, &outcome, total_us);
+    log(
+        &rq,
+        bufs,
+        (&route.name, svc),
+        injected.mark(),
+        &outcome,
+        total_us,
+    );
     if bufs.ids.sampled.is_some() {
         end_span(link, bufs, (&route.name, svc), &outcome, total_us);
     }
@@ -368,6 +393,44 @@ fn hand_off(
     })
 }
 
+/// Draws the route's fault for this request (its worker's generator) and
+/// counts it; a delay is waited here, on the worker's deadlines, and never
+/// past the request's deadline for its response head (the service's
+/// `timeouts.request`, or a gRPC call's own), which forwarding keeps. True
+/// beside it when the delay reached that deadline: the request is out of
+/// time before it is sent.
+#[cold]
+async fn inject(
+    rq: &Req<'_>,
+    fault: &FaultRt,
+    route: &RouteRt,
+    service: &ServiceRt,
+    bufs: &Bufs,
+    started: Instant,
+) -> (Injected, bool) {
+    let injected = fault.draw(&rq.link.worker.rng);
+    let mut timed_out = false;
+    match injected {
+        Injected::None => {}
+        Injected::Abort(_) => {
+            route.metrics.fault_aborts.fetch_add(1, Ordering::Relaxed);
+        }
+        Injected::Delay(d) => {
+            route.metrics.fault_delays.fetch_add(1, Ordering::Relaxed);
+            let limit = match bufs.grpc_timeout {
+                Some(t) => t.min(service.timeouts.request),
+                None => service.timeouts.request,
+            };
+            let (wanted, deadline) = (Instant::now() + d, started + limit);
+            timed_out = deadline <= wanted;
+            let wait = rq.link.worker.deadlines.at(wanted.min(deadline));
+            // Ends then (or at shutdown): nothing else to wait for.
+            let _ = wait.or_shutdown().bound(std::future::pending::<()>()).await;
+        }
+    }
+    (injected, timed_out)
+}
+
 /// Marks the end of a request: one clock read, shared by the metrics,
 /// the access log and the next keep-alive wait; it, and the request's
 /// time in µs.
@@ -379,8 +442,16 @@ fn finish(started: Instant) -> (Instant, u64) {
     )
 }
 
-/// The request's access log line, when the snapshot logs.
-fn log(rq: &Req, bufs: &Bufs, route: &str, service: &str, outcome: &Outcome, total_us: u64) {
+/// The request's access log line, when the snapshot logs: its route and
+/// service, and the mark of a fault injected.
+fn log(
+    rq: &Req,
+    bufs: &Bufs,
+    (route, service): (&str, &str),
+    fault: Option<&'static str>,
+    outcome: &Outcome,
+    total_us: u64,
+) {
     let Some(sink) = &rq.snap.access_log else {
         return;
     };
@@ -407,6 +478,7 @@ fn log(rq: &Req, bufs: &Bufs, route: &str, service: &str, outcome: &Outcome, tot
             http2: rq.link.http2(),
             request_id: bufs.ids.rid.value(),
             trace_id: bufs.ids.sampled.as_ref().map(|s| &s.trace_id),
+            fault,
         },
     );
 }

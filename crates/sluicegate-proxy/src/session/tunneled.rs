@@ -106,6 +106,7 @@ pub(super) async fn relay_and_record(
         http2: matches!(client, Stream::H2(_)),
         request_id: &log.request_id,
         trace_id: None,
+        fault: None,
     };
     worker.append_log(sink, &entry);
 }

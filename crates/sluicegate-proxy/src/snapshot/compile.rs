@@ -173,6 +173,10 @@ fn compile_routes(
                     .ok_or_else(|| format!("route {}: unknown service {service}", r.name))?,
                 strip_prefix: *strip_prefix,
                 upgrade: r.upgrade.iter().map(|u| u.as_str().into()).collect(),
+                fault: r
+                    .fault
+                    .as_ref()
+                    .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
             },
             Action::Respond {
                 status,

@@ -70,6 +70,9 @@ pub enum ActionRt {
         strip_prefix: bool,
         /// Protocols a client may upgrade to (lower-cased `Upgrade` tokens).
         upgrade: Box<[Box<str>]>,
+        /// Aborts and delays injected on a share of the requests; `None`
+        /// (nothing to draw) for most routes.
+        fault: Option<Box<crate::filters::fault::FaultRt>>,
     },
     /// A fixed response: its status and header fields (without framing or
     /// connection fields), kept as HTTP/1.1 text too, and its body.

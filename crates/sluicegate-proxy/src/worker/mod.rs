@@ -86,6 +86,8 @@ pub struct Worker {
     /// counter ([`crate::proto::request_id::RequestId::make`]).
     id_prefix: [u8; 16],
     id_next: Cell<u64>,
+    /// The worker's pseudo-random numbers (fault injection's draws).
+    pub(crate) rng: crate::filters::fault::Rng,
 }
 
 /// What the upstream side uses of the client's connection: its stream,
@@ -158,6 +160,7 @@ impl Worker {
             relay_buf: RefCell::new(Vec::new()),
             id_prefix: crate::proto::request_id::hex16(fastrand::u64(..)),
             id_next: Cell::new(0),
+            rng: crate::filters::fault::Rng::new(fastrand::u64(..)),
         }
     }
 
