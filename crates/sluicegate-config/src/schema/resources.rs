@@ -23,7 +23,7 @@ pub(super) fn service() -> S {
                 "balance" => with_default(
                     choice(
                         "How each request's endpoint is picked.",
-                        &["round_robin", "least_conn", "p2c_ewma", "hash"],
+                        &["round_robin", "least_conn", "p2c_ewma", "hash", "random"],
                     ),
                     json!("round_robin"),
                 ),

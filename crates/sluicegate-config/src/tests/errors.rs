@@ -407,8 +407,8 @@ fn balance_and_hash_key() {
         "6:15: services[0].hash_key: hash_key only applies with balance: hash (balance is least_conn)"
     );
     assert_eq!(
-        error(&with(&format!("{svc}    balance: random\n"))),
-        "5:14: services[0].balance: expected one of round_robin, least_conn, p2c_ewma, hash, found \"random\""
+        error(&with(&format!("{svc}    balance: randomly\n"))),
+        "5:14: services[0].balance: expected one of round_robin, least_conn, p2c_ewma, hash, random, found \"randomly\""
     );
     assert_eq!(
         error(&with(&format!(
