@@ -101,8 +101,11 @@ pub struct RouteRequest<'a> {
     pub header: &'a dyn Fn(&[u8]) -> Option<&'a [u8]>,
     /// Calls the visitor with each field's value of a request header
     /// (lower-case name), in order, until it returns `true`.
-    pub header_values: &'a dyn Fn(&[u8], &mut dyn FnMut(&[u8]) -> bool),
+    pub header_values: &'a dyn Fn(&[u8], Visit<'_>),
 }
+
+/// A visitor of header values: `true` stops the walk.
+pub type Visit<'v> = &'v mut dyn FnMut(&[u8]) -> bool;
 
 /// A matched route: its index in the snapshot's route list and, for a
 /// prefix match, the prefix length (for `strip_prefix`).
