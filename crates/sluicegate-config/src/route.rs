@@ -9,6 +9,7 @@ use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
 pub(crate) mod matcher;
+pub(crate) mod value_regex;
 
 use matcher::{any, match_};
 

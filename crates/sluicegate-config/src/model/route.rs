@@ -87,15 +87,8 @@ pub enum ValueMatch {
     /// Exactly this value.
     Exact(String),
     /// `~REGEX`: the whole value must match REGEX (given without its `~`);
-    /// already known to compile, anchored or not.
+    /// already known to compile into a [`crate::ValueRegex`].
     Regex(String),
-}
-
-impl ValueMatch {
-    /// The regex as compiled: anchored at both ends.
-    pub fn anchored(re: &str) -> String {
-        format!("^(?:{re})$")
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

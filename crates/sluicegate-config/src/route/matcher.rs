@@ -7,6 +7,7 @@ use std::net::Ipv6Addr;
 
 use crate::model::{HostMatch, Match, PathMatch, ValueMatch};
 use crate::reader::{self, fields, Cx, Path};
+use crate::route::value_regex::ValueRegex;
 use crate::yaml::{quote, Node, Pos};
 
 pub(crate) const MATCH_KEYS: &[&str] = &[
@@ -247,18 +248,22 @@ fn match_headers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<(String
         };
         let want = match text.strip_prefix('~') {
             None => ValueMatch::Exact(text.to_string()),
-            Some(re) => match regex::Regex::new(&ValueMatch::anchored(re)) {
-                Ok(_) => ValueMatch::Regex(re.to_string()),
-                Err(e) => {
-                    cx.at(
-                        value.pos,
-                        path.key(name),
-                        format_args!("invalid regex {}: {}", quote(re), regex_error(&e)),
-                    );
+            Some(re) => {
+                // The regex crate's message for a syntax error; the DFA's
+                // for what parses but cannot be compiled to one.
+                let why = match regex::Regex::new(re) {
+                    Err(e) => Some(format!("invalid regex {}: {}", quote(re), regex_error(&e))),
+                    Ok(_) => ValueRegex::new(re).err().map(|e| {
+                        format!("regex {} cannot be compiled for matching: {e}", quote(re))
+                    }),
+                };
+                if let Some(why) = why {
+                    cx.at(value.pos, path.key(name), why);
                     ok = false;
                     continue;
                 }
-            },
+                ValueMatch::Regex(re.to_string())
+            }
         };
         out.push((name.to_string(), want));
     }

@@ -532,6 +532,9 @@ fn match_rules() {
         m("{ headers: { x-a: \"~v(1\" } }"),
         "4:30: routes[0].match.headers.x-a: invalid regex \"v(1\": unclosed group"
     );
+    assert!(m("{ headers: { x-a: \"~\\\\bx\" } }").starts_with(
+        "4:30: routes[0].match.headers.x-a: regex \"\\\\bx\" cannot be compiled for matching: "
+    ));
     assert_eq!(
         m("{ query: { v: [1] } }"),
         "4:26: routes[0].match.query.v: expected a string, found a list"

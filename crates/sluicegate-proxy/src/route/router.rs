@@ -15,7 +15,7 @@ use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
 use regex::Regex;
-use sluicegate_config::{HostMatch, Match, PathMatch, ValueMatch};
+use sluicegate_config::{HostMatch, Match, PathMatch, ValueMatch, ValueRegex};
 
 use crate::route::values;
 
@@ -23,8 +23,8 @@ use crate::route::values;
 #[derive(Debug)]
 enum Value {
     Exact(Box<[u8]>),
-    /// Anchored at both ends.
-    Regex(regex::bytes::Regex),
+    /// The whole value must match; no lock, no allocation.
+    Regex(ValueRegex),
 }
 
 impl Value {
@@ -230,10 +230,7 @@ impl Router {
                     .map(|(n, v)| {
                         let v = match v {
                             ValueMatch::Exact(e) => Value::Exact(e.as_bytes().into()),
-                            ValueMatch::Regex(re) => Value::Regex(
-                                regex::bytes::Regex::new(&ValueMatch::anchored(re))
-                                    .map_err(|e| e.to_string())?,
-                            ),
+                            ValueMatch::Regex(re) => Value::Regex(ValueRegex::new(re)?),
                         };
                         Ok((n.as_bytes().into(), v))
                     })
