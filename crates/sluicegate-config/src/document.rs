@@ -403,6 +403,27 @@ mod tests {
     }
 
     #[test]
+    fn match_regex_and_cookie_errors_name_their_json_path() {
+        let mut doc = base();
+        doc["routes"][0]["match"] = json!({
+            "headers": { "x-v": "~(" },
+            "cookies": { "beta": "a b" },
+            "query": { "v": 1 }
+        });
+        let got = problems(doc);
+        let paths: Vec<&str> = got.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "$.routes[0].match.headers[\"x-v\"]",
+                "$.routes[0].match.cookies.beta"
+            ],
+            "{got:?}"
+        );
+        assert!(got[0].message.contains("invalid regex \"(\""), "{got:?}");
+    }
+
+    #[test]
     fn strings_stay_strings_and_set_edits_the_top_level() {
         let mut doc =
             Document::from_yaml("listen: 127.0.0.1:1\nreload: { watch: \"true\" }\n").unwrap();

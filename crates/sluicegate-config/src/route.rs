@@ -10,6 +10,7 @@ use crate::yaml::{quote, Node, Pos};
 
 pub(crate) mod fault;
 pub(crate) mod matcher;
+pub(crate) mod value_regex;
 
 use matcher::{any, match_};
 

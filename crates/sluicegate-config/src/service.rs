@@ -362,6 +362,7 @@ const BALANCE_NAMES: &[(&str, Balance)] = &[
     ("least_conn", Balance::LeastConn),
     ("p2c_ewma", Balance::P2cEwma),
     ("hash", Balance::Hash),
+    ("random", Balance::Random),
 ];
 
 fn balance_name(balance: Balance) -> &'static str {
@@ -372,7 +373,7 @@ fn balance_name(balance: Balance) -> &'static str {
 }
 
 fn parse_balance(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Balance> {
-    const EXPECTED: &str = "one of round_robin, least_conn, p2c_ewma, hash";
+    const EXPECTED: &str = "one of round_robin, least_conn, p2c_ewma, hash, random";
     let text = reader::scalar(cx, node, path, EXPECTED)?;
     let balance = BALANCE_NAMES
         .iter()

@@ -211,7 +211,7 @@ fn the_examples_validate_against_the_resource_schemas() {
         ("Service", json!({ "name": "s", "endpoints": [] })),
         (
             "Service",
-            json!({ "name": "s", "endpoints": ["127.0.0.1:1"], "balance": "random" }),
+            json!({ "name": "s", "endpoints": ["127.0.0.1:1"], "balance": "randomly" }),
         ),
         ("App", json!({ "id": "a", "keys": ["short"] })),
         ("PlanItem", json!({ "name": "p", "rate": "fast" })),

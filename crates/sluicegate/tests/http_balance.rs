@@ -1,5 +1,6 @@
 //! Load balancing end to end over three test upstreams with ids: smooth
-//! weighted round robin, consistent hashing on a header, least connections.
+//! weighted round robin, consistent hashing on a header, least connections,
+//! weighted random.
 
 mod http_common;
 
@@ -149,4 +150,26 @@ fn least_conn_prefers_idle_instances_while_one_is_busy() {
     assert_eq!(picked.len(), 2, "both idle instances used: {picked:?}");
     let slow = slow.join().unwrap();
     assert_eq!(id(&slow), busy);
+}
+
+#[test]
+fn random_uses_both_upstreams_in_proportion() {
+    let ups = [
+        TestUpstream::start_with_id("a"),
+        TestUpstream::start_with_id("b"),
+    ];
+    let gw = gateway(&ups, &[1, 3], "    balance: random\n");
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for _ in 0..400 {
+        let resp = client.get("/x").unwrap();
+        assert_eq!(resp.status, 200);
+        *counts.entry(id(&resp)).or_default() += 1;
+    }
+    let get = |k: &str| counts.get(k).copied().unwrap_or(0);
+    assert_eq!(get("a") + get("b"), 400);
+    // 100 expected for "a" (a standard deviation near 9): both used, and
+    // the weights show.
+    assert!((50..=150).contains(&get("a")), "{counts:?}");
+    assert_eq!(ups[0].requests_seen(), get("a"));
 }

@@ -2,8 +2,9 @@
 //! JSON for no route, precedence (exact > longest prefix > regex in file
 //! order > no-path route), segment-aware prefixes, host (exact and
 //! `*.suffix`), methods and header matches, `strip_prefix` and query strings;
-//! the host, method, header and prefix matches also on HTTP/2 streams (the
-//! host from `:authority`).
+//! matches on query parameters, cookies and header regexes; the host,
+//! method, header, query, cookie and prefix matches also on HTTP/2 streams
+//! (the host from `:authority`, cookies in several fields).
 
 mod http_common;
 
@@ -208,4 +209,65 @@ routes:
     assert_json_error(&proto.get(gw.addr(), "/webx", &[]), 404);
     assert_json_error(&proto.get(gw.addr(), "/keeper", &[]), 404);
     assert_eq!(up.requests_seen(), before, "404s never reach the upstream");
+}
+
+#[test]
+fn query_cookie_and_header_regex_matches() {
+    query_cookie_regex(Proto::Http1);
+}
+
+#[test]
+fn query_cookie_and_header_regex_matches_over_http2() {
+    query_cookie_regex(Proto::H2c);
+}
+
+fn query_cookie_regex(proto: Proto) {
+    let gw = Gw::start(
+        r#"routes:
+  - name: by-query
+    match: { path_prefix: /m, query: { version: "2", q: "a b/é" } }
+    respond: { status: 200, body: "query" }
+  - name: by-cookie
+    match: { path_prefix: /m, cookies: { beta: "yes" } }
+    respond: { status: 200, body: "cookie" }
+  - name: by-regex
+    match: { path_prefix: /m, headers: { x-client: "~app/v[0-9]+" } }
+    respond: { status: 200, body: "regex" }
+  - name: tilde
+    match: { path: /t, headers: { x-t: "~~lit" } }
+    respond: { status: 200, body: "tilde" }
+  - name: fallback
+    match: { path_prefix: /m }
+    respond: { status: 200, body: "plain" }
+"#,
+    );
+    let body = |path: &str, headers: &[(&str, &str)]| {
+        let resp = proto.get(gw.addr(), path, headers);
+        assert_eq!(resp.status, 200, "{path} {headers:?}: {}", resp.body_str());
+        resp.body_str()
+    };
+    // Query: every parameter, decoded (%XX, + as a space), the first of a name.
+    assert_eq!(body("/m/x?version=2&q=a+b%2F%C3%A9", &[]), "query");
+    assert_eq!(body("/m?q=a%20b/%c3%a9&x=1&version=%32", &[]), "query");
+    assert_eq!(body("/m?version=2", &[]), "plain");
+    assert_eq!(body("/m?version=3&version=2&q=a+b%2F%C3%A9", &[]), "plain");
+    assert_eq!(body("/m?version=2&q=a+b", &[]), "plain");
+    // Cookies: in one field, or in two, the first of a name decides.
+    assert_eq!(body("/m", &[("Cookie", "a=1; beta=yes")]), "cookie");
+    assert_eq!(
+        body("/m", &[("Cookie", "a=1"), ("Cookie", "beta=yes")]),
+        "cookie"
+    );
+    assert_eq!(
+        body("/m", &[("Cookie", "beta=no"), ("Cookie", "beta=yes")]),
+        "plain"
+    );
+    assert_eq!(body("/m", &[("Cookie", "beta=yesno")]), "plain");
+    assert_eq!(body("/m", &[("X-Beta", "yes")]), "plain");
+    // Header regex: anchored, the whole value must match.
+    assert_eq!(body("/m", &[("X-Client", "app/v12")]), "regex");
+    assert_eq!(body("/m", &[("X-Client", "app/v12 beta")]), "plain");
+    assert_eq!(body("/m", &[("X-Client", "myapp/v1")]), "plain");
+    assert_eq!(body("/t", &[("X-T", "~lit")]), "tilde");
+    assert_json_error(&proto.get(gw.addr(), "/t", &[("X-T", "lit")]), 404);
 }

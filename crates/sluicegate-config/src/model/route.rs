@@ -100,8 +100,24 @@ pub struct Match {
     pub path: PathMatch,
     /// Upper-case method names; empty means any method.
     pub methods: Vec<String>,
-    /// Header name (lower-cased) and the exact value it must have.
-    pub headers: Vec<(String, String)>,
+    /// Header name (lower-cased) and the value its first field must have.
+    pub headers: Vec<(String, ValueMatch)>,
+    /// Query parameter name and the value its first occurrence must have,
+    /// both as decoded (`%XX` and `+`).
+    pub query: Vec<(String, String)>,
+    /// Cookie name and the exact value the first cookie of that name in
+    /// the `Cookie` field(s) must have.
+    pub cookies: Vec<(String, String)>,
+}
+
+/// A header value a `match` requires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueMatch {
+    /// Exactly this value.
+    Exact(String),
+    /// `~REGEX`: the whole value must match REGEX (given without its `~`);
+    /// already known to compile into a [`crate::ValueRegex`].
+    Regex(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -224,6 +224,8 @@ pub enum Balance {
     P2cEwma,
     /// Consistent hashing on `hash_key`.
     Hash,
+    /// A weighted random pick.
+    Random,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,11 +1,13 @@
 //! A route's `match` mapping: host (exact or `*.` wildcard), one of `path`,
-//! `path_prefix` and `path_regex`, methods and required header values.
+//! `path_prefix` and `path_regex`, methods, and required header values
+//! (exact or `~regex`), query parameters and cookies.
 
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
 
-use crate::model::{HostMatch, Match, PathMatch};
+use crate::model::{HostMatch, Match, PathMatch, ValueMatch};
 use crate::reader::{self, fields, Cx, Path};
+use crate::route::value_regex::ValueRegex;
 use crate::yaml::{quote, Node, Pos};
 
 pub(crate) const MATCH_KEYS: &[&str] = &[
@@ -15,6 +17,8 @@ pub(crate) const MATCH_KEYS: &[&str] = &[
     "path_regex",
     "methods",
     "headers",
+    "query",
+    "cookies",
 ];
 
 pub(crate) const PATH_KEYS: &[&str] = &["path", "path_prefix", "path_regex"];
@@ -25,6 +29,8 @@ pub(super) fn any() -> Match {
         path: PathMatch::Any,
         methods: Vec::new(),
         headers: Vec::new(),
+        query: Vec::new(),
+        cookies: Vec::new(),
     }
 }
 
@@ -79,6 +85,18 @@ pub(super) fn match_(
     if let Some(n) = f.get("headers") {
         match match_headers(cx, n, path.key("headers")) {
             Some(h) => out.headers = h,
+            None => ok = false,
+        }
+    }
+    if let Some(n) = f.get("query") {
+        match match_pairs(cx, n, path.key("query"), Pairs::Query) {
+            Some(q) => out.query = q,
+            None => ok = false,
+        }
+    }
+    if let Some(n) = f.get("cookies") {
+        match match_pairs(cx, n, path.key("cookies"), Pairs::Cookies) {
+            Some(c) => out.cookies = c,
             None => ok = false,
         }
     }
@@ -210,8 +228,9 @@ fn method(cx: &mut Cx, node: &Node, path: Path<'_>, expected: &str) -> Option<St
     Some(text.to_ascii_uppercase())
 }
 
-/// `headers:` in a match: lower-cased token names, each with the exact value required.
-fn match_headers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<(String, String)>> {
+/// `headers:` in a match: lower-cased token names, each with the exact
+/// value required, or a regex after `~` that the whole value must match.
+fn match_headers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<(String, ValueMatch)>> {
     let entries = reader::free_map(
         cx,
         node,
@@ -223,11 +242,115 @@ fn match_headers(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<(String
     let mut ok = true;
     for (key, name, value) in entries {
         let lower = name.to_ascii_lowercase();
-        let Some((name, value)) = reader::header(cx, key, &lower, value, path, &mut seen) else {
+        let Some((name, text)) = reader::header(cx, key, &lower, value, path, &mut seen) else {
             ok = false;
             continue;
         };
-        out.push((name.to_string(), value.to_string()));
+        let want = match text.strip_prefix('~') {
+            None => ValueMatch::Exact(text.to_string()),
+            Some(re) => {
+                // The regex crate's message for a syntax error; the DFA's
+                // for what parses but cannot be compiled to one.
+                let why = match regex::Regex::new(re) {
+                    Err(e) => Some(format!("invalid regex {}: {}", quote(re), regex_error(&e))),
+                    Ok(_) => ValueRegex::new(re).err().map(|e| {
+                        format!("regex {} cannot be compiled for matching: {e}", quote(re))
+                    }),
+                };
+                if let Some(why) = why {
+                    cx.at(value.pos, path.key(name), why);
+                    ok = false;
+                    continue;
+                }
+                ValueMatch::Regex(re.to_string())
+            }
+        };
+        out.push((name.to_string(), want));
     }
     ok.then_some(out)
+}
+
+/// Which `match` mapping of names to values [`match_pairs`] reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pairs {
+    Query,
+    Cookies,
+}
+
+/// `query:` or `cookies:` in a match: names (case-sensitive, unique) each
+/// with the value required. Query names and values are any text without
+/// control characters (compared after the request's are decoded); cookie
+/// names are tokens and values cookie octets (RFC 6265), compared as sent.
+fn match_pairs(
+    cx: &mut Cx,
+    node: &Node,
+    path: Path<'_>,
+    which: Pairs,
+) -> Option<Vec<(String, String)>> {
+    let example = match which {
+        Pairs::Query => "a mapping of query parameter names to values, e.g. { version: \"2\" }",
+        Pairs::Cookies => "a mapping of cookie names to values, e.g. { beta: \"1\" }",
+    };
+    let entries = reader::free_map(cx, node, path, example)?;
+    if entries.is_empty() {
+        cx.at(
+            node.pos,
+            path,
+            "must not be empty (omit it to match any request)",
+        );
+        return None;
+    }
+    let mut seen: HashMap<String, Pos> = HashMap::with_capacity(entries.len());
+    let mut out = Vec::with_capacity(entries.len());
+    let mut ok = true;
+    for (key, name, value) in entries {
+        let bad_name = match which {
+            Pairs::Query => (name.is_empty() || name.chars().any(char::is_control))
+                .then_some("bad query parameter name"),
+            Pairs::Cookies => (!reader::is_token(name)).then_some("bad cookie name"),
+        };
+        if let Some(what) = bad_name {
+            cx.at(key.pos, path, format_args!("{what} {}", quote(name)));
+            ok = false;
+            continue;
+        }
+        let also = |first| format!("duplicate name {} (first at {first})", quote(name));
+        if !reader::unique(
+            cx,
+            &mut seen,
+            name.to_string(),
+            key.pos,
+            (key.pos, path),
+            also,
+        ) {
+            ok = false;
+            continue;
+        }
+        let p = path.key(name);
+        let Some(text) = reader::scalar(cx, value, p, "a string") else {
+            ok = false;
+            continue;
+        };
+        let why = match which {
+            Pairs::Query => text
+                .chars()
+                .any(char::is_control)
+                .then_some("a query value must not contain control characters"),
+            Pairs::Cookies => (!text.bytes().all(cookie_octet)).then_some(
+                "a cookie value must not contain spaces, '\"', ',', ';', '\\' or control characters",
+            ),
+        };
+        if let Some(why) = why {
+            cx.at(value.pos, p, why);
+            ok = false;
+            continue;
+        }
+        out.push((name.to_string(), text.to_string()));
+    }
+    ok.then_some(out)
+}
+
+/// RFC 6265's cookie-octet: what a cookie value may hold, unquoted.
+fn cookie_octet(b: u8) -> bool {
+    matches!(b, 0x21 | 0x23..=0x2b | 0x2d..=0x3a | 0x3c..=0x5b | 0x5d..=0x7e)
 }

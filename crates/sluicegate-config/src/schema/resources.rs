@@ -23,7 +23,7 @@ pub(super) fn service() -> S {
                 "balance" => with_default(
                     choice(
                         "How each request's endpoint is picked.",
-                        &["round_robin", "least_conn", "p2c_ewma", "hash"],
+                        &["round_robin", "least_conn", "p2c_ewma", "hash", "random"],
                     ),
                     json!("round_robin"),
                 ),
@@ -292,7 +292,9 @@ pub(super) fn route() -> S {
                             "path_prefix" => pattern("The path must start with this, segment by segment.", PATH).into(),
                             "path_regex" => string("The path must match this regular expression.").into(),
                             "methods" => methods("The request's method must be one of these."),
-                            "headers" => header_map("Each header must be present with exactly this value."),
+                            "headers" => header_map("Each header's first field must have exactly this value, or, for a value ~REGEX, a value the regex matches whole."),
+                            "query" => map_of("Each query parameter's first occurrence must have this value (both decoded: %XX, and + as a space).", scalar("The parameter's value.")),
+                            "cookies" => map_of("Each cookie's first occurrence in the Cookie field(s) must have exactly this value.", scalar("The cookie's value.")),
                             _ => return None,
                         })
                     },

@@ -407,8 +407,8 @@ fn balance_and_hash_key() {
         "6:15: services[0].hash_key: hash_key only applies with balance: hash (balance is least_conn)"
     );
     assert_eq!(
-        error(&with(&format!("{svc}    balance: random\n"))),
-        "5:14: services[0].balance: expected one of round_robin, least_conn, p2c_ewma, hash, found \"random\""
+        error(&with(&format!("{svc}    balance: randomly\n"))),
+        "5:14: services[0].balance: expected one of round_robin, least_conn, p2c_ewma, hash, random, found \"randomly\""
     );
     assert_eq!(
         error(&with(&format!(
@@ -528,8 +528,39 @@ fn match_rules() {
         m("{ headers: { x-a: [1] } }"),
         "4:30: routes[0].match.headers.x-a: expected a string, found a list"
     );
-    assert_eq!(m("{ pth: /a }"), "4:14: unknown key \"pth\" in match (expected one of: host, path, path_prefix, path_regex, methods, headers)");
-    assert_eq!(m("/a"), "4:12: routes[0].match: expected a mapping with keys host, path, path_prefix, path_regex, methods, headers, found \"/a\"");
+    assert_eq!(
+        m("{ headers: { x-a: \"~v(1\" } }"),
+        "4:30: routes[0].match.headers.x-a: invalid regex \"v(1\": unclosed group"
+    );
+    assert!(m("{ headers: { x-a: \"~\\\\bx\" } }").starts_with(
+        "4:30: routes[0].match.headers.x-a: regex \"\\\\bx\" cannot be compiled for matching: "
+    ));
+    assert_eq!(
+        m("{ query: { v: [1] } }"),
+        "4:26: routes[0].match.query.v: expected a string, found a list"
+    );
+    assert_eq!(
+        m("{ query: { v: \"a\\nb\" } }"),
+        "4:26: routes[0].match.query.v: a query value must not contain control characters"
+    );
+    assert_eq!(
+        m("{ query: {} }"),
+        "4:21: routes[0].match.query: must not be empty (omit it to match any request)"
+    );
+    assert_eq!(
+        m("{ query: [v] }"),
+        "4:21: routes[0].match.query: expected a mapping of query parameter names to values, e.g. { version: \"2\" }, found a list"
+    );
+    assert_eq!(
+        m("{ cookies: { \"a b\": x } }"),
+        "4:25: routes[0].match.cookies: bad cookie name \"a b\""
+    );
+    assert_eq!(
+        m("{ cookies: { beta: \"a;b\" } }"),
+        "4:31: routes[0].match.cookies.beta: a cookie value must not contain spaces, '\"', ',', ';', '\\' or control characters"
+    );
+    assert_eq!(m("{ pth: /a }"), "4:14: unknown key \"pth\" in match (expected one of: host, path, path_prefix, path_regex, methods, headers, query, cookies)");
+    assert_eq!(m("/a"), "4:12: routes[0].match: expected a mapping with keys host, path, path_prefix, path_regex, methods, headers, query, cookies, found \"/a\"");
 }
 
 #[test]

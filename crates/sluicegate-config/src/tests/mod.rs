@@ -176,7 +176,9 @@ fn full_example_parses_to_the_expected_model() {
                     host: Some(HostMatch::Suffix(".example.com".into())),
                     path: PathMatch::Prefix("/web".into()),
                     methods: vec!["GET".into(), "POST".into()],
-                    headers: vec![("x-env".into(), "canary".into())],
+                    headers: vec![("x-env".into(), ValueMatch::Exact("canary".into()))],
+                    query: vec![],
+                    cookies: vec![],
                 },
                 action: Action::Proxy {
                     service: "web".into(),
@@ -199,6 +201,8 @@ fn full_example_parses_to_the_expected_model() {
                     path: PathMatch::Exact("/hello".into()),
                     methods: vec![],
                     headers: vec![],
+                    query: vec![],
+                    cookies: vec![],
                 },
                 action: Action::Respond {
                     status: 201,
@@ -222,6 +226,8 @@ fn full_example_parses_to_the_expected_model() {
                     path: PathMatch::Regex("^/v[0-9]+/".into()),
                     methods: vec![],
                     headers: vec![],
+                    query: vec![],
+                    cookies: vec![],
                 },
                 action: Action::Proxy {
                     service: "api.v2".into(),
@@ -244,6 +250,8 @@ fn full_example_parses_to_the_expected_model() {
                     path: PathMatch::Any,
                     methods: vec![],
                     headers: vec![],
+                    query: vec![],
+                    cookies: vec![],
                 },
                 action: Action::Proxy {
                     service: "api.v2".into(),

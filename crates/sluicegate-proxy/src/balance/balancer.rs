@@ -1,7 +1,8 @@
 //! Load balancing across a service's endpoints, lock-free and shared by
 //! every worker: smooth weighted round robin (a precomputed sequence read
 //! through one atomic counter), least connections, power of two choices on
-//! latency EWMA, and consistent hashing on a ring of virtual nodes.
+//! latency EWMA, consistent hashing on a ring of virtual nodes, and a
+//! weighted random pick.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,10 +31,20 @@ pub struct Balancer {
 
 #[derive(Debug)]
 enum Kind {
-    RoundRobin { sequence: Vec<u32> },
+    RoundRobin {
+        sequence: Vec<u32>,
+    },
     LeastConn,
     P2c,
-    Hash { key: HashKey, ring: Vec<(u64, u32)> },
+    Hash {
+        key: HashKey,
+        ring: Vec<(u64, u32)>,
+    },
+    /// Running sums of the weights: endpoint `i` owns the draws in
+    /// `[bounds[i-1], bounds[i])`.
+    Random {
+        bounds: Vec<u64>,
+    },
 }
 
 /// What a balancer may look at in a request.
@@ -56,6 +67,15 @@ impl Balancer {
             },
             Balance::LeastConn => Kind::LeastConn,
             Balance::P2cEwma => Kind::P2c,
+            Balance::Random => Kind::Random {
+                bounds: endpoints
+                    .iter()
+                    .scan(0u64, |sum, e| {
+                        *sum += u64::from(e.weight.max(1));
+                        Some(*sum)
+                    })
+                    .collect(),
+            },
             Balance::Hash => {
                 let mut ring = Vec::new();
                 for (i, e) in endpoints.iter().enumerate() {
@@ -203,8 +223,41 @@ impl Balancer {
                     }
                 }
             }
+            Kind::Random { bounds } => weighted_random(endpoints, bounds, ok),
         }
     }
+}
+
+/// A pick in proportion to the weights among the endpoints `ok` accepts.
+/// The draw comes from the worker thread's own generator (fastrand's
+/// thread-local wyrand, seeded once per thread): no lock, no syscall. The
+/// first draw is over every endpoint (a binary search); only when it lands
+/// on one out of rotation is a second drawn over the usable weights alone,
+/// so the picks stay proportional among the endpoints still in.
+fn weighted_random(
+    endpoints: &[Arc<EndpointState>],
+    bounds: &[u64],
+    ok: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    let total = *bounds.last()?;
+    let r = fastrand::u64(..total);
+    let i = bounds.partition_point(|&b| b <= r);
+    if i < endpoints.len() && ok(i) {
+        return Some(i);
+    }
+    let weight = |i: usize| u64::from(endpoints[i].weight.max(1));
+    let usable: u64 = (0..endpoints.len()).filter(|&i| ok(i)).map(weight).sum();
+    if usable == 0 {
+        return None;
+    }
+    let mut r = fastrand::u64(..usable);
+    for i in (0..endpoints.len()).filter(|&i| ok(i)) {
+        if r < weight(i) {
+            return Some(i);
+        }
+        r -= weight(i);
+    }
+    None
 }
 
 /// The smooth weighted round-robin order (each step: add every weight to
@@ -374,6 +427,44 @@ mod tests {
     }
 
     #[test]
+    fn random_follows_weights_within_tolerance() {
+        let e = eps(&[1, 1, 2]);
+        let b = Balancer::new(Balance::Random, &HashKey::ClientIp, &e, Default::default());
+        let mut counts = [0usize; 3];
+        for _ in 0..40_000 {
+            counts[b.pick(&e, &cx()).unwrap()] += 1;
+        }
+        // Expected 10,000 / 10,000 / 20,000; a standard deviation is
+        // under 100, so 600 is six of them.
+        for (got, want) in counts.iter().zip([10_000usize, 10_000, 20_000]) {
+            assert!(got.abs_diff(want) < 600, "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn random_skips_ejected_and_keeps_proportions_among_the_rest() {
+        let e = eps(&[1, 3, 1]);
+        let b = Balancer::new(Balance::Random, &HashKey::ClientIp, &e, Default::default());
+        // The heavy one ejected after a failed connect: the other two
+        // share evenly.
+        e[1].eject
+            .configure(Some(&sluicegate_config::Ejection::default()));
+        let now = crate::clock::mono_ns(std::time::Instant::now());
+        assert!(e[1].eject.connect_failed(now).ejected_for.is_some());
+        let mut counts = [0usize; 3];
+        for _ in 0..20_000 {
+            counts[b.pick(&e, &cx()).unwrap()] += 1;
+        }
+        assert_eq!(counts[1], 0, "{counts:?}");
+        assert!(counts[0].abs_diff(10_000) < 500, "{counts:?}");
+        // Only one left: always that one; none left: none.
+        for _ in 0..100 {
+            assert_eq!(b.pick_by(&e, &cx(), |ep| ep.id == 2), Some(2));
+        }
+        assert_eq!(b.pick_by(&e, &cx(), |_| false), None);
+    }
+
+    #[test]
     fn unhealthy_endpoints_are_skipped_by_every_balancer() {
         use std::sync::atomic::Ordering::Relaxed;
         let e: Vec<Arc<EndpointState>> = (0..3)
@@ -399,6 +490,7 @@ mod tests {
             Balance::LeastConn,
             Balance::P2cEwma,
             Balance::Hash,
+            Balance::Random,
         ] {
             let b = Balancer::new(balance, &HashKey::ClientIp, &e, Arc::default());
             e[1].healthy.store(false, Relaxed);

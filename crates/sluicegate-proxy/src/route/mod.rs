@@ -1,6 +1,8 @@
 //! Which route a request takes: the request target split up, the path
-//! normalised, and the router's match on host, method, path and headers.
+//! normalised, and the router's match on host, method, path, headers,
+//! query parameters and cookies.
 
 pub(crate) mod path;
 pub(crate) mod router;
 pub(crate) mod target;
+pub(crate) mod values;

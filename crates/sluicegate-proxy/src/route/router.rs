@@ -3,9 +3,11 @@
 //! Exact paths come from a hash map, prefixes are looked up once per `/`
 //! boundary of the path (longest first), regexes are tried in file order,
 //! and routes without a path condition come last. Within one path key,
-//! routes are tried in file order and the first whose host, method and
-//! header conditions hold wins. Cost is O(path segments), whatever the
-//! number of routes, except for regex routes.
+//! routes are tried in file order and the first whose host, method,
+//! header, query and cookie conditions hold wins. Cost is O(path
+//! segments), whatever the number of routes, except for regex routes.
+//! Header regexes are compiled here, once per snapshot; the conditions
+//! are checked in place, without allocating.
 
 use std::hash::BuildHasher;
 
@@ -13,17 +15,39 @@ use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
 use regex::Regex;
-use sluicegate_config::{HostMatch, Match, PathMatch};
+use sluicegate_config::{HostMatch, Match, PathMatch, ValueMatch, ValueRegex};
 
-/// A header name (lower case) and the value it must have.
-type HeaderCond = (Box<[u8]>, Box<[u8]>);
+use crate::route::values;
+
+/// What a header's value must be.
+#[derive(Debug)]
+enum Value {
+    Exact(Box<[u8]>),
+    /// The whole value must match; no lock, no allocation.
+    Regex(ValueRegex),
+}
+
+impl Value {
+    fn holds(&self, v: &[u8]) -> bool {
+        match self {
+            Value::Exact(e) => v == &**e,
+            Value::Regex(re) => re.is_match(v),
+        }
+    }
+}
+
+/// A name and the value it must have.
+type Pair = (Box<[u8]>, Box<[u8]>);
 
 /// Conditions besides the path.
 #[derive(Debug)]
 struct Cond {
     host: Option<HostMatch>,
     methods: Vec<Box<[u8]>>,
-    headers: Vec<HeaderCond>,
+    /// Header names in lower case.
+    headers: Vec<(Box<[u8]>, Value)>,
+    query: Vec<Pair>,
+    cookies: Vec<Pair>,
 }
 
 impl Cond {
@@ -46,7 +70,21 @@ impl Cond {
         }
         self.headers
             .iter()
-            .all(|(name, value)| (req.header)(name).is_some_and(|v| v == &**value))
+            .all(|(name, value)| (req.header)(name).is_some_and(|v| value.holds(v)))
+            && self
+                .query
+                .iter()
+                .all(|(name, want)| values::query_param_is(req.query, name, want))
+            && self.cookies.iter().all(|(name, want)| {
+                // The first Cookie field that holds the cookie decides.
+                let mut holds = false;
+                (req.header_values)(b"cookie", &mut |field| {
+                    values::cookie(field, name)
+                        .map(|v| holds = v == &**want)
+                        .is_some()
+                });
+                holds
+            })
     }
 }
 
@@ -57,9 +95,17 @@ pub struct RouteRequest<'a> {
     pub method: &'a [u8],
     /// Path without query.
     pub path: &'a [u8],
+    /// The query without its `?`, as received.
+    pub query: &'a [u8],
     /// Looks up a request header by lower-case name.
     pub header: &'a dyn Fn(&[u8]) -> Option<&'a [u8]>,
+    /// Calls the visitor with each field's value of a request header
+    /// (lower-case name), in order, until it returns `true`.
+    pub header_values: &'a dyn Fn(&[u8], Visit<'_>),
 }
+
+/// A visitor of header values: `true` stops the walk.
+pub type Visit<'v> = &'v mut dyn FnMut(&[u8]) -> bool;
 
 /// A matched route: its index in the snapshot's route list and, for a
 /// prefix match, the prefix length (for `strip_prefix`).
@@ -169,8 +215,9 @@ pub struct Router {
 }
 
 impl Router {
-    /// Builds the router from route matchers in file order. Regexes were
-    /// validated by the config loader; one that fails here is an error.
+    /// Builds the router from route matchers in file order. Regexes
+    /// (paths and header values) were validated by the config loader; one
+    /// that fails here is an error.
     pub fn new<'a>(matchers: impl IntoIterator<Item = &'a Match>) -> Result<Router, String> {
         let mut r = Router::default();
         for (i, m) in matchers.into_iter().enumerate() {
@@ -180,10 +227,22 @@ impl Router {
                 headers: m
                     .headers
                     .iter()
-                    .map(|(n, v)| (n.as_bytes().into(), v.as_bytes().into()))
-                    .collect(),
+                    .map(|(n, v)| {
+                        let v = match v {
+                            ValueMatch::Exact(e) => Value::Exact(e.as_bytes().into()),
+                            ValueMatch::Regex(re) => Value::Regex(ValueRegex::new(re)?),
+                        };
+                        Ok((n.as_bytes().into(), v))
+                    })
+                    .collect::<Result<_, String>>()?,
+                query: pairs(&m.query),
+                cookies: pairs(&m.cookies),
             };
-            let plain = cond.host.is_none() && cond.methods.is_empty() && cond.headers.is_empty();
+            let plain = cond.host.is_none()
+                && cond.methods.is_empty()
+                && cond.headers.is_empty()
+                && cond.query.is_empty()
+                && cond.cookies.is_empty();
             r.conds.push(cond);
             let route = u32::try_from(i)
                 .ok()
@@ -271,6 +330,12 @@ impl Router {
     }
 }
 
+fn pairs(p: &[(String, String)]) -> Vec<Pair> {
+    p.iter()
+        .map(|(n, v)| (n.as_bytes().into(), v.as_bytes().into()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,6 +346,8 @@ mod tests {
             path,
             methods: vec![],
             headers: vec![],
+            query: vec![],
+            cookies: vec![],
         }
     }
 
@@ -300,11 +367,20 @@ mod tests {
                 .find(|(k, _)| k.as_bytes() == n)
                 .map(|(_, v)| v.as_bytes())
         };
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let each = |n: &[u8], f: &mut dyn FnMut(&[u8]) -> bool| {
+            let _ = hdrs
+                .iter()
+                .filter(|(k, _)| k.as_bytes() == n)
+                .any(|(_, v)| f(v.as_bytes()));
+        };
         r.find(&RouteRequest {
             host: host.map(str::as_bytes),
             method: method.as_bytes(),
             path: path.as_bytes(),
+            query: query.as_bytes(),
             header: &lookup,
+            header_values: &each,
         })
         .map(|x| (x.index, x.prefix_len))
     }
@@ -370,7 +446,7 @@ mod tests {
         let mut a = m(PathMatch::Prefix("/api".into()));
         a.host = Some(HostMatch::Suffix(".example.com".into()));
         a.methods = vec!["GET".into(), "POST".into()];
-        a.headers = vec![("x-env".into(), "canary".into())];
+        a.headers = vec![("x-env".into(), ValueMatch::Exact("canary".into()))];
         let b = m(PathMatch::Prefix("/api".into()));
         let r = Router::new(&[a, b]).unwrap();
         let canary = [("x-env", "canary")];
@@ -391,5 +467,39 @@ mod tests {
             Some((1, 4))
         );
         assert_eq!(find_with(&r, None, "GET", "/other", &[]), None);
+    }
+
+    #[test]
+    fn header_regex_query_and_cookies() {
+        let mut re = m(PathMatch::Prefix("/".into()));
+        re.headers = vec![("x-v".into(), ValueMatch::Regex("v[0-9]+".into()))];
+        let mut q = m(PathMatch::Prefix("/".into()));
+        q.query = vec![("ver".into(), "2 b".into()), ("x".into(), "1".into())];
+        let mut c = m(PathMatch::Prefix("/".into()));
+        c.cookies = vec![("beta".into(), "yes".into())];
+        let rest = m(PathMatch::Prefix("/".into()));
+        let r = Router::new(&[re, q, c, rest]).unwrap();
+        let at =
+            |path: &str, hdrs: &[(&str, &str)]| find_with(&r, None, "GET", path, hdrs).map(|x| x.0);
+        // Anchored: the whole value must match.
+        assert_eq!(at("/", &[("x-v", "v12")]), Some(0));
+        assert_eq!(at("/", &[("x-v", "v12x")]), Some(3));
+        assert_eq!(at("/", &[("x-v", "av1")]), Some(3));
+        // Every parameter, decoded, first occurrence.
+        assert_eq!(at("/a?x=1&ver=2+b", &[]), Some(1));
+        assert_eq!(at("/a?x=%31&ver=2%20b", &[]), Some(1));
+        assert_eq!(at("/a?ver=2+b", &[]), Some(3));
+        assert_eq!(at("/a?x=1&ver=3&ver=2+b", &[]), Some(3));
+        // Any Cookie field; the first holding the cookie decides.
+        assert_eq!(at("/", &[("cookie", "a=1; beta=yes")]), Some(2));
+        assert_eq!(
+            at("/", &[("cookie", "a=1"), ("cookie", "beta=yes")]),
+            Some(2)
+        );
+        assert_eq!(
+            at("/", &[("cookie", "beta=no"), ("cookie", "beta=yes")]),
+            Some(3)
+        );
+        assert_eq!(at("/", &[("cookie", "beta=yess")]), Some(3));
     }
 }

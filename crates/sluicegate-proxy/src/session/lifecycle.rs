@@ -105,6 +105,13 @@ pub(super) async fn exchange(
             .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
             .map(|h| &raw[h.value.clone()])
     };
+    let each_value = |name: &[u8], visit: &mut dyn FnMut(&[u8]) -> bool| {
+        let _ = req
+            .headers
+            .iter()
+            .filter(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
+            .any(|h| visit(&raw[h.value.clone()]));
+    };
     // Routed, filtered and forwarded: the normal form of the path.
     let norm = match crate::route::path::normalize(&raw[target.path.clone()]) {
         Ok(n) => n,
@@ -119,7 +126,9 @@ pub(super) async fn exchange(
         host,
         method,
         path: norm.as_deref().unwrap_or(&raw[target.path.clone()]),
+        query: raw[target.query.clone()].get(1..).unwrap_or_default(),
         header: &lookup,
+        header_values: &each_value,
     });
     // The access log's request line; not built when nothing logs it.
     let logging = snap.access_log.is_some();
