@@ -21,7 +21,7 @@ enum Target {
 }
 
 /// The two graphs of a crate, nodes named by their paths under `src/`
-/// (files: `upstream/pool.rs`; folders: `upstream`, and `lib.rs` for the
+/// (files: `worker/pool.rs`; folders: `worker`, and `lib.rs` for the
 /// root file itself).
 pub struct Graph {
     /// Each file edge with the first name seen behind it.
