@@ -26,6 +26,9 @@ pub enum LimitKey {
     ClientIp,
     /// All requests on the route share one set of counters.
     Route,
+    /// `param:NAME`: each value of the route's path parameter NAME (its
+    /// index in the template here) has its own counters.
+    Param(usize),
 }
 
 /// How a route authenticates the calling app.
@@ -138,6 +141,8 @@ pub enum PathMatch {
     Prefix(String),
     /// Anchored or not as the user wrote it; already known to compile.
     Regex(String),
+    /// A `path` with `{name}` segments.
+    Template(crate::PathTemplate),
 }
 
 #[derive(Debug, Clone, PartialEq)]

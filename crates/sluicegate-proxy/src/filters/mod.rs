@@ -28,6 +28,7 @@ use crate::apps::{AppRef, AppTable};
 use crate::proto::fields::Fields;
 use crate::proto::head::RequestHead;
 use crate::proto::response::ErrorKind;
+use crate::route::template::Params;
 use crate::transport::tls::identity::ClientIdentity;
 
 /// What filters change about the request and its response, reused across
@@ -149,6 +150,9 @@ pub struct ReqCx<'a> {
     pub query: Range<usize>,
     /// Length of the route's matched path prefix (0 for other matches).
     pub prefix_len: usize,
+    /// The parameters of a template route, spans of `path` (meaningless
+    /// for other routes).
+    pub params: &'a Params,
     /// Index of the route's service; `None` for `respond` routes.
     pub service: Option<u32>,
     pub edits: &'a mut Edits,

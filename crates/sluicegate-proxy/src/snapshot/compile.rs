@@ -204,6 +204,8 @@ fn compile_routes(
                 (Some(c @ RouteCounters::ClientIp(_)), LimitKey::ClientIp) => c.clone(),
                 (_, LimitKey::Route) => RouteCounters::Route(Arc::default()),
                 (_, LimitKey::ClientIp) => RouteCounters::ClientIp(Arc::default()),
+                (old, LimitKey::Param(index)) => param_counters(old, &r.matcher, index)
+                    .ok_or_else(|| format!("route {}: limit.per names no parameter", r.name))?,
             };
             live_route_limits.insert(r.name.clone(), counters.clone());
             let plan = PlanRt::new(&Plan {
@@ -342,4 +344,23 @@ fn compile_routes(
             .as_ref()
             .map(|t| crate::observe::trace::Sampler::new(t.ratio)),
     })
+}
+
+/// A route limit's counters per value of parameter `index` of the route's
+/// template: the table of the route's last snapshot when it counted by
+/// the parameter of the same name, else a new one.
+fn param_counters(
+    old: Option<&RouteCounters>,
+    m: &sluicegate_config::Match,
+    index: usize,
+) -> Option<RouteCounters> {
+    let sluicegate_config::PathMatch::Template(t) = &m.path else {
+        return None;
+    };
+    let name: Arc<str> = t.params().nth(index)?.into();
+    let table = match old {
+        Some(RouteCounters::Param { table, name: n, .. }) if *n == name => table.clone(),
+        _ => Arc::default(),
+    };
+    Some(RouteCounters::Param { table, index, name })
 }

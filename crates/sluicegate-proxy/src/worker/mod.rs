@@ -141,6 +141,8 @@ pub struct Bufs {
     pub(crate) upgraded: Option<Box<Upgraded>>,
     /// The current request's id, and its span when sampled.
     pub ids: Ids,
+    /// The path parameters of the current request's template route.
+    pub params: crate::route::template::Params,
 }
 
 impl Worker {
@@ -195,6 +197,7 @@ impl Worker {
                 edits: Edits::default(),
                 upgraded: None,
                 ids: Ids::default(),
+                params: Default::default(),
             })
         })
     }
