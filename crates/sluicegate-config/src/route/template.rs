@@ -234,7 +234,7 @@ fn param(inner: &str) -> Result<(TemplateSegment, &str), String> {
 
 /// The `${name}` references in `text`, as (byte range of the whole
 /// reference, name). `$$` is a literal `$` and starts no reference.
-pub(crate) fn references(text: &str) -> Vec<(std::ops::Range<usize>, &str)> {
+pub fn references(text: &str) -> Vec<(std::ops::Range<usize>, &str)> {
     let b = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;

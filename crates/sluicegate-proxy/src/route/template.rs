@@ -387,6 +387,51 @@ impl Templates {
     }
 }
 
+/// A text (a rewrite's replacement, a header value) whose `${name}`
+/// references to a template's parameters are resolved at load: the text
+/// before each reference, and the parameter's index; then the rest.
+#[derive(Debug)]
+pub struct Expand {
+    parts: Box<[(Box<[u8]>, usize)]>,
+    tail: Box<[u8]>,
+}
+
+impl Expand {
+    /// `text` cut at its references for which `param` gives an index
+    /// (other references stay in the text); `None` when it has none.
+    pub fn new(text: &str, param: impl Fn(&str) -> Option<usize>) -> Option<Expand> {
+        let mut parts = Vec::new();
+        let mut from = 0;
+        for (at, name) in sluicegate_config::template_references(text) {
+            if let Some(i) = param(name) {
+                parts.push((text.as_bytes()[from..at.start].into(), i));
+                from = at.end;
+            }
+        }
+        (!parts.is_empty()).then(|| Expand {
+            parts: parts.into(),
+            tail: text.as_bytes()[from..].into(),
+        })
+    }
+
+    /// Appends the text to `out`, each reference replaced by its
+    /// parameter's bytes in `path` (the path the router saw) and each
+    /// piece of text between them given to `text` to append.
+    pub fn write(
+        &self,
+        params: &Params,
+        path: &[u8],
+        out: &mut Vec<u8>,
+        mut text: impl FnMut(&[u8], &mut Vec<u8>),
+    ) {
+        for (before, i) in self.parts.iter() {
+            text(before, out);
+            out.extend_from_slice(params.get(path, *i).unwrap_or_default());
+        }
+        text(&self.tail, out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,5 +485,20 @@ mod tests {
         assert!(check("v[0-9]+", "v12"));
         assert!(check("a b", "a%20b"), "the regex sees the decoded text");
         assert!(!check("v[0-9]+", "v12x"));
+    }
+
+    #[test]
+    fn expands_parameters_only() {
+        let param = |n: &str| ["id", "rest"].iter().position(|p| *p == n);
+        assert!(Expand::new("/v2/$1/${x}", param).is_none());
+        let e = Expand::new("/v2/${id}/$1/${x}/${rest}", param).unwrap();
+        let path = b"/u/42/a/b";
+        let mut p = Params::default();
+        p.set(0, 3..5);
+        p.set(1, 6..9);
+        p.len = 2;
+        let mut out = Vec::new();
+        e.write(&p, path, &mut out, |t, o| o.extend_from_slice(t));
+        assert_eq!(out, b"/v2/42/$1/${x}/a/b");
     }
 }

@@ -22,6 +22,7 @@ use crate::filters::{
 use crate::observe::accesslog::Sink;
 use crate::observe::metrics::RouteMetrics;
 use crate::route::router::Router;
+use crate::route::template::Expand;
 use crate::transport::listener::ListenerRt;
 use crate::transport::tls::client::UpstreamTlsRt;
 
@@ -248,10 +249,18 @@ fn compile_routes(
             filters.push(Box::new(PlanLimit));
         }
         // Last, so a policy can also drop what an earlier filter left.
-        let request = HeaderOpsRt::new(&r.request_headers);
+        let template = match &r.matcher.path {
+            sluicegate_config::PathMatch::Template(t) => Some(t),
+            _ => None,
+        };
+        let (request, templated) = request_ops(&r.request_headers, template);
         let response = HeaderOpsRt::new(&r.response_headers).map(Arc::new);
-        if request.is_some() || response.is_some() {
-            filters.push(Box::new(HeaderPolicy { request, response }));
+        if request.is_some() || response.is_some() || !templated.is_empty() {
+            filters.push(Box::new(HeaderPolicy {
+                request,
+                response,
+                templated,
+            }));
         }
         if let Some(rw) = &r.rewrite {
             let regex = regex::bytes::Regex::new(&rw.regex)
@@ -263,10 +272,25 @@ fn compile_routes(
                     ..
                 }
             );
+            // A name that is a capture group of the regex means the group.
+            let params = template.and_then(|t| {
+                Expand::new(&rw.replacement, |name| {
+                    let group = match name.parse::<usize>() {
+                        Ok(i) => i < regex.captures_len(),
+                        Err(_) => regex.capture_names().flatten().any(|g| g == name),
+                    };
+                    if group {
+                        None
+                    } else {
+                        t.param_index(name)
+                    }
+                })
+            });
             filters.push(Box::new(PathRewrite {
                 regex,
                 replacement: rw.replacement.as_bytes().to_vec(),
                 strip,
+                params,
             }));
         }
         routes.push(RouteRt {
@@ -363,4 +387,41 @@ fn param_counters(
         _ => Arc::default(),
     };
     Some(RouteCounters::Param { table, index, name })
+}
+
+/// A route's `request_headers` compiled; on a template route, the `set`
+/// and `add` values that name its parameters apart (a `set` one's name
+/// still dropped from the request), to be written per request.
+fn request_ops(
+    ops: &sluicegate_config::HeaderOps,
+    template: Option<&sluicegate_config::PathTemplate>,
+) -> (Option<HeaderOpsRt>, Box<[(Box<[u8]>, Expand)]>) {
+    let Some(t) = template else {
+        return (HeaderOpsRt::new(ops), Box::default());
+    };
+    let mut plain = ops.clone();
+    let mut templated = Vec::new();
+    let mut split = |list: &mut Vec<(String, String)>, set: bool| {
+        list.retain(
+            |(name, value)| match Expand::new(value, |n| t.param_index(n)) {
+                None => true,
+                Some(e) => {
+                    templated.push((name.as_bytes().into(), e));
+                    if set {
+                        plain.remove.push(name.to_ascii_lowercase());
+                    }
+                    false
+                }
+            },
+        )
+    };
+    let (mut set, mut add) = (
+        std::mem::take(&mut plain.set),
+        std::mem::take(&mut plain.add),
+    );
+    split(&mut set, true);
+    split(&mut add, false);
+    plain.set = set;
+    plain.add = add;
+    (HeaderOpsRt::new(&plain), templated.into())
 }
