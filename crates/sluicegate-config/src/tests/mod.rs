@@ -7,6 +7,7 @@ mod fault;
 mod hostile;
 mod resilience;
 mod source;
+mod template;
 mod tls;
 mod trace;
 
