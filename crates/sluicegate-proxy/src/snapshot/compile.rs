@@ -425,3 +425,37 @@ fn request_ops(
     plain.add = add;
     (HeaderOpsRt::new(&plain), templated.into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(path: &str, per: &str) -> Config {
+        sluicegate_config::parse(&format!(
+            "listen: [\"127.0.0.1:9\"]\nroutes:\n  - name: b\n    match: {{ path: \"{path}\" }}\n    limit: {{ rate: 1/h, per: \"{per}\" }}\n    respond: {{}}\n"
+        ))
+        .unwrap()
+    }
+
+    fn table(reg: &Registry) -> (Arc<crate::apps::limit::ParamLimits>, usize) {
+        match reg.route_limits.get("b") {
+            Some(RouteCounters::Param { table, index, .. }) => (table.clone(), *index),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A reload keeps a parameter's counters while the route counts by a
+    /// parameter of the same name, wherever it moved in the template.
+    #[test]
+    fn parameter_counters_survive_reloads_by_name() {
+        let mut reg = Registry::default();
+        compile(&config("/b/{id}", "param:id"), &mut reg).unwrap();
+        let (first, _) = table(&reg);
+        compile(&config("/x/{v:int}/{id}", "param:id"), &mut reg).unwrap();
+        let (kept, index) = table(&reg);
+        assert!(Arc::ptr_eq(&first, &kept));
+        assert_eq!(index, 1);
+        compile(&config("/x/{v:int}/{id}", "param:v"), &mut reg).unwrap();
+        assert!(!Arc::ptr_eq(&first, &table(&reg).0));
+    }
+}
