@@ -42,7 +42,20 @@ PACKAGES = {
 ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-global",
                "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
                "sluicegate-tls", "haproxy-tls", "nginx-tls",
-               "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100")
+               "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
+               "sluicegate-template")
+# sluicegate-template (run only when named) is the sluicegate target with its
+# route's `path_prefix: /` replaced by TEMPLATE, a 20-parameter path template
+# of mixed types. When it runs, every target's load requests TEMPLATE_PATH,
+# a 20-segment path it matches (the upstream answers it with the /test.html
+# body), instead of /test.html: `--pair sluicegate,sluicegate-template` is
+# then the same request through a prefix route and through the template.
+TEMPLATE = ("/{p1}/{p2:int}/{p3:alpha}/{p4:uuid}/{p5:hex}/{p6:uint}/{p7:alnum}/{p8}"
+            "/{p9:int}/{p10:alpha}/{p11:regex(v[0-9]+)}/{p12}/{p13:hex}/{p14:uint}"
+            "/{p15:alnum}/{p16}/{p17:int}/{p18:alpha}/{p19:uuid}/{p20}")
+TEMPLATE_PATH = ("/bench/42/alpha/123e4567-e89b-12d3-a456-426614174000/beef/7/abc123/x"
+                 "/-5/beta/v2/y/cafe/99/z9/w/100/gamma/00000000-0000-0000-0000-000000000000"
+                 "/test.html")
 # sluicegate-global (run only when named) is sluicegate-auth with the plan
 # `scope: global`, its leases taken from a redis-server the harness starts on
 # the load generator's CPU.
@@ -54,7 +67,8 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
 TRACE_TARGETS = {"sluicegate-trace0": 0.0, "sluicegate-trace1": 0.01,
                  "sluicegate-trace100": 1.0}
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
-                        if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global")
+                        if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global",
+                                     "sluicegate-template")
                         and t not in TRACE_TARGETS)
 # The targets terminating TLS: the TLS scenarios run these and only these,
 # the plain scenarios never do. The peers' TLS configs are the shared
@@ -196,7 +210,8 @@ def haproxy_maxconn(cfg_path):
 
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
-                    tls=None, protocol=None, admin_port=None, redis_port=None, trace=None):
+                    tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
+                    template=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -208,7 +223,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     admin listener (the admin API, no token) on that loopback port. With
     `redis_port` (and `auth`), the plan is `scope: global`, counted in that
     Redis. With `trace` ((ratio, OTLP port)), `tracing` samples that share
-    of requests and exports their spans to that port."""
+    of requests and exports their spans to that port. With `template`, the
+    route matches TEMPLATE instead of every path."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -231,7 +247,9 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         + (f"    protocol: {protocol}\n" if protocol else "")
         + "routes:\n"
         "  - name: all\n"
-        "    match: { path_prefix: / }\n"
+        + (f'    match: {{ path: "{TEMPLATE}" }}\n' if template
+           else "    match: { path_prefix: / }\n")
+        + 
         "    service: upstream\n"
     )
     if not auth:
@@ -368,6 +386,8 @@ class Launcher:
         self.upstreams = {}
         self._tls = None
         self._grpc_request = None
+        # Every target's load requests TEMPLATE_PATH (sluicegate-template runs).
+        self.template_path = False
 
     def tls_files(self):
         """The run's certificate and key, made on first use in a temp dir
@@ -518,7 +538,7 @@ class Launcher:
             raise HarnessError(f"{name} cannot run in front of the {upstream} upstream "
                                f"(only {', '.join(UPSTREAM_TARGETS[upstream])} can)")
         port = free_port()
-        path = "/test.html"
+        path = TEMPLATE_PATH if self.template_path else "/test.html"
         tls = self.tls_files() if name in TLS_TARGETS else None
         if name == "sluicegate-tls":
             self.check_sluicegate_tls()
@@ -552,7 +572,7 @@ class Launcher:
                 extra["admin_port"] = free_port()
             Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls,
                                                  protocol, extra.get("admin_port"), redis_port,
-                                                 trace))
+                                                 trace, name == "sluicegate-template"))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]

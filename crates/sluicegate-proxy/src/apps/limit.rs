@@ -337,6 +337,8 @@ const SHARDS: usize = 64;
 /// A shard with more clients than this forgets its idle ones.
 const SWEEP_AT: usize = 4096;
 
+type KeyMap<K> = HashMap<K, Arc<LimitState>, RandomState>;
+
 /// Counters per key for a route's `limit`, shared by the workers: per
 /// client IP address ([`ClientLimits`]) or per value of a path parameter
 /// ([`ParamLimits`]). Keys whose counters are back to rest are forgotten
@@ -344,7 +346,7 @@ const SWEEP_AT: usize = 4096;
 /// keyed (random per table) because clients choose their keys.
 #[derive(Debug)]
 pub struct KeyedLimits<K> {
-    shards: Box<[Mutex<HashMap<K, Arc<LimitState>, RandomState>>]>,
+    shards: Box<[Mutex<KeyMap<K>>]>,
     pick: RandomState,
 }
 

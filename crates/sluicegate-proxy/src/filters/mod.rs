@@ -13,7 +13,7 @@ mod policy;
 
 pub use auth::{AppKeyAuth, JwtAuth, MtlsAuth, MtlsIndex};
 pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
-pub use policy::{CorsPolicy, HeaderPolicy, IpFilter, PathRewrite};
+pub use policy::{CorsPolicy, HeaderPolicy, IpFilter, PathRewrite, Templated};
 
 use std::fmt::Debug;
 use std::future::Future;

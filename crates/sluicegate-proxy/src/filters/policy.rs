@@ -8,6 +8,9 @@ use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
 use crate::route::template::Expand;
 
+/// Header fields whose values name path parameters: names and values.
+pub type Templated = Box<[(Box<[u8]>, Expand)]>;
+
 /// `request_headers` and `response_headers` of a route.
 #[derive(Debug)]
 pub struct HeaderPolicy {
@@ -16,7 +19,7 @@ pub struct HeaderPolicy {
     /// On a template route, request fields whose values name its path
     /// parameters (`${name}`): written per request, after the others
     /// (their names are in `request`'s drops when they are `set`).
-    pub templated: Box<[(Box<[u8]>, Expand)]>,
+    pub templated: Templated,
 }
 
 impl Filter for HeaderPolicy {

@@ -395,7 +395,7 @@ fn param_counters(
 fn request_ops(
     ops: &sluicegate_config::HeaderOps,
     template: Option<&sluicegate_config::PathTemplate>,
-) -> (Option<HeaderOpsRt>, Box<[(Box<[u8]>, Expand)]>) {
+) -> (Option<HeaderOpsRt>, crate::filters::Templated) {
     let Some(t) = template else {
         return (HeaderOpsRt::new(ops), Box::default());
     };
