@@ -8,7 +8,7 @@ use std::net::Ipv6Addr;
 
 use crate::model::{HostMatch, Match, PathMatch, ValueMatch};
 use crate::reader::{self, fields, Cx, Path};
-use crate::route::value_regex::ValueRegex;
+use crate::route::value_regex::{regex_error, ValueRegex};
 use crate::yaml::{quote, Node, Pos};
 
 pub(crate) const MATCH_KEYS: &[&str] = &[
@@ -192,17 +192,6 @@ fn path_regex(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
             None
         }
     }
-}
-
-/// The regex crate's message on one line: syntax errors come with a caret
-/// diagram over several lines, of which the `error: ...` line says what is wrong.
-pub(crate) fn regex_error(e: &regex::Error) -> String {
-    let text = e.to_string();
-    text.lines()
-        .rev()
-        .find_map(|line| line.trim().strip_prefix("error: "))
-        .map(str::to_string)
-        .unwrap_or_else(|| text.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 /// One method or a list of them: letters only, upper-cased, no duplicates.

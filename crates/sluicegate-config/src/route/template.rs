@@ -1,76 +1,14 @@
 //! `match.path` templates: a path with `{name}` and `{name:TYPE}` segments
-//! (and a last `{name:*}` that takes the rest), parsed and checked here;
-//! the router compiles them into its segment trie.
+//! (and a last `{name:*}` that takes the rest), parsed and checked here
+//! into the model's [`PathTemplate`]; the router compiles them into its
+//! segment trie.
 //!
 //! Each parameter is one whole segment: `/users/{id:int}/posts` is valid,
 //! `/users/id{id}` is not. A `regex(...)` type ends at the first `)}`
 //! followed by `/` or by the end of the template, so its regex may hold
 //! `/`, `{`, `}` or `)` elsewhere.
 
-/// Most parameters one template may have (the router captures them in a
-/// fixed array, without allocating).
-pub const MAX_PARAMS: usize = 32;
-
-/// A parsed path template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathTemplate {
-    /// As written.
-    pub text: String,
-    /// The segments after the leading `/`, in order.
-    pub segments: Vec<TemplateSegment>,
-}
-
-/// One segment of a template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TemplateSegment {
-    /// Must equal the request's segment (as normalised).
-    Literal(String),
-    /// `{name}` or `{name:TYPE}`: one non-empty segment of that type.
-    Param { name: String, ty: ParamType },
-    /// `{name:*}`, last: the rest of the path, zero or more segments.
-    Rest { name: String },
-}
-
-/// What a parameter's segment must be, checked on its percent-decoded
-/// bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ParamType {
-    /// Any non-empty segment.
-    Any,
-    /// `-`? ASCII digits, within i64.
-    Int,
-    /// ASCII digits, within u64.
-    Uint,
-    /// 8-4-4-4-12 hex digits, either case.
-    Uuid,
-    /// One or more hex digits.
-    Hex,
-    /// Letters (Unicode, of the UTF-8 text).
-    Alpha,
-    /// Letters and digits (Unicode, of the UTF-8 text).
-    Alnum,
-    /// The regex (as written) matches the whole segment; already known to
-    /// compile into a [`crate::ValueRegex`].
-    Regex(String),
-}
-
-impl PathTemplate {
-    /// The parameters' names, in order: a parameter's index is its place
-    /// here.
-    pub fn params(&self) -> impl Iterator<Item = &str> {
-        self.segments.iter().filter_map(|s| match s {
-            TemplateSegment::Literal(_) => None,
-            TemplateSegment::Param { name, .. } | TemplateSegment::Rest { name } => {
-                Some(name.as_str())
-            }
-        })
-    }
-
-    /// The index of the parameter called `name`.
-    pub fn param_index(&self, name: &str) -> Option<usize> {
-        self.params().position(|p| p == name)
-    }
-}
+use crate::model::{ParamType, PathTemplate, TemplateSegment, MAX_PARAMS};
 
 /// Whether `text` is a template (holds a `{`); other paths stay exact.
 pub(crate) fn is_template(text: &str) -> bool {
@@ -193,7 +131,7 @@ fn param(inner: &str) -> Result<(TemplateSegment, &str), String> {
         if let Err(e) = regex::Regex::new(re) {
             return Err(format!(
                 "invalid regex {re:?} for {{{name}}}: {}",
-                super::matcher::regex_error(&e)
+                super::value_regex::regex_error(&e)
             ));
         }
         if let Err(e) = crate::ValueRegex::new(re) {

@@ -74,6 +74,17 @@ impl ValueRegex {
     }
 }
 
+/// The regex crate's message on one line: syntax errors come with a caret
+/// diagram over several lines, of which the `error: ...` line says what is wrong.
+pub(crate) fn regex_error(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix("error: "))
+        .map(str::to_string)
+        .unwrap_or_else(|| text.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
