@@ -433,10 +433,19 @@ class Launcher:
         return self._grpc_request
 
     def _nginx(self, name, template, values, cpu, access_log=None, http2=False,
-               grpc_reply=False, grpc_pass=False):
+               grpc_reply=False, grpc_pass=False, template_path=False):
         d = self.reg.tmpdir(f"sgbench-{name}-")
         values = dict(values, DIR=d)
         conf = render(self.peers / template, os.path.join(d, "nginx.conf"), values)
+        text = Path(conf).read_text()
+        if template_path and f"location = {TEMPLATE_PATH} " not in text:
+            # A peers dir without the sluicegate-template path: the upstream
+            # answers it as it answers /test.html, with the same body.
+            lines = re.findall(r"^\s*location = /test\.html [^\n]*\n", text, re.M)
+            if len(lines) != 1:
+                raise HarnessError(f"{template}: expected one /test.html location to copy")
+            copy = lines[0].replace("/test.html", TEMPLATE_PATH, 1)
+            Path(conf).write_text(text.replace(lines[0], lines[0] + copy))
         if http2:
             # The template's one listen line, with `http2` after its address:
             # on a plain port that is HTTP/2 with prior knowledge only.
@@ -487,7 +496,8 @@ class Launcher:
         h2c = kind in ("h2c", "grpc")
         proc = self._nginx("upstream" if not h2c else f"upstream-{kind}",
                            "nginx-upstream.conf", {"LISTEN": f"127.0.0.1:{port}"},
-                           self.load_cpu, http2=h2c, grpc_reply=kind == "grpc")
+                           self.load_cpu, http2=h2c, grpc_reply=kind == "grpc",
+                           template_path=self.template_path)
         t = Target("direct" if not h2c else f"direct-{kind}", port, None,
                    {"upstream_proc": proc})
         if h2c:
