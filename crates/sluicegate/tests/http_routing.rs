@@ -339,6 +339,8 @@ routes:
         ("/items/ABC-12", "/catalog//ABC-12", "", ""),
         // As routed: an escaped "?" stays escaped, in the path and the field.
         ("/echo/a%3fb%20c", "/e/a%3Fb%20c", "x-v", "a%3Fb%20c"),
+        // A value is written as it is: its "$1" is no capture group.
+        ("/echo/x$1y", "/e/x$1y", "x-v", "x$1y"),
     ];
     for (path, target, name, value) in forwarded {
         let before = up.requests_seen();

@@ -213,21 +213,14 @@ struct Lit {
 }
 
 /// Every template route of a router.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Templates {
+    /// The root first; none at all without template routes (so a router
+    /// without them tells so from its own length field, nothing loaded).
     nodes: Vec<Node>,
     /// Literal edges; keys come from the config, so a fast non-keyed hash
     /// is safe (a request can only probe the table).
     literals: HashTable<Lit>,
-}
-
-impl Default for Templates {
-    fn default() -> Templates {
-        Templates {
-            nodes: vec![Node::default()],
-            literals: HashTable::new(),
-        }
-    }
 }
 
 fn hash(parent: u32, key: &[u8]) -> u64 {
@@ -235,8 +228,9 @@ fn hash(parent: u32, key: &[u8]) -> u64 {
 }
 
 impl Templates {
+    #[inline]
     pub(super) fn is_empty(&self) -> bool {
-        self.nodes.len() == 1 && self.nodes[0].rest.is_empty()
+        self.nodes.is_empty()
     }
 
     fn new_node(&mut self) -> u32 {
@@ -252,6 +246,9 @@ impl Templates {
 
     /// Adds route `route` (its index) under template `t`.
     pub(super) fn add(&mut self, t: &PathTemplate, route: u32) -> Result<(), String> {
+        if self.nodes.is_empty() {
+            self.nodes.push(Node::default());
+        }
         let mut node = 0u32;
         for seg in &t.segments {
             node = match seg {
@@ -313,7 +310,7 @@ impl Templates {
         params: &mut Params,
         ok: &mut dyn FnMut(u32) -> bool,
     ) -> Option<u32> {
-        if path.first() != Some(&b'/') {
+        if path.first() != Some(&b'/') || self.nodes.is_empty() {
             return None;
         }
         let found = self.walk(0, path, 0, 0, params, ok);
