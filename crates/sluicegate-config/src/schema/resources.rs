@@ -288,7 +288,11 @@ pub(super) fn route() -> S {
                                 r"^(\*\.)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*\.?$",
                             )
                             .into(),
-                            "path" => string("The path must equal this; or, with {name} or {name:TYPE} segments (TYPE: int, uint, uuid, hex, alpha, alnum, regex(...), or * for the rest of the path, last), a template whose parameters ${name} in rewrite.replacement and request_headers, and limit.per: param:NAME, may use.").into(),
+                            "path" => pattern(
+                                "The path must equal this; or, with {name} or {name:TYPE} segments (TYPE: int, uint, uuid, hex, alpha, alnum, regex(...), or * for the rest of the path, last), a template whose parameters ${name} in rewrite.replacement and request_headers, and limit.per: param:NAME, may use.",
+                                PATH_TEMPLATE,
+                            )
+                            .into(),
                             "path_prefix" => pattern("The path must start with this, segment by segment.", PATH).into(),
                             "path_regex" => string("The path must match this regular expression.").into(),
                             "methods" => methods("The request's method must be one of these."),
