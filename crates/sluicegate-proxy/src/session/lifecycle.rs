@@ -279,6 +279,7 @@ pub(super) async fn exchange(
                     strip,
                     started,
                     upgrade,
+                    feed: None,
                 };
                 let outcome = forward::forward(cx, bufs).await.outcome();
                 if outcome.status == 101 {
