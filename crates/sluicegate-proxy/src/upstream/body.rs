@@ -250,6 +250,7 @@ pub(crate) async fn send_fed(
     chunked: bool,
     mut remaining: u64,
     idle: Duration,
+    fed_idle: Duration,
 ) -> Result<u64, BodyError> {
     let framed = chunked && !matches!(up, Stream::H2Up(_));
     let mut sent = 0u64;
@@ -264,7 +265,8 @@ pub(crate) async fn send_fed(
                 .map_err(|_| BodyError::Upstream)?;
             out.clear();
         }
-        match feed.next().await {
+        let next = dl.after(fed_idle).bound(feed.next()).await;
+        match next.map_err(|_| BodyError::Client)? {
             Ok(Some(data)) => {
                 if !chunked {
                     if data.len() as u64 > remaining {

@@ -245,6 +245,7 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
                     chunked,
                     remaining,
                     idle,
+                    snap.timeouts.client_body,
                 );
                 match fed.await {
                     Ok(n) => call.bytes_in += n,

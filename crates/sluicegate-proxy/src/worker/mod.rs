@@ -254,6 +254,8 @@ impl Worker {
             b.out.clear();
             // The rest of the edits is cleared before each use.
             b.edits.guards.clear();
+            // A body copy left by a request cut short ends here.
+            b.mirror = None;
             free.push(b);
         }
     }

@@ -197,13 +197,13 @@ mod tests {
 
     #[test]
     fn a_request_side_dropped_unended_cuts_the_copy() {
-        let (tee, feed) = tee();
-        tee.push(b"ab");
-        drop(tee);
+        let (request, feed) = tee();
+        request.push(b"ab");
+        drop(request);
         assert_eq!(now(feed.next()), Err(Cut::Incomplete));
-        let (tee, feed) = tee();
+        let (request, feed) = tee();
         drop(feed);
-        tee.push(b"ab");
-        assert!(tee.0.queue.borrow().is_empty());
+        request.push(b"ab");
+        assert!(request.0.queue.borrow().is_empty());
     }
 }
