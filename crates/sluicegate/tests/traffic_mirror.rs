@@ -204,7 +204,7 @@ fn refusing_upstream() -> RawUpstream {
         if !read_request_head(&mut s) {
             return;
         }
-        if n.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
+        if n.fetch_add(1, Ordering::Relaxed).is_multiple_of(2) {
             let _ = s.write_all(
                 b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
             );

@@ -242,6 +242,7 @@ pub(crate) async fn send_body(
 /// length, else chunked (as DATA to an HTTP/2 upstream). Each write waits
 /// at most `idle`. A copy cut short is [`BodyError::Client`] (its feed
 /// says why), one longer than its length [`BodyError::TooLarge`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn send_fed(
     dl: &Deadlines,
     up: &Stream,
