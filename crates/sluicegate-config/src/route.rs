@@ -10,6 +10,7 @@ use crate::yaml::{quote, Node, Pos};
 
 pub(crate) mod fault;
 pub(crate) mod matcher;
+pub(crate) mod mirror;
 pub(crate) mod value_regex;
 
 use matcher::{any, match_};
@@ -29,6 +30,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "rewrite",
     "upgrade",
     "fault",
+    "mirror",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -227,6 +229,18 @@ fn route<'n>(
         }
         Some(n) => fault::fault(cx, n, path.key("fault")).map(Some),
     };
+    let mirror = match f.get("mirror") {
+        None => Some(None),
+        Some(n) if f.get("respond").is_some() => {
+            cx.at(
+                n.pos,
+                path.key("mirror"),
+                "only applies to routes with a service",
+            );
+            None
+        }
+        Some(n) => mirror::mirror(cx, n, path.key("mirror"), services).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -240,6 +254,7 @@ fn route<'n>(
         rewrite: rewrite?,
         upgrade: upgrade?,
         fault: fault?,
+        mirror: mirror?,
     })
 }
 

@@ -59,6 +59,19 @@ pub struct Route {
     pub upgrade: Vec<String>,
     /// Aborts and delays injected on a share of the requests.
     pub fault: Option<Fault>,
+    /// A copy of a share of the requests sent to another service.
+    pub mirror: Option<Mirror>,
+}
+
+/// `mirror: { service, percent }`: with probability `percent` / 100, a
+/// copy of the request (body included) also goes to `service`, and its
+/// answer is dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mirror {
+    /// A defined service's name.
+    pub service: String,
+    /// 0 to 100, fractions allowed; 100 by default.
+    pub percent: f64,
 }
 
 /// `fault: { abort, delay }`: either part may be absent.

@@ -387,6 +387,44 @@ pub(super) fn route() -> S {
                     .default(Some(json!(["websocket"])))
                     .into(),
                 "fault" => fault(),
+                "mirror" => mirror(),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A share of a route's requests, 0 to 100, with its default if it has
+/// one. A fraction is written back as text (documents keep only whole
+/// numbers as JSON numbers): either form.
+fn percent(default: Option<Value>) -> S {
+    AnyOfBuilder::new()
+        .description(Some("Share of the requests, 0 to 100 (fractions allowed)."))
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Number)
+                .minimum(Some(0.0))
+                .maximum(Some(100.0)),
+        )
+        .item(pattern(
+            "A percentage as text.",
+            r"^(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)$",
+        ))
+        .default(default)
+        .into()
+}
+
+/// A route's `mirror`: the service that gets a copy of a share of its
+/// requests.
+fn mirror() -> S {
+    object(
+        "A copy of a share of the requests (body included) to another service, its answer dropped (only with service).",
+        route::mirror::MIRROR_KEYS,
+        &["service"],
+        |k| {
+            Some(match k {
+                "service" => name("The service that gets the copies."),
+                "percent" => percent(Some(json!(100))),
                 _ => return None,
             })
         },
@@ -395,25 +433,6 @@ pub(super) fn route() -> S {
 
 /// A route's `fault`: aborts and delays on a share of its requests.
 fn fault() -> S {
-    // A fraction is written back as text (documents keep only whole
-    // numbers as JSON numbers): either form.
-    fn percent() -> S {
-        any_of(
-            "Share of the requests, 0 to 100 (fractions allowed).",
-            vec![
-                ObjectBuilder::new()
-                    .schema_type(Type::Number)
-                    .minimum(Some(0.0))
-                    .maximum(Some(100.0))
-                    .into(),
-                pattern(
-                    "A percentage as text.",
-                    r"^(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)$",
-                )
-                .into(),
-            ],
-        )
-    }
     object(
         "Aborts and delays injected on a share of the requests (only with service).",
         route::fault::FAULT_KEYS,
@@ -426,7 +445,7 @@ fn fault() -> S {
                     &["percent", "status"],
                     |k| {
                         Some(match k {
-                            "percent" => percent(),
+                            "percent" => percent(None),
                             "status" => int("The answer's status.", 200, Some(599)).into(),
                             _ => return None,
                         })
@@ -438,7 +457,7 @@ fn fault() -> S {
                     &["percent", "duration"],
                     |k| {
                         Some(match k {
-                            "percent" => percent(),
+                            "percent" => percent(None),
                             "duration" => dur("How long the request waits.", None),
                             _ => return None,
                         })

@@ -8,6 +8,7 @@ use crate::apps::AppSlot;
 use sluicegate_config::GRPC_STATUS_NAMES;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Upper bounds of the latency buckets, in microseconds.
 pub const BUCKETS_US: [u64; 14] = [
@@ -179,6 +180,105 @@ pub struct RouteMetrics {
     /// gRPC calls by the status they ended with (codes 0 to 16); index 17:
     /// calls that ended without one (cut, or a non-gRPC answer).
     pub grpc: [AtomicU64; 18],
+    /// The route's `mirror` copies: kept with the route's other counters,
+    /// so a reload keeps them too.
+    pub mirror: MirrorMetrics,
+}
+
+/// Why a mirror copy was given up before it ended (see [`MirrorMetrics`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandoned {
+    /// The copy's body fell further behind the request's than its buffer
+    /// holds.
+    Behind,
+    /// The route had its most copies in flight already.
+    InFlightLimit,
+    /// The request's own body did not arrive whole (the client went away,
+    /// or an early answer cut it).
+    Incomplete,
+    /// A request the mirror does not copy (a gRPC call whose body streams).
+    Unsupported,
+}
+
+impl Abandoned {
+    const ALL: [Abandoned; 4] = [
+        Abandoned::Behind,
+        Abandoned::InFlightLimit,
+        Abandoned::Incomplete,
+        Abandoned::Unsupported,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Abandoned::Behind => "behind",
+            Abandoned::InFlightLimit => "in_flight_limit",
+            Abandoned::Incomplete => "incomplete",
+            Abandoned::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// Why a mirror copy got no whole answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirrorFailure {
+    /// No connection to any endpoint (or none healthy, or none free).
+    Connect,
+    /// No answer, or no end of its body, in time.
+    Timeout,
+    /// Anything else: a reset, a malformed answer.
+    Other,
+}
+
+impl MirrorFailure {
+    const ALL: [MirrorFailure; 3] = [
+        MirrorFailure::Connect,
+        MirrorFailure::Timeout,
+        MirrorFailure::Other,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            MirrorFailure::Connect => "connect",
+            MirrorFailure::Timeout => "timeout",
+            MirrorFailure::Other => "other",
+        }
+    }
+}
+
+/// A route's mirror counters: copies answered by status class, failed and
+/// abandoned by why, and the copies in flight now (which bounds them).
+#[derive(Debug, Default)]
+pub struct MirrorMetrics {
+    /// The mirror service the route names now (for the label); none once
+    /// a reload took the route's `mirror` away.
+    pub service: std::sync::Mutex<Option<Arc<str>>>,
+    /// Copies answered, by class (1xx to 5xx).
+    pub answered: [AtomicU64; 5],
+    pub failed: [AtomicU64; 3],
+    pub abandoned: [AtomicU64; 4],
+    pub in_flight: AtomicUsize,
+}
+
+impl MirrorMetrics {
+    /// A copy was answered with `status` (its body read to its end).
+    pub fn answered(&self, status: u16) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.answered[class].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn failed(&self, why: MirrorFailure) {
+        self.failed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn abandoned(&self, why: Abandoned) {
+        self.abandoned[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The copies answered, failed and abandoned so far.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        let sum = |a: &[AtomicU64]| a.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        (sum(&self.answered), sum(&self.failed), sum(&self.abandoned))
+    }
 }
 
 /// Writes the per-app families, skipping apps with no requests.
@@ -226,6 +326,7 @@ impl RouteMetrics {
             fault_aborts: AtomicU64::new(0),
             fault_delays: AtomicU64::new(0),
             grpc: Default::default(),
+            mirror: MirrorMetrics::default(),
         }
     }
 
@@ -344,6 +445,7 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
             let _ = writeln!(out, "{name}{{route=\"{}\"}} {}", label(&r.name), get(r));
         }
     }
+    render_mirrors(out, routes.clone());
     out.push_str(
         "# HELP sluicegate_grpc_requests_total gRPC calls by route and the gRPC status they ended with (none: cut, or no gRPC answer).\n",
     );
@@ -369,6 +471,57 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         let l = format!("route=\"{}\"", label(&r.name));
         r.latency
             .render(out, "sluicegate_request_duration_seconds", &l);
+    }
+}
+
+/// Writes the mirror families, for the routes that mirror now.
+fn render_mirrors<'a>(out: &mut String, routes: impl Iterator<Item = &'a RouteMetrics> + Clone) {
+    let mirrored = routes.filter_map(|r| {
+        let service = r.mirror.service.lock().ok()?.clone()?;
+        Some((label(&r.name), label(&service), &r.mirror))
+    });
+    let mirrored: Vec<_> = mirrored.collect();
+    out.push_str("# HELP sluicegate_mirror_requests_total Mirror copies answered, by route, mirror service and status class.\n");
+    out.push_str("# TYPE sluicegate_mirror_requests_total counter\n");
+    for (route, service, m) in &mirrored {
+        for (i, c) in m.answered.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "sluicegate_mirror_requests_total{{route=\"{route}\",service=\"{service}\",class=\"{}xx\"}} {}",
+                i + 1,
+                c.load(Ordering::Relaxed)
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_mirror_failures_total Mirror copies without a whole answer, by route and reason.\n");
+    out.push_str("# TYPE sluicegate_mirror_failures_total counter\n");
+    for (route, _, m) in &mirrored {
+        for why in MirrorFailure::ALL {
+            let n = m.failed[why as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "sluicegate_mirror_failures_total{{route=\"{route}\",reason=\"{}\"}} {n}",
+                why.name()
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_mirror_abandoned_total Mirror copies given up (never the request itself), by route and reason.\n");
+    out.push_str("# TYPE sluicegate_mirror_abandoned_total counter\n");
+    for (route, _, m) in &mirrored {
+        for why in Abandoned::ALL {
+            let n = m.abandoned[why as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "sluicegate_mirror_abandoned_total{{route=\"{route}\",reason=\"{}\"}} {n}",
+                why.name()
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_mirror_in_flight Mirror copies in flight now, by route.\n");
+    out.push_str("# TYPE sluicegate_mirror_in_flight gauge\n");
+    for (route, _, m) in &mirrored {
+        let n = m.in_flight.load(Ordering::Relaxed);
+        let _ = writeln!(out, "sluicegate_mirror_in_flight{{route=\"{route}\"}} {n}");
     }
 }
 

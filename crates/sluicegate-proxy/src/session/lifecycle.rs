@@ -13,7 +13,9 @@
 //!    ([`super::filtering`]).
 //! 4. **Action**: the route's fixed answer, or forwarding upstream
 //!    ([`crate::upstream::forward`]), which picks the endpoint, retries,
-//!    and streams both bodies.
+//!    and streams both bodies; on a route with a `mirror`, a sampled
+//!    request's copy is started first ([`crate::upstream::mirror`]), and
+//!    its body teed as it is relayed.
 //! 5. **Response**: what the request filters left for the answer (header
 //!    ops, CORS and rate-limit fields in [`crate::filters::Edits`]) is
 //!    applied as its head is written, upstream's or the gateway's own.
@@ -51,9 +53,11 @@ use crate::route::target::Target;
 use crate::snapshot::{ActionRt, RouteRt, ServiceRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
+use crate::upstream::mirror;
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Bufs;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// What the request loop does after a request.
 pub(super) enum Next {
@@ -80,7 +84,7 @@ struct Req<'a> {
 /// Runs one request whose head is in `bufs`, from routing to the log.
 pub(super) async fn exchange(
     link: Link<'_>,
-    snap: &Snapshot,
+    snap: &Arc<Snapshot>,
     bufs: &mut Bufs,
     started: Instant,
 ) -> Next {
@@ -249,6 +253,7 @@ pub(super) async fn exchange(
                 strip_prefix,
                 upgrade,
                 fault,
+                mirror,
             } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let service = snap.service(*service);
@@ -268,6 +273,10 @@ pub(super) async fn exchange(
                     }
                 }
                 let down = link.downstream();
+                if let Some(m) = mirror {
+                    let metrics = &route.metrics;
+                    mirror::start(&down, snap, m, metrics, client, &target, strip, bufs);
+                }
                 let cx = forward::Request {
                     worker: down.worker,
                     down: Some(&down),
@@ -279,8 +288,14 @@ pub(super) async fn exchange(
                     strip,
                     started,
                     upgrade,
+                    feed: None,
                 };
                 let outcome = forward::forward(cx, bufs).await.outcome();
+                if mirror.is_some() {
+                    // The copy's body ends with the request's (cut, if
+                    // it did not arrive whole).
+                    bufs.mirror = None;
+                }
                 if outcome.status == 101 {
                     if let Some(t) = bufs.upgraded.take() {
                         // An open tunnel: its own task runs it, then

@@ -177,6 +177,19 @@ fn compile_routes(
                     .fault
                     .as_ref()
                     .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
+                mirror: match &r.mirror {
+                    None => None,
+                    Some(m) => {
+                        let index = services
+                            .get(m.service.as_str())
+                            .map(|s| s.index)
+                            .ok_or_else(|| {
+                                format!("route {}: mirror: unknown service {}", r.name, m.service)
+                            })?;
+                        let rt = crate::filters::mirror::MirrorRt::new(m, index);
+                        Some(Box::new(rt))
+                    }
+                },
             },
             Action::Respond {
                 status,
@@ -291,6 +304,13 @@ fn compile_routes(
     reg.budgets = live_budgets;
     reg.routes = live_routes;
     reg.route_limits = live_route_limits;
+    // The mirror service each route's copies are counted under now.
+    for (r, rt) in config.routes.iter().zip(&routes) {
+        let service = r.mirror.as_ref().map(|m| Arc::from(m.service.as_str()));
+        if let Ok(mut label) = rt.metrics.mirror.service.lock() {
+            *label = service;
+        }
+    }
     reg.route_order = route_order;
     reg.endpoint_order = endpoint_order;
     reg.service_cfg = config

@@ -73,6 +73,9 @@ pub enum ActionRt {
         /// Aborts and delays injected on a share of the requests; `None`
         /// (nothing to draw) for most routes.
         fault: Option<Box<crate::filters::fault::FaultRt>>,
+        /// The service that gets copies of a share of the requests; `None`
+        /// (nothing to draw) for most routes.
+        mirror: Option<Box<crate::filters::mirror::MirrorRt>>,
     },
     /// A fixed response: its status and header fields (without framing or
     /// connection fields), kept as HTTP/1.1 text too, and its body.

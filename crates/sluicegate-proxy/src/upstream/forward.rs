@@ -31,7 +31,7 @@ use crate::transport::stream::Stream;
 use crate::upstream::attempt::{
     connect_failed, head_came, pool_back, send_continue, take_pooled, time_left, Attempts, Call,
 };
-use crate::upstream::body::{linger, relay_body, send_body, BodyError, Fault};
+use crate::upstream::body::{linger, relay_body, send_body, send_fed, BodyError, Fault};
 use crate::upstream::failure::{AttemptError, Error};
 use crate::upstream::head::{
     early_response, read_response_head, write_response_head, Forwarded, HeadError,
@@ -68,6 +68,9 @@ pub struct Request<'a, 's> {
     pub started: Instant,
     /// Protocols the route lets a client upgrade to.
     pub upgrade: &'s [Box<str>],
+    /// For a mirror's copy (made by the gateway) whose body streams: where
+    /// its body comes from ([`send_fed`]).
+    pub feed: Option<&'a crate::worker::tee::Feed>,
 }
 
 /// How forwarding a request ended.
@@ -226,10 +229,28 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
             {
                 break 'attempt unsent(plan, &up, reused && at.again == 0);
             }
-            if down.is_none() && !plan.replayable {
-                // Only a client's body streams: one made in the gateway is
-                // at hand.
-                break 'attempt AttemptError::Downstream;
+            if let (None, false) = (down, plan.replayable) {
+                // A body made in the gateway is at hand, but a mirror's
+                // copy, which streams from its feed.
+                let Some(feed) = cx.feed else {
+                    break 'attempt AttemptError::Downstream;
+                };
+                let idle = service.timeouts.response_body;
+                let (chunked, remaining) = (plan.chunked, plan.remaining);
+                let fed = send_fed(
+                    &worker.deadlines,
+                    &up,
+                    &mut bufs.out,
+                    feed,
+                    chunked,
+                    remaining,
+                    idle,
+                    snap.timeouts.client_body,
+                );
+                match fed.await {
+                    Ok(n) => call.bytes_in += n,
+                    Err(e) => break 'attempt AttemptError::from(e),
+                }
             }
             if let (false, true, Some(down)) = (plan.replayable, bufs.grpc, down) {
                 // A gRPC call whose request streams: both ways at once.
@@ -254,11 +275,17 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
                 // Stream the body while watching the upstream: one that
                 // answers early (say 413) gets its answer relayed at once,
                 // and the rest of the body is not sent.
-                let Bufs { inb, out, upb, .. } = &mut *bufs;
+                let Bufs {
+                    inb,
+                    out,
+                    upb,
+                    mirror,
+                    ..
+                } = &mut *bufs;
                 let sent = tokio::select! {
                     r = send_body(
                         &worker.deadlines, down.client, &up, inb, out, call.body, plan.remaining,
-                        snap.limits.max_body_bytes, snap.timeouts.client_body,
+                        snap.limits.max_body_bytes, snap.timeouts.client_body, mirror.as_ref(),
                     ) => r,
                     early = early_response(&up, upb) => {
                         if early {
