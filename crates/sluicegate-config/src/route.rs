@@ -8,6 +8,7 @@ use crate::model::{Action, Auth, HeaderOps, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
+pub(crate) mod fallback;
 pub(crate) mod fault;
 pub(crate) mod matcher;
 pub(crate) mod value_regex;
@@ -29,6 +30,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "rewrite",
     "upgrade",
     "fault",
+    "fallback",
+    "fallback_on",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -227,6 +230,7 @@ fn route<'n>(
         }
         Some(n) => fault::fault(cx, n, path.key("fault")).map(Some),
     };
+    let fallback = fallback::route_fallback(cx, &f, path, services);
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -240,6 +244,7 @@ fn route<'n>(
         rewrite: rewrite?,
         upgrade: upgrade?,
         fault: fault?,
+        fallback: fallback?,
     })
 }
 
@@ -288,10 +293,29 @@ const FRAMING_HEADERS: &[&str] = &["content-length", "transfer-encoding"];
 
 fn respond_action(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Action> {
     let f = fields(cx, node, path, "respond", RESPOND_KEYS)?;
+    let (status, body, headers) = fixed_answer(cx, &f, path, 100)?;
+    Some(Action::Respond {
+        status,
+        body,
+        headers,
+    })
+}
+
+/// A fixed answer's `status` (from `min_status` to 599, 200 when absent),
+/// `body` and `headers`, read from the mapping `f` (a `respond`, or a
+/// fallback's).
+pub(crate) type FixedAnswer = (u16, String, Vec<(String, String)>);
+
+pub(crate) fn fixed_answer(
+    cx: &mut Cx,
+    f: &reader::Fields<'_>,
+    path: Path<'_>,
+    min_status: u64,
+) -> Option<FixedAnswer> {
     let mut ok = true;
     let mut status = 200u16;
     if let Some(n) = f.get("status") {
-        match reader::int_in(cx, n, path.key("status"), 100, 599) {
+        match reader::int_in(cx, n, path.key("status"), min_status, 599) {
             Some(s) => status = u16::try_from(s).unwrap_or(200),
             None => ok = false,
         }
@@ -336,11 +360,7 @@ fn respond_action(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Action> {
             ok = false;
         }
     }
-    ok.then_some(Action::Respond {
-        status,
-        body,
-        headers,
-    })
+    ok.then_some((status, body, headers))
 }
 
 /// Decodes `rewrite: { regex, replacement }`.

@@ -3,6 +3,7 @@
 mod apps;
 mod cluster;
 mod errors;
+mod fallback;
 mod fault;
 mod hostile;
 mod resilience;
@@ -192,6 +193,7 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                fallback: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -217,6 +219,7 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                fallback: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -241,6 +244,7 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                fallback: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -265,6 +269,7 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                fallback: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],
