@@ -177,6 +177,13 @@ fn compile_routes(
                     .fault
                     .as_ref()
                     .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
+                fallback: match &r.fallback {
+                    None => None,
+                    Some(f) => Some(Box::new(
+                        super::fallback::FallbackRt::new(f, |n| services.get(n).map(|s| s.index))
+                            .map_err(|e| format!("route {}: {e}", r.name))?,
+                    )),
+                },
             },
             Action::Respond {
                 status,
