@@ -103,7 +103,7 @@ fn answer(
             Some(FallbackAnswer::Service(name.to_string()))
         }
         (None, Some(_)) => {
-            let (status, body, headers) = super::fixed_answer(cx, &f, path, 200)?;
+            let (status, body, headers) = super::fixed::fixed_answer(cx, &f, path, 200)?;
             Some(FallbackAnswer::Respond {
                 status,
                 body,

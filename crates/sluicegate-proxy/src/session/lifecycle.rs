@@ -277,6 +277,7 @@ pub(super) async fn exchange(
                     Some(f) => HandBack {
                         failures: true,
                         statuses: f.statuses,
+                        whole_only: matches!(f.answer, FallbackAnswerRt::Service(_)),
                     },
                     None => HandBack::NONE,
                 };
@@ -536,7 +537,7 @@ async fn fall_back<'s>(
                 upgrade: &[],
                 hand_back: HandBack {
                     failures: true,
-                    statuses: 0,
+                    ..HandBack::NONE
                 },
             };
             match forward::forward(cx, bufs).await {

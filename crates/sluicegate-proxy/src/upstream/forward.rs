@@ -331,7 +331,10 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
         return Ended::Head(at, up, sent_at);
     };
     let (head_at, upstream_us) = head_came(service, at.ep, sent_at);
-    if bufs.res.status >= 500 && cx.hand_back.takes(bufs.res.status) {
+    if bufs.res.status >= 500
+        && cx.hand_back.takes(bufs.res.status)
+        && (!cx.hand_back.whole_only || (call.plan.replayable && !call.body_cut))
+    {
         return Ended::Unanswered(status_back(&call, at, up, upstream_us, bufs));
     }
     if bufs.res.status == 101 {

@@ -24,12 +24,16 @@ pub struct HandBack {
     /// Upstream statuses handed back instead of relayed: bit `s - 500`
     /// for status `s` (500 to 599).
     pub statuses: u128,
+    /// Statuses are handed back only for a request still whole (a
+    /// fallback that sends it again); otherwise they are relayed.
+    pub whole_only: bool,
 }
 
 impl HandBack {
     pub const NONE: HandBack = HandBack {
         failures: false,
         statuses: 0,
+        whole_only: false,
     };
 
     /// Whether an upstream answer of `status` is handed back.
@@ -145,12 +149,13 @@ mod tests {
         let all = HandBack {
             failures: true,
             statuses: (1u128 << 100) - 1,
+            whole_only: false,
         };
         assert!(all.takes(500) && all.takes(503) && all.takes(599));
         assert!(!all.takes(499) && !all.takes(200) && !all.takes(600));
         let one = HandBack {
-            failures: false,
             statuses: 1 << 3,
+            ..HandBack::NONE
         };
         assert!(one.takes(503) && !one.takes(502) && !one.takes(504));
         assert!(!HandBack::NONE.takes(500));
