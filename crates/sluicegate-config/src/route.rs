@@ -8,7 +8,9 @@ use crate::model::{Action, Auth, HeaderOps, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
+pub(crate) mod fallback;
 pub(crate) mod fault;
+mod fixed;
 pub(crate) mod matcher;
 pub(crate) mod mirror;
 pub(crate) mod value_regex;
@@ -31,6 +33,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "upgrade",
     "fault",
     "mirror",
+    "fallback",
+    "fallback_on",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -241,6 +245,7 @@ fn route<'n>(
         }
         Some(n) => mirror::mirror(cx, n, path.key("mirror"), services).map(Some),
     };
+    let fallback = fallback::route_fallback(cx, &f, path, services);
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -255,6 +260,7 @@ fn route<'n>(
         upgrade: upgrade?,
         fault: fault?,
         mirror: mirror?,
+        fallback: fallback?,
     })
 }
 
@@ -298,60 +304,10 @@ fn upgrade(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<String>> {
     ok.then_some(out)
 }
 
-/// Headers the gateway sets itself on a `respond` answer.
-const FRAMING_HEADERS: &[&str] = &["content-length", "transfer-encoding"];
-
 fn respond_action(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Action> {
     let f = fields(cx, node, path, "respond", RESPOND_KEYS)?;
-    let mut ok = true;
-    let mut status = 200u16;
-    if let Some(n) = f.get("status") {
-        match reader::int_in(cx, n, path.key("status"), 100, 599) {
-            Some(s) => status = u16::try_from(s).unwrap_or(200),
-            None => ok = false,
-        }
-    }
-    let mut body = String::new();
-    if let Some(n) = f.get("body") {
-        match reader::string(cx, n, path.key("body")) {
-            Some(b) => body = b.to_string(),
-            None => ok = false,
-        }
-        if !body.is_empty() && (status < 200 || status == 204 || status == 304) {
-            cx.at(
-                n.pos,
-                path.key("body"),
-                format_args!("a {status} response cannot have a body"),
-            );
-            ok = false;
-        }
-    }
-    let mut headers = Vec::new();
-    if let Some(n) = f.get("headers") {
-        let p = path.key("headers");
-        let expected = "a mapping of header names to values, e.g. { content-type: text/plain }";
-        if let Some(entries) = reader::free_map(cx, n, p, expected) {
-            let mut seen: HashMap<String, Pos> = HashMap::with_capacity(entries.len());
-            for (key, name, value) in entries {
-                if FRAMING_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-                    cx.at(
-                        key.pos,
-                        p,
-                        format_args!("{} is set by the gateway, remove it", quote(name)),
-                    );
-                    ok = false;
-                    continue;
-                }
-                match reader::header(cx, key, name, value, p, &mut seen) {
-                    Some((name, value)) => headers.push((name.to_string(), value.to_string())),
-                    None => ok = false,
-                }
-            }
-        } else {
-            ok = false;
-        }
-    }
-    ok.then_some(Action::Respond {
+    let (status, body, headers) = fixed::fixed_answer(cx, &f, path, 100)?;
+    Some(Action::Respond {
         status,
         body,
         headers,

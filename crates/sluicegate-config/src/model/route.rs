@@ -61,6 +61,9 @@ pub struct Route {
     pub fault: Option<Fault>,
     /// A copy of a share of the requests sent to another service.
     pub mirror: Option<Mirror>,
+    /// What answers when the route's service cannot (`fallback` and
+    /// `fallback_on`).
+    pub fallback: Option<Fallback>,
 }
 
 /// `mirror: { service, percent }`: with probability `percent` / 100, a
@@ -72,6 +75,39 @@ pub struct Mirror {
     pub service: String,
     /// 0 to 100, fractions allowed; 100 by default.
     pub percent: f64,
+}
+
+/// `fallback`: the answer when the route's service cannot give one, and
+/// the upstream statuses (`fallback_on`) replaced by it too.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fallback {
+    pub answer: FallbackAnswer,
+    /// Upstream statuses (500 to 599) replaced by the fallback; empty:
+    /// every upstream answer is relayed.
+    pub on: Vec<FallbackOn>,
+}
+
+/// What a fallback answers with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FallbackAnswer {
+    /// A fixed answer, as a `respond` route's (status 200 to 599).
+    Respond {
+        status: u16,
+        body: String,
+        /// Header names as written; values as written.
+        headers: Vec<(String, String)>,
+    },
+    /// The request goes to this other service, once.
+    Service(String),
+}
+
+/// One entry of `fallback_on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallbackOn {
+    /// `5xx`: any status from 500 to 599.
+    ServerError,
+    /// One status from 500 to 599.
+    Status(u16),
 }
 
 /// `fault: { abort, delay }`: either part may be absent.

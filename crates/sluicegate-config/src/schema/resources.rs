@@ -388,6 +388,30 @@ pub(super) fn route() -> S {
                     .into(),
                 "fault" => fault(),
                 "mirror" => mirror(),
+                "fallback" => object(
+                    "What answers when the service cannot (no endpoint up, circuit open, connects or retries used up, no response head in time, an invalid one): a fixed answer (status, body, headers) or another service, exactly one; answers carry Sluicegate-Fallback: 1 (only with service).",
+                    route::fallback::FALLBACK_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "status" => with_default(int("The fixed answer's status.", 200, Some(599)), json!(200)),
+                            "body" => scalar("The fixed answer's body (none for 204, 304)."),
+                            "headers" => header_map("The fixed answer's headers (not Content-Length nor Transfer-Encoding)."),
+                            "service" => name("Send the request to this other service instead, once."),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "fallback_on" => list(
+                    "Upstream statuses answered by the fallback too (needs fallback): 5xx, or single statuses from 500 to 599.",
+                    any_of(
+                        "5xx, or a status.",
+                        vec![
+                            pattern("Any status from 500 to 599.", "^5[xX][xX]$").into(),
+                            int("A status.", 500, Some(599)).into(),
+                        ],
+                    ),
+                ),
                 _ => return None,
             })
         },

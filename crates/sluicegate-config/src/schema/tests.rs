@@ -88,6 +88,10 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
         props(&route["fault"]["properties"]["delay"]),
         sorted(route::fault::DELAY_KEYS)
     );
+    assert_eq!(
+        props(&route["fallback"]),
+        sorted(route::fallback::FALLBACK_KEYS)
+    );
     let app = &all["App"]["properties"];
     assert_eq!(props(&app["jwt"]), sorted(jwt::APP_JWT_KEYS));
     assert_eq!(props(&app["mtls"]), sorted(tls::MTLS_KEYS));

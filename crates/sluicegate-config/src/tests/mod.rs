@@ -3,6 +3,7 @@
 mod apps;
 mod cluster;
 mod errors;
+mod fallback;
 mod fault;
 mod hostile;
 mod mirror;
@@ -194,6 +195,7 @@ fn full_example_parses_to_the_expected_model() {
                 rewrite: None,
                 fault: None,
                 mirror: None,
+                fallback: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -220,6 +222,7 @@ fn full_example_parses_to_the_expected_model() {
                 rewrite: None,
                 fault: None,
                 mirror: None,
+                fallback: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -245,6 +248,7 @@ fn full_example_parses_to_the_expected_model() {
                 rewrite: None,
                 fault: None,
                 mirror: None,
+                fallback: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -270,6 +274,7 @@ fn full_example_parses_to_the_expected_model() {
                 rewrite: None,
                 fault: None,
                 mirror: None,
+                fallback: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],

@@ -163,6 +163,20 @@ impl StatusCounts {
     }
 }
 
+/// Why a route's fallback answered: the `cause` label of
+/// `sluicegate_fallbacks_total`, in the order of
+/// [`RouteMetrics::fallbacks`].
+pub const FALLBACK_CAUSES: [&str; 8] = [
+    "no_endpoint",
+    "breaker_open",
+    "busy",
+    "connect_failed",
+    "retries_exhausted",
+    "timeout",
+    "upstream_failed",
+    "upstream_5xx",
+];
+
 /// Per-route counters: responses by status and total latency.
 #[derive(Debug)]
 pub struct RouteMetrics {
@@ -177,6 +191,11 @@ pub struct RouteMetrics {
     /// Requests the route's `fault` aborted, and delayed.
     pub fault_aborts: AtomicU64,
     pub fault_delays: AtomicU64,
+    /// Requests the route's `fallback` answered, by cause (the order of
+    /// [`FALLBACK_CAUSES`]); and those whose fallback service could not
+    /// take them (their body had gone upstream), answered the error.
+    pub fallbacks: [AtomicU64; FALLBACK_CAUSES.len()],
+    pub fallbacks_unsent: AtomicU64,
     /// gRPC calls by the status they ended with (codes 0 to 16); index 17:
     /// calls that ended without one (cut, or a non-gRPC answer).
     pub grpc: [AtomicU64; 18],
@@ -325,6 +344,8 @@ impl RouteMetrics {
             unauthorized: AtomicU64::new(0),
             fault_aborts: AtomicU64::new(0),
             fault_delays: AtomicU64::new(0),
+            fallbacks: Default::default(),
+            fallbacks_unsent: AtomicU64::new(0),
             grpc: Default::default(),
             mirror: MirrorMetrics::default(),
         }
@@ -446,6 +467,34 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         }
     }
     render_mirrors(out, routes.clone());
+    out.push_str(
+        "# HELP sluicegate_fallbacks_total Requests the route's fallback answered, by route and why its service could not.\n# TYPE sluicegate_fallbacks_total counter\n",
+    );
+    for r in routes.clone() {
+        for (cause, c) in FALLBACK_CAUSES.iter().zip(&r.fallbacks) {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(
+                    out,
+                    "sluicegate_fallbacks_total{{route=\"{}\",cause=\"{cause}\"}} {n}",
+                    label(&r.name)
+                );
+            }
+        }
+    }
+    out.push_str(
+        "# HELP sluicegate_fallbacks_unsent_total Requests answered the error because their body had gone (partly) upstream, so that the fallback service could not take them, by route.\n# TYPE sluicegate_fallbacks_unsent_total counter\n",
+    );
+    for r in routes.clone() {
+        let n = r.fallbacks_unsent.load(Ordering::Relaxed);
+        if n > 0 {
+            let _ = writeln!(
+                out,
+                "sluicegate_fallbacks_unsent_total{{route=\"{}\"}} {n}",
+                label(&r.name)
+            );
+        }
+    }
     out.push_str(
         "# HELP sluicegate_grpc_requests_total gRPC calls by route and the gRPC status they ended with (none: cut, or no gRPC answer).\n",
     );

@@ -107,6 +107,7 @@ pub(super) async fn relay_and_record(
         request_id: &log.request_id,
         trace_id: None,
         fault: None,
+        fallback: None,
     };
     worker.append_log(sink, &entry);
 }

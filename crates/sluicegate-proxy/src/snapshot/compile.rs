@@ -190,6 +190,13 @@ fn compile_routes(
                         Some(Box::new(rt))
                     }
                 },
+                fallback: match &r.fallback {
+                    None => None,
+                    Some(f) => Some(Box::new(
+                        super::fallback::FallbackRt::new(f, |n| services.get(n).map(|s| s.index))
+                            .map_err(|e| format!("route {}: {e}", r.name))?,
+                    )),
+                },
             },
             Action::Respond {
                 status,

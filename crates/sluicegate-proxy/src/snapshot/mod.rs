@@ -18,6 +18,7 @@
 pub mod carry;
 mod compile;
 mod discovered;
+pub mod fallback;
 pub mod live;
 mod members;
 mod shared;
@@ -76,6 +77,8 @@ pub enum ActionRt {
         /// The service that gets copies of a share of the requests; `None`
         /// (nothing to draw) for most routes.
         mirror: Option<Box<crate::filters::mirror::MirrorRt>>,
+        /// What answers when the service cannot; `None` for most routes.
+        fallback: Option<Box<fallback::FallbackRt>>,
     },
     /// A fixed response: its status and header fields (without framing or
     /// connection fields), kept as HTTP/1.1 text too, and its body.

@@ -296,6 +296,7 @@ async fn send_parts<'w, 's>(
             Body::Fed(f) => Some(f),
             Body::Whole(_) => None,
         },
+        hand_back: crate::upstream::handback::HandBack::NONE,
     };
     let sending = forward::forward(cx, bufs);
     let ended = match opts.head_within {
@@ -311,7 +312,9 @@ async fn send_parts<'w, 's>(
         Ended::Head(at, up, sent_at) => (at, up, sent_at),
         Ended::Failed(e) => return Err(e),
         // Only a client's call whose body streams ends with the client.
-        Ended::Done(_) => return Err(Error::Attempt(AttemptError::Downstream)),
+        Ended::Done(_) | Ended::Unanswered(_) => {
+            return Err(Error::Attempt(AttemptError::Downstream))
+        }
     };
     let (index, ep, permit) = at.answered();
     let (head_at, upstream_us) = head_came(service, ep, sent_at);

@@ -23,6 +23,7 @@ mod duplex;
 pub(crate) mod failure;
 pub(crate) mod forward;
 pub(crate) mod h2pool;
+pub(crate) mod handback;
 pub(crate) mod head;
 pub(crate) mod health;
 #[cfg_attr(not(test), allow(dead_code))]
