@@ -171,6 +171,9 @@ fn weights_hold_within_two_points_over_10000_requests_and_weight_0_takes_none() 
     assert_eq!(ups[2].requests_seen(), 0);
 }
 
+/// The header (name, value) carrying the i-th client's key.
+type KeyOf = fn(usize) -> (String, String);
+
 #[test]
 fn each_key_kind_keeps_a_client_on_one_service_and_pinned_apps_go_to_theirs() {
     let ups = three();
@@ -200,7 +203,7 @@ fn each_key_kind_keeps_a_client_on_one_service_and_pinned_apps_go_to_theirs() {
 "#
         ),
     );
-    let cases: [(&str, fn(usize) -> (String, String)); 3] = [
+    let cases: [(&str, KeyOf); 3] = [
         ("/ip/x", |i| {
             (
                 "X-Forwarded-For".into(),
