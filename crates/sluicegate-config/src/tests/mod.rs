@@ -9,6 +9,7 @@ mod hostile;
 mod mirror;
 mod resilience;
 mod source;
+mod split;
 mod tls;
 mod trace;
 
@@ -185,6 +186,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "web".into(),
                     strip_prefix: true,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -238,6 +240,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "api.v2".into(),
                     strip_prefix: false,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -264,6 +267,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "api.v2".into(),
                     strip_prefix: false,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -342,7 +346,8 @@ fn quickstart_example_is_valid() {
         route.action,
         Action::Proxy {
             service: "api".into(),
-            strip_prefix: true
+            strip_prefix: true,
+            split: None,
         }
     );
 }
