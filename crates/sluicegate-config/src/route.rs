@@ -10,6 +10,7 @@ use crate::yaml::{quote, Node, Pos};
 
 pub(crate) mod fault;
 pub(crate) mod matcher;
+pub(crate) mod rollout;
 pub(crate) mod value_regex;
 
 use matcher::{any, match_};
@@ -29,6 +30,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "rewrite",
     "upgrade",
     "fault",
+    "rollout",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -227,6 +229,10 @@ fn route<'n>(
         }
         Some(n) => fault::fault(cx, n, path.key("fault")).map(Some),
     };
+    let rollout = match f.get("rollout") {
+        None => Some(None),
+        Some(n) => rollout::rollout(cx, n, path.key("rollout"), f.get("split")).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -240,6 +246,7 @@ fn route<'n>(
         rewrite: rewrite?,
         upgrade: upgrade?,
         fault: fault?,
+        rollout: rollout?,
     })
 }
 
