@@ -11,6 +11,7 @@ use crate::yaml::{quote, Node, Pos};
 pub(crate) mod fault;
 pub(crate) mod matcher;
 pub(crate) mod rollout;
+pub(crate) mod split;
 pub(crate) mod value_regex;
 
 use matcher::{any, match_};
@@ -30,6 +31,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "rewrite",
     "upgrade",
     "fault",
+    "split",
+    "split_by",
     "rollout",
 ];
 
@@ -85,8 +88,16 @@ fn route<'n>(
         Some(n) => reader::boolean(cx, n, path.key("strip_prefix")),
     };
 
-    let action = match (f.get("service"), f.get("respond")) {
-        (Some(_), Some(respond)) => {
+    let action = match (f.get("service"), f.get("split"), f.get("respond")) {
+        (None, None, None) => {
+            cx.at(
+                f.pos,
+                path,
+                "missing \"service\" (where to proxy), \"split\" (services by weight) or \"respond\" (what to answer)",
+            );
+            None
+        }
+        (Some(_), None, Some(respond)) => {
             cx.at(
                 respond.pos,
                 path,
@@ -94,24 +105,15 @@ fn route<'n>(
             );
             None
         }
-        (None, None) => {
+        (_, Some(split), Some(_)) | (Some(_), Some(split), None) => {
             cx.at(
-                f.pos,
+                split.pos,
                 path,
-                "missing \"service\" (where to proxy) or \"respond\" (what to answer)",
+                "give one of service, split or respond, not more",
             );
             None
         }
-        (Some(service), None) => {
-            let p = path.key("service");
-            let name = reader::string(cx, service, p);
-            if let Some(name) = name.filter(|n| !services.contains_key(*n)) {
-                cx.at(
-                    service.pos,
-                    p,
-                    format_args!("unknown service {}", quote(name)),
-                );
-            }
+        (service, split, None) => {
             if strip_prefix == Some(true) && !has_prefix {
                 let at = f.get("strip_prefix").map_or(f.pos, |n| n.pos);
                 cx.at(
@@ -120,12 +122,36 @@ fn route<'n>(
                     "needs match.path_prefix (the prefix to strip)",
                 );
             }
-            name.map(|n| Action::Proxy {
-                service: n.to_string(),
-                strip_prefix: strip_prefix.unwrap_or(false),
-            })
+            let split = match split {
+                None => Some(None),
+                Some(n) => route_split(cx, &f, n, path, services).map(Some),
+            };
+            let name = match (service, &split) {
+                (Some(service), _) => {
+                    let p = path.key("service");
+                    let name = reader::string(cx, service, p);
+                    if let Some(name) = name.filter(|n| !services.contains_key(*n)) {
+                        cx.at(
+                            service.pos,
+                            p,
+                            format_args!("unknown service {}", quote(name)),
+                        );
+                    }
+                    name.map(str::to_string)
+                }
+                (None, Some(Some(s))) => Some(s.entries[0].service.clone()),
+                (None, _) => None,
+            };
+            match (name, split) {
+                (Some(service), Some(split)) => Some(Action::Proxy {
+                    service,
+                    strip_prefix: strip_prefix.unwrap_or(false),
+                    split,
+                }),
+                _ => None,
+            }
         }
-        (None, Some(respond)) => {
+        (None, None, Some(respond)) => {
             if strip_prefix == Some(true) {
                 let at = f.get("strip_prefix").map_or(f.pos, |n| n.pos);
                 cx.at(
@@ -137,6 +163,13 @@ fn route<'n>(
             respond_action(cx, respond, path.key("respond"))
         }
     };
+    if let (Some(n), None) = (f.get("split_by"), f.get("split")) {
+        cx.at(
+            n.pos,
+            path.key("split_by"),
+            "only applies to routes with a split",
+        );
+    }
     let auth = match f.get("auth") {
         None => Some(Auth::None),
         Some(n) => {
@@ -248,6 +281,40 @@ fn route<'n>(
         fault: fault?,
         rollout: rollout?,
     })
+}
+
+/// The route's `split` and `split_by`. Pinning apps, or `split_by: app`,
+/// needs the route's auth to name an app.
+fn route_split(
+    cx: &mut Cx,
+    f: &reader::Fields<'_>,
+    node: &Node,
+    path: Path<'_>,
+    services: &HashMap<&str, Pos>,
+) -> Option<crate::model::Split> {
+    let authenticated = f
+        .get("auth")
+        .and_then(Node::as_scalar)
+        .is_some_and(|a| a != "none");
+    let entries = split::split_entries(cx, node, path.key("split"), services);
+    let by = match f.get("split_by") {
+        None => Some(Default::default()),
+        Some(n) => split::split_by(cx, n, path.key("split_by"), authenticated),
+    };
+    let entries = entries?;
+    if !authenticated {
+        if let Some(i) = entries.iter().position(|e| !e.apps.is_empty()) {
+            let p = path.key("split");
+            let p = p.index(i);
+            cx.at(
+                node.pos,
+                p.key("apps"),
+                "pinning apps needs the route's auth (app_key, jwt or mtls) to know the app",
+            );
+            return None;
+        }
+    }
+    Some(crate::model::Split { entries, by: by? })
 }
 
 /// `upgrade: [websocket, ...]`: the protocols a client may switch to

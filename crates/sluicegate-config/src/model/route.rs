@@ -163,9 +163,12 @@ pub enum PathMatch {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     Proxy {
+        /// The service; with `split`, its first entry's.
         service: String,
         /// Remove the matched `path_prefix` before forwarding.
         strip_prefix: bool,
+        /// `split` (with `split_by`), given instead of `service`.
+        split: Option<Split>,
     },
     Respond {
         status: u16,
@@ -173,4 +176,43 @@ pub enum Action {
         /// Header names as written; values as written.
         headers: Vec<(String, String)>,
     },
+}
+
+/// `split: [{ service, weight, apps }]` with `split_by`: the requests of
+/// a route shared among services by weight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    /// At least one; services all different; some weight above zero.
+    pub entries: Vec<SplitEntry>,
+    pub by: SplitBy,
+}
+
+/// One service of a split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitEntry {
+    pub service: String,
+    /// 0 to [`MAX_SPLIT_WEIGHT`]; 0 takes only the pinned apps.
+    pub weight: u32,
+    /// App ids always sent to this entry, whatever the weights.
+    pub apps: Vec<String>,
+}
+
+/// The largest weight of a split entry.
+pub const MAX_SPLIT_WEIGHT: u32 = 1_000_000;
+
+/// What keeps a client on one entry of a split (`split_by`). Without a
+/// key (no app, no such header or cookie), a request is placed at random.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SplitBy {
+    /// Each request drawn on its own.
+    #[default]
+    Random,
+    /// The client address as the gateway trusts it.
+    ClientIp,
+    /// The app the route's auth identified.
+    App,
+    /// The first field of this header (name lower-cased).
+    Header(String),
+    /// The first cookie of this name.
+    Cookie(String),
 }

@@ -387,11 +387,43 @@ pub(super) fn route() -> S {
                     .default(Some(json!(["websocket"])))
                     .into(),
                 "fault" => fault(),
+                "split" => split(),
+                "split_by" => with_default(
+                    pattern(
+                        "What keeps a client on one service of the split: random (each request drawn), client_ip, app, header:NAME or cookie:NAME; a request without the key is drawn at random.",
+                        r"^(random|client_ip|app|header:[!#$%&'*+.^_`|~0-9A-Za-z-]+|cookie:[!#$%&'*+.^_`|~0-9A-Za-z-]+)$",
+                    ),
+                    json!("random"),
+                ),
                 "rollout" => rollout(),
                 _ => return None,
             })
         },
     )
+}
+
+/// A route's `split`: services by weight, instead of `service`.
+fn split() -> S {
+    ArrayBuilder::new()
+        .description(Some(
+            "Services sharing the route's requests by weight (instead of service): at least one entry, each service once, some weight above 0.",
+        ))
+        .min_items(Some(1))
+        .items(object(
+            "One service of the split.",
+            route::split::SPLIT_ENTRY_KEYS,
+            &["service", "weight"],
+            |k| {
+                const MAX: u64 = crate::model::MAX_SPLIT_WEIGHT as u64;
+                Some(match k {
+                    "service" => name("A service."),
+                    "weight" => int("Relative share of requests (0: only pinned apps).", 0, Some(MAX)).into(),
+                    "apps" => list("App ids always sent to this service, whatever the weights.", name("An app id.")),
+                    _ => return None,
+                })
+            },
+        ))
+        .into()
 }
 
 /// A route's `fault`: aborts and delays on a share of its requests.

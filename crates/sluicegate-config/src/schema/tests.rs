@@ -80,6 +80,10 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
     assert_eq!(props(&route["rewrite"]), sorted(route::REWRITE_KEYS));
     assert_eq!(props(&route["fault"]), sorted(route::fault::FAULT_KEYS));
     assert_eq!(
+        props(&route["split"]["items"]),
+        sorted(route::split::SPLIT_ENTRY_KEYS)
+    );
+    assert_eq!(
         props(&route["fault"]["properties"]["abort"]),
         sorted(route::fault::ABORT_KEYS)
     );

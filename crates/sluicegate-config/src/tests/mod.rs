@@ -7,6 +7,7 @@ mod fault;
 mod hostile;
 mod resilience;
 mod source;
+mod split;
 mod tls;
 mod trace;
 
@@ -183,6 +184,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "web".into(),
                     strip_prefix: true,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -232,6 +234,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "api.v2".into(),
                     strip_prefix: false,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -256,6 +259,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "api.v2".into(),
                     strip_prefix: false,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -332,7 +336,8 @@ fn quickstart_example_is_valid() {
         route.action,
         Action::Proxy {
             service: "api".into(),
-            strip_prefix: true
+            strip_prefix: true,
+            split: None,
         }
     );
 }
