@@ -6,6 +6,7 @@ mod errors;
 mod fault;
 mod hostile;
 mod resilience;
+mod rollout;
 mod source;
 mod split;
 mod tls;
@@ -194,6 +195,7 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -219,6 +221,7 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -244,6 +247,7 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -269,6 +273,7 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],
