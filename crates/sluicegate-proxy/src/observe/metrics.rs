@@ -245,6 +245,62 @@ impl RouteMetrics {
     }
 }
 
+/// The counters of one service of a route's `split`: the requests it
+/// answered by status and their latency. Kept in the registry by (route,
+/// service), so a reload (a change of weights) keeps counting.
+#[derive(Debug)]
+pub struct SplitMetrics {
+    pub route: String,
+    pub service: String,
+    pub status: StatusCounts,
+    pub latency: Histogram,
+}
+
+impl SplitMetrics {
+    pub fn new(route: &str, service: &str) -> Self {
+        SplitMetrics {
+            route: route.to_string(),
+            service: service.to_string(),
+            status: StatusCounts::default(),
+            latency: Histogram::default(),
+        }
+    }
+
+    #[inline]
+    pub fn record(&self, status: u16, us: u64) {
+        self.status.record(status);
+        self.latency.observe(us);
+    }
+}
+
+/// Writes the families of split routes, by route and service.
+pub fn render_splits<'a>(out: &mut String, splits: impl Iterator<Item = &'a SplitMetrics> + Clone) {
+    out.push_str("# HELP sluicegate_split_requests_total Requests of split routes, by route, the service of the split that answered and status class.\n");
+    out.push_str("# TYPE sluicegate_split_requests_total counter\n");
+    for m in splits.clone() {
+        for (i, n) in m.status.classes().iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "sluicegate_split_requests_total{{route=\"{}\",service=\"{}\",class=\"{}xx\"}} {n}",
+                label(&m.route),
+                label(&m.service),
+                i + 1,
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_split_request_duration_seconds Time from request head to response end on split routes, by route and the service that answered.\n");
+    out.push_str("# TYPE sluicegate_split_request_duration_seconds histogram\n");
+    for m in splits {
+        let l = format!(
+            "route=\"{}\",service=\"{}\"",
+            label(&m.route),
+            label(&m.service)
+        );
+        m.latency
+            .render(out, "sluicegate_split_request_duration_seconds", &l);
+    }
+}
+
 /// Process-wide counters.
 #[derive(Debug, Default)]
 pub struct GlobalMetrics {

@@ -48,6 +48,7 @@ use crate::proto::head::RequestHead;
 use crate::proto::response::{ErrorKind, Head};
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
+use crate::snapshot::split::{KeySource, SplitEntryRt, SplitRt};
 use crate::snapshot::{ActionRt, RouteRt, ServiceRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Outcome};
@@ -228,6 +229,8 @@ pub(super) async fn exchange(
     // 4. Action (5, the response's own edits, apply as its head is
     // written).
     let mut svc = "";
+    // The split's entry that took the request, on a split route.
+    let mut entry: Option<(usize, &SplitEntryRt)> = None;
     let mut injected = Injected::None;
     let outcome = match refused {
         Some(refuse) => {
@@ -249,9 +252,18 @@ pub(super) async fn exchange(
                 strip_prefix,
                 upgrade,
                 fault,
+                split,
             } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
-                let service = snap.service(*service);
+                let service = match split {
+                    None => snap.service(*service),
+                    Some(split) => {
+                        let i = pick(&rq, split, bufs, client);
+                        let e = &split.entries[i];
+                        entry = Some((i, e));
+                        snap.service(e.service)
+                    }
+                };
                 svc = &service.name;
                 if let Some(fault) = fault {
                     let timed_out;
@@ -289,7 +301,8 @@ pub(super) async fn exchange(
                             let names = (&*route.name, svc);
                             end_span(link, bufs, names, &outcome, since(started));
                         }
-                        let h = hand_off(&rq, t, bufs, found.index, &outcome, started);
+                        let mut h = hand_off(&rq, t, bufs, found.index, &outcome, started);
+                        h.split_entry = entry.map(|(i, _)| i);
                         return Next::Tunnel(h);
                     }
                 }
@@ -305,6 +318,9 @@ pub(super) async fn exchange(
     route
         .metrics
         .record(outcome.status, total_us, outcome.upstream_us);
+    if let Some((_, e)) = entry {
+        e.metrics.record(outcome.status, total_us);
+    }
     if let Some(app) = bufs.edits.app {
         snap.apps.record(app, outcome.status, total_us);
     }
@@ -399,7 +415,20 @@ fn hand_off(
         upstream_us: outcome.upstream_us,
         guards,
         log,
+        split_entry: None,
     })
+}
+
+/// The entry of the route's `split` that takes this request: by the app
+/// the filters identified, the request's key, or the worker's generator.
+fn pick(rq: &Req<'_>, split: &SplitRt, bufs: &Bufs, client: IpAddr) -> usize {
+    let src = KeySource {
+        raw: bufs.inb.filled(),
+        headers: &bufs.req.headers,
+        client,
+        app: bufs.edits.app.map(|a| rq.snap.apps.app_id(a)),
+    };
+    split.pick(&src, &rq.link.worker.rng)
 }
 
 /// Draws the route's fault for this request (its worker's generator) and

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sluicegate_config::{Action, Auth, Config, LimitKey, Plan};
 
+use super::split::SplitRt;
 use super::{ActionRt, Registry, RouteRt, ServiceRt, Snapshot};
 use crate::apps::limit::PlanRt;
 use crate::apps::AppTable;
@@ -20,7 +21,7 @@ use crate::filters::{
     MtlsAuth, MtlsIndex, PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
 };
 use crate::observe::accesslog::Sink;
-use crate::observe::metrics::RouteMetrics;
+use crate::observe::metrics::{RouteMetrics, SplitMetrics};
 use crate::route::router::Router;
 use crate::transport::listener::ListenerRt;
 use crate::transport::tls::client::UpstreamTlsRt;
@@ -152,6 +153,8 @@ fn compile_routes(
     let mut live_route_limits = HashMap::new();
     let mut globals = Vec::new();
     let mut route_order = Vec::new();
+    let mut live_splits = HashMap::new();
+    let mut split_order = Vec::new();
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
     for r in &config.routes {
@@ -166,6 +169,7 @@ fn compile_routes(
             Action::Proxy {
                 service,
                 strip_prefix,
+                split,
             } => ActionRt::Proxy {
                 service: services
                     .get(service.as_str())
@@ -177,6 +181,26 @@ fn compile_routes(
                     .fault
                     .as_ref()
                     .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
+                split: match split {
+                    None => None,
+                    Some(sp) => {
+                        let index = |name: &str| services.get(name).map(|s| s.index);
+                        let metrics = |svc: &str| {
+                            let key = (r.name.clone(), svc.to_string());
+                            let m = reg
+                                .splits
+                                .get(&key)
+                                .cloned()
+                                .unwrap_or_else(|| Arc::new(SplitMetrics::new(&r.name, svc)));
+                            live_splits.insert(key, m.clone());
+                            split_order.push(m.clone());
+                            m
+                        };
+                        let rt = SplitRt::new(sp, index, metrics)
+                            .map_err(|e| format!("route {}: split: {e}", r.name))?;
+                        Some(Box::new(rt))
+                    }
+                },
             },
             Action::Respond {
                 status,
@@ -292,6 +316,8 @@ fn compile_routes(
     reg.routes = live_routes;
     reg.route_limits = live_route_limits;
     reg.route_order = route_order;
+    reg.splits = live_splits;
+    reg.split_order = split_order;
     reg.endpoint_order = endpoint_order;
     reg.service_cfg = config
         .services
