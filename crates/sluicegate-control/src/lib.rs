@@ -15,6 +15,7 @@ mod live;
 mod persist;
 mod publish;
 pub mod reload;
+pub mod rollout;
 mod source;
 mod state;
 pub mod tls;

@@ -3,7 +3,7 @@
 //! document (`openapi.rs`); the helpers the handlers share are in
 //! `common.rs`.
 
-mod common;
+pub(crate) mod common;
 mod config;
 mod openapi;
 mod patch;
@@ -27,6 +27,7 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route("/config/validate", post(config::validate))
         .route("/reloads", get(reloads))
         .merge(resources::routes())
+        .merge(crate::rollout::api::routes())
 }
 
 /// `GET /openapi.json`: the API's OpenAPI 3.1 document.

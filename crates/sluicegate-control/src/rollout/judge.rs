@@ -20,7 +20,7 @@ use utoipa::ToSchema;
 
 /// The latency histogram's upper bounds, in microseconds (the last bucket
 /// counts what is over every bound).
-pub(crate) use sluicegate_proxy::snapshot::live::BUCKETS_US;
+pub(crate) use sluicegate_proxy::live::BUCKETS_US;
 
 /// Cumulative counters of one side (or one split entry) at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -124,8 +124,8 @@ pub(crate) fn judge(rule: &Rollout, canary: &Tally, baseline: &Tally) -> Verdict
         return Verdict::Skipped;
     }
     // The baseline's rate, at least one error per canary window.
-    let base_rate = (baseline.errors as f64 / baseline.requests as f64)
-        .max(1.0 / canary.requests as f64);
+    let base_rate =
+        (baseline.errors as f64 / baseline.requests as f64).max(1.0 / canary.requests as f64);
     let canary_rate = canary.errors as f64 / canary.requests as f64;
     if canary_rate > rule.max_error_ratio * base_rate {
         return Verdict::Rollback;
@@ -164,11 +164,23 @@ mod tests {
 
     #[test]
     fn too_few_requests_on_either_side_skip() {
-        assert_eq!(judge(&rule(), &tally(99, 0, 0), &tally(1000, 0, 0)), Verdict::Skipped);
-        assert_eq!(judge(&rule(), &tally(500, 0, 0), &tally(99, 0, 0)), Verdict::Skipped);
+        assert_eq!(
+            judge(&rule(), &tally(99, 0, 0), &tally(1000, 0, 0)),
+            Verdict::Skipped
+        );
+        assert_eq!(
+            judge(&rule(), &tally(500, 0, 0), &tally(99, 0, 0)),
+            Verdict::Skipped
+        );
         // Even a canary failing every request is not judged on 99.
-        assert_eq!(judge(&rule(), &tally(99, 99, 0), &tally(1000, 0, 0)), Verdict::Skipped);
-        assert_eq!(judge(&rule(), &tally(100, 0, 0), &tally(100, 0, 0)), Verdict::Step);
+        assert_eq!(
+            judge(&rule(), &tally(99, 99, 0), &tally(1000, 0, 0)),
+            Verdict::Skipped
+        );
+        assert_eq!(
+            judge(&rule(), &tally(100, 0, 0), &tally(100, 0, 0)),
+            Verdict::Step
+        );
     }
 
     #[test]
@@ -178,7 +190,10 @@ mod tests {
         assert_eq!(judge(&rule(), &tally(500, 10, 0), &base), Verdict::Step);
         assert_eq!(judge(&rule(), &tally(500, 11, 0), &base), Verdict::Rollback);
         // 5% against a clean baseline rolls back.
-        assert_eq!(judge(&rule(), &tally(100, 5, 0), &tally(1900, 0, 0)), Verdict::Rollback);
+        assert_eq!(
+            judge(&rule(), &tally(100, 5, 0), &tally(1900, 0, 0)),
+            Verdict::Rollback
+        );
     }
 
     #[test]
@@ -190,23 +205,38 @@ mod tests {
         assert_eq!(judge(&rule(), &tally(100, 2, 0), &base), Verdict::Step);
         assert_eq!(judge(&rule(), &tally(100, 3, 0), &base), Verdict::Rollback);
         // Both clean: a step.
-        assert_eq!(judge(&rule(), &tally(100, 0, 0), &tally(100, 0, 0)), Verdict::Step);
+        assert_eq!(
+            judge(&rule(), &tally(100, 0, 0), &tally(100, 0, 0)),
+            Verdict::Step
+        );
     }
 
     #[test]
     fn p99_compares_by_the_ratio() {
         // Same bucket: equal estimates.
-        assert_eq!(judge(&rule(), &tally(200, 0, 3), &tally(200, 0, 3)), Verdict::Step);
+        assert_eq!(
+            judge(&rule(), &tally(200, 0, 3), &tally(200, 0, 3)),
+            Verdict::Step
+        );
         // 2.5-5 ms against under 0.5 ms: rolled back.
-        assert_eq!(judge(&rule(), &tally(200, 0, 3), &tally(200, 0, 0)), Verdict::Rollback);
+        assert_eq!(
+            judge(&rule(), &tally(200, 0, 3), &tally(200, 0, 0)),
+            Verdict::Rollback
+        );
         // The canary faster than the baseline is fine.
-        assert_eq!(judge(&rule(), &tally(200, 0, 0), &tally(200, 0, 5)), Verdict::Step);
+        assert_eq!(
+            judge(&rule(), &tally(200, 0, 0), &tally(200, 0, 5)),
+            Verdict::Step
+        );
         // A looser ratio lets 2x through.
         let loose = Rollout {
             max_p99_ratio: 3.0,
             ..rule()
         };
-        assert_eq!(judge(&loose, &tally(200, 0, 3), &tally(200, 0, 2)), Verdict::Step);
+        assert_eq!(
+            judge(&loose, &tally(200, 0, 3), &tally(200, 0, 2)),
+            Verdict::Step
+        );
     }
 
     #[test]
@@ -232,7 +262,10 @@ mod tests {
         let mut after = tally(250, 4, 0);
         after.buckets[1] = 7;
         let d = after.since(&before).unwrap();
-        assert_eq!((d.requests, d.errors, d.buckets[0], d.buckets[1]), (150, 3, 150, 7));
+        assert_eq!(
+            (d.requests, d.errors, d.buckets[0], d.buckets[1]),
+            (150, 3, 150, 7)
+        );
         // A counter that went back: not a window.
         assert!(before.since(&after).is_none());
         let mut sum = tally(1, 0, 0);
