@@ -382,3 +382,135 @@ fn windows_below_min_requests_never_step() {
         Some(0.0)
     );
 }
+
+/// The canary's weight in a route object as etcd holds it.
+fn canary_weight(route: &Value) -> u64 {
+    let w = &route["split"][1]["weight"];
+    w.as_u64()
+        .or_else(|| w.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("no canary weight in {route}"))
+}
+
+/// Every version of `key` from revision `from` to `to`: (mod revision,
+/// value), oldest first.
+fn history(etcd: &etcd_common::Etcd, key: &str, from: u64, to: u64) -> Vec<(u64, Value)> {
+    let mut out: Vec<(u64, Value)> = Vec::new();
+    for rev in from..=to {
+        let text = etcd.ctl(&["get", key, &format!("--rev={rev}"), "-w", "json"]);
+        let got: Value = serde_json::from_str(&text).unwrap();
+        let Some(kv) = got["kvs"].as_array().and_then(|k| k.first()) else {
+            continue;
+        };
+        let modified = kv["mod_revision"].as_u64().unwrap();
+        if out.last().is_some_and(|(m, _)| *m == modified) {
+            continue;
+        }
+        use base64::Engine;
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(kv["value"].as_str().unwrap())
+            .unwrap();
+        out.push((modified, serde_json::from_slice(&raw).unwrap()));
+    }
+    out
+}
+
+#[test]
+fn two_gateways_on_etcd_the_leader_killed_mid_rollout_the_other_completes_it() {
+    let Some(etcd) = etcd_common::Etcd::start() else {
+        eprintln!("skipped: no etcd binary (Debian etcd-server)");
+        return;
+    };
+    let (a, b) = (
+        TestUpstream::start_with_id("v1"),
+        TestUpstream::start_with_id("v2"),
+    );
+    let key = "/sg/routes/orders";
+    for (name, addr) in [("v1", a.addr()), ("v2", b.addr())] {
+        let service = format!("{{\"endpoints\":[\"{addr}\"]}}");
+        etcd.ctl(&["put", &format!("/sg/services/{name}"), &service]);
+    }
+    let route = r#"{"match":{"path_prefix":"/"},"split":[{"service":"v1","weight":90},{"service":"v2","weight":10}],"rollout":{"step":10,"every":"300ms","max_error_ratio":2,"max_p99_ratio":10,"min_requests":5}}"#;
+    etcd.ctl(&["put", key, route]);
+    let from = etcd.revision();
+    let dir = tempfile::tempdir().unwrap();
+    let mut gws = Vec::new();
+    for _ in 0..2 {
+        let ports = Ports::new();
+        let cache = dir.path().join(format!("cache-{}.json", ports.listen));
+        let text = etcd_common::config(ports, &etcd, &cache)
+            + "    leader_ttl: 2s\nlog: { level: info }\n";
+        gws.push((ports, start(ports, &text)));
+    }
+    // Both serve the route from etcd before the load starts.
+    let has_rollout = |p: Ports| call(p, "GET", "/routes/orders/rollout", &[], "").status == 200;
+    assert!(wait_until(Duration::from_secs(15), || gws
+        .iter()
+        .all(|(p, _)| has_rollout(*p))));
+    let mut loads: Vec<Option<Load>> = gws
+        .iter()
+        .map(|(p, _)| Some(Load::start(p.addr(), 2)))
+        .collect();
+    // One leader, the other not.
+    let leaders = |gws: &[(Ports, sluicegate_testkit::Gateway)]| -> Vec<usize> {
+        (0..gws.len())
+            .filter(|&i| rollout(gws[i].0)["leader"] == true)
+            .collect()
+    };
+    assert!(wait_until(Duration::from_secs(15), || leaders(&gws).len() == 1));
+    let leader = leaders(&gws)[0];
+    let follower = 1 - leader;
+    assert_eq!(
+        metric(gws[leader].0, "sluicegate_rollout_leader"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(gws[follower].0, "sluicegate_rollout_leader"),
+        Some(0.0)
+    );
+    // A state change is the leader's to make.
+    assert_eq!(put(gws[follower].0, "{\"state\": \"paused\"}").status, 409);
+    // Mid-rollout, the leader dies.
+    let current = || -> u64 {
+        let text = etcd.ctl(&["get", key, "--print-value-only"]);
+        canary_weight(&serde_json::from_str(text.trim()).unwrap())
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || current() >= 30),
+        "no steps: {}",
+        gws[leader].1.stderr()
+    );
+    // (Its clients stop first: they would not reconnect.)
+    if let Some(l) = loads[leader].take() {
+        l.finish();
+    }
+    let killed_at = current();
+    assert!(killed_at < 100, "promoted before the kill");
+    gws[leader].1.signal("KILL");
+    // The other takes over and completes it.
+    let survivor = gws[follower].0;
+    assert!(
+        wait_until(Duration::from_secs(30), || current() == 100),
+        "not completed after the leader died at {killed_at}: {}",
+        gws[follower].1.stderr()
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        let v = rollout(survivor);
+        v["leader"] == true && v["state"] == "promoted" && v["weight"] == 100
+    }));
+    assert!(metric(survivor, "sluicegate_rollout_steps_total{route=\"orders\"}").unwrap() >= 1.0);
+    // Every weight written: one step after the other, none skipped or
+    // written twice.
+    let to = etcd.revision();
+    let weights: Vec<u64> = history(&etcd, key, from, to)
+        .iter()
+        .map(|(_, v)| canary_weight(v))
+        .collect();
+    assert_eq!(
+        weights,
+        [10, 20, 30, 40, 50, 60, 70, 80, 90, 100],
+        "killed at {killed_at}"
+    );
+    for l in loads.into_iter().flatten() {
+        l.finish();
+    }
+}
