@@ -5,7 +5,7 @@
 
 pub(crate) mod common;
 mod config;
-mod openapi;
+pub(crate) mod openapi;
 mod patch;
 mod resources;
 mod secrets;

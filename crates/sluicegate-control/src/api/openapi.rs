@@ -22,7 +22,7 @@ use crate::history::{Entry, Issue, Source};
 /// An error answer.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
-struct Error {
+pub(crate) struct Error {
     error: String,
     status: u16,
 }
@@ -30,7 +30,7 @@ struct Error {
 /// A refused request or config: every problem with its JSON path.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
-struct Problems {
+pub(crate) struct Problems {
     error: String,
     status: u16,
     problems: Vec<Issue>,
@@ -564,6 +564,7 @@ pub(crate) fn document() -> Doc {
         }
     }
     crate::live::openapi::add(&mut doc);
+    crate::rollout::openapi::add(&mut doc);
     doc
 }
 
@@ -582,6 +583,7 @@ mod tests {
             "/routes",
             "/apps/{name}",
             "/plans/{name}",
+            "/routes/{name}/rollout",
         ] {
             assert!(doc["paths"].get(path).is_some(), "{path} missing");
         }

@@ -22,6 +22,7 @@ pub(crate) mod api;
 mod board;
 mod judge;
 mod leader;
+pub(crate) mod openapi;
 mod run;
 mod weights;
 
