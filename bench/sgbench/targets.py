@@ -42,7 +42,12 @@ PACKAGES = {
 ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-global",
                "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
                "sluicegate-tls", "haproxy-tls", "nginx-tls",
-               "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100")
+               "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
+               "sluicegate-split")
+# sluicegate-split (run only when named) is the sluicegate target with the
+# route's `service` replaced by a `split` 50/50 between two services whose
+# one endpoint is the same upstream: `--pair sluicegate,sluicegate-split`
+# gives what choosing the service costs.
 # sluicegate-global (run only when named) is sluicegate-auth with the plan
 # `scope: global`, its leases taken from a redis-server the harness starts on
 # the load generator's CPU.
@@ -54,7 +59,8 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
 TRACE_TARGETS = {"sluicegate-trace0": 0.0, "sluicegate-trace1": 0.01,
                  "sluicegate-trace100": 1.0}
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
-                        if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global")
+                        if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global",
+                                     "sluicegate-split")
                         and t not in TRACE_TARGETS)
 # The targets terminating TLS: the TLS scenarios run these and only these,
 # the plain scenarios never do. The peers' TLS configs are the shared
@@ -196,7 +202,8 @@ def haproxy_maxconn(cfg_path):
 
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
-                    tls=None, protocol=None, admin_port=None, redis_port=None, trace=None):
+                    tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
+                    split=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -208,7 +215,9 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     admin listener (the admin API, no token) on that loopback port. With
     `redis_port` (and `auth`), the plan is `scope: global`, counted in that
     Redis. With `trace` ((ratio, OTLP port)), `tracing` samples that share
-    of requests and exports their spans to that port."""
+    of requests and exports their spans to that port. With `split`, a second
+    service over the same upstream, and the route splits 50/50 between the
+    two (`split_by: random`)."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -229,10 +238,21 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         "    max_connections_per_endpoint: 1024\n"
         f"    forwarded_headers: {'true' if forwarded else 'false'}\n"
         + (f"    protocol: {protocol}\n" if protocol else "")
-        + "routes:\n"
+    )
+    if split:
+        text += (
+            "  - name: upstream-b\n"
+            f'    endpoints: ["127.0.0.1:{upstream_port}"]\n'
+            "    max_connections_per_endpoint: 1024\n"
+            f"    forwarded_headers: {'true' if forwarded else 'false'}\n"
+            + (f"    protocol: {protocol}\n" if protocol else "")
+        )
+    text += (
+        "routes:\n"
         "  - name: all\n"
         "    match: { path_prefix: / }\n"
-        "    service: upstream\n"
+        + ("    split: [{ service: upstream, weight: 50 }, { service: upstream-b, weight: 50 }]\n"
+           if split else "    service: upstream\n")
     )
     if not auth:
         return text
@@ -552,7 +572,7 @@ class Launcher:
                 extra["admin_port"] = free_port()
             Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls,
                                                  protocol, extra.get("admin_port"), redis_port,
-                                                 trace))
+                                                 trace, split=name == "sluicegate-split"))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]

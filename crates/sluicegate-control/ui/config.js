@@ -25,7 +25,7 @@
     if (k === "routes") {
       const m = it.match || {};
       const where = m.path_prefix ? m.path_prefix + "*" : m.path || "any path";
-      return [where + (m.host ? " on " + m.host : ""), it.service ? "→ " + it.service : it.respond ? "fixed " + it.respond.status : ""].join(" ");
+      return [where + (m.host ? " on " + m.host : ""), it.service ? "→ " + it.service : it.split ? "→ " + it.split.map((e) => e.service + " " + e.weight).join(", ") : it.respond ? "fixed " + it.respond.status : ""].join(" ");
     }
     if (k === "services") return (it.endpoints || []).map((e) => (typeof e === "string" ? e : e.addr)).join(", ");
     if (k === "apps") return it.plan ? "plan " + it.plan : "";

@@ -254,6 +254,8 @@ pub struct SplitMetrics {
     pub service: String,
     pub status: StatusCounts,
     pub latency: Histogram,
+    /// Microseconds spent waiting for the upstream, summed.
+    pub upstream_us: AtomicU64,
 }
 
 impl SplitMetrics {
@@ -263,13 +265,17 @@ impl SplitMetrics {
             service: service.to_string(),
             status: StatusCounts::default(),
             latency: Histogram::default(),
+            upstream_us: AtomicU64::new(0),
         }
     }
 
     #[inline]
-    pub fn record(&self, status: u16, us: u64) {
+    pub fn record(&self, status: u16, us: u64, upstream_us: Option<u64>) {
         self.status.record(status);
         self.latency.observe(us);
+        if let Some(up) = upstream_us {
+            self.upstream_us.fetch_add(up, Ordering::Relaxed);
+        }
     }
 }
 

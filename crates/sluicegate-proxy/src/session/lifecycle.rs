@@ -319,7 +319,8 @@ pub(super) async fn exchange(
         .metrics
         .record(outcome.status, total_us, outcome.upstream_us);
     if let Some((_, e)) = entry {
-        e.metrics.record(outcome.status, total_us);
+        e.metrics
+            .record(outcome.status, total_us, outcome.upstream_us);
     }
     if let Some(app) = bufs.edits.app {
         snap.apps.record(app, outcome.status, total_us);

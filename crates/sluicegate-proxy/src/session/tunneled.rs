@@ -88,7 +88,7 @@ pub(super) async fn relay_and_record(
         _ => None,
     };
     if let Some(e) = entry {
-        e.metrics.record(101, total_us);
+        e.metrics.record(101, total_us, Some(total_us));
     }
     let (Some(sink), Some(log)) = (&snap.access_log, log) else {
         return;

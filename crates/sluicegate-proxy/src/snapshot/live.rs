@@ -47,6 +47,8 @@ pub struct SplitEntryCounts {
     pub buckets: [u64; BUCKETS_US.len() + 1],
     /// Microseconds from request head to response end, summed.
     pub total_us: u64,
+    /// Microseconds waiting for the upstream, summed.
+    pub upstream_us: u64,
 }
 
 impl SplitEntryCounts {
@@ -138,6 +140,7 @@ fn split_counts(r: &crate::snapshot::RouteRt) -> Vec<SplitEntryCounts> {
                 status: e.metrics.status.classes(),
                 buckets,
                 total_us,
+                upstream_us: e.metrics.upstream_us.load(Ordering::Relaxed),
             }
         })
         .collect()
