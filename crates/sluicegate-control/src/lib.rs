@@ -7,6 +7,7 @@
 
 mod api;
 mod auth;
+pub mod canary;
 pub mod etcd;
 mod file;
 pub mod history;

@@ -383,7 +383,7 @@ fn serve(
         .map(|e| sluicegate_control::etcd::start(&reloader, e, rt.handle()));
     // Canary rollouts: judged and written on the control runtime (in a
     // fleet, by the gateway that leads it).
-    sluicegate_control::rollout::start(&reloader, shared.clone(), etcd_source, rt.handle());
+    sluicegate_control::canary::start(&reloader, shared.clone(), etcd_source, rt.handle());
     give_back_free_memory();
     let mut handed_over = false;
     let (plane, background) = rt.block_on(async {

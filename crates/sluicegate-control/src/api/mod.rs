@@ -3,11 +3,13 @@
 //! document (`openapi.rs`); the helpers the handlers share are in
 //! `common.rs`.
 
-pub(crate) mod common;
+mod common;
 mod config;
-pub(crate) mod openapi;
+mod openapi;
 mod patch;
 mod resources;
+mod rollout;
+mod rollout_openapi;
 mod secrets;
 
 use axum::extract::State;
@@ -27,7 +29,7 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route("/config/validate", post(config::validate))
         .route("/reloads", get(reloads))
         .merge(resources::routes())
-        .merge(crate::rollout::api::routes())
+        .merge(rollout::routes())
 }
 
 /// `GET /openapi.json`: the API's OpenAPI 3.1 document.

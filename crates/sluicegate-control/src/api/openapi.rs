@@ -22,7 +22,7 @@ use crate::history::{Entry, Issue, Source};
 /// An error answer.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
-pub(crate) struct Error {
+struct Error {
     error: String,
     status: u16,
 }
@@ -30,7 +30,7 @@ pub(crate) struct Error {
 /// A refused request or config: every problem with its JSON path.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
-pub(crate) struct Problems {
+struct Problems {
     error: String,
     status: u16,
     problems: Vec<Issue>,
@@ -564,7 +564,7 @@ pub(crate) fn document() -> Doc {
         }
     }
     crate::live::openapi::add(&mut doc);
-    crate::rollout::openapi::add(&mut doc);
+    super::rollout_openapi::add(&mut doc);
     doc
 }
 

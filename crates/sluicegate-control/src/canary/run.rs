@@ -22,11 +22,11 @@ use sluicegate_config::{Document, EtcdSource};
 use sluicegate_proxy::live::SplitEntryCounts;
 use sluicegate_proxy::Shared;
 
-use super::board::{now_ms, Board, Open, State, Window};
-use super::judge::{judge, Side, Tally, Verdict};
-use super::weights::{scaled, share};
 use crate::publish::WriteError;
 use crate::reload::Reloader;
+use crate::rollout::board::{now_ms, Board, Open, State, Window};
+use crate::rollout::judge::{judge, Side, Tally, Verdict};
+use crate::rollout::weights::{scaled, share};
 
 /// How often the controller looks for windows that are due (the shortest
 /// `every` is 100 ms).

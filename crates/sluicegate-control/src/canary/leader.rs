@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use sluicegate_config::EtcdSource;
 
-use super::{Board, Fence};
 use crate::etcd::connect;
+use crate::rollout::{Board, Fence};
 
 /// The leader key's name under the prefix (among the keys the config
 /// watch leaves alone).

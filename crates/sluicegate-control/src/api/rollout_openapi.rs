@@ -5,9 +5,9 @@
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 
-use super::api::{RolloutView, Rule};
-use super::board::{State, Window};
-use super::judge::{Side, Verdict};
+use super::rollout::{RolloutView, Rule};
+use crate::rollout::board::{State, Window};
+use crate::rollout::judge::{Side, Verdict};
 
 /// What `PUT /routes/{name}/rollout` takes: at least one of the two.
 #[derive(Serialize, ToSchema)]
@@ -34,8 +34,8 @@ struct RolloutChange {
         (status = 200, description = "the rollout", body = RolloutView),
         (status = 401, description = "no token, or an unknown one"),
         (status = 403, description = "a read token on a write"),
-        (status = 404, description = "no such route", body = crate::api::openapi::Error),
-        (status = 409, description = "the route has no rollout", body = crate::api::openapi::Error),
+        (status = 404, description = "no such route"),
+        (status = 409, description = "the route has no rollout"),
     ),
     security(("bearer" = []))
 )]
@@ -51,13 +51,13 @@ fn get_rollout() {}
     request_body(content = RolloutChange, content_type = "application/json"),
     responses(
         (status = 200, description = "applied: the rollout now", body = RolloutView),
-        (status = 400, description = "invalid: every problem with its JSON path", body = crate::api::openapi::Problems),
+        (status = 400, description = "invalid: every problem with its JSON path"),
         (status = 401, description = "no token, or an unknown one"),
         (status = 403, description = "a read token on a write"),
-        (status = 404, description = "no such route", body = crate::api::openapi::Error),
-        (status = 405, description = "the API is read-only (admin.read_only)", body = crate::api::openapi::Error),
-        (status = 409, description = "the route has no rollout, its split changed, or a state asked of a gateway that does not lead", body = crate::api::openapi::Error),
-        (status = 412, description = "someone else wrote the config first (etcd)", body = crate::api::openapi::Error),
+        (status = 404, description = "no such route"),
+        (status = 405, description = "the API is read-only (admin.read_only)"),
+        (status = 409, description = "the route has no rollout, its split changed, or a state asked of a gateway that does not lead"),
+        (status = 412, description = "someone else wrote the config first (etcd)"),
     ),
     security(("bearer" = []))
 )]

@@ -16,10 +16,10 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::board::{Entry, State, Window};
-use super::run::{write_share, NotWritten};
-use crate::api::common::{problems, writable, write_error, JsonBody};
+use super::common::{problems, writable, write_error, JsonBody};
+use crate::canary::run::{write_share, NotWritten};
 use crate::history::Issue;
+use crate::rollout::board::{Entry, State, Window};
 use crate::state::{error, AdminState};
 
 pub(crate) fn routes() -> Router<AdminState> {
