@@ -3,9 +3,11 @@
 //! a transaction that holds only if it does not exist, with a lease of
 //! `config_source.etcd.leader_ttl` kept alive every third of it; a leader
 //! that cannot renew its lease for two thirds of the TTL steps down by
-//! itself, before etcd lets the lease go. The others look for the key
-//! every third of the TTL and campaign once it is gone (its leader's lease
-//! expired, or it resigned on shutdown).
+//! itself, before etcd lets the lease go, and so does one that finds the
+//! key gone or carrying another lease (deleted by hand). The others look
+//! for the key every third of the TTL and campaign once it is gone (its
+//! leader's lease expired; a gateway that stops, even cleanly, leaves its
+//! lease to expire).
 //!
 //! Every write of a leader is fenced by its key: the transaction also
 //! compares that the key still carries this gateway's lease.
@@ -54,7 +56,7 @@ pub(crate) async fn run(board: Arc<Board>, source: EtcdSource) {
                         lease,
                     });
                     board.leader.store(true, Ordering::Release);
-                    let why = hold(&mut client, lease, ttl).await;
+                    let why = hold(&mut client, &key, lease, ttl).await;
                     board.leader.store(false, Ordering::Release);
                     *board.fence.lock().unwrap_or_else(|e| e.into_inner()) = None;
                     tracing::warn!(reason = %why, "rollout leader: this gateway no longer leads");
@@ -113,8 +115,9 @@ async fn campaign(
     }
 }
 
-/// Keeps the lease alive until it cannot: returns why.
-async fn hold(client: &mut etcd_client::Client, lease: i64, ttl: Duration) -> String {
+/// Keeps the lease alive, and checks the key still carries it, until
+/// either fails: returns why.
+async fn hold(client: &mut etcd_client::Client, key: &str, lease: i64, ttl: Duration) -> String {
     let third = ttl / 3;
     let (mut keeper, mut stream) =
         match tokio::time::timeout(third, client.lease_keep_alive(lease)).await {
@@ -139,6 +142,12 @@ async fn hold(client: &mut etcd_client::Client, lease: i64, ttl: Duration) -> St
             Ok(Ok(None)) => return "the keep-alive stream ended".to_string(),
             Ok(Err(e)) => return e.to_string(),
             Err(_) => {}
+        }
+        let mut kv = client.kv_client();
+        if let Ok(Ok(r)) = tokio::time::timeout(third, kv.get(key, None)).await {
+            if r.kvs().first().is_none_or(|kv| kv.lease() != lease) {
+                return "the leader key is gone or another's".to_string();
+            }
         }
     }
 }
