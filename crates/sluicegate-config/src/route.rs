@@ -13,6 +13,7 @@ pub(crate) mod fault;
 mod fixed;
 pub(crate) mod matcher;
 pub(crate) mod mirror;
+pub(crate) mod rollout;
 pub(crate) mod split;
 pub(crate) mod value_regex;
 
@@ -38,6 +39,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "fallback_on",
     "split",
     "split_by",
+    "rollout",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -279,6 +281,10 @@ fn route<'n>(
         Some(n) => mirror::mirror(cx, n, path.key("mirror"), services).map(Some),
     };
     let fallback = fallback::route_fallback(cx, &f, path, services);
+    let rollout = match f.get("rollout") {
+        None => Some(None),
+        Some(n) => rollout::rollout(cx, n, path.key("rollout"), f.get("split")).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -294,6 +300,7 @@ fn route<'n>(
         fault: fault?,
         mirror: mirror?,
         fallback: fallback?,
+        rollout: rollout?,
     })
 }
 

@@ -64,6 +64,8 @@ pub struct Route {
     /// What answers when the route's service cannot (`fallback` and
     /// `fallback_on`).
     pub fallback: Option<Fallback>,
+    /// A canary rollout of the split's last entry, moved by the gateway.
+    pub rollout: Option<Rollout>,
 }
 
 /// `mirror: { service, percent }`: with probability `percent` / 100, a
@@ -108,6 +110,24 @@ pub enum FallbackOn {
     ServerError,
     /// One status from 500 to 599.
     Status(u16),
+}
+
+/// `rollout: { step, every, max_error_ratio, max_p99_ratio, min_requests }`:
+/// the gateway raises the last split entry's share by `step` percentage
+/// points after each window of `every` in which the canary kept within
+/// the ratios of the other entries, and sets it back to 0 when it did not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollout {
+    /// 1 to 100 percentage points.
+    pub step: u32,
+    /// At least 100 ms.
+    pub every: Duration,
+    /// At least 1.0: the canary's 5xx rate over the baseline's.
+    pub max_error_ratio: f64,
+    /// At least 1.0: the canary's p99 latency over the baseline's.
+    pub max_p99_ratio: f64,
+    /// At least 1: requests each side needs in a window to judge it.
+    pub min_requests: u64,
 }
 
 /// `fault: { abort, delay }`: either part may be absent.

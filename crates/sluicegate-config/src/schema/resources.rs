@@ -396,6 +396,7 @@ pub(super) fn route() -> S {
                     ),
                     json!("random"),
                 ),
+                "rollout" => rollout(),
                 "fallback" => object(
                     "What answers when the service cannot (no endpoint up, circuit open, connects or retries used up, no response head in time, an invalid one): a fixed answer (status, body, headers) or another service, exactly one; answers carry Sluicegate-Fallback: 1 (only with service).",
                     route::fallback::FALLBACK_KEYS,
@@ -519,6 +520,34 @@ fn fault() -> S {
                         })
                     },
                 ),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A route's `rollout`: the canary rollout of its split's last entry.
+fn rollout() -> S {
+    // A fraction is written back as text: either form.
+    fn ratio(d: &str) -> S {
+        let number: S = ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .minimum(Some(1.0))
+            .into();
+        let text: S = pattern("A ratio as text.", r"^[0-9]+(\.[0-9]+)?$").into();
+        any_of(d, vec![number, text])
+    }
+    object(
+        "Canary rollout of the split's last entry (needs split with at least 2 entries): its share rises by step percentage points after each window of every judged good, and goes back to 0 after one judged bad.",
+        route::rollout::ROLLOUT_KEYS,
+        &[],
+        |k| {
+            Some(match k {
+                "step" => with_default(int("Percentage points added per good window.", 1, Some(100)), json!(10)),
+                "every" => dur("The window: at least 100ms.", Some("30s")),
+                "max_error_ratio" => ratio("Largest canary 5xx rate over the baseline's in a window (at least 1.0; default 2)."),
+                "max_p99_ratio" => ratio("Largest canary p99 latency over the baseline's in a window (at least 1.0; default 1.5)."),
+                "min_requests" => with_default(int("Requests each side needs in a window before it is judged.", 1, None), json!(100)),
                 _ => return None,
             })
         },

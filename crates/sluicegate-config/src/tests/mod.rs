@@ -8,6 +8,7 @@ mod fault;
 mod hostile;
 mod mirror;
 mod resilience;
+mod rollout;
 mod source;
 mod split;
 mod tls;
@@ -198,6 +199,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -225,6 +227,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -252,6 +255,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -279,6 +283,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],
