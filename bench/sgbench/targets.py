@@ -43,7 +43,16 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
                "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
                "sluicegate-tls", "haproxy-tls", "nginx-tls",
                "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
-               "sluicegate-template")
+               "sluicegate-mirror", "sluicegate-split", "sluicegate-template")
+# sluicegate-mirror (run only when named) is the sluicegate target with the
+# route's `mirror` copying every request (100%) to a second service on the
+# same upstream: `--pair sluicegate,sluicegate-mirror` gives what mirroring
+# costs (target: no more than a second client request, i.e. proxy CPU per
+# request at most twice the plain route's).
+# sluicegate-split (run only when named) is the sluicegate target with the
+# route's `service` replaced by a `split` 50/50 between two services whose
+# one endpoint is the same upstream: `--pair sluicegate,sluicegate-split`
+# gives what choosing the service costs.
 # sluicegate-template (run only when named) is the sluicegate target with its
 # route's `path_prefix: /` replaced by TEMPLATE, a 20-parameter path template
 # of mixed types. When it runs, every target's load requests TEMPLATE_PATH,
@@ -68,6 +77,7 @@ TRACE_TARGETS = {"sluicegate-trace0": 0.0, "sluicegate-trace1": 0.01,
                  "sluicegate-trace100": 1.0}
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
                         if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global",
+                                     "sluicegate-mirror", "sluicegate-split",
                                      "sluicegate-template")
                         and t not in TRACE_TARGETS)
 # The targets terminating TLS: the TLS scenarios run these and only these,
@@ -211,7 +221,7 @@ def haproxy_maxconn(cfg_path):
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
                     tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
-                    template=False):
+                    mirror=False, split=False, template=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -223,7 +233,10 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     admin listener (the admin API, no token) on that loopback port. With
     `redis_port` (and `auth`), the plan is `scope: global`, counted in that
     Redis. With `trace` ((ratio, OTLP port)), `tracing` samples that share
-    of requests and exports their spans to that port. With `template`, the
+    of requests and exports their spans to that port. With `mirror`, the
+    route copies every request to a second service on the same upstream.
+    With `split`, a second service over the same upstream, and the route
+    splits 50/50 between the two (`split_by: random`). With `template`, the
     route matches TEMPLATE instead of every path."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
@@ -245,12 +258,23 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         "    max_connections_per_endpoint: 1024\n"
         f"    forwarded_headers: {'true' if forwarded else 'false'}\n"
         + (f"    protocol: {protocol}\n" if protocol else "")
-        + "routes:\n"
+    )
+    if mirror or split:
+        text += (
+            f"  - name: {'shadow' if mirror else 'upstream-b'}\n"
+            f'    endpoints: ["127.0.0.1:{upstream_port}"]\n'
+            "    max_connections_per_endpoint: 1024\n"
+            f"    forwarded_headers: {'true' if forwarded else 'false'}\n"
+            + (f"    protocol: {protocol}\n" if protocol else "")
+        )
+    text += (
+        "routes:\n"
         "  - name: all\n"
         + (f'    match: {{ path: "{TEMPLATE}" }}\n' if template
            else "    match: { path_prefix: / }\n")
-        + 
-        "    service: upstream\n"
+        + ("    split: [{ service: upstream, weight: 50 }, { service: upstream-b, weight: 50 }]\n"
+           if split else "    service: upstream\n")
+        + ("    mirror: { service: shadow, percent: 100 }\n" if mirror else "")
     )
     if not auth:
         return text
@@ -582,7 +606,9 @@ class Launcher:
                 extra["admin_port"] = free_port()
             Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls,
                                                  protocol, extra.get("admin_port"), redis_port,
-                                                 trace, name == "sluicegate-template"))
+                                                 trace, mirror=name == "sluicegate-mirror",
+                                                 split=name == "sluicegate-split",
+                                                 template=name == "sluicegate-template"))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]

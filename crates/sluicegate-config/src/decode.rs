@@ -154,6 +154,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     if let Some(node) = f.get("tracing") {
         config.tracing = crate::trace::tracing(cx, node, path.key("tracing"));
     }
+    if !config.apps.is_empty() {
+        pinned_apps_exist(cx, &f, &config);
+    }
     if config.cluster.redis.is_none() {
         global_needs_redis(cx, &f, &config);
     }
@@ -176,6 +179,35 @@ fn discovery_needs_etcd(cx: &mut Cx, f: &reader::Fields<'_>, config: &Config) {
             crate::yaml::quote(&s.name)
         );
         cx.at(pos, Path::Root.key("services"), msg);
+    }
+}
+
+/// The apps a route's `split` pins must be among the config's apps (when
+/// it has any: apps may also come alone, from etcd).
+fn pinned_apps_exist(cx: &mut Cx, f: &reader::Fields<'_>, config: &Config) {
+    use crate::model::Action;
+    let ids: std::collections::HashSet<&str> = config.apps.iter().map(|a| a.id.as_str()).collect();
+    let pos = f.get("routes").map_or(f.pos, |n| n.pos);
+    for (i, r) in config.routes.iter().enumerate() {
+        let Action::Proxy {
+            split: Some(split), ..
+        } = &r.action
+        else {
+            continue;
+        };
+        for (j, e) in split.entries.iter().enumerate() {
+            for (k, id) in e.apps.iter().enumerate() {
+                if !ids.contains(id.as_str()) {
+                    let routes = Path::Root.key("routes");
+                    let r = routes.index(i);
+                    let split = r.key("split");
+                    let entry = split.index(j);
+                    let apps = entry.key("apps");
+                    let msg = format_args!("unknown app {}", crate::yaml::quote(id));
+                    cx.at(pos, apps.index(k), msg);
+                }
+            }
+        }
     }
 }
 

@@ -8,8 +8,13 @@ use crate::model::{Action, Auth, HeaderOps, PathMatch, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
+pub(crate) mod fallback;
 pub(crate) mod fault;
+mod fixed;
 pub(crate) mod matcher;
+pub(crate) mod mirror;
+pub(crate) mod rollout;
+pub(crate) mod split;
 pub(crate) mod template;
 pub(crate) mod value_regex;
 
@@ -30,6 +35,12 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "rewrite",
     "upgrade",
     "fault",
+    "mirror",
+    "fallback",
+    "fallback_on",
+    "split",
+    "split_by",
+    "rollout",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -84,8 +95,16 @@ fn route<'n>(
         Some(n) => reader::boolean(cx, n, path.key("strip_prefix")),
     };
 
-    let action = match (f.get("service"), f.get("respond")) {
-        (Some(_), Some(respond)) => {
+    let action = match (f.get("service"), f.get("split"), f.get("respond")) {
+        (None, None, None) => {
+            cx.at(
+                f.pos,
+                path,
+                "missing \"service\" (where to proxy), \"split\" (services by weight) or \"respond\" (what to answer)",
+            );
+            None
+        }
+        (Some(_), None, Some(respond)) => {
             cx.at(
                 respond.pos,
                 path,
@@ -93,24 +112,15 @@ fn route<'n>(
             );
             None
         }
-        (None, None) => {
+        (_, Some(split), Some(_)) | (Some(_), Some(split), None) => {
             cx.at(
-                f.pos,
+                split.pos,
                 path,
-                "missing \"service\" (where to proxy) or \"respond\" (what to answer)",
+                "give one of service, split or respond, not more",
             );
             None
         }
-        (Some(service), None) => {
-            let p = path.key("service");
-            let name = reader::string(cx, service, p);
-            if let Some(name) = name.filter(|n| !services.contains_key(*n)) {
-                cx.at(
-                    service.pos,
-                    p,
-                    format_args!("unknown service {}", quote(name)),
-                );
-            }
+        (service, split, None) => {
             if strip_prefix == Some(true) && !has_prefix {
                 let at = f.get("strip_prefix").map_or(f.pos, |n| n.pos);
                 cx.at(
@@ -119,12 +129,36 @@ fn route<'n>(
                     "needs match.path_prefix (the prefix to strip)",
                 );
             }
-            name.map(|n| Action::Proxy {
-                service: n.to_string(),
-                strip_prefix: strip_prefix.unwrap_or(false),
-            })
+            let split = match split {
+                None => Some(None),
+                Some(n) => route_split(cx, &f, n, path, services).map(Some),
+            };
+            let name = match (service, &split) {
+                (Some(service), _) => {
+                    let p = path.key("service");
+                    let name = reader::string(cx, service, p);
+                    if let Some(name) = name.filter(|n| !services.contains_key(*n)) {
+                        cx.at(
+                            service.pos,
+                            p,
+                            format_args!("unknown service {}", quote(name)),
+                        );
+                    }
+                    name.map(str::to_string)
+                }
+                (None, Some(Some(s))) => Some(s.entries[0].service.clone()),
+                (None, _) => None,
+            };
+            match (name, split) {
+                (Some(service), Some(split)) => Some(Action::Proxy {
+                    service,
+                    strip_prefix: strip_prefix.unwrap_or(false),
+                    split,
+                }),
+                _ => None,
+            }
         }
-        (None, Some(respond)) => {
+        (None, None, Some(respond)) => {
             if strip_prefix == Some(true) {
                 let at = f.get("strip_prefix").map_or(f.pos, |n| n.pos);
                 cx.at(
@@ -136,6 +170,13 @@ fn route<'n>(
             respond_action(cx, respond, path.key("respond"))
         }
     };
+    if let (Some(n), None) = (f.get("split_by"), f.get("split")) {
+        cx.at(
+            n.pos,
+            path.key("split_by"),
+            "only applies to routes with a split",
+        );
+    }
     let auth = match f.get("auth") {
         None => Some(Auth::None),
         Some(n) => {
@@ -237,6 +278,23 @@ fn route<'n>(
         }
         Some(n) => fault::fault(cx, n, path.key("fault")).map(Some),
     };
+    let mirror = match f.get("mirror") {
+        None => Some(None),
+        Some(n) if f.get("respond").is_some() => {
+            cx.at(
+                n.pos,
+                path.key("mirror"),
+                "only applies to routes with a service",
+            );
+            None
+        }
+        Some(n) => mirror::mirror(cx, n, path.key("mirror"), services).map(Some),
+    };
+    let fallback = fallback::route_fallback(cx, &f, path, services);
+    let rollout = match f.get("rollout") {
+        None => Some(None),
+        Some(n) => rollout::rollout(cx, n, path.key("rollout"), f.get("split")).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -250,7 +308,44 @@ fn route<'n>(
         rewrite: rewrite?,
         upgrade: upgrade?,
         fault: fault?,
+        mirror: mirror?,
+        fallback: fallback?,
+        rollout: rollout?,
     })
+}
+
+/// The route's `split` and `split_by`. Pinning apps, or `split_by: app`,
+/// needs the route's auth to name an app.
+fn route_split(
+    cx: &mut Cx,
+    f: &reader::Fields<'_>,
+    node: &Node,
+    path: Path<'_>,
+    services: &HashMap<&str, Pos>,
+) -> Option<crate::model::Split> {
+    let authenticated = f
+        .get("auth")
+        .and_then(Node::as_scalar)
+        .is_some_and(|a| a != "none");
+    let entries = split::split_entries(cx, node, path.key("split"), services);
+    let by = match f.get("split_by") {
+        None => Some(Default::default()),
+        Some(n) => split::split_by(cx, n, path.key("split_by"), authenticated),
+    };
+    let entries = entries?;
+    if !authenticated {
+        if let Some(i) = entries.iter().position(|e| !e.apps.is_empty()) {
+            let p = path.key("split");
+            let p = p.index(i);
+            cx.at(
+                node.pos,
+                p.key("apps"),
+                "pinning apps needs the route's auth (app_key, jwt or mtls) to know the app",
+            );
+            return None;
+        }
+    }
+    Some(crate::model::Split { entries, by: by? })
 }
 
 /// `upgrade: [websocket, ...]`: the protocols a client may switch to
@@ -293,60 +388,10 @@ fn upgrade(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Vec<String>> {
     ok.then_some(out)
 }
 
-/// Headers the gateway sets itself on a `respond` answer.
-const FRAMING_HEADERS: &[&str] = &["content-length", "transfer-encoding"];
-
 fn respond_action(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Action> {
     let f = fields(cx, node, path, "respond", RESPOND_KEYS)?;
-    let mut ok = true;
-    let mut status = 200u16;
-    if let Some(n) = f.get("status") {
-        match reader::int_in(cx, n, path.key("status"), 100, 599) {
-            Some(s) => status = u16::try_from(s).unwrap_or(200),
-            None => ok = false,
-        }
-    }
-    let mut body = String::new();
-    if let Some(n) = f.get("body") {
-        match reader::string(cx, n, path.key("body")) {
-            Some(b) => body = b.to_string(),
-            None => ok = false,
-        }
-        if !body.is_empty() && (status < 200 || status == 204 || status == 304) {
-            cx.at(
-                n.pos,
-                path.key("body"),
-                format_args!("a {status} response cannot have a body"),
-            );
-            ok = false;
-        }
-    }
-    let mut headers = Vec::new();
-    if let Some(n) = f.get("headers") {
-        let p = path.key("headers");
-        let expected = "a mapping of header names to values, e.g. { content-type: text/plain }";
-        if let Some(entries) = reader::free_map(cx, n, p, expected) {
-            let mut seen: HashMap<String, Pos> = HashMap::with_capacity(entries.len());
-            for (key, name, value) in entries {
-                if FRAMING_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-                    cx.at(
-                        key.pos,
-                        p,
-                        format_args!("{} is set by the gateway, remove it", quote(name)),
-                    );
-                    ok = false;
-                    continue;
-                }
-                match reader::header(cx, key, name, value, p, &mut seen) {
-                    Some((name, value)) => headers.push((name.to_string(), value.to_string())),
-                    None => ok = false,
-                }
-            }
-        } else {
-            ok = false;
-        }
-    }
-    ok.then_some(Action::Respond {
+    let (status, body, headers) = fixed::fixed_answer(cx, &f, path, 100)?;
+    Some(Action::Respond {
         status,
         body,
         headers,

@@ -43,7 +43,7 @@
           el("span", { class: "num" }, fmt.int(n)));
       }),
     );
-    table($("t-routes"), [["route", (r) => r.name], ["service", (r) => r.service || "(fixed answer)"], ...traffic], body.routes, "no routes");
+    table($("t-routes"), [["route", (r) => r.name], ["service", (r) => r.split ? r.split.map((e) => e.service + " " + e.weight).join(", ") : r.service || "(fixed answer)"], ...traffic], body.routes, "no routes");
     table($("t-services"), [
       ["service", (s) => s.name],
       ["endpoints up", (s) => s.endpoints_up + " / " + s.endpoints, "num"],

@@ -62,6 +62,75 @@ pub struct Route {
     pub upgrade: Vec<String>,
     /// Aborts and delays injected on a share of the requests.
     pub fault: Option<Fault>,
+    /// A copy of a share of the requests sent to another service.
+    pub mirror: Option<Mirror>,
+    /// What answers when the route's service cannot (`fallback` and
+    /// `fallback_on`).
+    pub fallback: Option<Fallback>,
+    /// A canary rollout of the split's last entry, moved by the gateway.
+    pub rollout: Option<Rollout>,
+}
+
+/// `mirror: { service, percent }`: with probability `percent` / 100, a
+/// copy of the request (body included) also goes to `service`, and its
+/// answer is dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mirror {
+    /// A defined service's name.
+    pub service: String,
+    /// 0 to 100, fractions allowed; 100 by default.
+    pub percent: f64,
+}
+
+/// `fallback`: the answer when the route's service cannot give one, and
+/// the upstream statuses (`fallback_on`) replaced by it too.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fallback {
+    pub answer: FallbackAnswer,
+    /// Upstream statuses (500 to 599) replaced by the fallback; empty:
+    /// every upstream answer is relayed.
+    pub on: Vec<FallbackOn>,
+}
+
+/// What a fallback answers with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FallbackAnswer {
+    /// A fixed answer, as a `respond` route's (status 200 to 599).
+    Respond {
+        status: u16,
+        body: String,
+        /// Header names as written; values as written.
+        headers: Vec<(String, String)>,
+    },
+    /// The request goes to this other service, once.
+    Service(String),
+}
+
+/// One entry of `fallback_on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallbackOn {
+    /// `5xx`: any status from 500 to 599.
+    ServerError,
+    /// One status from 500 to 599.
+    Status(u16),
+}
+
+/// `rollout: { step, every, max_error_ratio, max_p99_ratio, min_requests }`:
+/// the gateway raises the last split entry's share by `step` percentage
+/// points after each window of `every` in which the canary kept within
+/// the ratios of the other entries, and sets it back to 0 when it did not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollout {
+    /// 1 to 100 percentage points.
+    pub step: u32,
+    /// At least 100 ms.
+    pub every: Duration,
+    /// At least 1.0: the canary's 5xx rate over the baseline's.
+    pub max_error_ratio: f64,
+    /// At least 1.0: the canary's p99 latency over the baseline's.
+    pub max_p99_ratio: f64,
+    /// At least 1: requests each side needs in a window to judge it.
+    pub min_requests: u64,
 }
 
 /// `fault: { abort, delay }`: either part may be absent.
@@ -148,9 +217,12 @@ pub enum PathMatch {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     Proxy {
+        /// The service; with `split`, its first entry's.
         service: String,
         /// Remove the matched `path_prefix` before forwarding.
         strip_prefix: bool,
+        /// `split` (with `split_by`), given instead of `service`.
+        split: Option<Split>,
     },
     Respond {
         status: u16,
@@ -223,4 +295,43 @@ impl PathTemplate {
     pub fn param_index(&self, name: &str) -> Option<usize> {
         self.params().position(|p| p == name)
     }
+}
+
+/// `split: [{ service, weight, apps }]` with `split_by`: the requests of
+/// a route shared among services by weight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    /// At least one; services all different; some weight above zero.
+    pub entries: Vec<SplitEntry>,
+    pub by: SplitBy,
+}
+
+/// One service of a split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitEntry {
+    pub service: String,
+    /// 0 to [`MAX_SPLIT_WEIGHT`]; 0 takes only the pinned apps.
+    pub weight: u32,
+    /// App ids always sent to this entry, whatever the weights.
+    pub apps: Vec<String>,
+}
+
+/// The largest weight of a split entry.
+pub const MAX_SPLIT_WEIGHT: u32 = 1_000_000;
+
+/// What keeps a client on one entry of a split (`split_by`). Without a
+/// key (no app, no such header or cookie), a request is placed at random.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SplitBy {
+    /// Each request drawn on its own.
+    #[default]
+    Random,
+    /// The client address as the gateway trusts it.
+    ClientIp,
+    /// The app the route's auth identified.
+    App,
+    /// The first field of this header (name lower-cased).
+    Header(String),
+    /// The first cookie of this name.
+    Cookie(String),
 }

@@ -56,7 +56,7 @@ fn delay(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<FaultDelay> {
 
 /// A share of requests: a number from 0 to 100, fractions allowed
 /// (`0.5`), written as digits with at most one `.`.
-fn percent(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<f64> {
+pub(super) fn percent(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<f64> {
     const EXPECTED: &str = "a percentage from 0 to 100, e.g. 5 or 0.5";
     let text = reader::scalar(cx, node, path, EXPECTED)?;
     let (whole, frac) = text.split_once('.').unwrap_or((text, ""));

@@ -391,33 +391,109 @@ pub(super) fn route() -> S {
                     .default(Some(json!(["websocket"])))
                     .into(),
                 "fault" => fault(),
+                "mirror" => mirror(),
+                "split" => split(),
+                "split_by" => with_default(
+                    pattern(
+                        "What keeps a client on one service of the split: random (each request drawn), client_ip, app, header:NAME or cookie:NAME; a request without the key is drawn at random.",
+                        r"^(random|client_ip|app|header:[!#$%&'*+.^_`|~0-9A-Za-z-]+|cookie:[!#$%&'*+.^_`|~0-9A-Za-z-]+)$",
+                    ),
+                    json!("random"),
+                ),
+                "rollout" => rollout(),
+                "fallback" => object(
+                    "What answers when the service cannot (no endpoint up, circuit open, connects or retries used up, no response head in time, an invalid one): a fixed answer (status, body, headers) or another service, exactly one; answers carry Sluicegate-Fallback: 1 (only with service).",
+                    route::fallback::FALLBACK_KEYS,
+                    &[],
+                    |k| {
+                        Some(match k {
+                            "status" => with_default(int("The fixed answer's status.", 200, Some(599)), json!(200)),
+                            "body" => scalar("The fixed answer's body (none for 204, 304)."),
+                            "headers" => header_map("The fixed answer's headers (not Content-Length nor Transfer-Encoding)."),
+                            "service" => name("Send the request to this other service instead, once."),
+                            _ => return None,
+                        })
+                    },
+                ),
+                "fallback_on" => list(
+                    "Upstream statuses answered by the fallback too (needs fallback): 5xx, or single statuses from 500 to 599.",
+                    any_of(
+                        "5xx, or a status.",
+                        vec![
+                            pattern("Any status from 500 to 599.", "^5[xX][xX]$").into(),
+                            int("A status.", 500, Some(599)).into(),
+                        ],
+                    ),
+                ),
                 _ => return None,
             })
         },
     )
 }
 
+/// A share of a route's requests, 0 to 100, with its default if it has
+/// one. A fraction is written back as text (documents keep only whole
+/// numbers as JSON numbers): either form.
+fn percent(default: Option<Value>) -> S {
+    AnyOfBuilder::new()
+        .description(Some("Share of the requests, 0 to 100 (fractions allowed)."))
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Number)
+                .minimum(Some(0.0))
+                .maximum(Some(100.0)),
+        )
+        .item(pattern(
+            "A percentage as text.",
+            r"^(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)$",
+        ))
+        .default(default)
+        .into()
+}
+
+/// A route's `mirror`: the service that gets a copy of a share of its
+/// requests.
+fn mirror() -> S {
+    object(
+        "A copy of a share of the requests (body included) to another service, its answer dropped (only with service).",
+        route::mirror::MIRROR_KEYS,
+        &["service"],
+        |k| {
+            Some(match k {
+                "service" => name("The service that gets the copies."),
+                "percent" => percent(Some(json!(100))),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A route's `split`: services by weight, instead of `service`.
+fn split() -> S {
+    ArrayBuilder::new()
+        .description(Some(
+            "Services sharing the route's requests by weight (instead of service): at least one entry, each service once, some weight above 0.",
+        ))
+        .min_items(Some(1))
+        .items(object(
+            "One service of the split.",
+            route::split::SPLIT_ENTRY_KEYS,
+            &["service", "weight"],
+            |k| {
+                const MAX: u64 = crate::model::MAX_SPLIT_WEIGHT as u64;
+                Some(match k {
+                    "service" => name("A service."),
+                    "weight" => int("Relative share of requests (0: only pinned apps).", 0, Some(MAX)).into(),
+                    "apps" => list("App ids always sent to this service, whatever the weights.", name("An app id.")),
+                    _ => return None,
+                })
+            },
+        ))
+        .into()
+}
+
 /// A route's `fault`: aborts and delays on a share of its requests.
 fn fault() -> S {
-    // A fraction is written back as text (documents keep only whole
-    // numbers as JSON numbers): either form.
-    fn percent() -> S {
-        any_of(
-            "Share of the requests, 0 to 100 (fractions allowed).",
-            vec![
-                ObjectBuilder::new()
-                    .schema_type(Type::Number)
-                    .minimum(Some(0.0))
-                    .maximum(Some(100.0))
-                    .into(),
-                pattern(
-                    "A percentage as text.",
-                    r"^(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)$",
-                )
-                .into(),
-            ],
-        )
-    }
     object(
         "Aborts and delays injected on a share of the requests (only with service).",
         route::fault::FAULT_KEYS,
@@ -430,7 +506,7 @@ fn fault() -> S {
                     &["percent", "status"],
                     |k| {
                         Some(match k {
-                            "percent" => percent(),
+                            "percent" => percent(None),
                             "status" => int("The answer's status.", 200, Some(599)).into(),
                             _ => return None,
                         })
@@ -442,12 +518,40 @@ fn fault() -> S {
                     &["percent", "duration"],
                     |k| {
                         Some(match k {
-                            "percent" => percent(),
+                            "percent" => percent(None),
                             "duration" => dur("How long the request waits.", None),
                             _ => return None,
                         })
                     },
                 ),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A route's `rollout`: the canary rollout of its split's last entry.
+fn rollout() -> S {
+    // A fraction is written back as text: either form.
+    fn ratio(d: &str) -> S {
+        let number: S = ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .minimum(Some(1.0))
+            .into();
+        let text: S = pattern("A ratio as text.", r"^[0-9]+(\.[0-9]+)?$").into();
+        any_of(d, vec![number, text])
+    }
+    object(
+        "Canary rollout of the split's last entry (needs split with at least 2 entries): its share rises by step percentage points after each window of every judged good, and goes back to 0 after one judged bad.",
+        route::rollout::ROLLOUT_KEYS,
+        &[],
+        |k| {
+            Some(match k {
+                "step" => with_default(int("Percentage points added per good window.", 1, Some(100)), json!(10)),
+                "every" => dur("The window: at least 100ms.", Some("30s")),
+                "max_error_ratio" => ratio("Largest canary 5xx rate over the baseline's in a window (at least 1.0; default 2)."),
+                "max_p99_ratio" => ratio("Largest canary p99 latency over the baseline's in a window (at least 1.0; default 1.5)."),
+                "min_requests" => with_default(int("Requests each side needs in a window before it is judged.", 1, None), json!(100)),
                 _ => return None,
             })
         },

@@ -3,10 +3,14 @@
 mod apps;
 mod cluster;
 mod errors;
+mod fallback;
 mod fault;
 mod hostile;
+mod mirror;
 mod resilience;
+mod rollout;
 mod source;
+mod split;
 mod template;
 mod tls;
 mod trace;
@@ -184,6 +188,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "web".into(),
                     strip_prefix: true,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -193,6 +198,9 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                mirror: None,
+                fallback: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -218,6 +226,9 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                mirror: None,
+                fallback: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -233,6 +244,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "api.v2".into(),
                     strip_prefix: false,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -242,6 +254,9 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                mirror: None,
+                fallback: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -257,6 +272,7 @@ fn full_example_parses_to_the_expected_model() {
                 action: Action::Proxy {
                     service: "api.v2".into(),
                     strip_prefix: false,
+                    split: None,
                 },
                 auth: Auth::None,
                 limit: None,
@@ -266,6 +282,9 @@ fn full_example_parses_to_the_expected_model() {
                 ip: IpRules::default(),
                 rewrite: None,
                 fault: None,
+                mirror: None,
+                fallback: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],
@@ -333,7 +352,8 @@ fn quickstart_example_is_valid() {
         route.action,
         Action::Proxy {
             service: "api".into(),
-            strip_prefix: true
+            strip_prefix: true,
+            split: None,
         }
     );
 }

@@ -3,7 +3,9 @@
 
 use utoipa::OpenApi;
 
-use super::view::{AppLive, EndpointLive, Endpoints, Live, Point, RouteLive, ServiceLive};
+use super::view::{
+    AppLive, EndpointLive, Endpoints, Live, Point, RouteLive, ServiceLive, SplitShare,
+};
 use super::window::{Classes, Traffic};
 
 /// The gateway, its routes, services, apps and endpoints now.
@@ -43,6 +45,7 @@ fn live_endpoints() {}
         Live,
         Endpoints,
         RouteLive,
+        SplitShare,
         ServiceLive,
         AppLive,
         EndpointLive,

@@ -35,10 +35,21 @@ pub(crate) struct Live {
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RouteLive {
     pub name: String,
-    /// The service it proxies to (none: a fixed answer).
+    /// The service it proxies to (none: a fixed answer); on a split
+    /// route, its first entry's.
     pub service: Option<String>,
+    /// On a split route, its services and their weights now.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<SplitShare>,
     #[serde(flatten)]
     pub traffic: Traffic,
+}
+
+/// One service of a split route and its weight.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct SplitShare {
+    pub service: String,
+    pub weight: u32,
 }
 
 /// One service's traffic (over the routes that proxy to it) and endpoints.
@@ -137,8 +148,13 @@ fn by_service(c: &Counts) -> BTreeMap<&str, Sum> {
         m.entry(e.service.as_str()).or_default();
     }
     for r in &c.routes {
-        if let Some(svc) = &r.service {
-            m.entry(svc.as_str()).or_default().add(r);
+        // A split route's requests count for the service that took them.
+        for e in &r.split {
+            m.entry(e.service.as_str()).or_default().add_split(e);
+        }
+        match &r.service {
+            Some(svc) if r.split.is_empty() => m.entry(svc.as_str()).or_default().add(r),
+            _ => {}
         }
     }
     m
@@ -222,6 +238,14 @@ pub(crate) fn live(now: &Sample, old: Option<&Sample>, history: &[Arc<Sample>]) 
             RouteLive {
                 name: r.name.clone(),
                 service: r.service.clone(),
+                split: r
+                    .split
+                    .iter()
+                    .map(|e| SplitShare {
+                        service: e.service.clone(),
+                        weight: e.weight,
+                    })
+                    .collect(),
                 traffic: Traffic::of(&s, o, span),
             }
         })

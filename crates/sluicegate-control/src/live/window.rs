@@ -3,7 +3,7 @@
 //! bucket deltas, and the share of latency the gateway itself adds.
 
 use serde::Serialize;
-use sluicegate_proxy::live::{RouteCounts, BUCKETS_US};
+use sluicegate_proxy::live::{RouteCounts, SplitEntryCounts, BUCKETS_US};
 use utoipa::ToSchema;
 
 /// Histogram bucket counts, as the data plane keeps them.
@@ -29,6 +29,18 @@ impl Sum {
         }
         self.total_us += r.total_us;
         self.upstream_us += r.upstream_us;
+    }
+
+    /// Adds one service's share of a split route.
+    pub fn add_split(&mut self, e: &SplitEntryCounts) {
+        for (a, b) in self.status.iter_mut().zip(e.status) {
+            *a += b;
+        }
+        for (a, b) in self.buckets.iter_mut().zip(e.buckets) {
+            *a += b;
+        }
+        self.total_us += e.total_us;
+        self.upstream_us += e.upstream_us;
     }
 
     /// What was counted after `old` (a counter that went back, as a route

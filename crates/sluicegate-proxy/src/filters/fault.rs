@@ -11,7 +11,7 @@ use sluicegate_config::Fault;
 
 /// A draw's range: 53 bits, so that every percentage's threshold is exact
 /// enough and `100` takes every draw.
-const SCALE: u64 = 1 << 53;
+pub(super) const SCALE: u64 = 1 << 53;
 
 /// A route's fault settings as requests use them: each share as a
 /// threshold on a draw below [`SCALE`].
@@ -41,7 +41,7 @@ impl Injected {
 }
 
 /// `percent` (0 to 100) of [`SCALE`].
-fn threshold(percent: f64) -> u64 {
+pub(super) fn threshold(percent: f64) -> u64 {
     let t = (percent.clamp(0.0, 100.0) / 100.0 * SCALE as f64).round();
     (t as u64).min(SCALE)
 }
@@ -102,7 +102,7 @@ impl Rng {
 
     /// A draw below `SCALE`: the top 53 bits.
     #[inline]
-    fn below(&self, scale: u64) -> u64 {
+    pub(super) fn below(&self, scale: u64) -> u64 {
         debug_assert_eq!(scale, SCALE);
         self.next_u64() >> 11
     }

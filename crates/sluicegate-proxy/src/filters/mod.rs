@@ -5,10 +5,13 @@
 //! and `policy` (IP rules, CORS, header policies, rewrite); `fault` holds
 //! a route's injected aborts and delays, applied after them. A route holds
 //! its filters in order; the first to refuse answers the request.
+//! `mirror` holds a route's mirror settings (which requests get copied,
+//! and where), applied as the request is forwarded.
 
 mod auth;
 pub(crate) mod fault;
 mod limits;
+pub(crate) mod mirror;
 mod policy;
 
 pub use auth::{AppKeyAuth, JwtAuth, MtlsAuth, MtlsIndex};

@@ -83,6 +83,9 @@ pub struct Entry<'a> {
     /// The route's fault injection acted on the request: `abort` or
     /// `delay` (absent otherwise).
     pub fault: Option<&'static str>,
+    /// The route's fallback answered (why its service could not), or
+    /// `unsent` (its fallback service could not take the request).
+    pub fallback: Option<&'static str>,
 }
 
 /// The request id (a kept one is visible ASCII without `"` or `\\`, but
@@ -163,6 +166,11 @@ pub fn format(out: &mut Vec<u8>, e: &Entry<'_>) {
     }
     if let Some(f) = e.fault {
         out.extend_from_slice(b",\"fault\":\"");
+        name(out, f.as_bytes());
+        out.push(b'"');
+    }
+    if let Some(f) = e.fallback {
+        out.extend_from_slice(b",\"fallback\":\"");
         name(out, f.as_bytes());
         out.push(b'"');
     }
@@ -401,6 +409,7 @@ mod tests {
             request_id: b"req-1",
             trace_id: None,
             fault: None,
+            fallback: None,
             tls: None,
             http2: false,
         };
@@ -442,11 +451,13 @@ mod tests {
                 request_id: b"req-7",
                 trace_id: Some(&[0xab; 16]),
                 fault: Some("delay"),
+                fallback: Some("timeout"),
             },
         );
         let s = String::from_utf8(out).unwrap();
         assert!(s.ends_with("}\n"));
         assert!(s.contains(",\"fault\":\"delay\","), "{s}");
+        assert!(s.contains(",\"fallback\":\"timeout\","), "{s}");
         assert!(
             s.ends_with(
                 ",\"request_id\":\"req-7\",\"trace_id\":\"abababababababababababababababab\"}\n"

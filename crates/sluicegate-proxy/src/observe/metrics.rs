@@ -8,6 +8,7 @@ use crate::apps::AppSlot;
 use sluicegate_config::GRPC_STATUS_NAMES;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Upper bounds of the latency buckets, in microseconds.
 pub const BUCKETS_US: [u64; 14] = [
@@ -162,6 +163,20 @@ impl StatusCounts {
     }
 }
 
+/// Why a route's fallback answered: the `cause` label of
+/// `sluicegate_fallbacks_total`, in the order of
+/// [`RouteMetrics::fallbacks`].
+pub const FALLBACK_CAUSES: [&str; 8] = [
+    "no_endpoint",
+    "breaker_open",
+    "busy",
+    "connect_failed",
+    "retries_exhausted",
+    "timeout",
+    "upstream_failed",
+    "upstream_5xx",
+];
+
 /// Per-route counters: responses by status and total latency.
 #[derive(Debug)]
 pub struct RouteMetrics {
@@ -176,9 +191,113 @@ pub struct RouteMetrics {
     /// Requests the route's `fault` aborted, and delayed.
     pub fault_aborts: AtomicU64,
     pub fault_delays: AtomicU64,
+    /// Requests the route's `fallback` answered, by cause (the order of
+    /// [`FALLBACK_CAUSES`]); and those whose fallback service could not
+    /// take them (their body had gone upstream), answered the error.
+    pub fallbacks: [AtomicU64; FALLBACK_CAUSES.len()],
+    pub fallbacks_unsent: AtomicU64,
     /// gRPC calls by the status they ended with (codes 0 to 16); index 17:
     /// calls that ended without one (cut, or a non-gRPC answer).
     pub grpc: [AtomicU64; 18],
+    /// The route's `mirror` copies: kept with the route's other counters,
+    /// so a reload keeps them too.
+    pub mirror: MirrorMetrics,
+}
+
+/// Why a mirror copy was given up before it ended (see [`MirrorMetrics`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandoned {
+    /// The copy's body fell further behind the request's than its buffer
+    /// holds.
+    Behind,
+    /// The route had its most copies in flight already.
+    InFlightLimit,
+    /// The request's own body did not arrive whole (the client went away,
+    /// or an early answer cut it).
+    Incomplete,
+    /// A request the mirror does not copy (a gRPC call whose body streams).
+    Unsupported,
+}
+
+impl Abandoned {
+    const ALL: [Abandoned; 4] = [
+        Abandoned::Behind,
+        Abandoned::InFlightLimit,
+        Abandoned::Incomplete,
+        Abandoned::Unsupported,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Abandoned::Behind => "behind",
+            Abandoned::InFlightLimit => "in_flight_limit",
+            Abandoned::Incomplete => "incomplete",
+            Abandoned::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// Why a mirror copy got no whole answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirrorFailure {
+    /// No connection to any endpoint (or none healthy, or none free).
+    Connect,
+    /// No answer, or no end of its body, in time.
+    Timeout,
+    /// Anything else: a reset, a malformed answer.
+    Other,
+}
+
+impl MirrorFailure {
+    const ALL: [MirrorFailure; 3] = [
+        MirrorFailure::Connect,
+        MirrorFailure::Timeout,
+        MirrorFailure::Other,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            MirrorFailure::Connect => "connect",
+            MirrorFailure::Timeout => "timeout",
+            MirrorFailure::Other => "other",
+        }
+    }
+}
+
+/// A route's mirror counters: copies answered by status class, failed and
+/// abandoned by why, and the copies in flight now (which bounds them).
+#[derive(Debug, Default)]
+pub struct MirrorMetrics {
+    /// The mirror service the route names now (for the label); none once
+    /// a reload took the route's `mirror` away.
+    pub service: std::sync::Mutex<Option<Arc<str>>>,
+    /// Copies answered, by class (1xx to 5xx).
+    pub answered: [AtomicU64; 5],
+    pub failed: [AtomicU64; 3],
+    pub abandoned: [AtomicU64; 4],
+    pub in_flight: AtomicUsize,
+}
+
+impl MirrorMetrics {
+    /// A copy was answered with `status` (its body read to its end).
+    pub fn answered(&self, status: u16) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.answered[class].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn failed(&self, why: MirrorFailure) {
+        self.failed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn abandoned(&self, why: Abandoned) {
+        self.abandoned[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The copies answered, failed and abandoned so far.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        let sum = |a: &[AtomicU64]| a.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        (sum(&self.answered), sum(&self.failed), sum(&self.abandoned))
+    }
 }
 
 /// Writes the per-app families, skipping apps with no requests.
@@ -225,7 +344,10 @@ impl RouteMetrics {
             unauthorized: AtomicU64::new(0),
             fault_aborts: AtomicU64::new(0),
             fault_delays: AtomicU64::new(0),
+            fallbacks: Default::default(),
+            fallbacks_unsent: AtomicU64::new(0),
             grpc: Default::default(),
+            mirror: MirrorMetrics::default(),
         }
     }
 
@@ -242,6 +364,68 @@ impl RouteMetrics {
     pub fn record_grpc(&self, status: Option<u8>) {
         let i = status.map_or(17, |s| usize::from(s).min(17));
         self.grpc[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The counters of one service of a route's `split`: the requests it
+/// answered by status and their latency. Kept in the registry by (route,
+/// service), so a reload (a change of weights) keeps counting.
+#[derive(Debug)]
+pub struct SplitMetrics {
+    pub route: String,
+    pub service: String,
+    pub status: StatusCounts,
+    pub latency: Histogram,
+    /// Microseconds spent waiting for the upstream, summed.
+    pub upstream_us: AtomicU64,
+}
+
+impl SplitMetrics {
+    pub fn new(route: &str, service: &str) -> Self {
+        SplitMetrics {
+            route: route.to_string(),
+            service: service.to_string(),
+            status: StatusCounts::default(),
+            latency: Histogram::default(),
+            upstream_us: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub fn record(&self, status: u16, us: u64, upstream_us: Option<u64>) {
+        self.status.record(status);
+        self.latency.observe(us);
+        if let Some(up) = upstream_us {
+            self.upstream_us.fetch_add(up, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Writes the families of split routes, by route and service.
+pub fn render_splits<'a>(out: &mut String, splits: impl Iterator<Item = &'a SplitMetrics> + Clone) {
+    out.push_str("# HELP sluicegate_split_requests_total Requests of split routes, by route, the service of the split that answered and status class.\n");
+    out.push_str("# TYPE sluicegate_split_requests_total counter\n");
+    for m in splits.clone() {
+        for (i, n) in m.status.classes().iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "sluicegate_split_requests_total{{route=\"{}\",service=\"{}\",class=\"{}xx\"}} {n}",
+                label(&m.route),
+                label(&m.service),
+                i + 1,
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_split_request_duration_seconds Time from request head to response end on split routes, by route and the service that answered.\n");
+    out.push_str("# TYPE sluicegate_split_request_duration_seconds histogram\n");
+    for m in splits {
+        let l = format!(
+            "route=\"{}\",service=\"{}\"",
+            label(&m.route),
+            label(&m.service)
+        );
+        m.latency
+            .render(out, "sluicegate_split_request_duration_seconds", &l);
     }
 }
 
@@ -344,6 +528,35 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
             let _ = writeln!(out, "{name}{{route=\"{}\"}} {}", label(&r.name), get(r));
         }
     }
+    render_mirrors(out, routes.clone());
+    out.push_str(
+        "# HELP sluicegate_fallbacks_total Requests the route's fallback answered, by route and why its service could not.\n# TYPE sluicegate_fallbacks_total counter\n",
+    );
+    for r in routes.clone() {
+        for (cause, c) in FALLBACK_CAUSES.iter().zip(&r.fallbacks) {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(
+                    out,
+                    "sluicegate_fallbacks_total{{route=\"{}\",cause=\"{cause}\"}} {n}",
+                    label(&r.name)
+                );
+            }
+        }
+    }
+    out.push_str(
+        "# HELP sluicegate_fallbacks_unsent_total Requests answered the error because their body had gone (partly) upstream, so that the fallback service could not take them, by route.\n# TYPE sluicegate_fallbacks_unsent_total counter\n",
+    );
+    for r in routes.clone() {
+        let n = r.fallbacks_unsent.load(Ordering::Relaxed);
+        if n > 0 {
+            let _ = writeln!(
+                out,
+                "sluicegate_fallbacks_unsent_total{{route=\"{}\"}} {n}",
+                label(&r.name)
+            );
+        }
+    }
     out.push_str(
         "# HELP sluicegate_grpc_requests_total gRPC calls by route and the gRPC status they ended with (none: cut, or no gRPC answer).\n",
     );
@@ -369,6 +582,57 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         let l = format!("route=\"{}\"", label(&r.name));
         r.latency
             .render(out, "sluicegate_request_duration_seconds", &l);
+    }
+}
+
+/// Writes the mirror families, for the routes that mirror now.
+fn render_mirrors<'a>(out: &mut String, routes: impl Iterator<Item = &'a RouteMetrics> + Clone) {
+    let mirrored = routes.filter_map(|r| {
+        let service = r.mirror.service.lock().ok()?.clone()?;
+        Some((label(&r.name), label(&service), &r.mirror))
+    });
+    let mirrored: Vec<_> = mirrored.collect();
+    out.push_str("# HELP sluicegate_mirror_requests_total Mirror copies answered, by route, mirror service and status class.\n");
+    out.push_str("# TYPE sluicegate_mirror_requests_total counter\n");
+    for (route, service, m) in &mirrored {
+        for (i, c) in m.answered.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "sluicegate_mirror_requests_total{{route=\"{route}\",service=\"{service}\",class=\"{}xx\"}} {}",
+                i + 1,
+                c.load(Ordering::Relaxed)
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_mirror_failures_total Mirror copies without a whole answer, by route and reason.\n");
+    out.push_str("# TYPE sluicegate_mirror_failures_total counter\n");
+    for (route, _, m) in &mirrored {
+        for why in MirrorFailure::ALL {
+            let n = m.failed[why as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "sluicegate_mirror_failures_total{{route=\"{route}\",reason=\"{}\"}} {n}",
+                why.name()
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_mirror_abandoned_total Mirror copies given up (never the request itself), by route and reason.\n");
+    out.push_str("# TYPE sluicegate_mirror_abandoned_total counter\n");
+    for (route, _, m) in &mirrored {
+        for why in Abandoned::ALL {
+            let n = m.abandoned[why as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "sluicegate_mirror_abandoned_total{{route=\"{route}\",reason=\"{}\"}} {n}",
+                why.name()
+            );
+        }
+    }
+    out.push_str("# HELP sluicegate_mirror_in_flight Mirror copies in flight now, by route.\n");
+    out.push_str("# TYPE sluicegate_mirror_in_flight gauge\n");
+    for (route, _, m) in &mirrored {
+        let n = m.in_flight.load(Ordering::Relaxed);
+        let _ = writeln!(out, "sluicegate_mirror_in_flight{{route=\"{route}\"}} {n}");
     }
 }
 

@@ -230,7 +230,7 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
         }
     };
     rt.block_on(async move {
-        let worker = Rc::new(Worker::new(shared.clone()));
+        let worker = Worker::new(shared.clone()).into_rc();
         tokio::task::spawn_local({
             let worker = worker.clone();
             async move { worker.deadlines.run().await }

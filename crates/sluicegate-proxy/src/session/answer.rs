@@ -128,6 +128,7 @@ fn log_refused(
         request_id: bufs.ids.rid.value(),
         trace_id: None,
         fault: None,
+        fallback: None,
     };
     link.worker
         .append_refused_log(sink, &entry, link.peer.listener);
@@ -195,6 +196,74 @@ pub(super) async fn answer_locally(
     if !discardable {
         close = true;
     }
+    let (rendered, status, body_len) = render_local(link, bufs, fixed, is_head, close);
+    bufs.inb.consume(head_len);
+    let mut outcome = Outcome::local(status, body_len as u64, close);
+    if let (false, BodyKind::Length(n)) = (close, body) {
+        let deadline = Instant::now() + snap.timeouts.client_write;
+        if crate::upstream::body::discard(
+            link.client,
+            &mut bufs.inb,
+            n,
+            link.worker.until(deadline),
+        )
+        .await
+        .is_err()
+        {
+            outcome.close = true;
+            return outcome;
+        }
+    }
+    let wait = link.worker.deadlines.after(snap.timeouts.client_write);
+    let written = match rendered {
+        Ok(()) => write_all_by(link.client, &bufs.out, wait).await,
+        failed => failed,
+    };
+    if let Err(e) = written {
+        client_write_failed(link.worker, &e);
+        outcome.close = true;
+    }
+    outcome
+}
+
+/// Writes an answer the gateway makes itself for a request forwarding
+/// already took out of the buffer (its head, and its body as far as it
+/// was read): a route's fallback. Nothing more is read; the connection
+/// closes after it when `close`.
+pub(super) async fn answer_consumed(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    fixed: Local<'_>,
+    is_head: bool,
+    close: bool,
+) -> Outcome<'static> {
+    let close = close || link.worker.shutting_down();
+    let (rendered, status, body_len) = render_local(link, bufs, fixed, is_head, close);
+    let mut outcome = Outcome::local(status, body_len as u64, close);
+    let wait = link.worker.deadlines.after(snap.timeouts.client_write);
+    let written = match rendered {
+        Ok(()) => write_all_by(link.client, &bufs.out, wait).await,
+        failed => failed,
+    };
+    if let Err(e) = written {
+        client_write_failed(link.worker, &e);
+        outcome.close = true;
+    }
+    outcome
+}
+
+/// Renders a local answer into `bufs.out` (with the filters' response
+/// fields); its status and body length (the gRPC status it gives set in
+/// `bufs`).
+#[inline]
+fn render_local(
+    link: Link<'_>,
+    bufs: &mut Bufs,
+    fixed: Local<'_>,
+    is_head: bool,
+    close: bool,
+) -> (std::io::Result<()>, u16, usize) {
     let edits = &bufs.edits;
     let ops = edits
         .response_ops
@@ -245,33 +314,7 @@ pub(super) async fn answer_locally(
     if grpc_status.is_some() {
         bufs.grpc_status = grpc_status;
     }
-    bufs.inb.consume(head_len);
-    let mut outcome = Outcome::local(status, body_len as u64, close);
-    if let (false, BodyKind::Length(n)) = (close, body) {
-        let deadline = Instant::now() + snap.timeouts.client_write;
-        if crate::upstream::body::discard(
-            link.client,
-            &mut bufs.inb,
-            n,
-            link.worker.until(deadline),
-        )
-        .await
-        .is_err()
-        {
-            outcome.close = true;
-            return outcome;
-        }
-    }
-    let wait = link.worker.deadlines.after(snap.timeouts.client_write);
-    let written = match rendered {
-        Ok(()) => write_all_by(link.client, &bufs.out, wait).await,
-        failed => failed,
-    };
-    if let Err(e) = written {
-        client_write_failed(link.worker, &e);
-        outcome.close = true;
-    }
-    outcome
+    (rendered, status, body_len)
 }
 
 impl Refuse {

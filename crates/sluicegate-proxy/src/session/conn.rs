@@ -250,7 +250,7 @@ impl Conn<'_> {
     /// Reads, routes and answers one request. Its head is due by `due`
     /// when given (a connection's first request: from the accept),
     /// otherwise `client_header` after its first byte.
-    async fn request(&self, snap: &Snapshot, bufs: &mut Bufs, due: Option<Instant>) -> Next {
+    async fn request(&self, snap: &Arc<Snapshot>, bufs: &mut Bufs, due: Option<Instant>) -> Next {
         // A request's time starts with its first byte (the wait before that
         // has its own timeout), and so does its header deadline unless due.
         let mut started = (!bufs.inb.is_empty()).then(Instant::now);

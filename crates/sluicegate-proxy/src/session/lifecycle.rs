@@ -13,7 +13,9 @@
 //!    ([`super::filtering`]).
 //! 4. **Action**: the route's fixed answer, or forwarding upstream
 //!    ([`crate::upstream::forward`]), which picks the endpoint, retries,
-//!    and streams both bodies.
+//!    and streams both bodies; on a route with a `mirror`, a sampled
+//!    request's copy is started first ([`crate::upstream::mirror`]), and
+//!    its body teed as it is relayed.
 //! 5. **Response**: what the request filters left for the answer (header
 //!    ops, CORS and rate-limit fields in [`crate::filters::Edits`]) is
 //!    applied as its head is written, upstream's or the gateway's own.
@@ -34,7 +36,7 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::answer::{answer_locally, https_redirect, refuse_and_close, Local};
+use super::answer::{answer_consumed, answer_locally, https_redirect, refuse_and_close, Local};
 use super::filtering::{request_filters, request_filters_waiting, Facts};
 use super::grpc::grpc_facts;
 use super::ids::{end_span, request_ids, since};
@@ -48,12 +50,18 @@ use crate::proto::head::RequestHead;
 use crate::proto::response::{ErrorKind, Head};
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
+use crate::snapshot::fallback::{FallbackAnswerRt, FallbackRt};
+use crate::snapshot::split::{KeySource, SplitEntryRt, SplitRt};
 use crate::snapshot::{ActionRt, RouteRt, ServiceRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
-use crate::upstream::forward::{self, Outcome};
+use crate::transport::io::Mark;
+use crate::upstream::forward::{self, Ended, Outcome};
+use crate::upstream::handback::{HandBack, Unanswered};
+use crate::upstream::mirror;
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Bufs;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// What the request loop does after a request.
 pub(super) enum Next {
@@ -80,7 +88,7 @@ struct Req<'a> {
 /// Runs one request whose head is in `bufs`, from routing to the log.
 pub(super) async fn exchange(
     link: Link<'_>,
-    snap: &Snapshot,
+    snap: &Arc<Snapshot>,
     bufs: &mut Bufs,
     started: Instant,
 ) -> Next {
@@ -182,7 +190,7 @@ pub(super) async fn exchange(
             let outcome = gate(link, snap, bufs, &target, is_head, client).await;
             link.worker.shared.global.unrouted.record(outcome.status);
             let (end, total_us) = finish(started);
-            log(&rq, bufs, ("", ""), None, &outcome, total_us);
+            log(&rq, bufs, ("", ""), (None, None), &outcome, total_us);
             if bufs.ids.sampled.is_some() {
                 end_span(link, bufs, ("", ""), &outcome, total_us);
             }
@@ -231,7 +239,13 @@ pub(super) async fn exchange(
     // 4. Action (5, the response's own edits, apply as its head is
     // written).
     let mut svc = "";
+    // The split's entry that took the request, on a split route.
+    let mut entry: Option<(usize, &SplitEntryRt)> = None;
     let mut injected = Injected::None;
+    let mut fell = None;
+    // A fallback's answer: the status the route's own service would have
+    // got the client.
+    let mut primary = None;
     let outcome = match refused {
         Some(refuse) => {
             if refuse.answer == Answer::Error(ErrorKind::Unauthorized) {
@@ -252,9 +266,20 @@ pub(super) async fn exchange(
                 strip_prefix,
                 upgrade,
                 fault,
+                mirror,
+                fallback,
+                split,
             } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
-                let service = snap.service(*service);
+                let service = match split {
+                    None => snap.service(*service),
+                    Some(split) => {
+                        let i = pick(&rq, split, bufs, client);
+                        let e = &split.entries[i];
+                        entry = Some((i, e));
+                        snap.service(e.service)
+                    }
+                };
                 svc = &service.name;
                 if let Some(fault) = fault {
                     let timed_out;
@@ -271,6 +296,19 @@ pub(super) async fn exchange(
                     }
                 }
                 let down = link.downstream();
+                if let Some(m) = mirror {
+                    let metrics = &route.metrics;
+                    mirror::start(&down, snap, m, metrics, client, &target, strip, bufs);
+                }
+                let hand_back = match fallback {
+                    Some(f) => HandBack {
+                        failures: true,
+                        statuses: f.statuses,
+                        whole_only: matches!(f.answer, FallbackAnswerRt::Service(_)),
+                    },
+                    None => HandBack::NONE,
+                };
+                let mark = bufs.inb.mark();
                 let cx = forward::Request {
                     worker: down.worker,
                     down: Some(&down),
@@ -282,8 +320,36 @@ pub(super) async fn exchange(
                     strip,
                     started,
                     upgrade,
+                    feed: None,
+                    hand_back,
                 };
-                let outcome = forward::forward(cx, bufs).await.outcome();
+                let outcome = match (forward::forward(cx, bufs).await, fallback) {
+                    (Ended::Unanswered(un), Some(fb)) => {
+                        // The split's entry failed, whatever answers
+                        // instead: its counters (the rollout's input)
+                        // take the error it would have answered.
+                        primary = Some(un.kind.status());
+                        let again = Again {
+                            client,
+                            target: &target,
+                            strip,
+                            mark,
+                        };
+                        let fell_back = fall_back(&rq, bufs, route, fb, un, again);
+                        let (outcome, why, other) = Box::pin(fell_back).await;
+                        fell = Some(why);
+                        if let Some(other) = other {
+                            svc = &other.name;
+                        }
+                        outcome
+                    }
+                    (ended, _) => ended.outcome(),
+                };
+                if mirror.is_some() {
+                    // The copy's body ends with the request's (cut, if
+                    // it did not arrive whole).
+                    bufs.mirror = None;
+                }
                 if outcome.status == 101 {
                     if let Some(t) = bufs.upgraded.take() {
                         // An open tunnel: its own task runs it, then
@@ -292,7 +358,8 @@ pub(super) async fn exchange(
                             let names = (&*route.name, svc);
                             end_span(link, bufs, names, &outcome, since(started));
                         }
-                        let h = hand_off(&rq, t, bufs, found.index, &outcome, started);
+                        let mut h = hand_off(&rq, t, bufs, found.index, &outcome, started);
+                        h.split_entry = entry.map(|(i, _)| i);
                         return Next::Tunnel(h);
                     }
                 }
@@ -308,6 +375,10 @@ pub(super) async fn exchange(
     route
         .metrics
         .record(outcome.status, total_us, outcome.upstream_us);
+    if let Some((_, e)) = entry {
+        let status = primary.unwrap_or(outcome.status);
+        e.metrics.record(status, total_us, outcome.upstream_us);
+    }
     if let Some(app) = bufs.edits.app {
         snap.apps.record(app, outcome.status, total_us);
     }
@@ -318,7 +389,7 @@ pub(super) async fn exchange(
         &rq,
         bufs,
         (&route.name, svc),
-        injected.mark(),
+        (injected.mark(), fell),
         &outcome,
         total_us,
     );
@@ -402,7 +473,20 @@ fn hand_off(
         upstream_us: outcome.upstream_us,
         guards,
         log,
+        split_entry: None,
     })
+}
+
+/// The entry of the route's `split` that takes this request: by the app
+/// the filters identified, the request's key, or the worker's generator.
+fn pick(rq: &Req<'_>, split: &SplitRt, bufs: &Bufs, client: IpAddr) -> usize {
+    let src = KeySource {
+        raw: bufs.inb.filled(),
+        headers: &bufs.req.headers,
+        client,
+        app: bufs.edits.app.map(|a| rq.snap.apps.app_id(a)),
+    };
+    split.pick(&src, &rq.link.worker.rng)
 }
 
 /// Draws the route's fault for this request (its worker's generator) and
@@ -443,6 +527,104 @@ async fn inject(
     (injected, timed_out)
 }
 
+/// What sending a request to a route's fallback service needs besides
+/// the route: the client, the target and the prefix to strip, and where
+/// the request was in `bufs.inb` before it was forwarded.
+struct Again<'a> {
+    client: IpAddr,
+    target: &'a Target,
+    strip: usize,
+    mark: Mark,
+}
+
+/// Answers a request its route's service could not (`un`: why, and what
+/// is left of the request) by the route's fallback, with the
+/// `Sluicegate-Fallback: 1` field: its fixed answer (after a body that
+/// went upstream too, then closing), or the request sent once to the
+/// fallback service, when it is still whole (from a fresh start: the
+/// service's own `timeouts.request`), whose answer is relayed and whose
+/// failure is answered as errors are. A request whose body went upstream
+/// cannot go again: it gets the first service's error, without the field.
+/// Counted per route; the outcome, the access log's mark, and the
+/// fallback service when one was called.
+#[cold]
+async fn fall_back<'s>(
+    rq: &Req<'s>,
+    bufs: &mut Bufs,
+    route: &RouteRt,
+    fb: &'s FallbackRt,
+    un: Unanswered<'s>,
+    again: Again<'_>,
+) -> (Outcome<'s>, &'static str, Option<&'s ServiceRt>) {
+    let (link, snap, is_head) = (*rq.link, rq.snap, bufs.is_head);
+    if un.at_hand {
+        bufs.inb.rewind(again.mark);
+    }
+    if let (FallbackAnswerRt::Service(_), false) = (&fb.answer, un.at_hand) {
+        route
+            .metrics
+            .fallbacks_unsent
+            .fetch_add(1, Ordering::Relaxed);
+        let error = Local::Error(un.kind, &fields::NONE);
+        let o = answer_consumed(link, snap, bufs, error, is_head, un.close).await;
+        return (with_upstream(o, &un), "unsent", None);
+    }
+    route.metrics.fallbacks[un.cause.index()].fetch_add(1, Ordering::Relaxed);
+    bufs.edits
+        .response_headers
+        .push(b"sluicegate-fallback", b"1");
+    let why = un.cause.name();
+    let (local, left, service) = match &fb.answer {
+        FallbackAnswerRt::Fixed { head, body } => (Local::Fixed(Head::Fixed(head), body), un, None),
+        FallbackAnswerRt::Service(i) => {
+            let service: &'s ServiceRt = snap.service(*i);
+            let down = link.downstream();
+            let cx = forward::Request {
+                worker: down.worker,
+                down: Some(&down),
+                client: again.client,
+                origin: None,
+                snap,
+                service,
+                target: again.target,
+                strip: again.strip,
+                started: Instant::now(),
+                upgrade: &[],
+                feed: None,
+                hand_back: HandBack {
+                    failures: true,
+                    ..HandBack::NONE
+                },
+            };
+            match forward::forward(cx, bufs).await {
+                Ended::Unanswered(un) => {
+                    if un.at_hand {
+                        bufs.inb.rewind(again.mark);
+                    }
+                    (Local::Error(un.kind, &fields::NONE), un, Some(service))
+                }
+                ended => return (ended.outcome(), why, Some(service)),
+            }
+        }
+    };
+    let o = if left.at_hand {
+        answer_locally(link, snap, bufs, local, is_head).await
+    } else {
+        answer_consumed(link, snap, bufs, local, is_head, left.close).await
+    };
+    (with_upstream(o, &left), why, service)
+}
+
+/// A local answer's outcome with what forwarding did before it: the
+/// body bytes sent, the endpoint tried, the upstream's time.
+fn with_upstream<'s>(mut o: Outcome<'static>, un: &Unanswered<'s>) -> Outcome<'s> {
+    o.bytes_in = un.bytes_in;
+    o.upstream_us = un.upstream_us;
+    let mut o: Outcome<'s> = o;
+    o.endpoint = un.endpoint;
+    o
+}
+
 /// Marks the end of a request: one clock read, shared by the metrics,
 /// the access log and the next keep-alive wait; it, and the request's
 /// time in µs.
@@ -455,12 +637,12 @@ fn finish(started: Instant) -> (Instant, u64) {
 }
 
 /// The request's access log line, when the snapshot logs: its route and
-/// service, and the mark of a fault injected.
+/// service, and the marks of a fault injected and of a fallback.
 fn log(
     rq: &Req,
     bufs: &Bufs,
     (route, service): (&str, &str),
-    fault: Option<&'static str>,
+    (fault, fallback): (Option<&'static str>, Option<&'static str>),
     outcome: &Outcome,
     total_us: u64,
 ) {
@@ -491,6 +673,7 @@ fn log(
             request_id: bufs.ids.rid.value(),
             trace_id: bufs.ids.sampled.as_ref().map(|s| &s.trace_id),
             fault,
+            fallback,
         },
     );
 }

@@ -36,7 +36,7 @@ pub(super) fn worker() -> Rc<Worker> {
 /// A worker on `config` with its deadline sweeper running.
 pub(super) fn worker_on(config: &str) -> Rc<Worker> {
     let cfg = sluicegate_config::parse(config).unwrap();
-    let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
+    let worker = Worker::new(Shared::new(&cfg).unwrap()).into_rc();
     tokio::task::spawn_local({
         let w = worker.clone();
         async move { w.deadlines.run().await }

@@ -32,6 +32,8 @@ pub(super) struct Handoff {
     pub guards: Vec<InFlight>,
     /// What the access log line needs, when the snapshot logs.
     pub log: Option<Box<LogFacts>>,
+    /// On a split route, the entry that took the request.
+    pub split_entry: Option<usize>,
 }
 
 /// The request's facts for its access log line.
@@ -70,6 +72,7 @@ pub(super) async fn relay_and_record(
         upstream_us,
         guards,
         log,
+        split_entry,
     } = *h;
     let carried = tunnel::relay(tunnel, worker, client, snap).await;
     drop(guards);
@@ -80,12 +83,20 @@ pub(super) async fn relay_and_record(
     // A tunnel's time is spent waiting on its two ends: none of it is
     // the gateway's own.
     route.metrics.record(101, total_us, Some(total_us));
+    let entry = match (&route.action, split_entry) {
+        (ActionRt::Proxy { split: Some(s), .. }, Some(i)) => s.entries.get(i),
+        _ => None,
+    };
+    if let Some(e) = entry {
+        e.metrics.record(101, total_us, Some(total_us));
+    }
     let (Some(sink), Some(log)) = (&snap.access_log, log) else {
         return;
     };
-    let service = match &route.action {
-        ActionRt::Proxy { service, .. } => &*snap.service(*service).name,
-        ActionRt::Respond { .. } => "",
+    let service = match (&route.action, entry) {
+        (_, Some(e)) => &*snap.service(e.service).name,
+        (ActionRt::Proxy { service, .. }, None) => &*snap.service(*service).name,
+        (ActionRt::Respond { .. }, None) => "",
     };
     let (method, target) = (&log.line[..log.method_len], &log.line[log.method_len + 1..]);
     let entry = accesslog::Entry {
@@ -107,6 +118,7 @@ pub(super) async fn relay_and_record(
         request_id: &log.request_id,
         trace_id: None,
         fault: None,
+        fallback: None,
     };
     worker.append_log(sink, &entry);
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sluicegate_config::{Action, Auth, Config, LimitKey, Plan};
 
+use super::split::SplitRt;
 use super::{ActionRt, Registry, RouteRt, ServiceRt, Snapshot};
 use crate::apps::limit::PlanRt;
 use crate::apps::AppTable;
@@ -20,7 +21,7 @@ use crate::filters::{
     MtlsAuth, MtlsIndex, PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
 };
 use crate::observe::accesslog::Sink;
-use crate::observe::metrics::RouteMetrics;
+use crate::observe::metrics::{RouteMetrics, SplitMetrics};
 use crate::route::router::Router;
 use crate::route::template::Expand;
 use crate::transport::listener::ListenerRt;
@@ -153,6 +154,8 @@ fn compile_routes(
     let mut live_route_limits = HashMap::new();
     let mut globals = Vec::new();
     let mut route_order = Vec::new();
+    let mut live_splits = HashMap::new();
+    let mut split_order = Vec::new();
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
     for r in &config.routes {
@@ -167,6 +170,7 @@ fn compile_routes(
             Action::Proxy {
                 service,
                 strip_prefix,
+                split,
             } => ActionRt::Proxy {
                 service: services
                     .get(service.as_str())
@@ -178,6 +182,46 @@ fn compile_routes(
                     .fault
                     .as_ref()
                     .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
+                mirror: match &r.mirror {
+                    None => None,
+                    Some(m) => {
+                        let index = services
+                            .get(m.service.as_str())
+                            .map(|s| s.index)
+                            .ok_or_else(|| {
+                                format!("route {}: mirror: unknown service {}", r.name, m.service)
+                            })?;
+                        let rt = crate::filters::mirror::MirrorRt::new(m, index);
+                        Some(Box::new(rt))
+                    }
+                },
+                fallback: match &r.fallback {
+                    None => None,
+                    Some(f) => Some(Box::new(
+                        super::fallback::FallbackRt::new(f, |n| services.get(n).map(|s| s.index))
+                            .map_err(|e| format!("route {}: {e}", r.name))?,
+                    )),
+                },
+                split: match split {
+                    None => None,
+                    Some(sp) => {
+                        let index = |name: &str| services.get(name).map(|s| s.index);
+                        let metrics = |svc: &str| {
+                            let key = (r.name.clone(), svc.to_string());
+                            let m = reg
+                                .splits
+                                .get(&key)
+                                .cloned()
+                                .unwrap_or_else(|| Arc::new(SplitMetrics::new(&r.name, svc)));
+                            live_splits.insert(key, m.clone());
+                            split_order.push(m.clone());
+                            m
+                        };
+                        let rt = SplitRt::new(sp, index, metrics)
+                            .map_err(|e| format!("route {}: split: {e}", r.name))?;
+                        Some(Box::new(rt))
+                    }
+                },
             },
             Action::Respond {
                 status,
@@ -317,7 +361,16 @@ fn compile_routes(
     reg.budgets = live_budgets;
     reg.routes = live_routes;
     reg.route_limits = live_route_limits;
+    // The mirror service each route's copies are counted under now.
+    for (r, rt) in config.routes.iter().zip(&routes) {
+        let service = r.mirror.as_ref().map(|m| Arc::from(m.service.as_str()));
+        if let Ok(mut label) = rt.metrics.mirror.service.lock() {
+            *label = service;
+        }
+    }
     reg.route_order = route_order;
+    reg.splits = live_splits;
+    reg.split_order = split_order;
     reg.endpoint_order = endpoint_order;
     reg.service_cfg = config
         .services

@@ -25,6 +25,51 @@ pub struct RouteCounts {
     pub total_us: u64,
     /// Microseconds waiting for upstreams, summed.
     pub upstream_us: u64,
+    /// On a split route, each entry in config order; empty otherwise.
+    pub split: Vec<SplitEntryCounts>,
+}
+
+/// One service of a split route: its weight now and the cumulative
+/// counters of the requests it answered. The counters are kept by (route,
+/// service) across reloads, so two readings' difference is a window's
+/// traffic even when the weights changed between them (a counter lower
+/// than before means the entry was removed and added again: count from 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SplitEntryCounts {
+    pub service: String,
+    /// The weight in the running config.
+    pub weight: u32,
+    /// Responses by class, 1xx to 5xx ([`Self::requests`] is their sum,
+    /// [`Self::server_errors`] the last).
+    pub status: [u64; 5],
+    /// Latency histogram: each bucket's count, not cumulative (bounds:
+    /// [`BUCKETS_US`]; the last: over every bound).
+    pub buckets: [u64; BUCKETS_US.len() + 1],
+    /// Microseconds from request head to response end, summed.
+    pub total_us: u64,
+    /// Microseconds waiting for the upstream, summed.
+    pub upstream_us: u64,
+}
+
+impl SplitEntryCounts {
+    pub fn requests(&self) -> u64 {
+        self.status.iter().sum()
+    }
+
+    /// Responses 500 to 599 (and gateway errors such as 502 and 504).
+    pub fn server_errors(&self) -> u64 {
+        self.status[4]
+    }
+
+    /// The histogram as cumulative counts: how many took at most each of
+    /// [`BUCKETS_US`] (the last: all), as Prometheus's `le` buckets.
+    pub fn cumulative(&self) -> [u64; BUCKETS_US.len() + 1] {
+        let mut sum = 0;
+        self.buckets.map(|b| {
+            sum += b;
+            sum
+        })
+    }
 }
 
 /// One app's cumulative counters.
@@ -70,6 +115,37 @@ pub struct Counts {
     pub unrouted: [u64; 5],
 }
 
+/// The split entries of the route named `route` in `snap`, with their
+/// cumulative counters; `None` when it has no such route or the route has
+/// no split. What the rollout controller reads, twice per window.
+pub fn split(snap: &Snapshot, route: &str) -> Option<Vec<SplitEntryCounts>> {
+    let r = snap.routes.iter().find(|r| &*r.name == route)?;
+    let ActionRt::Proxy { split: Some(_), .. } = &r.action else {
+        return None;
+    };
+    Some(split_counts(r))
+}
+
+fn split_counts(r: &crate::snapshot::RouteRt) -> Vec<SplitEntryCounts> {
+    let ActionRt::Proxy { split: Some(s), .. } = &r.action else {
+        return Vec::new();
+    };
+    s.entries
+        .iter()
+        .map(|e| {
+            let (buckets, total_us) = e.metrics.latency.read();
+            SplitEntryCounts {
+                service: e.metrics.service.clone(),
+                weight: e.weight,
+                status: e.metrics.status.classes(),
+                buckets,
+                total_us,
+                upstream_us: e.metrics.upstream_us.load(Ordering::Relaxed),
+            }
+        })
+        .collect()
+}
+
 /// Reads the counters of `snap`'s routes, apps and endpoints.
 pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
     let routes = snap
@@ -90,6 +166,7 @@ pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
                 buckets,
                 total_us,
                 upstream_us: m.upstream_us.load(Ordering::Relaxed),
+                split: split_counts(r),
             }
         })
         .collect();

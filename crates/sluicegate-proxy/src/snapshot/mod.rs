@@ -18,9 +18,11 @@
 pub mod carry;
 mod compile;
 mod discovered;
+pub mod fallback;
 pub mod live;
 mod members;
 mod shared;
+pub mod split;
 
 pub use shared::Shared;
 
@@ -36,7 +38,7 @@ use crate::balance::budget::RetryBudget;
 use crate::balance::endpoint::EndpointState;
 use crate::filters::{Filters, RouteCounters};
 use crate::observe::accesslog::Sink;
-use crate::observe::metrics::RouteMetrics;
+use crate::observe::metrics::{RouteMetrics, SplitMetrics};
 use crate::route::router::Router;
 use crate::transport::listener::{ListenerRt, ListenerState};
 use crate::transport::tls::client::UpstreamTlsRt;
@@ -73,6 +75,15 @@ pub enum ActionRt {
         /// Aborts and delays injected on a share of the requests; `None`
         /// (nothing to draw) for most routes.
         fault: Option<Box<crate::filters::fault::FaultRt>>,
+        /// The service that gets copies of a share of the requests; `None`
+        /// (nothing to draw) for most routes.
+        mirror: Option<Box<crate::filters::mirror::MirrorRt>>,
+        /// What answers when the service cannot; `None` for most routes.
+        fallback: Option<Box<fallback::FallbackRt>>,
+        /// The route's `split`: which of its services takes a request
+        /// (`service` is then the first entry's, the one app ACLs and
+        /// plans are checked against); `None` for most routes.
+        split: Option<Box<split::SplitRt>>,
     },
     /// A fixed response: its status and header fields (without framing or
     /// connection fields), kept as HTTP/1.1 text too, and its body.
@@ -187,6 +198,10 @@ pub struct Registry {
     /// service -> its retry budget's tokens.
     budgets: HashMap<String, Arc<std::sync::atomic::AtomicI64>>,
     routes: HashMap<String, Arc<RouteMetrics>>,
+    /// Counters of split routes' entries by (route, service).
+    splits: HashMap<(String, String), Arc<SplitMetrics>>,
+    /// Current split entries' counters in config order, for rendering.
+    split_order: Vec<Arc<SplitMetrics>>,
     /// Current route metrics in config order, for rendering.
     route_order: Vec<Arc<RouteMetrics>>,
     /// Current endpoints with their service, for rendering.

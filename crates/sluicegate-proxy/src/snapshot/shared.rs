@@ -167,6 +167,16 @@ impl Shared {
         crate::snapshot::live::read(&self.snapshot.load(), unrouted)
     }
 
+    /// The split entries of route `route` in the running snapshot, with
+    /// their weights and cumulative counters (see
+    /// [`crate::snapshot::live::split`]); `None`: no such route, or no split.
+    pub fn split_counts(
+        &self,
+        route: &str,
+    ) -> Option<Vec<crate::snapshot::live::SplitEntryCounts>> {
+        crate::snapshot::live::split(&self.snapshot.load(), route)
+    }
+
     /// The global limits of the snapshot in force (for the Redis plane).
     pub fn globals(&self) -> Arc<crate::cluster::Globals> {
         self.snapshot.load().globals.clone()
@@ -192,6 +202,9 @@ impl Shared {
             return out;
         };
         crate::observe::metrics::render_routes(&mut out, reg.route_order.iter().map(|r| &**r));
+        if !reg.split_order.is_empty() {
+            crate::observe::metrics::render_splits(&mut out, reg.split_order.iter().map(|m| &**m));
+        }
         render_endpoints(&mut out, &reg.endpoint_order);
         crate::observe::metrics::render_listeners(
             &mut out,

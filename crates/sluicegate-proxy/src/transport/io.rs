@@ -14,6 +14,10 @@ pub struct RecvBuf {
     end: usize,
 }
 
+/// A place in a [`RecvBuf`] ([`RecvBuf::mark`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Mark(usize, usize);
+
 /// Why a read did not return bytes.
 #[derive(Debug)]
 pub enum ReadError {
@@ -70,6 +74,24 @@ impl RecvBuf {
     pub fn clear(&mut self) {
         self.start = 0;
         self.end = 0;
+    }
+
+    /// Where the received bytes are now, for [`RecvBuf::rewind`].
+    #[inline]
+    pub fn mark(&self) -> Mark {
+        Mark(self.start, self.end)
+    }
+
+    /// Takes back what was consumed since `mark`: its bytes are still in
+    /// place as long as nothing was read or put since (a consume only
+    /// moves the start). The caller must know that nothing was.
+    pub fn rewind(&mut self, mark: Mark) {
+        debug_assert!(mark.1 <= self.data.len() && mark.0 <= mark.1);
+        debug_assert!(
+            self.end == 0 || self.end == mark.1,
+            "bytes came in since the mark"
+        );
+        (self.start, self.end) = (mark.0, mark.1);
     }
 
     /// Room to read into, compacting first and growing up to `limit` bytes

@@ -4,7 +4,9 @@
 //! trailers as the last chunk's trailer fields or a trailing HEADERS),
 //! the response body streamed back (an HTTP/2 upstream's trailers relayed
 //! as trailers), and the client bytes read and dropped when an answer
-//! came before the body ended.
+//! came before the body ended. A mirrored request's body is teed as it
+//! is streamed (its data, never its framing), and its copy is sent from
+//! that feed ([`send_fed`]).
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,7 @@ use crate::proto::chunked::{write_chunk_header, ChunkedDecoder, LAST_CHUNK};
 use crate::proto::codec::BodyKind;
 use crate::proto::http2::exchange::trailer_map;
 use crate::transport::io::{write_all_by, RecvBuf};
+use crate::worker::tee::{Feed, Tee};
 use crate::worker::{Bufs, Downstream, Worker};
 
 /// Reads while streaming bodies use buffers up to this size.
@@ -91,7 +94,8 @@ pub(crate) async fn linger(dl: &Deadlines, client: &Stream, inb: &mut RecvBuf, m
 
 /// Streams the rest of a request body upstream, each read waiting at most
 /// `idle` for the client, a chunked one refused past `max_body` bytes;
-/// returns the bytes sent.
+/// returns the bytes sent. Its data is copied to `tee` as it goes, when
+/// the request is mirrored, and the copy ended with the body.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn send_body(
     dl: &Deadlines,
@@ -103,6 +107,7 @@ pub(crate) async fn send_body(
     mut remaining: u64,
     max_body: u64,
     idle: Duration,
+    tee: Option<&Tee>,
 ) -> Result<u64, BodyError> {
     let mut sent = 0;
     // An HTTP/2 upstream's stream takes the data as it is, and its end
@@ -119,6 +124,9 @@ pub(crate) async fn send_body(
                     }
                 }
                 let take = (inb.len() as u64).min(remaining) as usize;
+                if let Some(t) = tee {
+                    t.push(&inb.filled()[..take]);
+                }
                 write_all_by(up, &inb.filled()[..take], dl.after(idle))
                     .await
                     .map_err(|_| BodyError::Upstream)?;
@@ -135,6 +143,9 @@ pub(crate) async fn send_body(
                 if let Some(r) = step.data {
                     if framed {
                         write_chunk_header(out, r.len());
+                    }
+                    if let Some(t) = tee {
+                        t.push(&inb.filled()[r.clone()]);
                     }
                     out.extend_from_slice(&inb.filled()[r]);
                     if framed {
@@ -204,6 +215,9 @@ pub(crate) async fn send_body(
                         if framed {
                             write_chunk_header(out, data.len());
                         }
+                        if let Some(t) = tee {
+                            t.push(data);
+                        }
                         out.extend_from_slice(data);
                         if framed {
                             out.extend_from_slice(b"\r\n");
@@ -216,7 +230,75 @@ pub(crate) async fn send_body(
         }
         BodyKind::None | BodyKind::UntilClose => {}
     }
+    if let Some(t) = tee {
+        t.end();
+    }
     Ok(sent)
+}
+
+/// Sends a mirror's copy of a request body upstream from its `feed`,
+/// after what `out` still holds when the body is chunked (the head, for
+/// an HTTP/1.1 upstream): `remaining` bytes as they are for a body with a
+/// length, else chunked (as DATA to an HTTP/2 upstream). Each write waits
+/// at most `idle`. A copy cut short is [`BodyError::Client`] (its feed
+/// says why), one longer than its length [`BodyError::TooLarge`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn send_fed(
+    dl: &Deadlines,
+    up: &Stream,
+    out: &mut Vec<u8>,
+    feed: &Feed,
+    chunked: bool,
+    mut remaining: u64,
+    idle: Duration,
+    fed_idle: Duration,
+) -> Result<u64, BodyError> {
+    let framed = chunked && !matches!(up, Stream::H2Up(_));
+    let mut sent = 0u64;
+    if !chunked {
+        // The head went with [`super::plan::send_head`].
+        out.clear();
+    }
+    loop {
+        if !out.is_empty() {
+            write_all_by(up, out, dl.after(idle))
+                .await
+                .map_err(|_| BodyError::Upstream)?;
+            out.clear();
+        }
+        let next = dl.after(fed_idle).bound(feed.next()).await;
+        match next.map_err(|_| BodyError::Client)? {
+            Ok(Some(data)) => {
+                if !chunked {
+                    if data.len() as u64 > remaining {
+                        return Err(BodyError::TooLarge);
+                    }
+                    remaining -= data.len() as u64;
+                }
+                sent += data.len() as u64;
+                if framed {
+                    write_chunk_header(out, data.len());
+                }
+                out.extend_from_slice(&data);
+                if framed {
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+            Ok(None) if !chunked && remaining > 0 => return Err(BodyError::Client),
+            Ok(None) => {
+                if framed {
+                    out.extend_from_slice(LAST_CHUNK);
+                    write_all_by(up, out, dl.after(idle))
+                        .await
+                        .map_err(|_| BodyError::Upstream)?;
+                    out.clear();
+                }
+                up.end_body().map_err(|_| BodyError::Upstream)?;
+                return Ok(sent);
+            }
+            Err(_) => return Err(BodyError::Client),
+        }
+    }
 }
 
 /// Why relaying a response body failed.

@@ -6,7 +6,9 @@
 //! A request is built in code as an `http::Request<Bytes>`: its method,
 //! its path and query, its authority (optional: without one the `Host` is
 //! the endpoint's name, and the request never goes to another endpoint),
-//! its header fields and its whole body. It is laid out in one of the
+//! its header fields and its whole body (or, for a mirror's copy,
+//! [`send_fed`], a body that streams from the request it copies: sent
+//! with the length its fields declare, else chunked). It is laid out in one of the
 //! worker's buffer sets as the protocol-neutral head with the body right
 //! after it, as an HTTP/2 client's request whose body came whole is
 //! ([`fill_head`]), and sent by forwarding's own steps
@@ -62,6 +64,7 @@ use crate::upstream::failure::AttemptError;
 pub(crate) use crate::upstream::failure::{Error, Part};
 use crate::upstream::forward::{self, Ended};
 use crate::upstream::head::Forwarded;
+use crate::worker::tee::Feed;
 use crate::worker::{Bufs, Downstream, Worker};
 
 /// The client a request is made on behalf of, with the facts its own
@@ -228,9 +231,42 @@ pub(crate) async fn send_with<'w, 's>(
     req: http::Request<Bytes>,
     opts: &Options,
 ) -> Result<Response<'w, 's>, Error> {
+    let (parts, body) = req.into_parts();
+    send_parts(worker, snap, service, parts, Body::Whole(&body), opts).await
+}
+
+/// [`send_with`] for a mirror's copy of a request: its head `parts`
+/// (with a `content-length` field when its body has one), its body read
+/// from `feed` as the request's own arrives. The copy fails when its feed
+/// was cut ([`Feed::cut`] says why).
+pub(crate) async fn send_fed<'w, 's>(
+    worker: &'w Worker,
+    snap: &'s Snapshot,
+    service: &'s ServiceRt,
+    parts: http::request::Parts,
+    feed: &Feed,
+    opts: &Options,
+) -> Result<Response<'w, 's>, Error> {
+    send_parts(worker, snap, service, parts, Body::Fed(feed), opts).await
+}
+
+/// A request's body: whole at hand, or streaming from a feed.
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    Whole(&'a [u8]),
+    Fed(&'a Feed),
+}
+
+async fn send_parts<'w, 's>(
+    worker: &'w Worker,
+    snap: &'s Snapshot,
+    service: &'s ServiceRt,
+    mut parts: http::request::Parts,
+    body: Body<'_>,
+    opts: &Options,
+) -> Result<Response<'w, 's>, Error> {
     let started = Instant::now();
     let mut lent = Lent::take(worker);
-    let (mut parts, body) = req.into_parts();
     let origin = opts.origin.as_ref();
     // Only the origin's X-Forwarded-For values lead the gateway's.
     parts.headers.remove("x-forwarded-for");
@@ -240,7 +276,7 @@ pub(crate) async fn send_with<'w, 's>(
         }
     }
     let bufs = lent.get();
-    let target = lay_out(worker, snap, &parts, &body, bufs)?;
+    let target = lay_out(worker, snap, &parts, body, bufs)?;
     let cx = forward::Request {
         worker,
         down: None,
@@ -256,6 +292,11 @@ pub(crate) async fn send_with<'w, 's>(
         strip: 0,
         started,
         upgrade: &[],
+        feed: match body {
+            Body::Fed(f) => Some(f),
+            Body::Whole(_) => None,
+        },
+        hand_back: crate::upstream::handback::HandBack::NONE,
     };
     let sending = forward::forward(cx, bufs);
     let ended = match opts.head_within {
@@ -271,7 +312,9 @@ pub(crate) async fn send_with<'w, 's>(
         Ended::Head(at, up, sent_at) => (at, up, sent_at),
         Ended::Failed(e) => return Err(e),
         // Only a client's call whose body streams ends with the client.
-        Ended::Done(_) => return Err(Error::Attempt(AttemptError::Downstream)),
+        Ended::Done(_) | Ended::Unanswered(_) => {
+            return Err(Error::Attempt(AttemptError::Downstream))
+        }
     };
     let (index, ep, permit) = at.answered();
     let (head_at, upstream_us) = head_came(service, ep, sent_at);
@@ -304,23 +347,28 @@ pub(crate) async fn send_with<'w, 's>(
     })
 }
 
-/// Lays out the request `parts` with its whole `body` in `bufs` as a
-/// client's request would be (its head in `req`, its framing, its facts),
-/// and splits its target.
+/// Lays out the request `parts` with its `body` (when whole) in `bufs`
+/// as a client's request would be (its head in `req`, its framing, its
+/// facts), and splits its target.
 fn lay_out(
     worker: &Worker,
     snap: &Snapshot,
     parts: &http::request::Parts,
-    body: &[u8],
+    body: Body<'_>,
     bufs: &mut Bufs,
 ) -> Result<Target, Error> {
     bufs.inb.clear();
     bufs.upb.clear();
     bufs.out.clear();
-    let whole = BodyAt::Whole(body.len() as u64);
+    let at = match body {
+        Body::Whole(b) => BodyAt::Whole(b.len() as u64),
+        Body::Fed(_) => BodyAt::Streams,
+    };
     let framing =
-        fill_head(parts, whole, None, &mut bufs.inb, &mut bufs.req).map_err(|_| Error::Request)?;
-    bufs.inb.put(body);
+        fill_head(parts, at, None, &mut bufs.inb, &mut bufs.req).map_err(|_| Error::Request)?;
+    if let Body::Whole(b) = body {
+        bufs.inb.put(b);
+    }
     bufs.req_framing = framing;
     let raw = bufs.inb.filled();
     let target = Target::parse(raw, &bufs.req).map_err(|_| Error::Request)?;

@@ -79,6 +79,7 @@ pub(super) async fn run<'s>(
             c.remaining,
             u64::MAX,
             idle,
+            None,
         );
         let answering = answer(&c, &up, admit, bufs);
         tokio::pin!(sending, answering);

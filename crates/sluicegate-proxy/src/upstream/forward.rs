@@ -31,8 +31,9 @@ use crate::transport::stream::Stream;
 use crate::upstream::attempt::{
     connect_failed, head_came, pool_back, send_continue, take_pooled, time_left, Attempts, Call,
 };
-use crate::upstream::body::{linger, relay_body, send_body, BodyError, Fault};
+use crate::upstream::body::{linger, relay_body, send_body, send_fed, BodyError, Fault};
 use crate::upstream::failure::{AttemptError, Error};
+use crate::upstream::handback::{Cause, HandBack, Unanswered};
 use crate::upstream::head::{
     early_response, read_response_head, write_response_head, Forwarded, HeadError,
 };
@@ -68,6 +69,12 @@ pub struct Request<'a, 's> {
     pub started: Instant,
     /// Protocols the route lets a client upgrade to.
     pub upgrade: &'s [Box<str>],
+    /// For a mirror's copy (made by the gateway) whose body streams: where
+    /// its body comes from ([`send_fed`]).
+    pub feed: Option<&'a crate::worker::tee::Feed>,
+    /// What a client's request is handed back for, unanswered, instead of
+    /// answered (a route's fallback; [`HandBack::NONE`] otherwise).
+    pub hand_back: HandBack,
 }
 
 /// How forwarding a request ended.
@@ -80,6 +87,9 @@ pub enum Ended<'s> {
     Head(Attempts<'s>, Stream, Instant),
     /// A request the gateway made itself got no response head: why.
     Failed(Error),
+    /// A client's request that `hand_back` asked for: nothing was
+    /// answered; why, and what is left of the request.
+    Unanswered(Unanswered<'s>),
 }
 
 impl<'s> Ended<'s> {
@@ -88,7 +98,7 @@ impl<'s> Ended<'s> {
     pub fn outcome(self) -> Outcome<'s> {
         match self {
             Ended::Done(o) => o,
-            Ended::Head(..) | Ended::Failed(_) => {
+            Ended::Head(..) | Ended::Failed(_) | Ended::Unanswered(_) => {
                 debug_assert!(false, "a client's request ends with an outcome");
                 Outcome::local(502, 0, true)
             }
@@ -143,7 +153,11 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
     }
     let close = close_req || body_pending;
     let Some(picked) = pick(service, cx.client, cx.target, bufs, cx.started) else {
-        return refuse(down, snap, bufs, ErrorKind::NoHealthyEndpoint, close, None).await;
+        let kind = ErrorKind::NoHealthyEndpoint;
+        if cx.hand_back.failures && down.is_some() {
+            return unavailable(service, kind, close, None);
+        }
+        return refuse(down, snap, bufs, kind, close, None).await;
     };
     let ep = picked.ep;
     let permit = match ep.try_acquire() {
@@ -151,7 +165,11 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
         None => ep.acquire(picked.wait).await,
     };
     let Some(permit) = permit else {
-        return refuse(down, snap, bufs, ErrorKind::UpstreamBusy, close, Some(ep)).await;
+        let kind = ErrorKind::UpstreamBusy;
+        if cx.hand_back.failures && down.is_some() {
+            return unavailable(service, kind, close, Some(ep));
+        }
+        return refuse(down, snap, bufs, kind, close, Some(ep)).await;
     };
     let mut at = Attempts::first(service, picked, permit);
     // The X-Forwarded-* facts, where the service takes them: the
@@ -226,10 +244,28 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
             {
                 break 'attempt unsent(plan, &up, reused && at.again == 0);
             }
-            if down.is_none() && !plan.replayable {
-                // Only a client's body streams: one made in the gateway is
-                // at hand.
-                break 'attempt AttemptError::Downstream;
+            if let (None, false) = (down, plan.replayable) {
+                // A body made in the gateway is at hand, but a mirror's
+                // copy, which streams from its feed.
+                let Some(feed) = cx.feed else {
+                    break 'attempt AttemptError::Downstream;
+                };
+                let idle = service.timeouts.response_body;
+                let (chunked, remaining) = (plan.chunked, plan.remaining);
+                let fed = send_fed(
+                    &worker.deadlines,
+                    &up,
+                    &mut bufs.out,
+                    feed,
+                    chunked,
+                    remaining,
+                    idle,
+                    snap.timeouts.client_body,
+                );
+                match fed.await {
+                    Ok(n) => call.bytes_in += n,
+                    Err(e) => break 'attempt AttemptError::from(e),
+                }
             }
             if let (false, true, Some(down)) = (plan.replayable, bufs.grpc, down) {
                 // A gRPC call whose request streams: both ways at once.
@@ -254,11 +290,17 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
                 // Stream the body while watching the upstream: one that
                 // answers early (say 413) gets its answer relayed at once,
                 // and the rest of the body is not sent.
-                let Bufs { inb, out, upb, .. } = &mut *bufs;
+                let Bufs {
+                    inb,
+                    out,
+                    upb,
+                    mirror,
+                    ..
+                } = &mut *bufs;
                 let sent = tokio::select! {
                     r = send_body(
                         &worker.deadlines, down.client, &up, inb, out, call.body, plan.remaining,
-                        snap.limits.max_body_bytes, snap.timeouts.client_body,
+                        snap.limits.max_body_bytes, snap.timeouts.client_body, mirror.as_ref(),
                     ) => r,
                     early = early_response(&up, upb) => {
                         if early {
@@ -294,9 +336,18 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
             break 'attempts (up, sent_at);
         };
         if !at.again_after_failure(&call, &failed) {
-            return match down {
-                Some(down) => Ended::Done(answer_failed(&call, down, at.ep, failed, bufs).await),
-                None => Ended::Failed(Error::Attempt(failed)),
+            let cause = match cx.hand_back.failures {
+                true => Cause::of_attempt(&failed, at.tries),
+                false => None,
+            };
+            return match (down, cause) {
+                (Some(_), Some(cause)) => {
+                    Ended::Unanswered(failed_back(&call, &at, failed, cause, bufs))
+                }
+                (Some(down), None) => {
+                    Ended::Done(answer_failed(&call, down, at.ep, failed, bufs).await)
+                }
+                (None, _) => Ended::Failed(Error::Attempt(failed)),
             };
         }
     };
@@ -307,6 +358,12 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
         return Ended::Head(at, up, sent_at);
     };
     let (head_at, upstream_us) = head_came(service, at.ep, sent_at);
+    if bufs.res.status >= 500
+        && cx.hand_back.takes(bufs.res.status)
+        && (!cx.hand_back.whole_only || (call.plan.replayable && !call.body_cut))
+    {
+        return Ended::Unanswered(status_back(&call, at, up, upstream_us, bufs));
+    }
     if bufs.res.status == 101 {
         return Ended::Done(upgraded(&call, down, at, up, upstream_us, bufs).await);
     }
@@ -361,6 +418,89 @@ async fn refuse<'s>(
     Ended::Done(o)
 }
 
+/// A client's request that found no endpoint (`kind`: none in rotation,
+/// or no slot free on `ep`), handed back unanswered: nothing of it was
+/// consumed.
+#[cold]
+fn unavailable<'s>(
+    service: &ServiceRt,
+    kind: ErrorKind,
+    close: bool,
+    ep: Option<&'s EndpointState>,
+) -> Ended<'s> {
+    Ended::Unanswered(Unanswered {
+        cause: Cause::unavailable(service, kind),
+        kind,
+        close,
+        at_hand: true,
+        endpoint: ep,
+        bytes_in: 0,
+        upstream_us: None,
+    })
+}
+
+/// A client's request whose last attempt failed (`cause`: why, one a
+/// fallback answers), handed back unanswered.
+#[cold]
+fn failed_back<'s>(
+    call: &Call<'_, 's>,
+    at: &Attempts<'s>,
+    failed: AttemptError,
+    cause: Cause,
+    bufs: &mut Bufs,
+) -> Unanswered<'s> {
+    let plan = &call.plan;
+    bufs.grpc_status = None;
+    Unanswered {
+        cause,
+        kind: failed.kind(),
+        close: failed_close(call, &failed),
+        at_hand: plan.replayable && !call.body_cut,
+        endpoint: Some(at.ep),
+        bytes_in: call.bytes_in,
+        upstream_us: None,
+    }
+}
+
+/// A client's request whose upstream answered a status handed back (its
+/// head in `bufs`): the connection is dropped with its body unread (never
+/// pooled), the endpoint's slot given back, and nothing relayed.
+#[cold]
+fn status_back<'s>(
+    call: &Call<'_, 's>,
+    at: Attempts<'s>,
+    up: Stream,
+    upstream_us: u64,
+    bufs: &mut Bufs,
+) -> Unanswered<'s> {
+    drop(up);
+    tracing::debug!(endpoint = %at.ep.name, status = bufs.res.status, "upstream status handed to the fallback");
+    bufs.grpc_status = None;
+    Unanswered {
+        cause: Cause::UpstreamStatus,
+        kind: ErrorKind::UpstreamFailed,
+        close: call.close_req || call.body_cut,
+        at_hand: call.plan.replayable && !call.body_cut,
+        endpoint: Some(at.ep),
+        bytes_in: call.bytes_in,
+        upstream_us: Some(upstream_us),
+    }
+}
+
+/// Whether the client's connection closes after the answer to a request
+/// whose last attempt failed so: when its body may still be coming.
+fn failed_close(call: &Call<'_, '_>, failed: &AttemptError) -> bool {
+    let plan = &call.plan;
+    match failed {
+        AttemptError::Connect(_)
+        | AttemptError::NotTaken
+        | AttemptError::Write
+        | AttemptError::Encode => call.close_req || plan.remaining > 0 || plan.chunked,
+        AttemptError::Head { .. } => call.close_req,
+        _ => true,
+    }
+}
+
 /// Answers the client for a request whose last attempt failed (nothing,
 /// when the client itself failed), closing the connection when the
 /// request's body may still be coming.
@@ -375,15 +515,7 @@ async fn answer_failed<'s>(
         // The client is gone or stalled: nothing to answer.
         return Outcome::local(400, 0, true);
     }
-    let plan = &call.plan;
-    let close = match failed {
-        AttemptError::Connect(_)
-        | AttemptError::NotTaken
-        | AttemptError::Write
-        | AttemptError::Encode => call.close_req || plan.remaining > 0 || plan.chunked,
-        AttemptError::Head { .. } => call.close_req,
-        _ => true,
-    };
+    let close = failed_close(call, &failed);
     let mut o = fail((down, call.snap), bufs, failed.kind(), close).await;
     o.endpoint = Some(ep);
     o

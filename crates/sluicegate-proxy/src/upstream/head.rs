@@ -213,7 +213,12 @@ pub(crate) fn h2_request_head(
 
 /// The path as it goes upstream: the filters' new path, or the target's
 /// with the route's prefix (`strip` bytes) taken off.
-fn upstream_path<'a>(raw: &'a [u8], t: &Target, strip: usize, edits: &'a Edits) -> &'a [u8] {
+pub(crate) fn upstream_path<'a>(
+    raw: &'a [u8],
+    t: &Target,
+    strip: usize,
+    edits: &'a Edits,
+) -> &'a [u8] {
     let path = edits.path.as_deref().unwrap_or_else(|| t.path(raw));
     if !edits.path_final && strip > 0 && strip <= path.len() {
         let rest = &path[strip..];

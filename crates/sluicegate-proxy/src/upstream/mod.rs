@@ -1,5 +1,6 @@
 //! The upstream side: forwarding a request and streaming its answer back,
-//! requests the gateway makes itself (the internal client, `client`) and
+//! requests the gateway makes itself (the internal client, `client`; the
+//! copies a route's `mirror` sends with it, `mirror`) and
 //! responses held in memory and replayed (`held`), new connections to
 //! endpoints (`dial`), HTTP/2 connections to endpoints
 //! (`h2pool`, their data in the worker in `crate::worker::h2conns`),
@@ -22,10 +23,12 @@ mod duplex;
 pub(crate) mod failure;
 pub(crate) mod forward;
 pub(crate) mod h2pool;
+pub(crate) mod handback;
 pub(crate) mod head;
 pub(crate) mod health;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod held;
+pub(crate) mod mirror;
 mod outcome;
 mod plan;
 pub(crate) mod tunnel;

@@ -5,15 +5,18 @@
 //! it as a [`Worker`] and a [`Downstream`]; the plain data it holds is
 //! here too: idle HTTP/1.1 upstream connections (`pool`), HTTP/2 upstream
 //! connections (`h2conns`), a tunnel handed on after a `101` (`upgraded`),
-//! parked client connections (`parkset`) and the busy poller (`busypoll`).
+//! parked client connections (`parkset`), the busy poller (`busypoll`)
+//! and the body copy a mirrored request feeds its mirror (`tee`).
 
 pub(crate) mod busypoll;
 pub(crate) mod h2conns;
 pub(crate) mod parkset;
 pub(crate) mod pool;
+pub(crate) mod tee;
 pub(crate) mod upgraded;
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -88,6 +91,9 @@ pub struct Worker {
     id_next: Cell<u64>,
     /// The worker's pseudo-random numbers (fault injection's draws).
     pub(crate) rng: crate::filters::fault::Rng,
+    /// The worker itself, once shared ([`Worker::into_rc`]): what a task
+    /// started from a request (a mirror's copy) holds.
+    this: std::cell::OnceCell<std::rc::Weak<Worker>>,
 }
 
 /// What the upstream side uses of the client's connection: its stream,
@@ -141,6 +147,9 @@ pub struct Bufs {
     pub(crate) upgraded: Option<Box<Upgraded>>,
     /// The current request's id, and its span when sampled.
     pub ids: Ids,
+    /// The copy of the current request's body its mirror reads, when the
+    /// route mirrors it; the body's relay feeds it.
+    pub(crate) mirror: Option<tee::Tee>,
     /// The path parameters of the current request's template route.
     pub params: crate::route::template::Params,
 }
@@ -163,7 +172,21 @@ impl Worker {
             id_prefix: crate::proto::request_id::hex16(fastrand::u64(..)),
             id_next: Cell::new(0),
             rng: crate::filters::fault::Rng::new(fastrand::u64(..)),
+            this: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The worker, shared by its tasks (and reachable from itself:
+    /// [`Worker::rc`]).
+    pub fn into_rc(self) -> Rc<Worker> {
+        let rc = Rc::new(self);
+        let _ = rc.this.set(Rc::downgrade(&rc));
+        rc
+    }
+
+    /// The worker as its tasks share it; `None` for one never shared.
+    pub(crate) fn rc(&self) -> Option<Rc<Worker>> {
+        self.this.get()?.upgrade()
     }
 
     /// Makes a new request id into `id`.
@@ -197,6 +220,7 @@ impl Worker {
                 edits: Edits::default(),
                 upgraded: None,
                 ids: Ids::default(),
+                mirror: None,
                 params: Default::default(),
             })
         })
@@ -233,6 +257,8 @@ impl Worker {
             b.out.clear();
             // The rest of the edits is cleared before each use.
             b.edits.guards.clear();
+            // A body copy left by a request cut short ends here.
+            b.mirror = None;
             free.push(b);
         }
     }

@@ -45,7 +45,7 @@ fn on_worker<F: std::future::Future<Output = ()>>(
     rt.block_on(async {
         let cfg = format!("listen: [\"127.0.0.1:9\"]\nservices:\n{services}");
         let cfg = sluicegate_config::parse(&cfg).unwrap();
-        let worker = Rc::new(Worker::new(Shared::new(&cfg).unwrap()));
+        let worker = Worker::new(Shared::new(&cfg).unwrap()).into_rc();
         let sweeper = worker.clone();
         tokio::task::spawn_local(async move { sweeper.deadlines.run().await });
         test(worker).await;
