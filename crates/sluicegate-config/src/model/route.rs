@@ -26,6 +26,9 @@ pub enum LimitKey {
     ClientIp,
     /// All requests on the route share one set of counters.
     Route,
+    /// `param:NAME`: each value of the route's path parameter NAME (its
+    /// index in the template here) has its own counters.
+    Param(usize),
 }
 
 /// How a route authenticates the calling app.
@@ -207,6 +210,8 @@ pub enum PathMatch {
     Prefix(String),
     /// Anchored or not as the user wrote it; already known to compile.
     Regex(String),
+    /// A `path` with `{name}` segments.
+    Template(PathTemplate),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -225,6 +230,71 @@ pub enum Action {
         /// Header names as written; values as written.
         headers: Vec<(String, String)>,
     },
+}
+
+/// Most parameters one template may have (the router captures them in a
+/// fixed array, without allocating).
+pub const MAX_PARAMS: usize = 32;
+
+/// A parsed path template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathTemplate {
+    /// As written.
+    pub text: String,
+    /// The segments after the leading `/`, in order.
+    pub segments: Vec<TemplateSegment>,
+}
+
+/// One segment of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateSegment {
+    /// Must equal the request's segment (as normalised).
+    Literal(String),
+    /// `{name}` or `{name:TYPE}`: one non-empty segment of that type.
+    Param { name: String, ty: ParamType },
+    /// `{name:*}`, last: the rest of the path, zero or more segments.
+    Rest { name: String },
+}
+
+/// What a parameter's segment must be, checked on its percent-decoded
+/// bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ParamType {
+    /// Any non-empty segment.
+    Any,
+    /// `-`? ASCII digits, within i64.
+    Int,
+    /// ASCII digits, within u64.
+    Uint,
+    /// 8-4-4-4-12 hex digits, either case.
+    Uuid,
+    /// One or more hex digits.
+    Hex,
+    /// Letters (Unicode, of the UTF-8 text).
+    Alpha,
+    /// Letters and digits (Unicode, of the UTF-8 text).
+    Alnum,
+    /// The regex (as written) matches the whole segment; already known to
+    /// compile into a [`crate::ValueRegex`].
+    Regex(String),
+}
+
+impl PathTemplate {
+    /// The parameters' names, in order: a parameter's index is its place
+    /// here.
+    pub fn params(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().filter_map(|s| match s {
+            TemplateSegment::Literal(_) => None,
+            TemplateSegment::Param { name, .. } | TemplateSegment::Rest { name } => {
+                Some(name.as_str())
+            }
+        })
+    }
+
+    /// The index of the parameter called `name`.
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params().position(|p| p == name)
+    }
 }
 
 /// `split: [{ service, weight, apps }]` with `split_by`: the requests of

@@ -288,7 +288,11 @@ pub(super) fn route() -> S {
                                 r"^(\*\.)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*\.?$",
                             )
                             .into(),
-                            "path" => pattern("The path must equal this.", PATH).into(),
+                            "path" => pattern(
+                                "The path must equal this; or, with {name} or {name:TYPE} segments (TYPE: int, uint, uuid, hex, alpha, alnum, regex(...), or * for the rest of the path, last), a template whose parameters ${name} in rewrite.replacement and request_headers, and limit.per: param:NAME, may use.",
+                                PATH_TEMPLATE,
+                            )
+                            .into(),
                             "path_prefix" => pattern("The path must start with this, segment by segment.", PATH).into(),
                             "path_regex" => string("The path must match this regular expression.").into(),
                             "methods" => methods("The request's method must be one of these."),
@@ -327,7 +331,7 @@ pub(super) fn route() -> S {
                             "rate" => pattern("Steady rate: N/s, N/min, N/h or N/day.", RATE).into(),
                             "burst" => int("Requests at once above the rate; only with rate.", 1, Some(1_000_000_000)).into(),
                             "concurrency" => int("Requests in flight at once.", 1, Some(1_000_000_000)).into(),
-                            "per" => with_default(choice("Counters per client address, or one set for the route.", &["client_ip", "route"]), json!("client_ip")),
+                            "per" => with_default(pattern("Counters per client address (client_ip), one set for the route (route), or per value of a parameter of the route's path template (param:NAME).", r"^(client_ip|route|param:[A-Za-z_][A-Za-z0-9_]*)$"), json!("client_ip")),
                             "scope" => with_default(choice("local: per process; global: across the fleet (per: route and a rate).", &["local", "global"]), json!("local")),
                             "on_failure" => with_default(choice("A global limit while Redis is unreachable.", &["local", "deny"]), json!("local")),
                             _ => return None,
@@ -373,7 +377,7 @@ pub(super) fn route() -> S {
                         Some(match k {
                             "regex" => string("A regular expression.").into(),
                             "replacement" => pattern(
-                                "The replacement; $1 and ${name} name capture groups. No spaces, control characters, ? or #.",
+                                "The replacement; $1 and ${name} name capture groups, and ${name} that is no group a parameter of the path template. No spaces, control characters, ? or #.",
                                 r"^[^?#\s\u0000-\u001F\u007F]*$",
                             )
                             .into(),

@@ -11,6 +11,7 @@ mod resilience;
 mod rollout;
 mod source;
 mod split;
+mod template;
 mod tls;
 mod trace;
 

@@ -130,14 +130,17 @@ pub(super) async fn exchange(
         }
     };
     let host = target.host(raw).map(crate::route::target::strip_port);
-    let found = snap.router.find(&RouteRequest {
-        host,
-        method,
-        path: norm.as_deref().unwrap_or(&raw[target.path.clone()]),
-        query: raw[target.query.clone()].get(1..).unwrap_or_default(),
-        header: &lookup,
-        header_values: &each_value,
-    });
+    let found = snap.router.find(
+        &RouteRequest {
+            host,
+            method,
+            path: norm.as_deref().unwrap_or(&raw[target.path.clone()]),
+            query: raw[target.query.clone()].get(1..).unwrap_or_default(),
+            header: &lookup,
+            header_values: &each_value,
+        },
+        &mut bufs.params,
+    );
     // The access log's request line; not built when nothing logs it.
     let logging = snap.access_log.is_some();
     if logging {
