@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::lifecycle::Req;
+use super::req::Req;
 use crate::filters::fault::{FaultRt, Injected};
 use crate::snapshot::split::{KeySource, SplitRt};
 use crate::snapshot::{RouteRt, ServiceRt};

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::answer::{answer_consumed, answer_locally, Local};
-use super::lifecycle::Req;
+use super::req::Req;
 use crate::proto::fields;
 use crate::proto::response::Head;
 use crate::route::target::Target;

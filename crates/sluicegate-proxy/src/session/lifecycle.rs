@@ -43,6 +43,7 @@ use super::filtering::{request_filters, request_filters_waiting, Facts};
 use super::grpc::grpc_facts;
 use super::ids::{end_span, request_ids, since};
 use super::peer::Link;
+use super::req::Req;
 use super::tunneled::{Handoff, LogFacts};
 use crate::filters::fault::Injected;
 use crate::filters::Answer;
@@ -72,17 +73,6 @@ pub(super) enum Next {
     /// The request opened a tunnel: the serving task ends and a task of
     /// the tunnel's own takes the connection, and this.
     Tunnel(Box<Handoff>),
-}
-
-/// What the phases after routing know of a request, besides its buffers.
-pub(super) struct Req<'a> {
-    pub(super) link: &'a Link<'a>,
-    pub(super) snap: &'a Snapshot,
-    /// The client as the log names it: the connection's address, or the
-    /// one a trusted proxy names.
-    pub(super) who: &'a str,
-    /// The method's length in `bufs.log_line`.
-    pub(super) method_len: usize,
 }
 
 /// Runs one request whose head is in `bufs`, from routing to the log.

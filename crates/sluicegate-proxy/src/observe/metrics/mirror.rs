@@ -1,7 +1,7 @@
 //! A route's `mirror`: why copies failed or were abandoned, the route's
 //! mirror counters ([`MirrorMetrics`]) and their families.
 
-use super::{family, label, RouteMetrics};
+use super::{family, label};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -101,14 +101,14 @@ impl MirrorMetrics {
     }
 }
 
-/// Writes the mirror families, for the routes that mirror now.
+/// Writes the mirror families, for the routes (by name) that mirror now.
 pub(super) fn render_mirrors<'a>(
     out: &mut String,
-    routes: impl Iterator<Item = &'a RouteMetrics> + Clone,
+    routes: impl Iterator<Item = (&'a str, &'a MirrorMetrics)>,
 ) {
-    let mirrored = routes.filter_map(|r| {
-        let service = r.mirror.service.lock().ok()?.clone()?;
-        Some((label(&r.name), label(&service), &r.mirror))
+    let mirrored = routes.filter_map(|(route, m)| {
+        let service = m.service.lock().ok()?.clone()?;
+        Some((label(route), label(&service), m))
     });
     let mirrored: Vec<_> = mirrored.collect();
     family(

@@ -129,7 +129,7 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         let rows = routes.clone().map(|r| (route_label(r), get(r)));
         family(out, name, "counter", help, rows);
     }
-    render_mirrors(out, routes.clone());
+    render_mirrors(out, routes.clone().map(|r| (&*r.name, &r.mirror)));
     family(
         out,
         "sluicegate_fallbacks_total",
