@@ -356,22 +356,13 @@ mod tests {
     use super::*;
 
     fn doc() -> Document {
-        Document::from_yaml(
-            "listen: 127.0.0.1:8080
-services:
-  - name: v1
-    endpoints: [\"127.0.0.1:9001\"]
-  - name: v2
-    endpoints: [\"127.0.0.1:9002\"]
-routes:
-  - name: plain
+        let routes = "  - name: plain
     service: v1
   - name: orders
     split: [{ service: v1, weight: 95 }, { service: v2, weight: 5 }]
     rollout: { step: 10, every: 1s }
-",
-        )
-        .unwrap()
+";
+        Document::from_yaml(&crate::rollout::test_config(&["v1", "v2"], routes)).unwrap()
     }
 
     fn weights(d: &Document) -> Vec<u64> {

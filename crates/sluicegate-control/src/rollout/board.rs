@@ -212,18 +212,21 @@ impl Board {
         if routes.is_empty() {
             return out;
         }
-        out.push_str(
-            "# HELP sluicegate_rollout_weight The canary's share of its route, in percentage points.\n\
-             # TYPE sluicegate_rollout_weight gauge\n",
+        // One line per route: a family of one value each.
+        let per_route =
+            |out: &mut String, name: &str, kind: &str, help: &str, get: fn(&Entry) -> u64| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+                for (route, e) in routes.iter() {
+                    let _ = writeln!(out, "{name}{{route=\"{}\"}} {}", esc(route), get(e));
+                }
+            };
+        per_route(
+            &mut out,
+            "sluicegate_rollout_weight",
+            "gauge",
+            "The canary's share of its route, in percentage points.",
+            |e| u64::from(e.weight()),
         );
-        for (name, e) in routes.iter() {
-            let _ = writeln!(
-                out,
-                "sluicegate_rollout_weight{{route=\"{}\"}} {}",
-                esc(name),
-                e.weight()
-            );
-        }
         out.push_str(
             "# HELP sluicegate_rollout_state 1 for the state each rollout is in.\n\
              # TYPE sluicegate_rollout_state gauge\n",
@@ -239,30 +242,20 @@ impl Board {
                 );
             }
         }
-        out.push_str(
-            "# HELP sluicegate_rollout_steps_total Steps this gateway wrote.\n\
-             # TYPE sluicegate_rollout_steps_total counter\n",
+        per_route(
+            &mut out,
+            "sluicegate_rollout_steps_total",
+            "counter",
+            "Steps this gateway wrote.",
+            |e| e.steps,
         );
-        for (name, e) in routes.iter() {
-            let _ = writeln!(
-                out,
-                "sluicegate_rollout_steps_total{{route=\"{}\"}} {}",
-                esc(name),
-                e.steps
-            );
-        }
-        out.push_str(
-            "# HELP sluicegate_rollout_rollbacks_total Rollbacks this gateway wrote.\n\
-             # TYPE sluicegate_rollout_rollbacks_total counter\n",
+        per_route(
+            &mut out,
+            "sluicegate_rollout_rollbacks_total",
+            "counter",
+            "Rollbacks this gateway wrote.",
+            |e| e.rollbacks,
         );
-        for (name, e) in routes.iter() {
-            let _ = writeln!(
-                out,
-                "sluicegate_rollout_rollbacks_total{{route=\"{}\"}} {}",
-                esc(name),
-                e.rollbacks
-            );
-        }
         out
     }
 }
@@ -279,21 +272,8 @@ mod tests {
     use super::*;
 
     fn cfg(split: &str, rollout: &str) -> Config {
-        let text = format!(
-            "listen: 127.0.0.1:8080
-services:
-  - name: v1
-    endpoints: [\"127.0.0.1:9001\"]
-  - name: v2
-    endpoints: [\"127.0.0.1:9002\"]
-  - name: v3
-    endpoints: [\"127.0.0.1:9003\"]
-routes:
-  - name: orders
-    split: {split}
-    rollout: {rollout}
-"
-        );
+        let routes = format!("  - name: orders\n    split: {split}\n    rollout: {rollout}\n");
+        let text = crate::rollout::test_config(&["v1", "v2", "v3"], &routes);
         sluicegate_config::parse(&text).unwrap()
     }
 

@@ -18,6 +18,20 @@ pub(crate) mod weights;
 
 pub use board::Board;
 
+/// Tests' config text: a listener, the services `services` (each with an
+/// endpoint of its own, ports from 9001), then `routes` under `routes:`.
+#[cfg(test)]
+pub(crate) fn test_config(services: &[&str], routes: &str) -> String {
+    let mut text = "listen: 127.0.0.1:8080\nservices:\n".to_string();
+    for (i, name) in services.iter().enumerate() {
+        text += &format!(
+            "  - name: {name}\n    endpoints: [\"127.0.0.1:{}\"]\n",
+            9001 + i
+        );
+    }
+    text + "routes:\n" + routes
+}
+
 /// A leader's claim, that its writes compare: the leader key and the
 /// lease it must still carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
