@@ -131,7 +131,13 @@ fn route<'n>(
             }
             let split = match split {
                 None => Some(None),
-                Some(n) => route_split(cx, &f, n, path, services).map(Some),
+                Some(n) => {
+                    let template = matcher.as_ref().and_then(|m| match &m.path {
+                        PathMatch::Template(t) => Some(t),
+                        _ => None,
+                    });
+                    route_split(cx, &f, n, path, services, template).map(Some)
+                }
             };
             let name = match (service, &split) {
                 (Some(service), _) => {
@@ -322,6 +328,7 @@ fn route_split(
     node: &Node,
     path: Path<'_>,
     services: &HashMap<&str, Pos>,
+    template: Option<&crate::PathTemplate>,
 ) -> Option<crate::model::Split> {
     let authenticated = f
         .get("auth")
@@ -330,7 +337,7 @@ fn route_split(
     let entries = split::split_entries(cx, node, path.key("split"), services);
     let by = match f.get("split_by") {
         None => Some(Default::default()),
-        Some(n) => split::split_by(cx, n, path.key("split_by"), authenticated),
+        Some(n) => split::split_by(cx, n, path.key("split_by"), authenticated, template),
     };
     let entries = entries?;
     if !authenticated {

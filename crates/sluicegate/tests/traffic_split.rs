@@ -195,6 +195,10 @@ fn each_key_kind_keeps_a_client_on_one_service_and_pinned_apps_go_to_theirs() {
   - name: by-cookie
     match: {{ path_prefix: /c }}
 {split}    split_by: "cookie:sid"
+  - name: by-param
+    match: {{ path: "/u/{{uid}}/orders" }}
+    rewrite: {{ regex: "^/u/", replacement: "/users/" }}
+{split}    split_by: "param:uid"
   - name: by-app
     match: {{ path_prefix: /app }}
     auth: app_key
@@ -241,6 +245,29 @@ fn each_key_kind_keeps_a_client_on_one_service_and_pinned_apps_go_to_theirs() {
         // Sixty keys over two equal weights: both services used.
         assert_eq!(used.len(), 2, "{path}: {used:?}");
     }
+    // A path parameter (hashed as routed, before the rewrite), whatever
+    // else the requests carry.
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    let mut used: HashMap<String, u32> = HashMap::new();
+    for i in 0..60 {
+        let path = format!("/u/user{i}/orders");
+        let mut first = None;
+        for j in 0..3 {
+            let xff = format!("10.2.{i}.{j}");
+            let r = client
+                .request("GET", &path, &[("X-Forwarded-For", &xff)], b"")
+                .unwrap();
+            assert_eq!(r.status, 200);
+            let got = id(&r);
+            assert_eq!(
+                *first.get_or_insert_with(|| got.clone()),
+                got,
+                "{path} moved"
+            );
+        }
+        *used.entry(first.unwrap()).or_default() += 1;
+    }
+    assert_eq!(used.len(), 2, "param: {used:?}");
     // Apps: the pinned one always to c (weight 0), the other sticky on a or b.
     let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
     let mut plain = None;

@@ -334,4 +334,7 @@ pub enum SplitBy {
     Header(String),
     /// The first cookie of this name.
     Cookie(String),
+    /// A parameter of the route's path template, by its place in the
+    /// template, as routed (escapes kept).
+    Param(usize),
 }

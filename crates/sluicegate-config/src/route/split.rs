@@ -10,7 +10,8 @@ use crate::yaml::{quote, Node, Pos};
 pub(crate) const SPLIT_ENTRY_KEYS: &[&str] = &["service", "weight", "apps"];
 
 /// The kinds `split_by` takes, as an error lists them.
-pub(crate) const SPLIT_BY_KINDS: &str = "random, client_ip, app, header:NAME or cookie:NAME";
+pub(crate) const SPLIT_BY_KINDS: &str =
+    "random, client_ip, app, header:NAME, cookie:NAME or param:NAME";
 
 /// Decodes `split: [{ service, weight, apps }]`: at least one entry, each
 /// service defined and named once, some weight above zero, each app pinned
@@ -107,13 +108,16 @@ fn pinned_apps<'n>(
     ok.then_some(out)
 }
 
-/// Decodes `split_by`: `random`, `client_ip`, `app`, `header:NAME` or
-/// `cookie:NAME`. `app` needs `authenticated` (the route's auth names one).
+/// Decodes `split_by`: `random`, `client_ip`, `app`, `header:NAME`,
+/// `cookie:NAME` or `param:NAME`. `app` needs `authenticated` (the route's
+/// auth names one); `param:NAME` a parameter of the route's path
+/// `template`.
 pub(crate) fn split_by(
     cx: &mut Cx,
     node: &Node,
     path: Path<'_>,
     authenticated: bool,
+    template: Option<&crate::PathTemplate>,
 ) -> Option<SplitBy> {
     let text = reader::scalar(cx, node, path, SPLIT_BY_KINDS)?;
     let (kind, arg) = match text.split_once(':') {
@@ -147,6 +151,21 @@ pub(crate) fn split_by(
         }
         ("header", Some(_)) => SplitBy::Header(named(cx, "header")?.to_ascii_lowercase()),
         ("cookie", Some(_)) => SplitBy::Cookie(named(cx, "cookie")?),
+        ("param", Some(name)) => match template.and_then(|t| t.param_index(name)) {
+            Some(index) => SplitBy::Param(index),
+            None => {
+                let why = match template {
+                    None => "needs match.path to be a template with that parameter".to_string(),
+                    Some(t) => format!(
+                        "{} is not a parameter of match.path {}",
+                        quote(name),
+                        quote(&t.text)
+                    ),
+                };
+                cx.at(node.pos, path, format_args!("{}: {why}", quote(text)));
+                return None;
+            }
+        },
         _ => {
             cx.at(
                 node.pos,

@@ -395,8 +395,8 @@ pub(super) fn route() -> S {
                 "split" => split(),
                 "split_by" => with_default(
                     pattern(
-                        "What keeps a client on one service of the split: random (each request drawn), client_ip, app, header:NAME or cookie:NAME; a request without the key is drawn at random.",
-                        r"^(random|client_ip|app|header:[!#$%&'*+.^_`|~0-9A-Za-z-]+|cookie:[!#$%&'*+.^_`|~0-9A-Za-z-]+)$",
+                        "What keeps a client on one service of the split: random (each request drawn), client_ip, app, header:NAME, cookie:NAME or param:NAME (a parameter of the route's path template); a request without the key is drawn at random.",
+                        r"^(random|client_ip|app|header:[!#$%&'*+.^_`|~0-9A-Za-z-]+|cookie:[!#$%&'*+.^_`|~0-9A-Za-z-]+|param:[A-Za-z_][A-Za-z0-9_]*)$",
                     ),
                     json!("random"),
                 ),

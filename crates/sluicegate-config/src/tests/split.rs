@@ -71,6 +71,10 @@ fn entries_and_every_kind_decode() {
         )));
         assert_eq!(split_of(&c).1.by, by, "{text}");
     }
+    let c = ok(&route(
+        "    match: { path: \"/o/{shop}/{id:int}\" }\n    split: [{ service: a, weight: 1 }]\n    split_by: param:id\n",
+    ));
+    assert_eq!(split_of(&c).1.by, SplitBy::Param(1));
     let c = ok(&route("    split: [{ service: c, weight: 1 }]\n"));
     assert_eq!(split_of(&c), ("c", &split_of(&c).1.clone()));
     assert_eq!(split_of(&c).1.by, SplitBy::Random);
@@ -125,7 +129,15 @@ fn each_mistake_is_named() {
         ),
         (
             "    split: [{ service: a, weight: 1 }]\n    split_by: param:id\n",
-            "11:15: routes[0].split_by: unknown kind \"param:id\" (expected random, client_ip, app, header:NAME or cookie:NAME)",
+            "11:15: routes[0].split_by: \"param:id\": needs match.path to be a template with that parameter",
+        ),
+        (
+            "    match: { path: \"/o/{oid}\" }\n    split: [{ service: a, weight: 1 }]\n    split_by: param:id\n",
+            "12:15: routes[0].split_by: \"param:id\": \"id\" is not a parameter of match.path \"/o/{oid}\"",
+        ),
+        (
+            "    split: [{ service: a, weight: 1 }]\n    split_by: bogus\n",
+            "11:15: routes[0].split_by: unknown kind \"bogus\" (expected random, client_ip, app, header:NAME, cookie:NAME or param:NAME)",
         ),
         (
             "    split: [{ service: a, weight: 1 }]\n    split_by: header\n",

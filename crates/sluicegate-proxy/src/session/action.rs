@@ -13,13 +13,21 @@ use crate::snapshot::{RouteRt, ServiceRt};
 use crate::worker::Bufs;
 
 /// The entry of the route's `split` that takes this request: by the app
-/// the filters identified, the request's key, or the worker's generator.
-pub(super) fn pick(rq: &Req<'_>, split: &SplitRt, bufs: &Bufs, client: IpAddr) -> usize {
+/// the filters identified, the request's key (`param`: the hash of its
+/// path parameter, taken when it was routed), or the worker's generator.
+pub(super) fn pick(
+    rq: &Req<'_>,
+    split: &SplitRt,
+    bufs: &Bufs,
+    client: IpAddr,
+    param: Option<u64>,
+) -> usize {
     let src = KeySource {
         raw: bufs.inb.filled(),
         headers: &bufs.req.headers,
         client,
         app: bufs.edits.app.map(|a| rq.snap.apps.app_id(a)),
+        param,
     };
     split.pick(&src, &rq.link.worker.rng)
 }

@@ -188,6 +188,16 @@ pub(super) async fn exchange(
         }
     };
     let route = &snap.routes[found.index];
+    // `split_by: param:NAME` hashes its parameter now, while the routed
+    // path is at hand (a filter may replace it).
+    let param_key = match &route.action {
+        ActionRt::Proxy { split: Some(s), .. } => {
+            let raw = bufs.inb.filled();
+            let routed = norm.as_deref().unwrap_or(&raw[target.path.clone()]);
+            s.param_key(&bufs.params, routed)
+        }
+        _ => None,
+    };
 
     // 3. Request filters: in one pass, unless one of them may wait.
     let facts = Facts {
@@ -264,7 +274,7 @@ pub(super) async fn exchange(
                 let service = match split {
                     None => snap.service(*service),
                     Some(split) => {
-                        let i = pick(&rq, split, bufs, client);
+                        let i = pick(&rq, split, bufs, client, param_key);
                         let e = &split.entries[i];
                         entry = Some((i, e));
                         snap.service(e.service)

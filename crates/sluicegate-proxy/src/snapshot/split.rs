@@ -23,6 +23,7 @@ use sluicegate_config::{Split, SplitBy};
 
 use crate::filters::fault::Rng;
 use crate::observe::metrics::SplitMetrics;
+use crate::route::template::Params;
 use crate::route::values::cookie;
 
 /// One service of a split.
@@ -48,6 +49,10 @@ pub(crate) enum SplitKey {
     Header(Box<[u8]>),
     /// The first cookie of this name.
     Cookie(Box<[u8]>),
+    /// A parameter of the route's path template, by place: hashed right
+    /// after routing ([`SplitRt::param_key`]), while the routed path is at
+    /// hand (a filter may replace the path later).
+    Param(usize),
 }
 
 /// A route's split.
@@ -69,6 +74,9 @@ pub(crate) struct KeySource<'a> {
     pub client: IpAddr,
     /// The app the route's auth identified.
     pub app: Option<&'a str>,
+    /// The hash of the parameter `split_by: param:NAME` names, taken when
+    /// the request was routed.
+    pub param: Option<u64>,
 }
 
 impl SplitRt {
@@ -105,6 +113,7 @@ impl SplitRt {
             SplitBy::App => SplitKey::App,
             SplitBy::Header(h) => SplitKey::Header(h.to_ascii_lowercase().into_bytes().into()),
             SplitBy::Cookie(c) => SplitKey::Cookie(c.as_bytes().into()),
+            SplitBy::Param(i) => SplitKey::Param(*i),
         };
         Ok(SplitRt {
             entries: entries.into(),
@@ -152,6 +161,18 @@ impl SplitRt {
                 .filter(|h| src.raw[h.name.clone()].eq_ignore_ascii_case(b"cookie"))
                 .find_map(|h| cookie(&src.raw[h.value.clone()], name))
                 .map(hash),
+            SplitKey::Param(_) => src.param,
+        }
+    }
+
+    /// With `split_by: param:NAME`, the hash of that parameter's value
+    /// (as routed, escapes kept) in `path`, the path the router matched
+    /// and captured `params` in; `None` for any other `split_by`.
+    #[inline]
+    pub(crate) fn param_key(&self, params: &Params, path: &[u8]) -> Option<u64> {
+        match self.by {
+            SplitKey::Param(i) => params.get(path, i).map(hash),
+            _ => None,
         }
     }
 

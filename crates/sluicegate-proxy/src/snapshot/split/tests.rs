@@ -38,6 +38,7 @@ fn bare(client: IpAddr, app: Option<&str>) -> KeySource<'_> {
         headers: &[],
         client,
         app,
+        param: None,
     }
 }
 
@@ -150,6 +151,7 @@ fn headers_and_cookies_are_keys_and_their_absence_is_random() {
         headers: &headers,
         client: HOME,
         app: None,
+        param: None,
     };
     let by_header = split(
         &[("a", 1, &[]), ("b", 1, &[])],
@@ -175,4 +177,19 @@ fn headers_and_cookies_are_keys_and_their_absence_is_random() {
         seen[by_missing.pick(&src, &rng)] = true;
     }
     assert_eq!(seen, [true, true]);
+}
+
+#[test]
+fn a_path_parameter_key_is_the_hash_taken_at_routing() {
+    let by_param = split(&[("a", 1, &[]), ("b", 1, &[])], SplitBy::Param(0));
+    let src = KeySource {
+        param: Some(super::hash(b"42")),
+        ..bare(HOME, None)
+    };
+    assert_eq!(by_param.key(&src), Some(super::hash(b"42")));
+    // No parameter captured: drawn at random.
+    assert_eq!(by_param.key(&bare(HOME, None)), None);
+    // Other kinds ignore it.
+    let by_ip = split(&[("a", 1, &[]), ("b", 1, &[])], SplitBy::ClientIp);
+    assert_ne!(by_ip.key(&src), Some(super::hash(b"42")));
 }
