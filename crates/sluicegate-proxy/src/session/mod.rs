@@ -15,6 +15,7 @@
 //! [`crate::worker::Downstream`] and never imports from here.
 
 mod action;
+mod aggregate;
 mod active;
 mod answer;
 pub(crate) mod conn;
