@@ -161,7 +161,14 @@ pub(crate) fn aggregate(
     Some(out)
 }
 
-type Parsed<'n> = (usize, &'n str, &'n str, bool, Option<std::time::Duration>, &'n Node);
+type Parsed<'n> = (
+    usize,
+    &'n str,
+    &'n str,
+    bool,
+    Option<std::time::Duration>,
+    &'n Node,
+);
 
 /// A part's `path`: `/` first, no spaces, controls or `#`, each
 /// reference a parameter of `template` or another part's field; the
@@ -208,7 +215,9 @@ fn part_path<'n>(
                     cx.at(
                         n.pos,
                         pp,
-                        format_args!("${{{param}}} is not {why}; another part's value is ${{PART.FIELD}}"),
+                        format_args!(
+                            "${{{param}}} is not {why}; another part's value is ${{PART.FIELD}}"
+                        ),
                     );
                     return None;
                 }

@@ -108,8 +108,14 @@ fn unknown_references_services_and_names_are_named() {
 ",
     ));
     assert_eq!(e.len(), 2, "{e:?}");
-    assert!(e[0].contains("routes[0].aggregate[1].name: part \"a\" is named twice"), "{e:?}");
-    assert!(e[1].contains("routes[0].aggregate[2].name: bad part name \"9x\""), "{e:?}");
+    assert!(
+        e[0].contains("routes[0].aggregate[1].name: part \"a\" is named twice"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].contains("routes[0].aggregate[2].name: bad part name \"9x\""),
+        "{e:?}"
+    );
     let e = errors(&route(
         "      - { name: a, service: orders, path: a }
 ",
@@ -126,7 +132,9 @@ fn aggregate_excludes_service_and_the_proxy_keys() {
     );
     let e = errors(&text);
     assert!(
-        e.len() == 1 && e[0].contains("routes[0].aggregate: give one of service, split, respond or aggregate"),
+        e.len() == 1
+            && e[0]
+                .contains("routes[0].aggregate: give one of service, split, respond or aggregate"),
         "{e:?}"
     );
     let text = route(

@@ -92,7 +92,13 @@ pub(super) async fn aggregate(
             calls.push(Box::pin(async move {
                 let at = Instant::now();
                 let call = call(worker, snap, service, uri, rid, opts, max_body);
-                let got = worker.deadlines.at(deadline).bound(call).await.ok().flatten();
+                let got = worker
+                    .deadlines
+                    .at(deadline)
+                    .bound(call)
+                    .await
+                    .ok()
+                    .flatten();
                 part.metrics
                     .record(got.is_some(), Some(at.elapsed().as_micros() as u64));
                 (i, got)
@@ -210,7 +216,9 @@ async fn call(
         b = b.header(name, http::HeaderValue::from_maybe_shared(rid).ok()?);
     }
     let req = b.body(Bytes::new()).ok()?;
-    let mut res = client::send_with(worker, snap, service, req, opts).await.ok()?;
+    let mut res = client::send_with(worker, snap, service, req, opts)
+        .await
+        .ok()?;
     if !(200..300).contains(&res.status()) {
         return None;
     }
@@ -255,4 +263,3 @@ async fn join_all<T>(mut futs: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Ve
     .await;
     out
 }
-

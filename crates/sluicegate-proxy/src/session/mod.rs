@@ -15,8 +15,8 @@
 //! [`crate::worker::Downstream`] and never imports from here.
 
 mod action;
-mod aggregate;
 mod active;
+mod aggregate;
 mod answer;
 pub(crate) mod conn;
 mod fallback;

@@ -54,7 +54,8 @@ impl AggregateRt {
     ) -> Result<AggregateRt, String> {
         let mut out = Vec::with_capacity(parts.len());
         for p in parts {
-            let svc = service(&p.service).ok_or_else(|| format!("unknown service {}", p.service))?;
+            let svc =
+                service(&p.service).ok_or_else(|| format!("unknown service {}", p.service))?;
             let mut path = Vec::new();
             let mut deps = Vec::new();
             let mut from = 0;

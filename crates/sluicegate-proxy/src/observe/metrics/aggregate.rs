@@ -41,15 +41,20 @@ impl PartMetrics {
 
 /// Writes the families of aggregate routes' parts, by route and part.
 pub fn render_parts<'a>(out: &mut String, parts: impl Iterator<Item = &'a PartMetrics> + Clone) {
-    let labels = |m: &PartMetrics| format!("route=\"{}\",part=\"{}\"", label(&m.route), label(&m.part));
+    let labels =
+        |m: &PartMetrics| format!("route=\"{}\",part=\"{}\"", label(&m.route), label(&m.part));
     family(
         out,
         "sluicegate_aggregate_parts_total",
         "counter",
         "Parts of aggregate routes, by route, part and result (ok, failed).",
         parts.clone().flat_map(|m| {
-            [("ok", &m.ok), ("failed", &m.failed)]
-                .map(|(r, n)| (format!("{},result=\"{r}\"", labels(m)), n.load(Ordering::Relaxed)))
+            [("ok", &m.ok), ("failed", &m.failed)].map(|(r, n)| {
+                (
+                    format!("{},result=\"{r}\"", labels(m)),
+                    n.load(Ordering::Relaxed),
+                )
+            })
         }),
     );
     header(
@@ -59,7 +64,10 @@ pub fn render_parts<'a>(out: &mut String, parts: impl Iterator<Item = &'a PartMe
         "Time of the parts of aggregate routes, from the call to the answer read whole, by route and part.",
     );
     for m in parts {
-        m.latency
-            .render(out, "sluicegate_aggregate_part_duration_seconds", &labels(m));
+        m.latency.render(
+            out,
+            "sluicegate_aggregate_part_duration_seconds",
+            &labels(m),
+        );
     }
 }
