@@ -207,7 +207,7 @@ fn part_path<'n>(
                 return None;
             }
             Some(Reference::Param(param)) => {
-                if !template.is_some_and(|t| t.param_index(param).is_some()) {
+                if template.is_none_or(|t| t.param_index(param).is_none()) {
                     let why = match template {
                         Some(t) => format!("a parameter of match.path {}", quote(&t.text)),
                         None => "a parameter of match.path (which is no template)".to_string(),

@@ -32,6 +32,9 @@ use crate::worker::Bufs;
 /// A part's answer: its body as received, and parsed.
 type Answered = Option<(Bytes, Value)>;
 
+/// A part's call in flight: its index and answer when it ends.
+type Call<'a> = Pin<Box<dyn Future<Output = (usize, Answered)> + 'a>>;
+
 /// Runs the aggregate route `agg` for the request in `bufs` (its target
 /// `t`, from `client`) and writes the answer.
 pub(super) async fn aggregate(
@@ -72,7 +75,7 @@ pub(super) async fn aggregate(
 
     let mut answers: Vec<Answered> = vec![None; agg.parts.len()];
     for level in agg.levels.iter() {
-        let mut calls: Vec<Pin<Box<dyn Future<Output = (usize, Answered)> + '_>>> = Vec::new();
+        let mut calls: Vec<Call<'_>> = Vec::new();
         for &i in level.iter() {
             let part = &agg.parts[i];
             let service = snap.service(part.service);
