@@ -38,6 +38,7 @@ pub use apps::valid_key;
 pub use document::{decode_apps, Document, Problem};
 pub use error::ConfigError;
 pub use model::*;
+pub use route::aggregate::{reference as aggregate_reference, Reference as AggregateReference};
 pub use route::template::references as template_references;
 pub use route::value_regex::ValueRegex;
 pub use service::MAX_WEIGHT;

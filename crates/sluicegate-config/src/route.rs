@@ -8,6 +8,7 @@ use crate::model::{Action, Auth, HeaderOps, PathMatch, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
+pub(crate) mod aggregate;
 pub(crate) mod fallback;
 pub(crate) mod fault;
 mod fixed;
@@ -41,6 +42,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "split",
     "split_by",
     "rollout",
+    "aggregate",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -95,12 +97,41 @@ fn route<'n>(
         Some(n) => reader::boolean(cx, n, path.key("strip_prefix")),
     };
 
+    let template = matcher.as_ref().and_then(|m| match &m.path {
+        PathMatch::Template(t) => Some(t),
+        _ => None,
+    });
+    // Keys that only a route with a service (or split) takes.
+    let not_proxy = f.get("respond").is_some() || f.get("aggregate").is_some();
     let action = match (f.get("service"), f.get("split"), f.get("respond")) {
+        _ if f.get("aggregate").is_some() => {
+            let n = f.get("aggregate").unwrap_or(node);
+            let others = ["service", "split", "respond"];
+            if let Some(other) = others.iter().find(|k| f.get(k).is_some()) {
+                cx.at(
+                    n.pos,
+                    path.key("aggregate"),
+                    format_args!("give one of service, split, respond or aggregate, not more (found {other} too)"),
+                );
+                None
+            } else {
+                if strip_prefix == Some(true) {
+                    let at = f.get("strip_prefix").map_or(f.pos, |n| n.pos);
+                    cx.at(
+                        at,
+                        path.key("strip_prefix"),
+                        "only applies to routes with a service",
+                    );
+                }
+                aggregate::aggregate(cx, n, path.key("aggregate"), services, template)
+                    .map(Action::Aggregate)
+            }
+        }
         (None, None, None) => {
             cx.at(
                 f.pos,
                 path,
-                "missing \"service\" (where to proxy), \"split\" (services by weight) or \"respond\" (what to answer)",
+                "missing \"service\" (where to proxy), \"split\" (services by weight), \"respond\" (what to answer) or \"aggregate\" (calls to combine)",
             );
             None
         }
@@ -215,10 +246,6 @@ fn route<'n>(
             }
         }
     };
-    let template = matcher.as_ref().and_then(|m| match &m.path {
-        PathMatch::Template(t) => Some(t),
-        _ => None,
-    });
     let limit = match f.get("limit") {
         None => Some(None),
         Some(n) => crate::apps::route_limit(cx, n, path.key("limit"), template).map(Some),
@@ -229,6 +256,14 @@ fn route<'n>(
     };
     let mut request_headers = ops("request_headers");
     let response_headers = ops("response_headers");
+    if let (Some(n), Some(_)) = (f.get("request_headers"), f.get("aggregate")) {
+        cx.at(
+            n.pos,
+            path.key("request_headers"),
+            "only applies to routes with a service (an aggregate route's parts carry their own)",
+        );
+        request_headers = None;
+    }
     if let (Some(t), Some(_), Some(n)) = (template, &request_headers, f.get("request_headers")) {
         if !header_refs(cx, n, path.key("request_headers"), t) {
             request_headers = None;
@@ -245,7 +280,7 @@ fn route<'n>(
     let rewrite = match f.get("rewrite") {
         None => Some(None),
         Some(n) => {
-            if f.get("respond").is_some() {
+            if not_proxy {
                 cx.at(
                     n.pos,
                     path.key("rewrite"),
@@ -260,7 +295,7 @@ fn route<'n>(
     let upgrade = match f.get("upgrade") {
         None => Some(vec!["websocket".to_string()]),
         Some(n) => {
-            if f.get("respond").is_some() {
+            if not_proxy {
                 cx.at(
                     n.pos,
                     path.key("upgrade"),
@@ -274,7 +309,7 @@ fn route<'n>(
     };
     let fault = match f.get("fault") {
         None => Some(None),
-        Some(n) if f.get("respond").is_some() => {
+        Some(n) if not_proxy => {
             cx.at(
                 n.pos,
                 path.key("fault"),
@@ -286,7 +321,7 @@ fn route<'n>(
     };
     let mirror = match f.get("mirror") {
         None => Some(None),
-        Some(n) if f.get("respond").is_some() => {
+        Some(n) if not_proxy => {
             cx.at(
                 n.pos,
                 path.key("mirror"),

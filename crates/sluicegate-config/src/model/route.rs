@@ -230,6 +230,26 @@ pub enum Action {
         /// Header names as written; values as written.
         headers: Vec<(String, String)>,
     },
+    /// `aggregate`: calls to services whose JSON answers make one JSON
+    /// object, one member per part in this order.
+    Aggregate(Vec<AggregatePart>),
+}
+
+/// One part of an `aggregate` route: a GET to `service` at `path`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggregatePart {
+    /// `[A-Za-z_][A-Za-z0-9_]*`, unique in the route.
+    pub name: String,
+    /// A defined service's name.
+    pub service: String,
+    /// Starts with `/`; `${param}` names a parameter of the route's path
+    /// template, `${part.field...}` a value in another part's answer.
+    pub path: String,
+    /// A failed optional part is `null` in the answer instead of a 502.
+    pub optional: bool,
+    /// Longest the part may take; `None`: its service's
+    /// `timeouts.request`.
+    pub timeout: Option<Duration>,
 }
 
 /// Most parameters one template may have (the router captures them in a

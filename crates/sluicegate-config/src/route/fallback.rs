@@ -30,7 +30,7 @@ pub(super) fn route_fallback(
         }
         return Some(None);
     };
-    if route.get("respond").is_some() {
+    if route.get("respond").is_some() || route.get("aggregate").is_some() {
         cx.at(
             node.pos,
             path.key("fallback"),

@@ -401,6 +401,7 @@ pub(super) fn route() -> S {
                     json!("random"),
                 ),
                 "rollout" => rollout(),
+                "aggregate" => aggregate(),
                 "fallback" => object(
                     "What answers when the service cannot (no endpoint up, circuit open, connects or retries used up, no response head in time, an invalid one): a fixed answer (status, body, headers) or another service, exactly one; answers carry Sluicegate-Fallback: 1 (only with service).",
                     route::fallback::FALLBACK_KEYS,
@@ -485,6 +486,35 @@ fn split() -> S {
                     "service" => name("A service."),
                     "weight" => int("Relative share of requests (0: only pinned apps).", 0, Some(MAX)).into(),
                     "apps" => list("App ids always sent to this service, whatever the weights.", name("An app id.")),
+                    _ => return None,
+                })
+            },
+        ))
+        .into()
+}
+
+/// A route's `aggregate`: the calls whose JSON answers make its answer.
+fn aggregate() -> S {
+    ArrayBuilder::new()
+        .description(Some(
+            "Calls to services whose JSON answers make the route's one JSON answer, one member per part (instead of service, split or respond; GET and HEAD only): at least one part, names unique, no cycle between parts.",
+        ))
+        .min_items(Some(1))
+        .items(object(
+            "One part: a GET to service at path.",
+            route::aggregate::PART_KEYS,
+            &["name", "service", "path"],
+            |k| {
+                Some(match k {
+                    "name" => pattern("The part's member in the answer.", "^[A-Za-z_][A-Za-z0-9_]*$").into(),
+                    "service" => name("The service called."),
+                    "path" => pattern(
+                        "Path and query; ${param} is a parameter of match.path, ${part.field} (dotted names, array indexes) a string or number in another part's answer, which this part then waits for.",
+                        r"^/[^#\s\u0000-\u001F\u007F]*$",
+                    )
+                    .into(),
+                    "optional" => boolean("A failed optional part is null (and named in Sluicegate-Partial) instead of failing the request with 502.", false).into(),
+                    "timeout" => dur("Longest the part may take (default: its service's timeouts.request).", None),
                     _ => return None,
                 })
             },

@@ -429,7 +429,7 @@ fn route_actions() {
     let svc = "services: [{ name: s, endpoints: [\"127.0.0.1:1\"] }]\n";
     assert_eq!(
         error(&with(&format!("{svc}routes:\n  - name: r\n"))),
-        "4:5: routes[0]: missing \"service\" (where to proxy), \"split\" (services by weight) or \"respond\" (what to answer)"
+        "4:5: routes[0]: missing \"service\" (where to proxy), \"split\" (services by weight), \"respond\" (what to answer) or \"aggregate\" (calls to combine)"
     );
     assert_eq!(
         error(&with(&format!(

@@ -1,5 +1,6 @@
 //! Tests of `parse` and `load` on whole configs: valid ones here, errors and hostile input in submodules.
 
+mod aggregate;
 mod apps;
 mod cluster;
 mod errors;

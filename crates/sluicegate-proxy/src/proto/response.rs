@@ -480,18 +480,7 @@ impl Answer<'_> {
     fn error<S: Sink>(&self, out: &mut S, kind: ErrorKind, extra: &[&Fields]) {
         let status = kind.status();
         let mut body = Vec::with_capacity(64);
-        body.extend_from_slice(b"{\"error\":\"");
-        body.extend_from_slice(kind.message().as_bytes());
-        body.extend_from_slice(b"\",\"status\":");
-        body.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
-        let rid = self.rid;
-        if !rid.value().is_empty() {
-            // Visible ASCII without `"` or `\\` (RequestId::keep): no escapes.
-            body.extend_from_slice(b",\"request_id\":\"");
-            body.extend_from_slice(rid.value());
-            body.push(b'"');
-        }
-        body.extend_from_slice(b"}\n");
+        error_body(&mut body, kind, None, self.rid);
         out.status(status);
         // Only an injected abort can be a 204 or a 304: no body, no length.
         let no_body = bodiless(status);
@@ -532,6 +521,35 @@ impl Answer<'_> {
         out.request_id(self.rid);
         self.connection(out, false);
     }
+}
+
+/// An error's JSON body: `{"error", "status"}`, then `extra` (a name and
+/// a value, both plain ASCII words needing no escapes) when given, then
+/// the request id.
+pub fn error_body(
+    body: &mut Vec<u8>,
+    kind: ErrorKind,
+    extra: Option<(&str, &str)>,
+    rid: &RequestId,
+) {
+    body.extend_from_slice(b"{\"error\":\"");
+    body.extend_from_slice(kind.message().as_bytes());
+    body.extend_from_slice(b"\",\"status\":");
+    body.extend_from_slice(itoa::Buffer::new().format(kind.status()).as_bytes());
+    if let Some((name, value)) = extra {
+        body.extend_from_slice(b",\"");
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(b"\":\"");
+        body.extend_from_slice(value.as_bytes());
+        body.push(b'"');
+    }
+    if !rid.value().is_empty() {
+        // Visible ASCII without `"` or `\\` (RequestId::keep): no escapes.
+        body.extend_from_slice(b",\"request_id\":\"");
+        body.extend_from_slice(rid.value());
+        body.push(b'"');
+    }
+    body.extend_from_slice(b"}\n");
 }
 
 /// Renders `answer` for a client into `out` (cleared first): as HTTP/1.1

@@ -31,7 +31,8 @@ pub(super) struct Facts<'a> {
 fn filter_cx<'a>(route: &RouteRt, bufs: &'a mut Bufs, f: &Facts<'a>) -> ReqCx<'a> {
     let service = match &route.action {
         ActionRt::Proxy { service, .. } => Some(*service),
-        ActionRt::Respond { .. } => None,
+        // An aggregate route's parts are checked one by one.
+        ActionRt::Respond { .. } | ActionRt::Aggregate(_) => None,
     };
     let Bufs {
         inb,

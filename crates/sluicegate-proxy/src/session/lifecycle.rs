@@ -11,7 +11,8 @@
 //!    may wait before it decides ([`crate::filters::Filter::wait`]); a route
 //!    with no such filter runs them in one plain call, no future
 //!    ([`super::filtering`]).
-//! 4. **Action**: the route's fixed answer, or forwarding upstream
+//! 4. **Action**: the route's fixed answer, an aggregate route's parts
+//!    ([`super::aggregate`]), or forwarding upstream
 //!    ([`crate::upstream::forward`]), which picks the endpoint, retries,
 //!    and streams both bodies; on a route with a `mirror`, a sampled
 //!    request's copy is started first ([`crate::upstream::mirror`]), and
@@ -260,6 +261,11 @@ pub(super) async fn exchange(
             ActionRt::Respond { head, body } => {
                 let fixed = Local::Fixed(Head::Fixed(head), body);
                 answer_locally(link, snap, bufs, fixed, is_head).await
+            }
+            ActionRt::Aggregate(agg) => {
+                // Boxed: the other routes' request futures stay as small.
+                let run = super::aggregate::aggregate(&rq, agg, bufs, client, &target, started);
+                Box::pin(run).await
             }
             ActionRt::Proxy {
                 service,

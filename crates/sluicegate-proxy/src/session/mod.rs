@@ -16,6 +16,7 @@
 
 mod action;
 mod active;
+mod aggregate;
 mod answer;
 pub(crate) mod conn;
 mod fallback;

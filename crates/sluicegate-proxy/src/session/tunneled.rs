@@ -96,7 +96,7 @@ pub(super) async fn relay_and_record(
     let service = match (&route.action, entry) {
         (_, Some(e)) => &*snap.service(e.service).name,
         (ActionRt::Proxy { service, .. }, None) => &*snap.service(*service).name,
-        (ActionRt::Respond { .. }, None) => "",
+        (ActionRt::Respond { .. } | ActionRt::Aggregate(_), None) => "",
     };
     let (method, target) = (&log.line[..log.method_len], &log.line[log.method_len + 1..]);
     let entry = accesslog::Entry {

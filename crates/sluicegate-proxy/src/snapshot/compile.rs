@@ -156,6 +156,8 @@ fn compile_routes(
     let mut route_order = Vec::new();
     let mut live_splits = HashMap::new();
     let mut split_order = Vec::new();
+    let mut live_parts = HashMap::new();
+    let mut part_order = Vec::new();
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
     for r in &config.routes {
@@ -236,6 +238,25 @@ fn compile_routes(
                     head: crate::proto::response::FixedHead::new(*status, fields),
                     body: body.as_bytes().into(),
                 }
+            }
+            Action::Aggregate(parts) => {
+                let template = match &r.matcher.path {
+                    sluicegate_config::PathMatch::Template(t) => Some(t),
+                    _ => None,
+                };
+                let index = |name: &str| services.get(name).map(|s| s.index);
+                let metrics = |part: &str| {
+                    let key = (r.name.clone(), part.to_string());
+                    let m = reg.parts.get(&key).cloned().unwrap_or_else(|| {
+                        Arc::new(crate::observe::metrics::PartMetrics::new(&r.name, part))
+                    });
+                    live_parts.insert(key, m.clone());
+                    part_order.push(m.clone());
+                    m
+                };
+                let rt = super::aggregate::AggregateRt::new(parts, template, index, metrics)
+                    .map_err(|e| format!("route {}: aggregate: {e}", r.name))?;
+                ActionRt::Aggregate(Box::new(rt))
             }
         };
         let mut filters: Vec<Box<dyn Filter>> = Vec::new();
@@ -371,6 +392,8 @@ fn compile_routes(
     reg.route_order = route_order;
     reg.splits = live_splits;
     reg.split_order = split_order;
+    reg.parts = live_parts;
+    reg.part_order = part_order;
     reg.endpoint_order = endpoint_order;
     reg.service_cfg = config
         .services

@@ -160,7 +160,7 @@ pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
                     ActionRt::Proxy { service, .. } => {
                         Some(snap.service(*service).name.to_string())
                     }
-                    ActionRt::Respond { .. } => None,
+                    ActionRt::Respond { .. } | ActionRt::Aggregate(_) => None,
                 },
                 status: m.status.classes(),
                 buckets,

@@ -15,6 +15,7 @@
 //! upgrade hands over, and `live` a copy of the live counters for the
 //! admin plane.
 
+pub mod aggregate;
 pub mod carry;
 mod compile;
 mod discovered;
@@ -91,6 +92,8 @@ pub enum ActionRt {
         head: crate::proto::response::FixedHead,
         body: Box<[u8]>,
     },
+    /// Calls to services whose JSON answers make one JSON answer.
+    Aggregate(Box<aggregate::AggregateRt>),
 }
 
 /// A route as requests use it: two cache lines, aligned, the filters and
@@ -202,6 +205,10 @@ pub struct Registry {
     splits: HashMap<(String, String), Arc<SplitMetrics>>,
     /// Current split entries' counters in config order, for rendering.
     split_order: Vec<Arc<SplitMetrics>>,
+    /// (route, part) -> an aggregate route's part's counters, and them
+    /// in config order (the metrics text).
+    parts: HashMap<(String, String), Arc<crate::observe::metrics::PartMetrics>>,
+    part_order: Vec<Arc<crate::observe::metrics::PartMetrics>>,
     /// Current route metrics in config order, for rendering.
     route_order: Vec<Arc<RouteMetrics>>,
     /// Current endpoints with their service, for rendering.

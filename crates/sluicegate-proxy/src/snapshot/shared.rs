@@ -205,6 +205,9 @@ impl Shared {
         if !reg.split_order.is_empty() {
             crate::observe::metrics::render_splits(&mut out, reg.split_order.iter().map(|m| &**m));
         }
+        if !reg.part_order.is_empty() {
+            crate::observe::metrics::render_parts(&mut out, reg.part_order.iter().map(|m| &**m));
+        }
         render_endpoints(&mut out, &reg.endpoint_order);
         crate::observe::metrics::render_listeners(
             &mut out,

@@ -7,6 +7,7 @@
 //! Here: histograms, label escaping and the helpers that write a family;
 //! the counters and families by what they count in the files beside.
 
+mod aggregate;
 mod apps;
 mod global;
 mod mirror;
@@ -14,6 +15,7 @@ mod route;
 mod split;
 mod status;
 
+pub use aggregate::{render_parts, PartMetrics};
 pub use apps::render_apps;
 pub(crate) use global::render_listeners;
 pub use global::{render_global, GlobalMetrics};

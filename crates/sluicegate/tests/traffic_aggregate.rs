@@ -1,0 +1,202 @@
+//! Aggregate routes on the real binary, with small JSON upstreams on
+//! loopback: parts without dependencies run at once, a dependent one
+//! after; `${part.field}` reaches the right path; an optional part that
+//! fails is null and named in `Sluicegate-Partial`; a required one gives
+//! 502 naming it (not JSON, a timeout, a dead service); over HTTP/2 too.
+
+mod http_common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_common::{service, Gw};
+use serde_json::Value;
+use sluicegate_testkit::{free_port, Proto};
+
+/// A JSON upstream: `/slow/N` answers `{"n":N}` after 100 ms,
+/// `/order/ID` `{"customer_id":"c/ID","items":[{"id":7}]}` after 100 ms,
+/// `/customer/X` `{"customer":"X"}`, `/text` a non-JSON body, `/stall`
+/// after 2 s, anything else 500. The paths it saw, in order.
+fn json_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(c.try_clone().unwrap());
+                let mut line = String::new();
+                if r.read_line(&mut line).is_err() {
+                    return;
+                }
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                }
+                let path = line.split(' ').nth(1).unwrap_or("").to_string();
+                s.lock().unwrap().push(path.clone());
+                let (status, body, wait) = if let Some(n) = path.strip_prefix("/slow/") {
+                    (200, format!("{{\"n\":{n}}}"), 100)
+                } else if let Some(id) = path.strip_prefix("/order/") {
+                    (
+                        200,
+                        format!("{{\"customer_id\":\"c/{id}\",\"items\":[{{\"id\":7}}]}}"),
+                        100,
+                    )
+                } else if let Some(x) = path.strip_prefix("/customer/") {
+                    (200, format!("{{\"customer\":\"{x}\"}}"), 0)
+                } else if path == "/text" {
+                    (200, "not json".to_string(), 0)
+                } else if path == "/stall" {
+                    (200, "{}".to_string(), 2000)
+                } else {
+                    (500, "{}".to_string(), 0)
+                };
+                std::thread::sleep(Duration::from_millis(wait));
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn start(up: SocketAddr) -> Gw {
+    let dead: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let services = [
+        service("a", &[up], ""),
+        service("b", &[up], ""),
+        service("dead", &[dead], "    retries: { attempts: 1 }\n"),
+    ]
+    .concat();
+    Gw::start(&format!(
+        r#"services:
+{services}routes:
+  - name: par
+    match: {{ path: "/par/{{id:int}}" }}
+    aggregate:
+      - {{ name: one, service: a, path: "/slow/${{id}}" }}
+      - {{ name: two, service: b, path: "/slow/2" }}
+  - name: chain
+    match: {{ path: "/chain/{{id}}" }}
+    aggregate:
+      - {{ name: customer, service: b, path: "/customer/${{order.customer_id}}?item=${{order.items.0.id}}" }}
+      - {{ name: order, service: a, path: "/order/${{id}}" }}
+  - name: opt
+    match: {{ path: "/opt" }}
+    aggregate:
+      - {{ name: main, service: a, path: "/slow/1" }}
+      - {{ name: recs, service: a, path: "/missing", optional: true }}
+      - {{ name: after, service: b, path: "/customer/${{recs.x}}", optional: true }}
+  - name: text
+    match: {{ path: "/text" }}
+    aggregate:
+      - {{ name: main, service: a, path: "/slow/1" }}
+      - {{ name: words, service: a, path: "/text" }}
+  - name: slow
+    match: {{ path: "/slow" }}
+    aggregate:
+      - {{ name: main, service: a, path: "/slow/1" }}
+      - {{ name: stall, service: a, path: "/stall", timeout: 300ms }}
+  - name: dead
+    match: {{ path: "/dead" }}
+    aggregate:
+      - {{ name: gone, service: dead, path: "/x" }}
+"#
+    ))
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[test]
+fn parallel_and_dependent_parts_and_their_failures() {
+    let (up, seen) = json_upstream();
+    let gw = start(up);
+    for proto in [Proto::Http1, Proto::H2c] {
+        // Two parts of 100 ms each, at once.
+        let t = Instant::now();
+        let r = proto.get(gw.addr(), "/par/5", &[]);
+        let took = t.elapsed();
+        assert_eq!(r.status, 200, "{proto:?} {}", r.body_str());
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        assert_eq!(r.body_str().trim(), r#"{"one":{"n":5},"two":{"n":2}}"#);
+        assert!(took < Duration::from_millis(180), "{proto:?}: {took:?}");
+
+        // A chain: the customer waits for the order (100 ms), whose
+        // string is one encoded segment and number written as is.
+        seen.lock().unwrap().clear();
+        let t = Instant::now();
+        let r = proto.get(gw.addr(), "/chain/42", &[]);
+        assert_eq!(r.status, 200, "{}", r.body_str());
+        assert!(t.elapsed() >= Duration::from_millis(100));
+        let v = json(&r.body_str());
+        assert_eq!(v["customer"]["customer"], "c%2F42?item=7");
+        assert_eq!(v["order"]["customer_id"], "c/42");
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["customer", "order"], "config order");
+        assert!(seen
+            .lock()
+            .unwrap()
+            .contains(&"/customer/c%2F42?item=7".to_string()));
+
+        // An optional part fails (500): null, and so is the one reading it.
+        let r = proto.get(gw.addr(), "/opt", &[]);
+        assert_eq!(r.status, 200, "{}", r.body_str());
+        assert_eq!(r.header("sluicegate-partial"), Some("recs,after"));
+        assert_eq!(
+            json(&r.body_str()),
+            json(r#"{"main":{"n":1},"recs":null,"after":null}"#)
+        );
+
+        // Required parts failing: not JSON, past its timeout, a dead service.
+        for (path, part) in [("/text", "words"), ("/slow", "stall"), ("/dead", "gone")] {
+            let t = Instant::now();
+            let r = proto.get(gw.addr(), path, &[]);
+            assert_eq!(r.status, 502, "{path}: {}", r.body_str());
+            let v = json(&r.body_str());
+            assert_eq!(v["part"], part, "{path}");
+            assert!(t.elapsed() < Duration::from_millis(1500), "{path}");
+        }
+
+        // Other methods: 405.
+        let r = proto.request(gw.addr(), "POST", "/par/5", &[], b"x");
+        assert_eq!(r.status, 405);
+    }
+}
+
+#[test]
+fn a_chain_of_two_takes_both_parts_times() {
+    let (up, _) = json_upstream();
+    let gw = Gw::start(&format!(
+        r#"services:
+{}routes:
+  - name: two
+    match: {{ path: "/two" }}
+    aggregate:
+      - {{ name: first, service: a, path: "/slow/1" }}
+      - {{ name: second, service: a, path: "/slow/${{first.n}}" }}
+"#,
+        service("a", &[up], "")
+    ));
+    let t = Instant::now();
+    let r = Proto::Http1.get(gw.addr(), "/two", &[]);
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(r.body_str().trim(), r#"{"first":{"n":1},"second":{"n":1}}"#);
+}
