@@ -96,6 +96,17 @@ impl Check {
 
     /// Whether the non-empty segment `seg` (as in the path) holds.
     fn holds(&self, seg: &[u8]) -> bool {
+        if !seg.contains(&b'%') {
+            // Most segments carry no escape: their bytes as they are, no
+            // decoding iterator (20 typed parameters route at a few
+            // instructions a byte).
+            return self.holds_plain(seg);
+        }
+        self.holds_decoded(seg)
+    }
+
+    /// [`Check::holds`] on the segment's decoded bytes.
+    fn holds_decoded(&self, seg: &[u8]) -> bool {
         match self {
             Check::Int => match decoded(seg).next() {
                 Some(b'-') => digits_within(decoded(seg).skip(1), i64::MIN.unsigned_abs()),
@@ -116,6 +127,38 @@ impl Check {
             Check::Alpha => chars_all(seg, char::is_alphabetic),
             Check::Alnum => chars_all(seg, char::is_alphanumeric),
             Check::Regex(re) => re.is_match_bytes(decoded(seg)),
+        }
+    }
+}
+
+impl Check {
+    /// [`Check::holds`] for a segment without `%` escapes.
+    fn holds_plain(&self, seg: &[u8]) -> bool {
+        match self {
+            Check::Int => match seg.split_first() {
+                Some((b'-', rest)) => digits_within(rest.iter().copied(), i64::MIN.unsigned_abs()),
+                _ => digits_within(seg.iter().copied(), i64::MAX as u64),
+            },
+            Check::Uint => digits_within(seg.iter().copied(), u64::MAX),
+            Check::Hex => seg.iter().all(u8::is_ascii_hexdigit),
+            Check::Uuid => {
+                seg.len() == 36
+                    && seg.iter().enumerate().all(|(i, b)| match i {
+                        8 | 13 | 18 | 23 => *b == b'-',
+                        _ => b.is_ascii_hexdigit(),
+                    })
+            }
+            // ASCII letters and digits are what `char::is_alphabetic` and
+            // `is_alphanumeric` say of ASCII; others take the Unicode way.
+            Check::Alpha if seg.is_ascii() => {
+                !seg.is_empty() && seg.iter().all(u8::is_ascii_alphabetic)
+            }
+            Check::Alnum if seg.is_ascii() => {
+                !seg.is_empty() && seg.iter().all(u8::is_ascii_alphanumeric)
+            }
+            Check::Alpha => chars_all(seg, char::is_alphabetic),
+            Check::Alnum => chars_all(seg, char::is_alphanumeric),
+            Check::Regex(re) => re.is_match_bytes(seg.iter().copied()),
         }
     }
 }
@@ -444,6 +487,52 @@ mod tests {
             re => ParamType::Regex(re.into()),
         };
         Check::new(&t).unwrap().unwrap().holds(seg.as_bytes())
+    }
+
+    #[test]
+    fn a_segment_without_escapes_is_judged_as_the_decoding_way_does() {
+        let types = [
+            ParamType::Int,
+            ParamType::Uint,
+            ParamType::Uuid,
+            ParamType::Hex,
+            ParamType::Alpha,
+            ParamType::Alnum,
+            ParamType::Regex("[a-c]+[0-9]?".into()),
+        ];
+        let segs = [
+            "",
+            "0",
+            "12",
+            "-3",
+            "-",
+            "+1",
+            "1a",
+            "abc",
+            "ABC",
+            "ab1",
+            "ab-",
+            "beef",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "123e4567-e89b-12d3-a456-426614174000",
+            "123e4567-e89b-12d3-a456-42661417400",
+            "123e4567xe89b-12d3-a456-426614174000",
+            "Jürgen",
+            "日本",
+            "a_b",
+            "abc9",
+        ];
+        for t in &types {
+            let c = Check::new(t).unwrap().unwrap();
+            for seg in segs {
+                let b = seg.as_bytes();
+                assert_eq!(c.holds_plain(b), c.holds_decoded(b), "{t:?} {seg:?}");
+            }
+        }
     }
 
     #[test]

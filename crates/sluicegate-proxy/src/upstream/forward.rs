@@ -451,11 +451,16 @@ fn failed_back<'s>(
 ) -> Unanswered<'s> {
     let plan = &call.plan;
     bufs.grpc_status = None;
+    // A streaming body is still whole with the client when no attempt got
+    // as far as sending (a connect that failed, a pooled connection that
+    // took nothing): an earlier attempt that had sent some would not have
+    // been followed by another.
+    let untouched = matches!(failed, AttemptError::Connect(_) | AttemptError::NotTaken);
     Unanswered {
         cause,
         kind: failed.kind(),
         close: failed_close(call, &failed),
-        at_hand: plan.replayable && !call.body_cut,
+        at_hand: (plan.replayable || untouched) && !call.body_cut,
         endpoint: Some(at.ep),
         bytes_in: call.bytes_in,
         upstream_us: None,
