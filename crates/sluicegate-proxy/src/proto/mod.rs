@@ -7,6 +7,7 @@
 
 pub(crate) mod bytes;
 pub(crate) mod chunked;
+pub mod compress;
 pub(crate) mod codec;
 pub(crate) mod fields;
 pub(crate) mod head;
