@@ -8,6 +8,7 @@ use crate::model::{Action, Auth, HeaderOps, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
+pub(crate) mod compress;
 pub(crate) mod fallback;
 pub(crate) mod fault;
 mod fixed;
@@ -38,6 +39,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "fallback_on",
     "split",
     "split_by",
+    "compress",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -279,6 +281,18 @@ fn route<'n>(
         Some(n) => mirror::mirror(cx, n, path.key("mirror"), services).map(Some),
     };
     let fallback = fallback::route_fallback(cx, &f, path, services);
+    let compress = match f.get("compress") {
+        None => Some(None),
+        Some(n) if f.get("respond").is_some() => {
+            cx.at(
+                n.pos,
+                path.key("compress"),
+                "only applies to routes with a service",
+            );
+            None
+        }
+        Some(n) => compress::compress(cx, n, path.key("compress")),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -294,6 +308,7 @@ fn route<'n>(
         fault: fault?,
         mirror: mirror?,
         fallback: fallback?,
+        compress: compress?,
     })
 }
 

@@ -81,6 +81,10 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
     assert_eq!(props(&route["fault"]), sorted(route::fault::FAULT_KEYS));
     assert_eq!(props(&route["mirror"]), sorted(route::mirror::MIRROR_KEYS));
     assert_eq!(
+        props(&route["compress"]["anyOf"][1]),
+        sorted(route::compress::COMPRESS_KEYS)
+    );
+    assert_eq!(
         props(&route["split"]["items"]),
         sorted(route::split::SPLIT_ENTRY_KEYS)
     );

@@ -2,6 +2,7 @@
 
 mod apps;
 mod cluster;
+mod compress;
 mod errors;
 mod fallback;
 mod fault;
@@ -198,6 +199,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                compress: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -225,6 +227,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                compress: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -252,6 +255,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                compress: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -279,6 +283,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                compress: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],

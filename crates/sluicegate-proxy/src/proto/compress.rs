@@ -152,8 +152,7 @@ impl TypeRule {
             SubRule::Any => true,
             SubRule::Exact(s) => sub.eq_ignore_ascii_case(s.as_bytes()),
             SubRule::Suffix(s) => {
-                sub.len() > s.len()
-                    && sub[sub.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+                sub.len() > s.len() && sub[sub.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
             }
         }
     }

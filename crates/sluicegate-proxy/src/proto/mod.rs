@@ -7,8 +7,8 @@
 
 pub(crate) mod bytes;
 pub(crate) mod chunked;
-pub mod compress;
 pub(crate) mod codec;
+pub mod compress;
 pub(crate) mod fields;
 pub(crate) mod head;
 pub(crate) mod http2;

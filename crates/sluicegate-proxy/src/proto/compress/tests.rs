@@ -23,7 +23,10 @@ fn the_client_s_preference_wins_then_the_route_s_order() {
     assert_eq!(negotiate([b"gzip, br".as_slice()], &[Gzip, Br]), Some(Gzip));
     assert_eq!(negotiate([b"gzip, br".as_slice()], &[Br, Gzip]), Some(Br));
     // Split over several lines.
-    assert_eq!(negotiate([b"gzip".as_slice(), b"br".as_slice()], &[Gzip, Br]), Some(Gzip));
+    assert_eq!(
+        negotiate([b"gzip".as_slice(), b"br".as_slice()], &[Gzip, Br]),
+        Some(Gzip)
+    );
 }
 
 #[test]
@@ -56,7 +59,10 @@ fn a_star_stands_for_what_is_not_listed() {
 
 #[test]
 fn types_match_without_parameters_and_case() {
-    let rules: Vec<TypeRule> = DEFAULT_TYPES.iter().map(|t| TypeRule::new(t).unwrap()).collect();
+    let rules: Vec<TypeRule> = DEFAULT_TYPES
+        .iter()
+        .map(|t| TypeRule::new(t).unwrap())
+        .collect();
     let m = |t: &str| rules.iter().any(|r| r.matches(t.as_bytes()));
     assert!(m("text/html"));
     assert!(m("Text/Event-Stream"));
@@ -110,7 +116,10 @@ fn vary_is_merged() {
     };
     assert_eq!(v(&[]), "Accept-Encoding");
     assert_eq!(v(&["Origin"]), "Origin, Accept-Encoding");
-    assert_eq!(v(&["Origin, Cookie", "X-A"]), "Origin, Cookie, X-A, Accept-Encoding");
+    assert_eq!(
+        v(&["Origin, Cookie", "X-A"]),
+        "Origin, Cookie, X-A, Accept-Encoding"
+    );
     assert_eq!(v(&["accept-encoding"]), "accept-encoding");
     assert_eq!(v(&["Origin,accept-Encoding"]), "Origin, accept-Encoding");
     assert_eq!(v(&["*"]), "*");
@@ -122,7 +131,9 @@ fn sample(n: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(n);
     let mut i = 0u64;
     while v.len() < n {
-        v.extend_from_slice(format!("{{\"id\":{i},\"name\":\"item {}\"}},", i * 7919 % 1000).as_bytes());
+        v.extend_from_slice(
+            format!("{{\"id\":{i},\"name\":\"item {}\"}},", i * 7919 % 1000).as_bytes(),
+        );
         i += 1;
     }
     v.truncate(n);
@@ -133,10 +144,14 @@ fn decode(coding: Encoding, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     match coding {
         Gzip => {
-            flate2::read::GzDecoder::new(data).read_to_end(&mut out).unwrap();
+            flate2::read::GzDecoder::new(data)
+                .read_to_end(&mut out)
+                .unwrap();
         }
         Br => {
-            brotli::Decompressor::new(data, 4096).read_to_end(&mut out).unwrap();
+            brotli::Decompressor::new(data, 4096)
+                .read_to_end(&mut out)
+                .unwrap();
         }
         Zstd => {
             out = zstd::stream::decode_all(data).unwrap();
