@@ -202,6 +202,18 @@ pub struct RouteMetrics {
     /// The route's `mirror` copies: kept with the route's other counters,
     /// so a reload keeps them too.
     pub mirror: MirrorMetrics,
+    /// The route's compressed answers, kept like its other counters.
+    pub compress: CompressMetrics,
+}
+
+/// A route's compressed answers: how many in each coding (the order of
+/// [`crate::proto::compress::Encoding::ALL`]), and the body bytes taken
+/// from the upstream and sent compressed.
+#[derive(Debug, Default)]
+pub struct CompressMetrics {
+    pub responses: [AtomicU64; 3],
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
 }
 
 /// Why a mirror copy was given up before it ended (see [`MirrorMetrics`]).
@@ -348,6 +360,7 @@ impl RouteMetrics {
             fallbacks_unsent: AtomicU64::new(0),
             grpc: Default::default(),
             mirror: MirrorMetrics::default(),
+            compress: CompressMetrics::default(),
         }
     }
 
@@ -529,6 +542,7 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         }
     }
     render_mirrors(out, routes.clone());
+    render_compress(out, routes.clone());
     out.push_str(
         "# HELP sluicegate_fallbacks_total Requests the route's fallback answered, by route and why its service could not.\n# TYPE sluicegate_fallbacks_total counter\n",
     );
@@ -582,6 +596,48 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         let l = format!("route=\"{}\"", label(&r.name));
         r.latency
             .render(out, "sluicegate_request_duration_seconds", &l);
+    }
+}
+
+/// Writes the compression families, for the routes that compressed an
+/// answer.
+fn render_compress<'a>(out: &mut String, routes: impl Iterator<Item = &'a RouteMetrics> + Clone) {
+    use crate::proto::compress::Encoding;
+    let compressed = routes.filter(|r| {
+        r.compress
+            .responses
+            .iter()
+            .any(|c| c.load(Ordering::Relaxed) > 0)
+    });
+    out.push_str(
+        "# HELP sluicegate_compress_responses_total Answers compressed, by route and coding.\n",
+    );
+    out.push_str("# TYPE sluicegate_compress_responses_total counter\n");
+    for r in compressed.clone() {
+        for (e, c) in Encoding::ALL.iter().zip(&r.compress.responses) {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(
+                    out,
+                    "sluicegate_compress_responses_total{{route=\"{}\",algorithm=\"{}\"}} {n}",
+                    label(&r.name),
+                    e.token()
+                );
+            }
+        }
+    }
+    out.push_str("# HELP sluicegate_compress_bytes_total Body bytes of compressed answers, by route: taken from the upstream (in) and sent (out).\n");
+    out.push_str("# TYPE sluicegate_compress_bytes_total counter\n");
+    for r in compressed {
+        let c = &r.compress;
+        for (direction, n) in [("in", &c.bytes_in), ("out", &c.bytes_out)] {
+            let _ = writeln!(
+                out,
+                "sluicegate_compress_bytes_total{{route=\"{}\",direction=\"{direction}\"}} {}",
+                label(&r.name),
+                n.load(Ordering::Relaxed)
+            );
+        }
     }
 }
 

@@ -8,7 +8,11 @@ pub mod codec;
 #[cfg(test)]
 mod tests;
 
-pub use codec::{encode_all, Encoder, Encoding, Flush};
+// `encode_all` is for a cache that stores one object and serves it in
+// each coding its clients ask for (not wired yet).
+#[allow(unused_imports)]
+pub use codec::encode_all;
+pub use codec::{Encoder, Encoding, Flush};
 
 /// A quality value in thousandths (`q=0.5` is 500), absent when unset.
 type Q = Option<u16>;
@@ -157,16 +161,6 @@ impl TypeRule {
         }
     }
 }
-
-/// The types compressed when a route names none.
-pub const DEFAULT_TYPES: &[&str] = &[
-    "text/*",
-    "application/json",
-    "application/*+json",
-    "application/javascript",
-    "application/xml",
-    "image/svg+xml",
-];
 
 /// Whether a `Content-Type` is gRPC's (`application/grpc`, `+proto`,
 /// `-web`...): never compressed whatever `types` says.

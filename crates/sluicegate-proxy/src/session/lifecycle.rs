@@ -42,6 +42,7 @@ use super::grpc::grpc_facts;
 use super::ids::{end_span, request_ids, since};
 use super::peer::Link;
 use super::tunneled::{Handoff, LogFacts};
+use crate::filters::compress::Compressing;
 use crate::filters::fault::{FaultRt, Injected};
 use crate::filters::Answer;
 use crate::observe::accesslog;
@@ -266,6 +267,7 @@ pub(super) async fn exchange(
                 mirror,
                 fallback,
                 split,
+                compress,
             } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let service = match split {
@@ -305,6 +307,17 @@ pub(super) async fn exchange(
                     },
                     None => HandBack::NONE,
                 };
+                // The coding the answer may be compressed in, from the
+                // request's head (read before its body moves it out).
+                let compress = compress.as_deref().and_then(|c| {
+                    let raw = bufs.inb.filled();
+                    let coding = c.choose(raw, &bufs.req, is_head, bufs.grpc)?;
+                    Some(Compressing {
+                        rt: c,
+                        coding,
+                        metrics: &route.metrics.compress,
+                    })
+                });
                 let mark = bufs.inb.mark();
                 let cx = forward::Request {
                     worker: down.worker,
@@ -316,9 +329,10 @@ pub(super) async fn exchange(
                     target: &target,
                     strip,
                     started,
-                    upgrade,
+                    upgrade: Some(upgrade),
                     feed: None,
                     hand_back,
+                    compress,
                 };
                 let outcome = match (forward::forward(cx, bufs).await, fallback) {
                     (Ended::Unanswered(un), Some(fb)) => {
@@ -331,6 +345,7 @@ pub(super) async fn exchange(
                             target: &target,
                             strip,
                             mark,
+                            compress,
                         };
                         let fell_back = fall_back(&rq, bufs, route, fb, un, again);
                         let (outcome, why, other) = Box::pin(fell_back).await;
@@ -532,6 +547,8 @@ struct Again<'a> {
     target: &'a Target,
     strip: usize,
     mark: Mark,
+    /// The route's compression, for the fallback service's answer too.
+    compress: Option<Compressing<'a>>,
 }
 
 /// Answers a request its route's service could not (`un`: why, and what
@@ -586,12 +603,13 @@ async fn fall_back<'s>(
                 target: again.target,
                 strip: again.strip,
                 started: Instant::now(),
-                upgrade: &[],
+                upgrade: None,
                 feed: None,
                 hand_back: HandBack {
                     failures: true,
                     ..HandBack::NONE
                 },
+                compress: again.compress,
             };
             match forward::forward(cx, bufs).await {
                 Ended::Unanswered(un) => {

@@ -195,7 +195,7 @@ async fn answer(
         || c.down.worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && c.client_minor == 0);
-    write_response_head(bufs, close, c.client_minor, c.down.client);
+    write_response_head(bufs, close, c.client_minor, c.down.client, None);
     let relay = relay_body(
         c.down,
         up,

@@ -15,6 +15,7 @@ use crate::filters::{Edits, HeaderOpsRt};
 use crate::observe::trace::Ids;
 use crate::proto::bytes;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestFraming};
+use crate::proto::compress::{self, Encoding};
 use crate::proto::head::{HeaderRef, RequestHead};
 use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
 use crate::proto::http2::response::{append_field, client_fields, fill_response_head};
@@ -365,10 +366,19 @@ async fn read_h2_response_head(
 /// Writes the response head as it goes to the client into `bufs.out` and
 /// consumes the upstream's head from `bufs.upb`. To an HTTP/2 client the
 /// head goes at once, as the same fields (see [`h2_response_head`]), and
-/// `bufs.out` is left empty for the body.
-pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8, client: &Stream) {
+/// `bufs.out` is left empty for the body. `coding`: the body is sent
+/// compressed so (`Content-Encoding` set, `Vary` merged, a strong `ETag`
+/// made weak, no `Content-Length` nor `Accept-Ranges`, chunked to an
+/// HTTP/1.1 client).
+pub(crate) fn write_response_head(
+    bufs: &mut Bufs,
+    close: bool,
+    client_minor: u8,
+    client: &Stream,
+    coding: Option<Encoding>,
+) {
     if let Stream::H2(x) = client {
-        h2_response_head(bufs, x);
+        h2_response_head(bufs, x, coding);
         return;
     }
     let raw = bufs.upb.filled();
@@ -397,11 +407,27 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     let rid = &bufs.ids.rid;
     let keep = kept(raw, body, res.status, ops, bufs.edits.cors, rid.name());
     let (len, crlf) = (framing.len, framing.crlf);
-    codec::append_header_lines(out, raw, &res.headers, len, crlf, keep);
+    match coding {
+        None => codec::append_header_lines(out, raw, &res.headers, len, crlf, &keep),
+        Some(_) => {
+            let kept = |h: &HeaderRef| keep(h) && !representation(&raw[h.name.clone()]);
+            codec::append_header_lines(out, raw, &res.headers, len, crlf, kept);
+        }
+    }
+    drop(keep);
     if let Some(o) = ops {
         o.fields.write_h1(out);
     }
     match body {
+        _ if coding.is_some() => {
+            compressed_fields(raw, &res.headers, coding, |n, v| {
+                out.extend_from_slice(n);
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(v);
+                out.extend_from_slice(b"\r\n");
+            });
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n")
+        }
         BodyKind::Length(n) => response::content_length(out, n),
         BodyKind::Chunked | BodyKind::Stream if client_minor == 1 => {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n")
@@ -447,7 +473,7 @@ fn kept<'a>(
 /// gateway adds, handed to the stream as a header map (values as slices of
 /// one copy of the upstream's head). A stream that is gone by now fails
 /// the body's first write.
-fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
+fn h2_response_head(bufs: &mut Bufs, x: &Exchange, coding: Option<Encoding>) {
     let raw = bufs.upb.filled();
     let res = &bufs.res;
     let framing = bufs.res_framing;
@@ -461,12 +487,21 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
         bufs.edits.cors,
         rid.name(),
     );
-    let mut fields = client_fields(raw, framing.len, &res.headers, 2, keep);
+    let mut fields = match coding {
+        None => client_fields(raw, framing.len, &res.headers, 2, &keep),
+        Some(_) => {
+            let kept = |h: &HeaderRef| keep(h) && !representation(&raw[h.name.clone()]);
+            client_fields(raw, framing.len, &res.headers, 5, kept)
+        }
+    };
+    drop(keep);
     let mut add = |name: &[u8], value: &[u8]| append_field(&mut fields, name, value);
     if let Some(o) = ops {
         o.fields.iter().for_each(|(n, v)| add(n, v));
     }
+    compressed_fields(raw, &res.headers, coding, &mut add);
     let body = match framing.body {
+        _ if coding.is_some() => AnswerBody::UntilEnd,
         BodyKind::None => AnswerBody::Empty,
         BodyKind::Length(n) => {
             add(b"content-length", itoa::Buffer::new().format(n).as_bytes());
@@ -483,6 +518,44 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
     let _ = x.answer(res.status, fields, body);
     bufs.out.clear();
     bufs.upb.consume(framing.len);
+}
+
+/// The upstream's fields a compressed answer gives in a form of its own
+/// ([`compressed_fields`]) or not at all (ranges of the coded body are
+/// not served).
+fn representation(name: &[u8]) -> bool {
+    bytes::eq_lower(name, b"etag")
+        || bytes::eq_lower(name, b"vary")
+        || bytes::eq_lower(name, b"accept-ranges")
+}
+
+/// The fields of an answer compressed in `coding` (none when `None`):
+/// `Content-Encoding`, `Vary` with `Accept-Encoding` merged into the
+/// upstream's (`headers` over `raw`), and its `ETag` made weak.
+fn compressed_fields(
+    raw: &[u8],
+    headers: &[HeaderRef],
+    coding: Option<Encoding>,
+    mut add: impl FnMut(&[u8], &[u8]),
+) {
+    let Some(coding) = coding else {
+        return;
+    };
+    add(b"content-encoding", coding.token().as_bytes());
+    let named = |name: &'static [u8]| {
+        headers
+            .iter()
+            .filter(move |h| bytes::eq_lower(&raw[h.name.clone()], name))
+            .map(|h| &raw[h.value.clone()])
+    };
+    let mut v = Vec::with_capacity(64);
+    compress::merge_vary(named(b"vary"), &mut v);
+    add(b"vary", &v);
+    if let Some(etag) = named(b"etag").next() {
+        v.clear();
+        compress::weak_etag(etag, &mut v);
+        add(b"etag", &v);
+    }
 }
 
 /// The `grpc-status` in the response head in `bufs` (a trailers-only gRPC

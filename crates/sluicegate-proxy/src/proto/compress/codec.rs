@@ -125,6 +125,7 @@ impl Encoder {
 }
 
 /// `input` encoded whole, as one stream.
+#[allow(dead_code)]
 pub fn encode_all(coding: Encoding, level: i32, input: &[u8]) -> io::Result<Vec<u8>> {
     let mut e = Encoder::new(coding, level)?;
     let mut out = Vec::with_capacity(input.len() / 3 + 64);

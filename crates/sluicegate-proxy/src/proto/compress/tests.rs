@@ -59,7 +59,7 @@ fn a_star_stands_for_what_is_not_listed() {
 
 #[test]
 fn types_match_without_parameters_and_case() {
-    let rules: Vec<TypeRule> = DEFAULT_TYPES
+    let rules: Vec<TypeRule> = sluicegate_config::Compress::DEFAULT_TYPES
         .iter()
         .map(|t| TypeRule::new(t).unwrap())
         .collect();
