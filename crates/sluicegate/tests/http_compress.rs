@@ -5,7 +5,8 @@
 //! (no or refused Accept-Encoding, small bodies, other types, an
 //! upstream's own Content-Encoding, no-transform, Range and 206, HEAD,
 //! 204 and 304, gRPC, a route without compress); the changed fields
-//! (Vary, weak ETag); the counters; and a server-sent event that arrives,
+//! (Vary, also on an answer sent as it is to a client that takes no
+//! coding; weak ETag); the counters; and a server-sent event that arrives,
 //! decoded as it comes, before the upstream ends its stream.
 
 mod http_common;
@@ -236,13 +237,22 @@ fn what_is_not_for_compressing_is_left_alone() {
         let r = gw.get("/all?size=10240", accept);
         assert_identity(&r, n);
         assert_eq!(r.header("content-length"), Some("10240"), "{accept}");
-        assert_eq!(r.header("vary"), None, "{accept}");
+        // Another client would get it compressed: caches are told.
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"), "{accept}");
     }
+    let r = gw.get(
+        "/all?size=10240&header=vary:Cookie&header=etag:%22s%22",
+        "deflate",
+    );
+    assert_eq!(r.header_all("vary"), ["Cookie, Accept-Encoding"]);
+    assert_eq!(r.header("etag"), Some("\"s\""));
     let r = gw.get("/gz/echo", "br, zstd");
     assert_eq!(r.header("content-encoding"), None);
     assert!(serde_json::from_slice::<serde_json::Value>(&r.body).is_ok());
     // Smaller than min_size (1 KiB by default).
-    assert_identity(&gw.get("/all?size=1000", "gzip"), 1000);
+    let r = gw.get("/all?size=1000", "gzip");
+    assert_identity(&r, 1000);
+    assert_eq!(r.header("vary"), None);
     assert_coded(&gw.get("/all?size=1024", "gzip"), "gzip", &pattern(1024));
     // A type the route does not list (gz: JSON only; the upstream's is
     // text/plain), and gRPC whatever the list.
@@ -293,7 +303,9 @@ fn what_is_not_for_compressing_is_left_alone() {
         }
     }
     // A route without compress.
-    assert_identity(&gw.get("/plain?size=10240", "gzip"), n);
+    let r = gw.get("/plain?size=10240", "gzip");
+    assert_identity(&r, n);
+    assert_eq!(r.header("vary"), None);
     // An HTTP/1.0 client: nothing to carry a body of unknown length on a
     // connection kept alive.
     let mut s = TcpStream::connect(gw.addr()).unwrap();

@@ -24,18 +24,14 @@ pub struct CompressRt {
     types: Box<[TypeRule]>,
 }
 
-/// The coding a request's answer is compressed in, if the answer allows.
+/// What a request's answer may become: compressed in `coding` if the
+/// answer allows, or (`coding` none: the client takes no coding the route
+/// offers) sent as it is with `Vary: Accept-Encoding`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Compressing<'a> {
     pub(crate) rt: &'a CompressRt,
-    pub(crate) coding: Encoding,
+    pub(crate) coding: Option<Encoding>,
     pub(crate) metrics: &'a CompressMetrics,
-}
-
-impl Compressing<'_> {
-    pub(crate) fn level(&self) -> i32 {
-        self.rt.levels[self.coding.index()]
-    }
 }
 
 fn coding(a: CompressAlgorithm) -> Encoding {
@@ -60,17 +56,23 @@ impl CompressRt {
         }
     }
 
+    /// The coding a coder of `coding` works at.
+    pub(crate) fn level(&self, coding: Encoding) -> i32 {
+        self.levels[coding.index()]
+    }
+
     /// The coding for a request (its head over `raw`), from its
-    /// `Accept-Encoding`; none for HEAD (left alone entirely), a range
-    /// request, gRPC, or an HTTP/1.0 client (no chunked coding to carry
-    /// a body of unknown length on a connection kept alive).
+    /// `Accept-Encoding` (`Some(None)`: none it takes); `None` when the
+    /// answer is left alone whatever it is: HEAD, a range request, gRPC,
+    /// or an HTTP/1.0 client (no chunked coding to carry a body of
+    /// unknown length on a connection kept alive).
     pub(crate) fn choose(
         &self,
         raw: &[u8],
         req: &RequestHead,
         is_head: bool,
         grpc: bool,
-    ) -> Option<Encoding> {
+    ) -> Option<Option<Encoding>> {
         if is_head || grpc || req.minor == 0 {
             return None;
         }
@@ -83,7 +85,7 @@ impl CompressRt {
             .iter()
             .filter(|h| named(h, b"accept-encoding"))
             .map(|h| &raw[h.value.clone()]);
-        negotiate(values, &self.codings)
+        Some(negotiate(values, &self.codings))
     }
 
     /// Whether an answer (its status, body framing, and head's fields

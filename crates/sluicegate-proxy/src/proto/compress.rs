@@ -14,6 +14,18 @@ mod tests;
 pub use codec::encode_all;
 pub use codec::{Encoder, Encoding, Flush};
 
+/// How an answer's representation changes on its way to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recode {
+    /// Not at all.
+    Keep,
+    /// Sent as it is, though another client would get it compressed:
+    /// `Vary: Accept-Encoding` is merged in, for caches on the way.
+    Vary,
+    /// Compressed in this coding.
+    Coded(Encoding),
+}
+
 /// A quality value in thousandths (`q=0.5` is 500), absent when unset.
 type Q = Option<u16>;
 

@@ -12,10 +12,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::filters::compress::Compressing;
+use crate::observe::metrics::CompressMetrics;
 use crate::proto::chunked::{write_chunk_header, ChunkedDecoder};
 use crate::proto::codec::BodyKind;
-use crate::proto::compress::{Encoder, Flush};
+use crate::proto::compress::{Encoder, Encoding, Flush};
 use crate::proto::http2::exchange::trailer_map;
 use crate::transport::io::write_all_by;
 use crate::transport::stream::Stream;
@@ -26,20 +26,20 @@ use crate::worker::{Bufs, Downstream};
 /// compressed to the client, after the head in `bufs.out` (an HTTP/1.1
 /// client's; an HTTP/2 client's went already). Returns the coded bytes
 /// written; on error, those written so far and what failed. Counts the
-/// answer and its bytes in and out on the route. `coder`: the worker's
-/// ([`crate::worker::Worker::take_encoder`]), given back at the end.
+/// answer and its bytes in and out on the route's counters. `how`: the
+/// coding, those counters, and the worker's coder for it with its output
+/// buffer ([`crate::worker::Worker::take_encoder`]), given back at the end.
 pub(crate) async fn relay_compressed(
     down: &Downstream<'_>,
     up: &Stream,
     bufs: &mut Bufs,
     body: BodyKind,
-    how: Compressing<'_>,
-    coder: (Encoder, Vec<u8>),
+    how: (Encoding, &CompressMetrics, (Encoder, Vec<u8>)),
     idle: Duration,
     client_write: Duration,
 ) -> Result<u64, (u64, Fault)> {
     let worker = down.worker;
-    let (mut enc, mut z) = coder;
+    let (coding, m, (mut enc, mut z)) = how;
     let mut r = Relay {
         down,
         up,
@@ -51,8 +51,7 @@ pub(crate) async fn relay_compressed(
     };
     let result = r.run(bufs, body, &mut enc, &mut z).await;
     worker.put_encoder((enc, z));
-    let m = how.metrics;
-    m.responses[how.coding.index()].fetch_add(1, Ordering::Relaxed);
+    m.responses[coding.index()].fetch_add(1, Ordering::Relaxed);
     m.bytes_in.fetch_add(r.taken, Ordering::Relaxed);
     m.bytes_out.fetch_add(r.written, Ordering::Relaxed);
     result.map(|()| r.written).map_err(|f| (r.written, f))

@@ -25,7 +25,7 @@ use std::time::Instant;
 use crate::balance::endpoint::EndpointState;
 use crate::filters::compress::Compressing;
 use crate::proto::codec::BodyKind;
-use crate::proto::compress::Encoding;
+use crate::proto::compress::Recode;
 use crate::proto::response::ErrorKind;
 use crate::route::target::Target;
 use crate::snapshot::{ServiceRt, Snapshot, Upgrades};
@@ -79,8 +79,8 @@ pub struct Request<'a, 's> {
     /// What a client's request is handed back for, unanswered, instead of
     /// answered (a route's fallback; [`HandBack::NONE`] otherwise).
     pub hand_back: HandBack,
-    /// The coding the answer is compressed in if it qualifies (a route
-    /// with `compress` and a client that takes one); `None` otherwise.
+    /// What the answer may become on a route with `compress` (compressed
+    /// in the client's coding if it qualifies); `None` otherwise.
     pub(crate) compress: Option<Compressing<'a>>,
 }
 
@@ -375,14 +375,22 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
     if bufs.res.status == 101 {
         return Ended::Done(upgraded(&call, down, at, up, upstream_us, bufs).await);
     }
-    // Compressed when the route compresses, the client takes a coding
-    // and the answer qualifies: its own relay, boxed (only such answers
-    // pay for its state).
-    let coder = match cx.compress {
-        Some(c) if compressed(&c, bufs) => worker.take_encoder(c.coding, c.level()).map(|e| (c, e)),
-        _ => None,
+    // On a compressing route, an answer that qualifies is compressed when
+    // the client takes a coding (its own relay, boxed: only such answers
+    // pay for its state), else marked as varying with Accept-Encoding.
+    let (recode, coder) = match cx.compress {
+        Some(c) if compressed(&c, bufs) => {
+            let coder = c
+                .coding
+                .and_then(|e| Some((e, worker.take_encoder(e, c.rt.level(e))?)));
+            match coder {
+                Some((e, k)) => (Recode::Coded(e), Some((e, c.metrics, k))),
+                None => (Recode::Vary, None),
+            }
+        }
+        _ => (Recode::Keep, None),
     };
-    let close = relay_head(&call, down, bufs, coder.as_ref().map(|(c, _)| c.coding));
+    let close = relay_head(&call, down, bufs, recode);
     let (body, idle, client_write) = (
         bufs.res_framing.body,
         service.timeouts.response_body,
@@ -393,9 +401,18 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
             let rechunk = call.plan.client_minor == 1;
             relay_body(down, &up, bufs, body, rechunk, idle, client_write).await
         }
-        Some((how, coder)) => {
-            let relay = relay_compressed(down, &up, bufs, body, how, coder, idle, client_write);
-            Box::pin(relay).await
+        Some((coding, metrics, coder)) => {
+            let how = (coding, metrics, coder);
+            Box::pin(relay_compressed(
+                down,
+                &up,
+                bufs,
+                body,
+                how,
+                idle,
+                client_write,
+            ))
+            .await
         }
     };
     let ended = relay_end(&call, at, up, bufs, head_at, upstream_us, close, relayed);
@@ -586,14 +603,9 @@ fn compressed(c: &Compressing<'_>, bufs: &Bufs) -> bool {
 
 /// Writes the response head (rewritten, in `bufs`) for the client, and
 /// says whether the client's connection closes after this response.
-/// `coding`: the body goes compressed so.
+/// `recode`: how the answer changes (compressed, or marked as varying).
 #[inline]
-fn relay_head(
-    call: &Call<'_, '_>,
-    down: &Downstream<'_>,
-    bufs: &mut Bufs,
-    coding: Option<Encoding>,
-) -> bool {
+fn relay_head(call: &Call<'_, '_>, down: &Downstream<'_>, bufs: &mut Bufs, recode: Recode) -> bool {
     let res_body = bufs.res_framing.body;
     let client_minor = call.plan.client_minor;
     let close = call.close_req
@@ -601,7 +613,7 @@ fn relay_head(
         || call.worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && client_minor == 0);
-    write_response_head(bufs, close, client_minor, down.client, coding);
+    write_response_head(bufs, close, client_minor, down.client, recode);
     close
 }
 

@@ -15,7 +15,7 @@ use crate::filters::{Edits, HeaderOpsRt};
 use crate::observe::trace::Ids;
 use crate::proto::bytes;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestFraming};
-use crate::proto::compress::{self, Encoding};
+use crate::proto::compress::{self, Recode};
 use crate::proto::head::{HeaderRef, RequestHead};
 use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
 use crate::proto::http2::response::{append_field, client_fields, fill_response_head};
@@ -366,19 +366,19 @@ async fn read_h2_response_head(
 /// Writes the response head as it goes to the client into `bufs.out` and
 /// consumes the upstream's head from `bufs.upb`. To an HTTP/2 client the
 /// head goes at once, as the same fields (see [`h2_response_head`]), and
-/// `bufs.out` is left empty for the body. `coding`: the body is sent
-/// compressed so (`Content-Encoding` set, `Vary` merged, a strong `ETag`
+/// `bufs.out` is left empty for the body. `recode`: the body is sent
+/// compressed (`Content-Encoding` set, `Vary` merged, a strong `ETag`
 /// made weak, no `Content-Length` nor `Accept-Ranges`, chunked to an
-/// HTTP/1.1 client).
+/// HTTP/1.1 client), or as it is with `Vary` merged, or as it is.
 pub(crate) fn write_response_head(
     bufs: &mut Bufs,
     close: bool,
     client_minor: u8,
     client: &Stream,
-    coding: Option<Encoding>,
+    recode: Recode,
 ) {
     if let Stream::H2(x) = client {
-        h2_response_head(bufs, x, coding);
+        h2_response_head(bufs, x, recode);
         return;
     }
     let raw = bufs.upb.filled();
@@ -407,10 +407,10 @@ pub(crate) fn write_response_head(
     let rid = &bufs.ids.rid;
     let keep = kept(raw, body, res.status, ops, bufs.edits.cors, rid.name());
     let (len, crlf) = (framing.len, framing.crlf);
-    match coding {
-        None => codec::append_header_lines(out, raw, &res.headers, len, crlf, &keep),
-        Some(_) => {
-            let kept = |h: &HeaderRef| keep(h) && !representation(&raw[h.name.clone()]);
+    match recode {
+        Recode::Keep => codec::append_header_lines(out, raw, &res.headers, len, crlf, &keep),
+        _ => {
+            let kept = |h: &HeaderRef| keep(h) && !rewritten(&raw[h.name.clone()], recode);
             codec::append_header_lines(out, raw, &res.headers, len, crlf, kept);
         }
     }
@@ -418,14 +418,14 @@ pub(crate) fn write_response_head(
     if let Some(o) = ops {
         o.fields.write_h1(out);
     }
+    recoded_fields(raw, &res.headers, recode, |n, v| {
+        out.extend_from_slice(n);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+    });
     match body {
-        _ if coding.is_some() => {
-            compressed_fields(raw, &res.headers, coding, |n, v| {
-                out.extend_from_slice(n);
-                out.extend_from_slice(b": ");
-                out.extend_from_slice(v);
-                out.extend_from_slice(b"\r\n");
-            });
+        _ if matches!(recode, Recode::Coded(_)) => {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n")
         }
         BodyKind::Length(n) => response::content_length(out, n),
@@ -473,7 +473,7 @@ fn kept<'a>(
 /// gateway adds, handed to the stream as a header map (values as slices of
 /// one copy of the upstream's head). A stream that is gone by now fails
 /// the body's first write.
-fn h2_response_head(bufs: &mut Bufs, x: &Exchange, coding: Option<Encoding>) {
+fn h2_response_head(bufs: &mut Bufs, x: &Exchange, recode: Recode) {
     let raw = bufs.upb.filled();
     let res = &bufs.res;
     let framing = bufs.res_framing;
@@ -487,10 +487,10 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange, coding: Option<Encoding>) {
         bufs.edits.cors,
         rid.name(),
     );
-    let mut fields = match coding {
-        None => client_fields(raw, framing.len, &res.headers, 2, &keep),
-        Some(_) => {
-            let kept = |h: &HeaderRef| keep(h) && !representation(&raw[h.name.clone()]);
+    let mut fields = match recode {
+        Recode::Keep => client_fields(raw, framing.len, &res.headers, 2, &keep),
+        _ => {
+            let kept = |h: &HeaderRef| keep(h) && !rewritten(&raw[h.name.clone()], recode);
             client_fields(raw, framing.len, &res.headers, 5, kept)
         }
     };
@@ -499,9 +499,9 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange, coding: Option<Encoding>) {
     if let Some(o) = ops {
         o.fields.iter().for_each(|(n, v)| add(n, v));
     }
-    compressed_fields(raw, &res.headers, coding, &mut add);
+    recoded_fields(raw, &res.headers, recode, &mut add);
     let body = match framing.body {
-        _ if coding.is_some() => AnswerBody::UntilEnd,
+        _ if matches!(recode, Recode::Coded(_)) => AnswerBody::UntilEnd,
         BodyKind::None => AnswerBody::Empty,
         BodyKind::Length(n) => {
             add(b"content-length", itoa::Buffer::new().format(n).as_bytes());
@@ -520,28 +520,37 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange, coding: Option<Encoding>) {
     bufs.upb.consume(framing.len);
 }
 
-/// The upstream's fields a compressed answer gives in a form of its own
-/// ([`compressed_fields`]) or not at all (ranges of the coded body are
-/// not served).
-fn representation(name: &[u8]) -> bool {
-    bytes::eq_lower(name, b"etag")
-        || bytes::eq_lower(name, b"vary")
-        || bytes::eq_lower(name, b"accept-ranges")
+/// The upstream's fields that `recode` writes in a form of its own
+/// ([`recoded_fields`]) or not at all (ranges of a coded body are not
+/// served): `Vary`, and for a compressed answer `ETag` and
+/// `Accept-Ranges` too.
+fn rewritten(name: &[u8], recode: Recode) -> bool {
+    match recode {
+        Recode::Keep => false,
+        Recode::Vary => bytes::eq_lower(name, b"vary"),
+        Recode::Coded(_) => {
+            bytes::eq_lower(name, b"etag")
+                || bytes::eq_lower(name, b"vary")
+                || bytes::eq_lower(name, b"accept-ranges")
+        }
+    }
 }
 
-/// The fields of an answer compressed in `coding` (none when `None`):
-/// `Content-Encoding`, `Vary` with `Accept-Encoding` merged into the
-/// upstream's (`headers` over `raw`), and its `ETag` made weak.
-fn compressed_fields(
+/// The fields `recode` adds: `Vary` with `Accept-Encoding` merged into
+/// the upstream's (`headers` over `raw`), and for a compressed answer
+/// `Content-Encoding` and its `ETag` made weak.
+fn recoded_fields(
     raw: &[u8],
     headers: &[HeaderRef],
-    coding: Option<Encoding>,
+    recode: Recode,
     mut add: impl FnMut(&[u8], &[u8]),
 ) {
-    let Some(coding) = coding else {
+    if recode == Recode::Keep {
         return;
-    };
-    add(b"content-encoding", coding.token().as_bytes());
+    }
+    if let Recode::Coded(coding) = recode {
+        add(b"content-encoding", coding.token().as_bytes());
+    }
     let named = |name: &'static [u8]| {
         headers
             .iter()
@@ -551,7 +560,7 @@ fn compressed_fields(
     let mut v = Vec::with_capacity(64);
     compress::merge_vary(named(b"vary"), &mut v);
     add(b"vary", &v);
-    if let Some(etag) = named(b"etag").next() {
+    if let (Recode::Coded(_), Some(etag)) = (recode, named(b"etag").next()) {
         v.clear();
         compress::weak_etag(etag, &mut v);
         add(b"etag", &v);
