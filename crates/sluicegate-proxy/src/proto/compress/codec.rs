@@ -160,11 +160,12 @@ fn gzip(c: &mut flate2::Compress, input: &[u8], out: &mut Vec<u8>, flush: Flush)
         let room = out.len() < out.capacity();
         match status {
             Status::StreamEnd => return Ok(()),
-            // Input all taken and room left over: nothing is pending.
-            Status::Ok | Status::BufError if at == input.len() && room => {
-                if flush != Flush::Finish {
-                    return Ok(());
-                }
+            // Input all taken and room left over: nothing is pending (a
+            // finish goes on to its stream end).
+            Status::Ok | Status::BufError
+                if at == input.len() && room && flush != Flush::Finish =>
+            {
+                return Ok(())
             }
             _ => {}
         }
