@@ -50,7 +50,8 @@ SCENARIOS = {
     "grpc": {"tool": "h2load", "conns": 64, "streams": 10, "tls": True, "upstream": "grpc",
              "grpc": True},
     # Response compression: c64 asking for gzip, a 10 KiB JSON answer from
-    # the upstream (targets.JSON_PATH) compressed by the proxy at the level
+    # the upstream (targets.JSON_PATH, a location the harness adds to the
+    # upstream's config) compressed by the proxy at the level
     # of nginx's default (gzip_comp_level 1): sluicegate's route has
     # `compress: { algorithms: [gzip], level: fast }`, nginx `gzip on` with
     # `gzip_comp_level 1` and `gzip_proxied any`, HAProxy `compression algo

@@ -491,8 +491,16 @@ class Launcher:
         values = dict(values, DIR=d)
         conf = render(self.peers / template, os.path.join(d, "nginx.conf"), values)
         if template == "nginx-upstream.conf":
-            # The compression scenario's document, served from the run's dir.
+            # The compression scenario's document, written into the run's
+            # dir and served by a location put after the listen line.
             Path(d, JSON_PATH.lstrip("/")).write_bytes(json_body())
+            text = Path(conf).read_text()
+            lines = re.findall(r"^\s*listen [^\n]*\n", text, re.M)
+            if len(lines) != 1:
+                raise HarnessError(f"{template}: expected one listen line to add a location to")
+            Path(conf).write_text(text.replace(
+                lines[0], lines[0] + f"        location = {JSON_PATH} "
+                "{ default_type application/json; root " + d + "; }\n"))
         if gzip_on:
             # The proxy compresses JSON answers with gzip at level 1 (its
             # default), proxied ones too, with Vary as sluicegate sends it.
@@ -671,12 +679,12 @@ class Launcher:
                 # gzip for JSON answers, in the backend (tune.comp.maxlevel
                 # defaults to 1).
                 text = Path(cfg).read_text()
-                if text.count("backend be\n") != 1:
+                if len(re.findall(r"^backend be\n", text, re.M)) != 1:
                     raise HarnessError("haproxy template: expected one 'backend be' "
                                        "to add compression to")
-                Path(cfg).write_text(text.replace(
-                    "backend be\n", "backend be\n    compression algo gzip\n"
-                    "    compression type application/json\n"))
+                Path(cfg).write_text(re.sub(
+                    r"^backend be\n", "backend be\n    compression algo gzip\n"
+                    "    compression type application/json\n", text, flags=re.M))
             proc = self.reg.spawn(name, ["haproxy", "-db", "-f", cfg],
                                   os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra = {"config": cfg, "maxconn": haproxy_maxconn(cfg)}
