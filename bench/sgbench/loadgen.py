@@ -49,7 +49,22 @@ SCENARIOS = {
     # nghttp (status 200 and grpc-status 0) before and after the runs.
     "grpc": {"tool": "h2load", "conns": 64, "streams": 10, "tls": True, "upstream": "grpc",
              "grpc": True},
+    # Response compression: c64 asking for gzip, a 10 KiB JSON answer from
+    # the upstream (targets.JSON_PATH, a location the harness adds to the
+    # upstream's config) compressed by the proxy at the level
+    # of nginx's default (gzip_comp_level 1): sluicegate's route has
+    # `compress: { algorithms: [gzip], level: fast }`, nginx `gzip on` with
+    # `gzip_comp_level 1` and `gzip_proxied any`, HAProxy `compression algo
+    # gzip` (its tune.comp.maxlevel defaults to 1). Each target is checked
+    # to answer gzip that decodes to the upstream's body (targets.check_gzip).
+    # `compress`: the targets run their compressing config; `path`: what
+    # the load asks for.
+    "gzip": {"tool": "wrk", "conns": 64, "headers": ["Accept-Encoding: gzip"],
+             "compress": True, "path": "/10k.json"},
 }
+# The targets that run in the compression scenarios (the upstream does
+# not compress, so `direct` has no row).
+COMPRESS_TARGETS = ("sluicegate", "nginx", "haproxy")
 TLS_SCENARIOS = tuple(s for s, spec in SCENARIOS.items() if spec.get("tls"))
 TLSLOAD = Path(__file__).resolve().parent / "tlsload.py"
 

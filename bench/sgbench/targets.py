@@ -1,6 +1,8 @@
 """The upstream and the proxies under test: config rendering, start, readiness."""
 
+import gzip
 import http.client
+import json
 import os
 import re
 import shutil
@@ -115,6 +117,48 @@ NGINX_LOG = (
 )
 SLUICEGATE_TARGETS = tuple(t for t in ALL_TARGETS if t.startswith("sluicegate"))
 
+# The compression scenario's answer: a JSON document of exactly JSON_SIZE
+# bytes that the upstream serves at JSON_PATH (written into its directory).
+JSON_PATH = "/10k.json"
+JSON_SIZE = 10 * 1024
+
+
+def json_body():
+    """A deterministic JSON array of records, padded to JSON_SIZE bytes."""
+    items, i = [], 0
+    while True:
+        item = {"id": i, "name": f"item {i}", "sku": f"SKU-{(i * 7919) % 100000:05d}",
+                "price": round(((i * 37) % 1000) / 7, 2), "in_stock": i % 3 != 0,
+                "tags": ["bench", f"group-{i % 7}"]}
+        if len(json.dumps(items + [item, {"pad": ""}], separators=(",", ":"))) > JSON_SIZE:
+            break
+        items.append(item)
+        i += 1
+    short = JSON_SIZE - len(json.dumps(items + [{"pad": ""}], separators=(",", ":")))
+    text = json.dumps(items + [{"pad": "x" * short}], separators=(",", ":"))
+    assert len(text) == JSON_SIZE
+    return text.encode()
+
+
+def check_gzip(target):
+    """The target answers the compression scenario's request gzip-coded,
+    decoding to the upstream's document; a HarnessError otherwise."""
+    conn = http.client.HTTPConnection("127.0.0.1", target.port, timeout=5)
+    try:
+        conn.request("GET", target.path, headers={"Accept-Encoding": "gzip"})
+        resp = conn.getresponse()
+        body = resp.read()
+        coding = resp.getheader("Content-Encoding")
+    finally:
+        conn.close()
+    if resp.status != 200 or coding != "gzip":
+        raise HarnessError(f"{target.name}: GET {target.path} with Accept-Encoding: gzip "
+                           f"answered {resp.status} with Content-Encoding {coding!r}, not gzip")
+    if gzip.decompress(body) != json_body():
+        raise HarnessError(f"{target.name}: its gzip answer does not decode to the upstream's")
+    return len(body)
+
+
 # busy_poll of the sluicegate-busy target.
 BUSY_POLL = "200us"
 
@@ -221,7 +265,7 @@ def haproxy_maxconn(cfg_path):
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
                     tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
-                    mirror=False, split=False, template=False):
+                    mirror=False, split=False, template=False, compress=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -237,7 +281,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     route copies every request to a second service on the same upstream.
     With `split`, a second service over the same upstream, and the route
     splits 50/50 between the two (`split_by: random`). With `template`, the
-    route matches TEMPLATE instead of every path."""
+    route matches TEMPLATE instead of every path. With `compress`, the
+    route compresses answers in gzip at level `fast` (gzip 1)."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -275,6 +320,7 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         + ("    split: [{ service: upstream, weight: 50 }, { service: upstream-b, weight: 50 }]\n"
            if split else "    service: upstream\n")
         + ("    mirror: { service: shadow, percent: 100 }\n" if mirror else "")
+        + ("    compress: { algorithms: [gzip], level: fast }\n" if compress else "")
     )
     if not auth:
         return text
@@ -457,7 +503,7 @@ class Launcher:
         return self._grpc_request
 
     def _nginx(self, name, template, values, cpu, access_log=None, http2=False,
-               grpc_reply=False, grpc_pass=False, template_path=False):
+               grpc_reply=False, grpc_pass=False, template_path=False, gzip_on=False):
         d = self.reg.tmpdir(f"sgbench-{name}-")
         values = dict(values, DIR=d)
         conf = render(self.peers / template, os.path.join(d, "nginx.conf"), values)
@@ -470,6 +516,27 @@ class Launcher:
                 raise HarnessError(f"{template}: expected one /test.html location to copy")
             copy = lines[0].replace("/test.html", TEMPLATE_PATH, 1)
             Path(conf).write_text(text.replace(lines[0], lines[0] + copy))
+        if template == "nginx-upstream.conf":
+            # The compression scenario's document, written into the run's
+            # dir and served by a location put after the listen line.
+            Path(d, JSON_PATH.lstrip("/")).write_bytes(json_body())
+            text = Path(conf).read_text()
+            lines = re.findall(r"^\s*listen [^\n]*\n", text, re.M)
+            if len(lines) != 1:
+                raise HarnessError(f"{template}: expected one listen line to add a location to")
+            Path(conf).write_text(text.replace(
+                lines[0], lines[0] + f"        location = {JSON_PATH} "
+                "{ default_type application/json; root " + d + "; }\n"))
+        if gzip_on:
+            # The proxy compresses JSON answers with gzip at level 1 (its
+            # default), proxied ones too, with Vary as sluicegate sends it.
+            text = Path(conf).read_text()
+            if text.count("    tcp_nodelay on;\n") != 1:
+                raise HarnessError(f"{template}: expected one 'tcp_nodelay on;' to add gzip after")
+            Path(conf).write_text(text.replace(
+                "    tcp_nodelay on;\n",
+                "    tcp_nodelay on;\n    gzip on;\n    gzip_types application/json;\n"
+                "    gzip_comp_level 1;\n    gzip_proxied any;\n    gzip_vary on;\n"))
         if http2:
             # The template's one listen line, with `http2` after its address:
             # on a plain port that is HTTP/2 with prior knowledge only.
@@ -561,8 +628,10 @@ class Launcher:
                 time.sleep(0.1)
         raise HarnessError(f"the OTLP sink did not listen on {port}")
 
-    def start(self, name, upstream="http1"):
-        """Start target `name` in front of the upstream of kind `upstream`."""
+    def start(self, name, upstream="http1", compress=False):
+        """Start target `name` in front of the upstream of kind `upstream`;
+        with `compress`, its config compresses JSON answers in gzip at level
+        1 (the gzip scenario), and it is checked to."""
         if name == "direct":
             return self.upstream
         up_proc = self.start_upstream(upstream).extra["upstream_proc"]
@@ -572,7 +641,7 @@ class Launcher:
             raise HarnessError(f"{name} cannot run in front of the {upstream} upstream "
                                f"(only {', '.join(UPSTREAM_TARGETS[upstream])} can)")
         port = free_port()
-        path = TEMPLATE_PATH if self.template_path else "/test.html"
+        path = JSON_PATH if compress else TEMPLATE_PATH if self.template_path else "/test.html"
         tls = self.tls_files() if name in TLS_TARGETS else None
         if name == "sluicegate-tls":
             self.check_sluicegate_tls()
@@ -608,7 +677,8 @@ class Launcher:
                                                  protocol, extra.get("admin_port"), redis_port,
                                                  trace, mirror=name == "sluicegate-mirror",
                                                  split=name == "sluicegate-split",
-                                                 template=name == "sluicegate-template"))
+                                                 template=name == "sluicegate-template",
+                                                 compress=compress))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]
@@ -633,6 +703,16 @@ class Launcher:
                     raise HarnessError("haproxy template: expected one server line "
                                        "to add `proto h2` to")
                 Path(cfg).write_text(text.replace(lines[0], lines[0] + " proto h2"))
+            if compress:
+                # gzip for JSON answers, in the backend (tune.comp.maxlevel
+                # defaults to 1).
+                text = Path(cfg).read_text()
+                if len(re.findall(r"^backend be\n", text, re.M)) != 1:
+                    raise HarnessError("haproxy template: expected one 'backend be' "
+                                       "to add compression to")
+                Path(cfg).write_text(re.sub(
+                    r"^backend be\n", "backend be\n    compression algo gzip\n"
+                    "    compression type application/json\n", text, flags=re.M))
             proc = self.reg.spawn(name, ["haproxy", "-db", "-f", cfg],
                                   os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra = {"config": cfg, "maxconn": haproxy_maxconn(cfg)}
@@ -647,12 +727,14 @@ class Launcher:
                 values.update(CERT=tls["cert"], KEY=tls["key"])
             proc = self._nginx(name, "nginx-proxy-tls.conf" if tls else "nginx-proxy.conf",
                                values, self.proxy_cpu, access_log=log_path,
-                               grpc_pass=upstream == "grpc")
+                               grpc_pass=upstream == "grpc", gzip_on=compress)
         else:
             raise HarnessError(f"unknown target {name!r}")
         extra["upstream"] = upstream
         t = Target(name, port, proc, extra, path, cafile=tls["cert"] if tls else None)
         wait_ready(t, [proc, up_proc])
+        if compress:
+            t.extra["gzip_bytes"] = check_gzip(t)
         return t
 
     def stop(self, target):

@@ -9,6 +9,7 @@ use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
 pub(crate) mod aggregate;
+pub(crate) mod compress;
 pub(crate) mod fallback;
 pub(crate) mod fault;
 mod fixed;
@@ -43,6 +44,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "split_by",
     "rollout",
     "aggregate",
+    "compress",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -336,6 +338,18 @@ fn route<'n>(
         None => Some(None),
         Some(n) => rollout::rollout(cx, n, path.key("rollout"), f.get("split")).map(Some),
     };
+    let compress = match f.get("compress") {
+        None => Some(None),
+        Some(n) if not_proxy => {
+            cx.at(
+                n.pos,
+                path.key("compress"),
+                "only applies to routes with a service",
+            );
+            None
+        }
+        Some(n) => compress::compress(cx, n, path.key("compress")),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -352,6 +366,7 @@ fn route<'n>(
         mirror: mirror?,
         fallback: fallback?,
         rollout: rollout?,
+        compress: compress?,
     })
 }
 

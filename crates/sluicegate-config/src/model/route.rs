@@ -69,6 +69,114 @@ pub struct Route {
     pub fallback: Option<Fallback>,
     /// A canary rollout of the split's last entry, moved by the gateway.
     pub rollout: Option<Rollout>,
+    /// Response compression (`compress`); `None` when off.
+    pub compress: Option<Compress>,
+}
+
+/// `compress: true` or `{ algorithms, min_size, types, level }`: answers
+/// compressed in the coding the client prefers among `algorithms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compress {
+    /// The codings offered, in order of preference (ties of the client's
+    /// quality values go to the first); `[zstd, br, gzip]` by default.
+    pub algorithms: Vec<CompressAlgorithm>,
+    /// Bodies with a smaller `Content-Length` are left alone (1 KiB by
+    /// default); a body without one is compressed.
+    pub min_size: u64,
+    /// Media types compressed (`type/subtype`, `type/*`, `type/*+suffix`),
+    /// lower case; [`Compress::DEFAULT_TYPES`] by default.
+    pub types: Vec<String>,
+    pub level: CompressLevel,
+}
+
+impl Compress {
+    pub const DEFAULT_TYPES: &'static [&'static str] = &[
+        "text/*",
+        "application/json",
+        "application/*+json",
+        "application/javascript",
+        "application/xml",
+        "image/svg+xml",
+    ];
+}
+
+impl Default for Compress {
+    fn default() -> Compress {
+        Compress {
+            algorithms: vec![
+                CompressAlgorithm::Zstd,
+                CompressAlgorithm::Br,
+                CompressAlgorithm::Gzip,
+            ],
+            min_size: 1024,
+            types: Compress::DEFAULT_TYPES
+                .iter()
+                .map(|t| t.to_string())
+                .collect(),
+            level: CompressLevel::Fast,
+        }
+    }
+}
+
+/// A content coding a route may answer with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CompressAlgorithm {
+    Zstd,
+    Br,
+    Gzip,
+}
+
+impl CompressAlgorithm {
+    pub const ALL: [CompressAlgorithm; 3] = [
+        CompressAlgorithm::Zstd,
+        CompressAlgorithm::Br,
+        CompressAlgorithm::Gzip,
+    ];
+
+    /// The name in the config and in `Content-Encoding`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompressAlgorithm::Zstd => "zstd",
+            CompressAlgorithm::Br => "br",
+            CompressAlgorithm::Gzip => "gzip",
+        }
+    }
+
+    /// The levels an integer `level` may take: gzip 1 to 9, brotli's
+    /// quality 0 to 11, zstd 1 to 19.
+    pub fn range(self) -> std::ops::RangeInclusive<i32> {
+        match self {
+            CompressAlgorithm::Zstd => 1..=19,
+            CompressAlgorithm::Br => 0..=11,
+            CompressAlgorithm::Gzip => 1..=9,
+        }
+    }
+
+    /// The coder's own level for `level`: `fast` is gzip 1 (nginx's
+    /// `gzip_comp_level` default), brotli 1, zstd 1; `default` gzip 6,
+    /// brotli 4, zstd 3; `best` gzip 9, brotli 11, zstd 19.
+    pub fn level(self, level: CompressLevel) -> i32 {
+        use CompressAlgorithm::*;
+        match (level, self) {
+            (CompressLevel::Level(n), _) => n,
+            (CompressLevel::Fast, _) => 1,
+            (CompressLevel::Default, Gzip) => 6,
+            (CompressLevel::Default, Br) => 4,
+            (CompressLevel::Default, Zstd) => 3,
+            (CompressLevel::Best, Gzip) => 9,
+            (CompressLevel::Best, Br) => 11,
+            (CompressLevel::Best, Zstd) => 19,
+        }
+    }
+}
+
+/// `level`: a name mapped per algorithm, or one integer for all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompressLevel {
+    Fast,
+    Default,
+    Best,
+    Level(i32),
 }
 
 /// `mirror: { service, percent }`: with probability `percent` / 100, a

@@ -392,6 +392,7 @@ pub(super) fn route() -> S {
                     .into(),
                 "fault" => fault(),
                 "mirror" => mirror(),
+                "compress" => compress(),
                 "split" => split(),
                 "split_by" => with_default(
                     pattern(
@@ -466,6 +467,57 @@ fn mirror() -> S {
                 _ => return None,
             })
         },
+    )
+}
+
+/// A route's `compress`: `true`, `false`, or its settings.
+fn compress() -> S {
+    let settings = object(
+        "Response compression settings; absent keys take their defaults.",
+        route::compress::COMPRESS_KEYS,
+        &[],
+        |k| {
+            Some(match k {
+                "algorithms" => ArrayBuilder::new()
+                    .description(Some(
+                        "Codings offered, in order of preference (ties of the client's q-values go to the first); each once.",
+                    ))
+                    .items(ArrayItemsOf(choice("A coding.", &["zstd", "br", "gzip"]).into()))
+                    .min_items(Some(1))
+                    .default(Some(json!(["zstd", "br", "gzip"])))
+                    .into(),
+                "min_size" => size(
+                    "Bodies with a smaller Content-Length are left alone; a body without one is compressed.",
+                    json!("1KiB"),
+                ),
+                "types" => ArrayBuilder::new()
+                    .description(Some(
+                        "Media types compressed: type/subtype, type/* or type/*+suffix (case-insensitive, parameters ignored).",
+                    ))
+                    .items(ArrayItemsOf(
+                        pattern(
+                            "A media type or range.",
+                            r"^[A-Za-z0-9!#$%&'+.^_`|~-]+/(\*|(\*\+)?[A-Za-z0-9!#$%&'+.^_`|~-]+)$",
+                        )
+                        .into(),
+                    ))
+                    .min_items(Some(1))
+                    .default(Some(json!(crate::model::Compress::DEFAULT_TYPES)))
+                    .into(),
+                "level" => any_of(
+                    "fast, default or best (mapped per coding), or one integer level for every coding listed (gzip 1-9, br 0-11, zstd 1-19).",
+                    vec![
+                        choice("A named level.", &["fast", "default", "best"]).into(),
+                        int("A level within every listed coding's range.", 0, Some(19)).into(),
+                    ],
+                ),
+                _ => return None,
+            })
+        },
+    );
+    any_of(
+        "Response compression in the client's preferred coding (only with service): true for the defaults, or settings.",
+        vec![boolean("On with every default, or off.", false).into(), settings],
     )
 }
 

@@ -85,6 +85,10 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
         sorted(route::aggregate::PART_KEYS)
     );
     assert_eq!(
+        props(&route["compress"]["anyOf"][1]),
+        sorted(route::compress::COMPRESS_KEYS)
+    );
+    assert_eq!(
         props(&route["split"]["items"]),
         sorted(route::split::SPLIT_ENTRY_KEYS)
     );

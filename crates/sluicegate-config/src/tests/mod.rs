@@ -3,6 +3,7 @@
 mod aggregate;
 mod apps;
 mod cluster;
+mod compress;
 mod errors;
 mod fallback;
 mod fault;
@@ -202,6 +203,7 @@ fn full_example_parses_to_the_expected_model() {
                 mirror: None,
                 fallback: None,
                 rollout: None,
+                compress: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -230,6 +232,7 @@ fn full_example_parses_to_the_expected_model() {
                 mirror: None,
                 fallback: None,
                 rollout: None,
+                compress: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -258,6 +261,7 @@ fn full_example_parses_to_the_expected_model() {
                 mirror: None,
                 fallback: None,
                 rollout: None,
+                compress: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -286,6 +290,7 @@ fn full_example_parses_to_the_expected_model() {
                 mirror: None,
                 fallback: None,
                 rollout: None,
+                compress: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],

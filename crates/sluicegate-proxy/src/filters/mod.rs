@@ -9,6 +9,7 @@
 //! and where), applied as the request is forwarded.
 
 mod auth;
+pub(crate) mod compress;
 pub(crate) mod fault;
 mod limits;
 pub(crate) mod mirror;

@@ -8,6 +8,7 @@
 pub(crate) mod bytes;
 pub(crate) mod chunked;
 pub(crate) mod codec;
+pub mod compress;
 pub(crate) mod fields;
 pub(crate) mod head;
 pub(crate) mod http2;

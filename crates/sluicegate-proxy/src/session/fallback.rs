@@ -1,6 +1,7 @@
 //! A route's `fallback`: the answer to a request its service could not
 //! answer, apart from the lifecycle that calls it ([`super::lifecycle`]).
 
+use crate::filters::compress::Compressing;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -25,6 +26,8 @@ pub(super) struct Again<'a> {
     pub(super) target: &'a Target,
     pub(super) strip: usize,
     pub(super) mark: Mark,
+    /// The route's compression, for the fallback service's answer too.
+    pub(super) compress: Option<Compressing<'a>>,
 }
 
 /// Answers a request its route's service could not (`un`: why, and what
@@ -79,12 +82,13 @@ pub(super) async fn fall_back<'s>(
                 target: again.target,
                 strip: again.strip,
                 started: Instant::now(),
-                upgrade: &[],
+                upgrade: None,
                 feed: None,
                 hand_back: HandBack {
                     failures: true,
                     ..HandBack::NONE
                 },
+                compress: again.compress,
             };
             match forward::forward(cx, bufs).await {
                 Ended::Unanswered(un) => {

@@ -61,6 +61,7 @@ use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Ended, Outcome};
 use crate::upstream::handback::HandBack;
 use crate::upstream::mirror;
+use crate::filters::compress::Compressing;
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Bufs;
 use std::sync::Arc;
@@ -275,6 +276,7 @@ pub(super) async fn exchange(
                 mirror,
                 fallback,
                 split,
+                compress,
             } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let service = match split {
@@ -314,6 +316,17 @@ pub(super) async fn exchange(
                     },
                     None => HandBack::NONE,
                 };
+                // The coding the answer may be compressed in, from the
+                // request's head (read before its body moves it out).
+                let compress = compress.as_deref().and_then(|c| {
+                    let raw = bufs.inb.filled();
+                    let coding = c.choose(raw, &bufs.req, is_head, bufs.grpc)?;
+                    Some(Compressing {
+                        rt: c,
+                        coding,
+                        metrics: &route.metrics.compress,
+                    })
+                });
                 let mark = bufs.inb.mark();
                 let cx = forward::Request {
                     worker: down.worker,
@@ -325,9 +338,10 @@ pub(super) async fn exchange(
                     target: &target,
                     strip,
                     started,
-                    upgrade,
+                    upgrade: Some(upgrade),
                     feed: None,
                     hand_back,
+                    compress,
                 };
                 let outcome = match (forward::forward(cx, bufs).await, fallback) {
                     (Ended::Unanswered(un), Some(fb)) => {
@@ -340,6 +354,7 @@ pub(super) async fn exchange(
                             target: &target,
                             strip,
                             mark,
+                            compress,
                         };
                         let fell_back = fall_back(&rq, bufs, route, fb, un, again);
                         let (outcome, why, other) = Box::pin(fell_back).await;

@@ -179,7 +179,9 @@ fn compile_routes(
                     .map(|s| s.index)
                     .ok_or_else(|| format!("route {}: unknown service {service}", r.name))?,
                 strip_prefix: *strip_prefix,
-                upgrade: r.upgrade.iter().map(|u| u.as_str().into()).collect(),
+                upgrade: super::Upgrades::new(
+                    r.upgrade.iter().map(|u| u.as_str().into()).collect(),
+                ),
                 fault: r
                     .fault
                     .as_ref()
@@ -204,6 +206,10 @@ fn compile_routes(
                             .map_err(|e| format!("route {}: {e}", r.name))?,
                     )),
                 },
+                compress: r
+                    .compress
+                    .as_ref()
+                    .map(|c| Box::new(crate::filters::compress::CompressRt::new(c))),
                 split: match split {
                     None => None,
                     Some(sp) => {

@@ -72,7 +72,7 @@ pub enum ActionRt {
         service: u32,
         strip_prefix: bool,
         /// Protocols a client may upgrade to (lower-cased `Upgrade` tokens).
-        upgrade: Box<[Box<str>]>,
+        upgrade: Upgrades,
         /// Aborts and delays injected on a share of the requests; `None`
         /// (nothing to draw) for most routes.
         fault: Option<Box<crate::filters::fault::FaultRt>>,
@@ -85,6 +85,8 @@ pub enum ActionRt {
         /// (`service` is then the first entry's, the one app ACLs and
         /// plans are checked against); `None` for most routes.
         split: Option<Box<split::SplitRt>>,
+        /// The route's response compression; `None` for most routes.
+        compress: Option<Box<crate::filters::compress::CompressRt>>,
     },
     /// A fixed response: its status and header fields (without framing or
     /// connection fields), kept as HTTP/1.1 text too, and its body.
@@ -94,6 +96,22 @@ pub enum ActionRt {
     },
     /// Calls to services whose JSON answers make one JSON answer.
     Aggregate(Box<aggregate::AggregateRt>),
+}
+
+/// The protocols a route lets clients upgrade to (lower-cased `Upgrade`
+/// tokens), behind one thin pointer: a route stays two cache lines, and
+/// only a request that asks for an upgrade reads the list.
+#[derive(Debug, Default)]
+pub struct Upgrades(Box<Box<[Box<str>]>>);
+
+impl Upgrades {
+    pub fn new(list: Box<[Box<str>]>) -> Upgrades {
+        Upgrades(Box::new(list))
+    }
+
+    pub fn list(&self) -> &[Box<str>] {
+        &self.0
+    }
 }
 
 /// A route as requests use it: two cache lines, aligned, the filters and

@@ -291,12 +291,13 @@ async fn send_parts<'w, 's>(
         target: &target,
         strip: 0,
         started,
-        upgrade: &[],
+        upgrade: None,
         feed: match body {
             Body::Fed(f) => Some(f),
             Body::Whole(_) => None,
         },
         hand_back: crate::upstream::handback::HandBack::NONE,
+        compress: None,
     };
     let sending = forward::forward(cx, bufs);
     let ended = match opts.head_within {

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use crate::balance::endpoint::EndpointState;
 use crate::proto::codec::BodyKind;
+use crate::proto::compress::Recode;
 use crate::proto::response::ErrorKind;
 use crate::snapshot::Snapshot;
 use crate::transport::io::RecvBuf;
@@ -195,7 +196,7 @@ async fn answer(
         || c.down.worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && c.client_minor == 0);
-    write_response_head(bufs, close, c.client_minor, c.down.client);
+    write_response_head(bufs, close, c.client_minor, c.down.client, Recode::Keep);
     let relay = relay_body(
         c.down,
         up,

@@ -23,15 +23,18 @@
 use std::time::Instant;
 
 use crate::balance::endpoint::EndpointState;
+use crate::filters::compress::Compressing;
 use crate::proto::codec::BodyKind;
+use crate::proto::compress::Recode;
 use crate::proto::response::ErrorKind;
 use crate::route::target::Target;
-use crate::snapshot::{ServiceRt, Snapshot};
+use crate::snapshot::{ServiceRt, Snapshot, Upgrades};
 use crate::transport::stream::Stream;
 use crate::upstream::attempt::{
     connect_failed, head_came, pool_back, send_continue, take_pooled, time_left, Attempts, Call,
 };
 use crate::upstream::body::{linger, relay_body, send_body, send_fed, BodyError, Fault};
+use crate::upstream::compress::relay_compressed;
 use crate::upstream::failure::{AttemptError, Error};
 use crate::upstream::handback::{Cause, HandBack, Unanswered};
 use crate::upstream::head::{
@@ -67,14 +70,18 @@ pub struct Request<'a, 's> {
     /// Bytes of the path to strip (the matched prefix), or 0.
     pub strip: usize,
     pub started: Instant,
-    /// Protocols the route lets a client upgrade to.
-    pub upgrade: &'s [Box<str>],
+    /// Protocols the route lets a client upgrade to (read only when the
+    /// request asks for an upgrade); none for the gateway's own requests.
+    pub upgrade: Option<&'s Upgrades>,
     /// For a mirror's copy (made by the gateway) whose body streams: where
     /// its body comes from ([`send_fed`]).
     pub feed: Option<&'a crate::worker::tee::Feed>,
     /// What a client's request is handed back for, unanswered, instead of
     /// answered (a route's fallback; [`HandBack::NONE`] otherwise).
     pub hand_back: HandBack,
+    /// What the answer may become on a route with `compress` (compressed
+    /// in the client's coding if it qualifies); `None` otherwise.
+    pub(crate) compress: Option<Compressing<'a>>,
 }
 
 /// How forwarding a request ended.
@@ -129,7 +136,8 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
     // any other `Upgrade` is dropped, and the request goes as a plain one.
     let upgrading = match &bufs.req.upgrade {
         Some(v) if body == BodyKind::None => {
-            tunnel::allowed(&bufs.inb.filled()[v.clone()], cx.upgrade)
+            let allowed = cx.upgrade.map_or(&[][..], Upgrades::list);
+            tunnel::allowed(&bufs.inb.filled()[v.clone()], allowed)
         }
         _ => false,
     };
@@ -367,17 +375,46 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
     if bufs.res.status == 101 {
         return Ended::Done(upgraded(&call, down, at, up, upstream_us, bufs).await);
     }
-    let close = relay_head(&call, down, bufs);
-    let relayed = relay_body(
-        down,
-        &up,
-        bufs,
+    // On a compressing route, an answer that qualifies is compressed when
+    // the client takes a coding (its own relay, boxed: only such answers
+    // pay for its state), else marked as varying with Accept-Encoding.
+    let (recode, coder) = match cx.compress {
+        Some(c) if compressed(&c, bufs) => {
+            let coder = c
+                .coding
+                .and_then(|e| Some((e, worker.take_encoder(e, c.rt.level(e))?)));
+            match coder {
+                Some((e, k)) => (Recode::Coded(e), Some((e, c.metrics, k))),
+                None => (Recode::Vary, None),
+            }
+        }
+        _ => (Recode::Keep, None),
+    };
+    let close = relay_head(&call, down, bufs, recode);
+    let (body, idle, client_write) = (
         bufs.res_framing.body,
-        call.plan.client_minor == 1,
         service.timeouts.response_body,
         snap.timeouts.client_write,
-    )
-    .await;
+    );
+    let relayed = match coder {
+        None => {
+            let rechunk = call.plan.client_minor == 1;
+            relay_body(down, &up, bufs, body, rechunk, idle, client_write).await
+        }
+        Some((coding, metrics, coder)) => {
+            let how = (coding, metrics, coder);
+            Box::pin(relay_compressed(
+                down,
+                &up,
+                bufs,
+                body,
+                how,
+                idle,
+                client_write,
+            ))
+            .await
+        }
+    };
     let ended = relay_end(&call, at, up, bufs, head_at, upstream_us, close, relayed);
     let outcome = match ended {
         Ok(o) => o,
@@ -562,10 +599,18 @@ async fn upgraded<'s>(
     }
 }
 
+/// Whether the answer whose head is in `bufs` is compressed as `c` says.
+#[inline]
+fn compressed(c: &Compressing<'_>, bufs: &Bufs) -> bool {
+    let (res, body) = (&bufs.res, bufs.res_framing.body);
+    c.rt.applies(res.status, body, bufs.upb.filled(), &res.headers)
+}
+
 /// Writes the response head (rewritten, in `bufs`) for the client, and
 /// says whether the client's connection closes after this response.
+/// `recode`: how the answer changes (compressed, or marked as varying).
 #[inline]
-fn relay_head(call: &Call<'_, '_>, down: &Downstream<'_>, bufs: &mut Bufs) -> bool {
+fn relay_head(call: &Call<'_, '_>, down: &Downstream<'_>, bufs: &mut Bufs, recode: Recode) -> bool {
     let res_body = bufs.res_framing.body;
     let client_minor = call.plan.client_minor;
     let close = call.close_req
@@ -573,7 +618,7 @@ fn relay_head(call: &Call<'_, '_>, down: &Downstream<'_>, bufs: &mut Bufs) -> bo
         || call.worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && client_minor == 0);
-    write_response_head(bufs, close, client_minor, down.client);
+    write_response_head(bufs, close, client_minor, down.client, recode);
     close
 }
 

@@ -15,6 +15,7 @@ use crate::filters::{Edits, HeaderOpsRt};
 use crate::observe::trace::Ids;
 use crate::proto::bytes;
 use crate::proto::codec::{self, BodyKind, Parsed, RequestFraming};
+use crate::proto::compress::{self, Recode};
 use crate::proto::head::{HeaderRef, RequestHead};
 use crate::proto::http2::exchange::{connection_specific, AnswerBody, Exchange};
 use crate::proto::http2::response::{append_field, client_fields, fill_response_head};
@@ -365,10 +366,19 @@ async fn read_h2_response_head(
 /// Writes the response head as it goes to the client into `bufs.out` and
 /// consumes the upstream's head from `bufs.upb`. To an HTTP/2 client the
 /// head goes at once, as the same fields (see [`h2_response_head`]), and
-/// `bufs.out` is left empty for the body.
-pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8, client: &Stream) {
+/// `bufs.out` is left empty for the body. `recode`: the body is sent
+/// compressed (`Content-Encoding` set, `Vary` merged, a strong `ETag`
+/// made weak, no `Content-Length` nor `Accept-Ranges`, chunked to an
+/// HTTP/1.1 client), or as it is with `Vary` merged, or as it is.
+pub(crate) fn write_response_head(
+    bufs: &mut Bufs,
+    close: bool,
+    client_minor: u8,
+    client: &Stream,
+    recode: Recode,
+) {
     if let Stream::H2(x) = client {
-        h2_response_head(bufs, x);
+        h2_response_head(bufs, x, recode);
         return;
     }
     let raw = bufs.upb.filled();
@@ -397,11 +407,27 @@ pub(crate) fn write_response_head(bufs: &mut Bufs, close: bool, client_minor: u8
     let rid = &bufs.ids.rid;
     let keep = kept(raw, body, res.status, ops, bufs.edits.cors, rid.name());
     let (len, crlf) = (framing.len, framing.crlf);
-    codec::append_header_lines(out, raw, &res.headers, len, crlf, keep);
+    match recode {
+        Recode::Keep => codec::append_header_lines(out, raw, &res.headers, len, crlf, &keep),
+        _ => {
+            let kept = |h: &HeaderRef| keep(h) && !rewritten(&raw[h.name.clone()], recode);
+            codec::append_header_lines(out, raw, &res.headers, len, crlf, kept);
+        }
+    }
+    drop(keep);
     if let Some(o) = ops {
         o.fields.write_h1(out);
     }
+    recoded_fields(raw, &res.headers, recode, |n, v| {
+        out.extend_from_slice(n);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+    });
     match body {
+        _ if matches!(recode, Recode::Coded(_)) => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n")
+        }
         BodyKind::Length(n) => response::content_length(out, n),
         BodyKind::Chunked | BodyKind::Stream if client_minor == 1 => {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n")
@@ -447,7 +473,7 @@ fn kept<'a>(
 /// gateway adds, handed to the stream as a header map (values as slices of
 /// one copy of the upstream's head). A stream that is gone by now fails
 /// the body's first write.
-fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
+fn h2_response_head(bufs: &mut Bufs, x: &Exchange, recode: Recode) {
     let raw = bufs.upb.filled();
     let res = &bufs.res;
     let framing = bufs.res_framing;
@@ -461,12 +487,21 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
         bufs.edits.cors,
         rid.name(),
     );
-    let mut fields = client_fields(raw, framing.len, &res.headers, 2, keep);
+    let mut fields = match recode {
+        Recode::Keep => client_fields(raw, framing.len, &res.headers, 2, &keep),
+        _ => {
+            let kept = |h: &HeaderRef| keep(h) && !rewritten(&raw[h.name.clone()], recode);
+            client_fields(raw, framing.len, &res.headers, 5, kept)
+        }
+    };
+    drop(keep);
     let mut add = |name: &[u8], value: &[u8]| append_field(&mut fields, name, value);
     if let Some(o) = ops {
         o.fields.iter().for_each(|(n, v)| add(n, v));
     }
+    recoded_fields(raw, &res.headers, recode, &mut add);
     let body = match framing.body {
+        _ if matches!(recode, Recode::Coded(_)) => AnswerBody::UntilEnd,
         BodyKind::None => AnswerBody::Empty,
         BodyKind::Length(n) => {
             add(b"content-length", itoa::Buffer::new().format(n).as_bytes());
@@ -483,6 +518,53 @@ fn h2_response_head(bufs: &mut Bufs, x: &Exchange) {
     let _ = x.answer(res.status, fields, body);
     bufs.out.clear();
     bufs.upb.consume(framing.len);
+}
+
+/// The upstream's fields that `recode` writes in a form of its own
+/// ([`recoded_fields`]) or not at all (ranges of a coded body are not
+/// served): `Vary`, and for a compressed answer `ETag` and
+/// `Accept-Ranges` too.
+fn rewritten(name: &[u8], recode: Recode) -> bool {
+    match recode {
+        Recode::Keep => false,
+        Recode::Vary => bytes::eq_lower(name, b"vary"),
+        Recode::Coded(_) => {
+            bytes::eq_lower(name, b"etag")
+                || bytes::eq_lower(name, b"vary")
+                || bytes::eq_lower(name, b"accept-ranges")
+        }
+    }
+}
+
+/// The fields `recode` adds: `Vary` with `Accept-Encoding` merged into
+/// the upstream's (`headers` over `raw`), and for a compressed answer
+/// `Content-Encoding` and its `ETag` made weak.
+fn recoded_fields(
+    raw: &[u8],
+    headers: &[HeaderRef],
+    recode: Recode,
+    mut add: impl FnMut(&[u8], &[u8]),
+) {
+    if recode == Recode::Keep {
+        return;
+    }
+    if let Recode::Coded(coding) = recode {
+        add(b"content-encoding", coding.token().as_bytes());
+    }
+    let named = |name: &'static [u8]| {
+        headers
+            .iter()
+            .filter(move |h| bytes::eq_lower(&raw[h.name.clone()], name))
+            .map(|h| &raw[h.value.clone()])
+    };
+    let mut v = Vec::with_capacity(64);
+    compress::merge_vary(named(b"vary"), &mut v);
+    add(b"vary", &v);
+    if let (Recode::Coded(_), Some(etag)) = (recode, named(b"etag").next()) {
+        v.clear();
+        compress::weak_etag(etag, &mut v);
+        add(b"etag", &v);
+    }
 }
 
 /// The `grpc-status` in the response head in `bufs` (a trailers-only gRPC

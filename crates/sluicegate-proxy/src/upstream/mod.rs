@@ -12,6 +12,7 @@
 
 mod attempt;
 pub(crate) mod body;
+pub(crate) mod compress;
 // The internal client and held responses: for the features built on them
 // (mirroring, caching, aggregation, forward auth); only their tests use
 // them until those land.

@@ -25,6 +25,7 @@ use crate::filters::Edits;
 use crate::observe::accesslog::{self, Sink};
 use crate::observe::trace::Ids;
 use crate::proto::codec::{RequestFraming, ResponseFraming};
+use crate::proto::compress::{Encoder, Encoding};
 use crate::proto::head::{RequestHead, ResponseHead};
 use crate::snapshot::Shared;
 use crate::transport::io::RecvBuf;
@@ -85,6 +86,10 @@ pub struct Worker {
     /// What tunnels read into and write on from at once, without an await
     /// in between ([`BUF_SIZE`] once the first tunnel carries bytes).
     pub(crate) relay_buf: RefCell<Vec<u8>>,
+    /// Compressors set free by finished answers, with their output
+    /// buffers, reset and taken again by the next ones
+    /// ([`Worker::take_encoder`]).
+    encoders: RefCell<Vec<(Encoder, Vec<u8>)>>,
     /// Request ids this worker makes: a random prefix of its own and a
     /// counter ([`crate::proto::request_id::RequestId::make`]).
     id_prefix: [u8; 16],
@@ -154,7 +159,40 @@ pub struct Bufs {
     pub params: crate::route::template::Params,
 }
 
+/// Compressors a worker keeps for reuse, at most.
+const KEPT_ENCODERS: usize = 16;
+
 impl Worker {
+    /// A compressor of `coding` at `level` ready for a new stream, and an
+    /// empty output buffer: one a finished answer set free, else a new
+    /// one (gzip and zstd states are reused; brotli's cannot be reset
+    /// without a new allocation, so a new one is made each time). `None`
+    /// when the coder cannot be made (zstd out of memory).
+    pub(crate) fn take_encoder(&self, coding: Encoding, level: i32) -> Option<(Encoder, Vec<u8>)> {
+        let mut kept = self.encoders.borrow_mut();
+        let found = kept
+            .iter()
+            .rposition(|(e, _)| e.coding() == coding && e.level() == level);
+        match found {
+            Some(i) => Some(kept.swap_remove(i)),
+            None => Some((Encoder::new(coding, level).ok()?, Vec::new())),
+        }
+    }
+
+    /// Gives a compressor back once its answer is done (reset now, so the
+    /// next taker starts at once); dropped when the worker keeps enough,
+    /// or for brotli.
+    pub(crate) fn put_encoder(&self, (mut e, mut out): (Encoder, Vec<u8>)) {
+        let mut kept = self.encoders.borrow_mut();
+        if e.coding() == Encoding::Br || kept.len() >= KEPT_ENCODERS || e.reset().is_err() {
+            return;
+        }
+        out.clear();
+        // A buffer grown by a large body is not kept at that size.
+        out.shrink_to(64 * 1024);
+        kept.push((e, out));
+    }
+
     pub fn new(shared: Arc<Shared>) -> Worker {
         Worker {
             shared,
@@ -169,6 +207,7 @@ impl Worker {
             free: RefCell::new(Vec::new()),
             free_low: Cell::new(0),
             relay_buf: RefCell::new(Vec::new()),
+            encoders: RefCell::new(Vec::new()),
             id_prefix: crate::proto::request_id::hex16(fastrand::u64(..)),
             id_next: Cell::new(0),
             rng: crate::filters::fault::Rng::new(fastrand::u64(..)),

@@ -9,6 +9,7 @@
 
 mod aggregate;
 mod apps;
+mod compress;
 mod global;
 mod mirror;
 mod route;
@@ -17,6 +18,7 @@ mod status;
 
 pub use aggregate::{render_parts, PartMetrics};
 pub use apps::render_apps;
+pub use compress::CompressMetrics;
 pub(crate) use global::render_listeners;
 pub use global::{render_global, GlobalMetrics};
 pub use mirror::{Abandoned, MirrorFailure, MirrorMetrics};

@@ -2,6 +2,7 @@
 //! auth refusals, fault injection, fallback answers and gRPC endings; and
 //! the route families (the mirror's among them).
 
+use super::compress::{render_compress, CompressMetrics};
 use super::mirror::render_mirrors;
 use super::{by_class, family, header, label, Histogram, MirrorMetrics, StatusCounts};
 use sluicegate_config::GRPC_STATUS_NAMES;
@@ -46,6 +47,8 @@ pub struct RouteMetrics {
     /// The route's `mirror` copies: kept with the route's other counters,
     /// so a reload keeps them too.
     pub mirror: MirrorMetrics,
+    /// The route's compressed answers, kept like its other counters.
+    pub compress: CompressMetrics,
 }
 
 impl RouteMetrics {
@@ -62,6 +65,7 @@ impl RouteMetrics {
             fallbacks_unsent: AtomicU64::new(0),
             grpc: Default::default(),
             mirror: MirrorMetrics::default(),
+            compress: CompressMetrics::default(),
         }
     }
 
@@ -130,6 +134,7 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         family(out, name, "counter", help, rows);
     }
     render_mirrors(out, routes.clone().map(|r| (&*r.name, &r.mirror)));
+    render_compress(out, routes.clone().map(|r| (&*r.name, &r.compress)));
     family(
         out,
         "sluicegate_fallbacks_total",
