@@ -64,6 +64,8 @@ pub struct Route {
     /// What answers when the route's service cannot (`fallback` and
     /// `fallback_on`).
     pub fallback: Option<Fallback>,
+    /// Answers stored and served from the cache (`cache`).
+    pub cache: Option<super::RouteCache>,
 }
 
 /// `mirror: { service, percent }`: with probability `percent` / 100, a

@@ -1,6 +1,7 @@
 //! Tests of `parse` and `load` on whole configs: valid ones here, errors and hostile input in submodules.
 
 mod apps;
+mod cache;
 mod cluster;
 mod errors;
 mod fallback;
@@ -198,6 +199,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                cache: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -225,6 +227,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                cache: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -252,6 +255,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                cache: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -279,6 +283,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                cache: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],
@@ -294,6 +299,7 @@ fn full_example_parses_to_the_expected_model() {
         request_id: RequestIdConfig::default(),
         tracing: None,
         dns: Default::default(),
+        cache: None,
     };
     assert_eq!(ok(FULL), expected);
 }
