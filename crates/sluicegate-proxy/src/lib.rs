@@ -21,6 +21,7 @@
 
 pub(crate) mod apps;
 pub(crate) mod balance;
+pub mod cache;
 pub(crate) mod clock;
 pub mod cluster;
 pub mod discovery;
