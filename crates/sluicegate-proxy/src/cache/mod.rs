@@ -4,3 +4,4 @@
 //! (what is stored, for how long, how old it is). See `docs/cache.md`.
 
 pub mod rules;
+pub mod store;
