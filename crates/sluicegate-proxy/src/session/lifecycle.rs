@@ -266,6 +266,8 @@ pub(super) async fn exchange(
                 mirror,
                 fallback,
                 split,
+                // Not on the request path yet (docs/cache.md, "Status").
+                cache: _,
             } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let service = match split {

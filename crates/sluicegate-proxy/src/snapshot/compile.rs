@@ -157,6 +157,10 @@ fn compile_routes(
     let mut split_order = Vec::new();
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
+    if config.cache.is_none() {
+        // No store configured: the kept one's objects are let go.
+        reg.cache_store = None;
+    }
     for r in &config.routes {
         let metrics = reg
             .routes
@@ -176,7 +180,7 @@ fn compile_routes(
                     .map(|s| s.index)
                     .ok_or_else(|| format!("route {}: unknown service {service}", r.name))?,
                 strip_prefix: *strip_prefix,
-                upgrade: r.upgrade.iter().map(|u| u.as_str().into()).collect(),
+                upgrade: Box::new(r.upgrade.iter().map(|u| u.as_str().into()).collect()),
                 fault: r
                     .fault
                     .as_ref()
@@ -200,6 +204,19 @@ fn compile_routes(
                         super::fallback::FallbackRt::new(f, |n| services.get(n).map(|s| s.index))
                             .map_err(|e| format!("route {}: {e}", r.name))?,
                     )),
+                },
+                cache: match (&r.cache, &config.cache) {
+                    (Some(c), Some(store)) => {
+                        let store = super::cache::store_for(store, &mut reg.cache_store);
+                        Some(Box::new(super::cache::CacheRt::new(c, store)))
+                    }
+                    (Some(_), None) => {
+                        return Err(format!(
+                            "route {}: cache without the top-level cache",
+                            r.name
+                        ))
+                    }
+                    (None, _) => None,
                 },
                 split: match split {
                     None => None,

@@ -15,6 +15,7 @@
 //! upgrade hands over, and `live` a copy of the live counters for the
 //! admin plane.
 
+pub mod cache;
 pub mod carry;
 mod compile;
 mod discovered;
@@ -71,7 +72,10 @@ pub enum ActionRt {
         service: u32,
         strip_prefix: bool,
         /// Protocols a client may upgrade to (lower-cased `Upgrade` tokens).
-        upgrade: Box<[Box<str>]>,
+        /// Boxed twice, one pointer wide, so that the route stays two cache
+        /// lines: only a request that asks to upgrade reads it.
+        #[allow(clippy::redundant_allocation)]
+        upgrade: Box<Box<[Box<str>]>>,
         /// Aborts and delays injected on a share of the requests; `None`
         /// (nothing to draw) for most routes.
         fault: Option<Box<crate::filters::fault::FaultRt>>,
@@ -84,6 +88,8 @@ pub enum ActionRt {
         /// (`service` is then the first entry's, the one app ACLs and
         /// plans are checked against); `None` for most routes.
         split: Option<Box<split::SplitRt>>,
+        /// The route's `cache`; `None` for most routes.
+        cache: Option<Box<cache::CacheRt>>,
     },
     /// A fixed response: its status and header fields (without framing or
     /// connection fields), kept as HTTP/1.1 text too, and its body.
@@ -218,6 +224,12 @@ pub struct Registry {
     key_secret: std::collections::hash_map::RandomState,
     /// Listeners' resumption state and counters.
     listeners: ListenerState,
+    /// The cache's store and the settings it was made for: kept while
+    /// they stay the same, objects and all.
+    cache_store: Option<(
+        sluicegate_config::CacheStore,
+        Arc<crate::cache::store::Store>,
+    )>,
 }
 
 #[cfg(test)]
