@@ -214,3 +214,12 @@ fn freshness_and_age_follow_the_clock() {
         Err(Duration::from_secs(5))
     );
 }
+
+/// The index's bytes per object (docs/cache.md gives the figure): small
+/// beside a 1 KiB body.
+#[test]
+fn the_overhead_per_object_is_small() {
+    println!("overhead per object: {OVERHEAD} bytes");
+    assert!(OVERHEAD >= std::mem::size_of::<Object>() + 16);
+    assert!(OVERHEAD < 512, "{OVERHEAD}");
+}
