@@ -95,6 +95,9 @@ pub const OVERHEAD: usize = std::mem::size_of::<Object>()
     + std::mem::size_of::<Arc<Object>>()
     + std::mem::size_of::<Weak<Object>>();
 
+// Small beside the 1 KiB object of the benchmark.
+const _: () = assert!(OVERHEAD < 512);
+
 impl Object {
     /// Its age now (RFC 9111 section 4.2.3).
     pub fn age(&self, now: Instant) -> Duration {
