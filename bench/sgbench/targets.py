@@ -43,7 +43,7 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
                "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
                "sluicegate-tls", "haproxy-tls", "nginx-tls",
                "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
-              "sluicegate-mirror", "sluicegate-split")
+               "sluicegate-mirror", "sluicegate-split", "sluicegate-template")
 # sluicegate-mirror (run only when named) is the sluicegate target with the
 # route's `mirror` copying every request (100%) to a second service on the
 # same upstream: `--pair sluicegate,sluicegate-mirror` gives what mirroring
@@ -53,6 +53,18 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
 # route's `service` replaced by a `split` 50/50 between two services whose
 # one endpoint is the same upstream: `--pair sluicegate,sluicegate-split`
 # gives what choosing the service costs.
+# sluicegate-template (run only when named) is the sluicegate target with its
+# route's `path_prefix: /` replaced by TEMPLATE, a 20-parameter path template
+# of mixed types. When it runs, every target's load requests TEMPLATE_PATH,
+# a 20-segment path it matches (the upstream answers it with the /test.html
+# body), instead of /test.html: `--pair sluicegate,sluicegate-template` is
+# then the same request through a prefix route and through the template.
+TEMPLATE = ("/{p1}/{p2:int}/{p3:alpha}/{p4:uuid}/{p5:hex}/{p6:uint}/{p7:alnum}/{p8}"
+            "/{p9:int}/{p10:alpha}/{p11:regex(v[0-9]+)}/{p12}/{p13:hex}/{p14:uint}"
+            "/{p15:alnum}/{p16}/{p17:int}/{p18:alpha}/{p19:uuid}/{p20}")
+TEMPLATE_PATH = ("/bench/42/alpha/123e4567-e89b-12d3-a456-426614174000/beef/7/abc123/x"
+                 "/-5/beta/v2/y/cafe/99/z9/w/100/gamma/00000000-0000-0000-0000-000000000000"
+                 "/test.html")
 # sluicegate-global (run only when named) is sluicegate-auth with the plan
 # `scope: global`, its leases taken from a redis-server the harness starts on
 # the load generator's CPU.
@@ -65,7 +77,8 @@ TRACE_TARGETS = {"sluicegate-trace0": 0.0, "sluicegate-trace1": 0.01,
                  "sluicegate-trace100": 1.0}
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
                         if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global",
-                                     "sluicegate-mirror", "sluicegate-split")
+                                     "sluicegate-mirror", "sluicegate-split",
+                                     "sluicegate-template")
                         and t not in TRACE_TARGETS)
 # The targets terminating TLS: the TLS scenarios run these and only these,
 # the plain scenarios never do. The peers' TLS configs are the shared
@@ -208,7 +221,7 @@ def haproxy_maxconn(cfg_path):
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
                     tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
-                    mirror=False, split=False):
+                    mirror=False, split=False, template=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -223,7 +236,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     of requests and exports their spans to that port. With `mirror`, the
     route copies every request to a second service on the same upstream.
     With `split`, a second service over the same upstream, and the route
-    splits 50/50 between the two (`split_by: random`)."""
+    splits 50/50 between the two (`split_by: random`). With `template`, the
+    route matches TEMPLATE instead of every path."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -256,7 +270,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     text += (
         "routes:\n"
         "  - name: all\n"
-        "    match: { path_prefix: / }\n"
+        + (f'    match: {{ path: "{TEMPLATE}" }}\n' if template
+           else "    match: { path_prefix: / }\n")
         + ("    split: [{ service: upstream, weight: 50 }, { service: upstream-b, weight: 50 }]\n"
            if split else "    service: upstream\n")
         + ("    mirror: { service: shadow, percent: 100 }\n" if mirror else "")
@@ -395,6 +410,8 @@ class Launcher:
         self.upstreams = {}
         self._tls = None
         self._grpc_request = None
+        # Every target's load requests TEMPLATE_PATH (sluicegate-template runs).
+        self.template_path = False
 
     def tls_files(self):
         """The run's certificate and key, made on first use in a temp dir
@@ -440,10 +457,19 @@ class Launcher:
         return self._grpc_request
 
     def _nginx(self, name, template, values, cpu, access_log=None, http2=False,
-               grpc_reply=False, grpc_pass=False):
+               grpc_reply=False, grpc_pass=False, template_path=False):
         d = self.reg.tmpdir(f"sgbench-{name}-")
         values = dict(values, DIR=d)
         conf = render(self.peers / template, os.path.join(d, "nginx.conf"), values)
+        text = Path(conf).read_text()
+        if template_path and f"location = {TEMPLATE_PATH} " not in text:
+            # A peers dir without the sluicegate-template path: the upstream
+            # answers it as it answers /test.html, with the same body.
+            lines = re.findall(r"^\s*location = /test\.html [^\n]*\n", text, re.M)
+            if len(lines) != 1:
+                raise HarnessError(f"{template}: expected one /test.html location to copy")
+            copy = lines[0].replace("/test.html", TEMPLATE_PATH, 1)
+            Path(conf).write_text(text.replace(lines[0], lines[0] + copy))
         if http2:
             # The template's one listen line, with `http2` after its address:
             # on a plain port that is HTTP/2 with prior knowledge only.
@@ -494,7 +520,8 @@ class Launcher:
         h2c = kind in ("h2c", "grpc")
         proc = self._nginx("upstream" if not h2c else f"upstream-{kind}",
                            "nginx-upstream.conf", {"LISTEN": f"127.0.0.1:{port}"},
-                           self.load_cpu, http2=h2c, grpc_reply=kind == "grpc")
+                           self.load_cpu, http2=h2c, grpc_reply=kind == "grpc",
+                           template_path=self.template_path)
         t = Target("direct" if not h2c else f"direct-{kind}", port, None,
                    {"upstream_proc": proc})
         if h2c:
@@ -545,7 +572,7 @@ class Launcher:
             raise HarnessError(f"{name} cannot run in front of the {upstream} upstream "
                                f"(only {', '.join(UPSTREAM_TARGETS[upstream])} can)")
         port = free_port()
-        path = "/test.html"
+        path = TEMPLATE_PATH if self.template_path else "/test.html"
         tls = self.tls_files() if name in TLS_TARGETS else None
         if name == "sluicegate-tls":
             self.check_sluicegate_tls()
@@ -580,7 +607,8 @@ class Launcher:
             Path(cfg).write_text(sluicegate_yaml(port, up, access, auth, busy, fwd, tls,
                                                  protocol, extra.get("admin_port"), redis_port,
                                                  trace, mirror=name == "sluicegate-mirror",
-                                                 split=name == "sluicegate-split"))
+                                                 split=name == "sluicegate-split",
+                                                 template=name == "sluicegate-template"))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]

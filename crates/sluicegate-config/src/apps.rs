@@ -35,7 +35,14 @@ pub(crate) const ROUTE_LIMIT_KEYS: &[&str] =
     &["rate", "burst", "concurrency", "per", "scope", "on_failure"];
 
 /// Decodes a route's `limit`.
-pub(crate) fn route_limit(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<RouteLimit> {
+/// `template` is the route's path template, whose parameters `per:
+/// param:NAME` may name.
+pub(crate) fn route_limit(
+    cx: &mut Cx,
+    node: &Node,
+    path: Path<'_>,
+    template: Option<&crate::PathTemplate>,
+) -> Option<RouteLimit> {
     let f = fields(cx, node, path, "limit", ROUTE_LIMIT_KEYS)?;
     let rate = f.get("rate").and_then(|n| rate(cx, n, path.key("rate")));
     let burst = f
@@ -48,14 +55,35 @@ pub(crate) fn route_limit(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Ro
         None => Some(LimitKey::ClientIp),
         Some(n) => {
             let p = path.key("per");
-            match reader::scalar(cx, n, p, "client_ip or route") {
+            match reader::scalar(cx, n, p, "client_ip, route or param:NAME") {
                 Some("client_ip") => Some(LimitKey::ClientIp),
                 Some("route") => Some(LimitKey::Route),
+                Some(other) if other.starts_with("param:") => {
+                    let name = &other["param:".len()..];
+                    let index = template.and_then(|t| t.param_index(name));
+                    if index.is_none() {
+                        let why = match template {
+                            None => {
+                                "needs match.path to be a template with that parameter".to_string()
+                            }
+                            Some(t) => format!(
+                                "{} is not a parameter of match.path {}",
+                                quote(name),
+                                quote(&t.text)
+                            ),
+                        };
+                        cx.at(n.pos, p, format_args!("{}: {why}", quote(other)));
+                    }
+                    index.map(LimitKey::Param)
+                }
                 Some(other) => {
                     cx.at(
                         n.pos,
                         p,
-                        format_args!("expected client_ip or route, found {}", quote(other)),
+                        format_args!(
+                            "expected client_ip, route or param:NAME, found {}",
+                            quote(other)
+                        ),
                     );
                     None
                 }

@@ -39,6 +39,7 @@ pub use apps::valid_key;
 pub use document::{decode_apps, Document, Problem};
 pub use error::ConfigError;
 pub use model::*;
+pub use route::template::references as template_references;
 pub use route::value_regex::ValueRegex;
 pub use service::MAX_WEIGHT;
 pub use source::{ConfigSource, EtcdConnection, EtcdSource, EtcdTls};

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{Action, Auth, HeaderOps, Route};
+use crate::model::{Action, Auth, HeaderOps, PathMatch, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
@@ -13,7 +13,9 @@ pub(crate) mod fault;
 mod fixed;
 pub(crate) mod matcher;
 pub(crate) mod mirror;
+pub(crate) mod rollout;
 pub(crate) mod split;
+pub(crate) mod template;
 pub(crate) mod value_regex;
 
 use matcher::{any, match_};
@@ -39,6 +41,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "split",
     "split_by",
     "cache",
+    "rollout",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -207,16 +210,25 @@ fn route<'n>(
             }
         }
     };
+    let template = matcher.as_ref().and_then(|m| match &m.path {
+        PathMatch::Template(t) => Some(t),
+        _ => None,
+    });
     let limit = match f.get("limit") {
         None => Some(None),
-        Some(n) => crate::apps::route_limit(cx, n, path.key("limit")).map(Some),
+        Some(n) => crate::apps::route_limit(cx, n, path.key("limit"), template).map(Some),
     };
     let mut ops = |key: &str| match f.get(key) {
         None => Some(HeaderOps::default()),
         Some(n) => crate::policy::header_ops(cx, n, path.key(key)),
     };
-    let request_headers = ops("request_headers");
+    let mut request_headers = ops("request_headers");
     let response_headers = ops("response_headers");
+    if let (Some(t), Some(_), Some(n)) = (template, &request_headers, f.get("request_headers")) {
+        if !header_refs(cx, n, path.key("request_headers"), t) {
+            request_headers = None;
+        }
+    }
     let cors = match f.get("cors") {
         None => Some(None),
         Some(n) => crate::policy::cors(cx, n, path.key("cors")).map(Some),
@@ -236,7 +248,7 @@ fn route<'n>(
                 );
                 None
             } else {
-                rewrite(cx, n, path.key("rewrite")).map(Some)
+                rewrite(cx, n, path.key("rewrite"), template).map(Some)
             }
         }
     };
@@ -298,6 +310,10 @@ fn route<'n>(
             crate::cache::route_cache(cx, n, path.key("cache"), authenticated).map(Some)
         }
     };
+    let rollout = match f.get("rollout") {
+        None => Some(None),
+        Some(n) => rollout::rollout(cx, n, path.key("rollout"), f.get("split")).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -314,6 +330,7 @@ fn route<'n>(
         mirror: mirror?,
         fallback: fallback?,
         cache: cache?,
+        rollout: rollout?,
     })
 }
 
@@ -401,14 +418,26 @@ fn respond_action(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<Action> {
     })
 }
 
-/// Decodes `rewrite: { regex, replacement }`.
-fn rewrite(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<crate::model::Rewrite> {
+/// Decodes `rewrite: { regex, replacement }`. A `${name}` in the
+/// replacement is a capture group of the regex when it has one of that
+/// name (or number), else a parameter of the route's path `template`;
+/// any other name is refused.
+fn rewrite(
+    cx: &mut Cx,
+    node: &Node,
+    path: Path<'_>,
+    template: Option<&crate::PathTemplate>,
+) -> Option<crate::model::Rewrite> {
     let f = fields(cx, node, path, "rewrite", REWRITE_KEYS)?;
+    let mut compiled = None;
     let re = f.require(cx, path, "regex").and_then(|n| {
         let p = path.key("regex");
         let text = reader::string(cx, n, p)?;
         match regex::bytes::Regex::new(text) {
-            Ok(_) => Some(text),
+            Ok(re) => {
+                compiled = Some(re);
+                Some(text)
+            }
             Err(e) => {
                 cx.at(n.pos, p, format_args!("invalid regex: {e}"));
                 None
@@ -430,10 +459,60 @@ fn rewrite(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<crate::model::Rew
             );
             return None;
         }
+        if let Some(re) = &compiled {
+            for (_, name) in template::references(text) {
+                let group = match name.parse::<usize>() {
+                    Ok(i) => i < re.captures_len(),
+                    Err(_) => re.capture_names().flatten().any(|g| g == name),
+                };
+                let param = template.is_some_and(|t| t.param_index(name).is_some());
+                if !group && !param {
+                    let what = match template {
+                        Some(_) => "a capture group of rewrite.regex nor a parameter of match.path",
+                        None => "a capture group of rewrite.regex",
+                    };
+                    cx.at(n.pos, p, format_args!("${{{name}}} is neither {what}"));
+                    return None;
+                }
+            }
+        }
         Some(text)
     });
     Some(crate::model::Rewrite {
         regex: re?.to_string(),
         replacement: replacement?.to_string(),
     })
+}
+
+/// On a route whose path is a template, each `${name}` in a
+/// `request_headers` value (`set` or `add`) must name one of its
+/// parameters; false when one does not (reported).
+fn header_refs(cx: &mut Cx, node: &Node, path: Path<'_>, t: &crate::PathTemplate) -> bool {
+    let Some(f) = fields(cx, node, path, "header policy", crate::policy::OPS_KEYS) else {
+        return false;
+    };
+    let mut ok = true;
+    for key in ["set", "add"] {
+        let Some(n) = f.get(key) else { continue };
+        let p = path.key(key);
+        for (_, name, value) in reader::free_map(cx, n, p, "a mapping").unwrap_or_default() {
+            let Some(text) = value.as_scalar() else {
+                continue;
+            };
+            for (_, param) in template::references(text) {
+                if t.param_index(param).is_none() {
+                    cx.at(
+                        value.pos,
+                        p.key(name),
+                        format_args!(
+                            "${{{param}}} is not a parameter of match.path {}",
+                            quote(&t.text)
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+    }
+    ok
 }

@@ -24,7 +24,13 @@ pub struct EtcdSource {
     /// Where the last applied config is kept for a start while etcd is
     /// down; `None`: beside the config file (`FILE.etcd-cache.json`).
     pub cache: Option<PathBuf>,
+    /// The TTL of the lease that makes one gateway of the fleet the
+    /// rollouts' leader (whole seconds, at least 2 s).
+    pub leader_ttl: std::time::Duration,
 }
+
+/// `config_source.etcd.leader_ttl` when not given.
+pub const DEFAULT_LEADER_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How to reach an etcd cluster: `config_source.etcd` without its
 /// `prefix` and `cache`, or `cluster.etcd`.
@@ -63,6 +69,7 @@ pub(crate) const ETCD_KEYS: &[&str] = &[
     "username",
     "password_file",
     "cache",
+    "leader_ttl",
 ];
 
 /// The keys of `cluster.etcd`: those of `config_source.etcd` that say how
@@ -80,10 +87,26 @@ fn etcd_source(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<EtcdSource> {
     let cache = f
         .get("cache")
         .and_then(|n| reader::file_path(cx, n, path.key("cache")));
+    let leader_ttl = match f.get("leader_ttl") {
+        None => DEFAULT_LEADER_TTL,
+        Some(n) => {
+            let p = path.key("leader_ttl");
+            let d = reader::duration(cx, n, p).unwrap_or(DEFAULT_LEADER_TTL);
+            if d.subsec_nanos() != 0 || d.as_secs() < 2 {
+                cx.at(
+                    n.pos,
+                    p,
+                    "must be whole seconds, at least 2s (an etcd lease TTL)",
+                );
+            }
+            d
+        }
+    };
     (cx.errors.len() == before).then_some(EtcdSource {
         connection: connection?,
         prefix,
         cache,
+        leader_ttl,
     })
 }
 

@@ -46,7 +46,9 @@ const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// keep-alive, each connection bounded by [`HEADER_TIMEOUT`] and
 /// [`CONNECTION_LIFETIME`].
 pub async fn serve(listener: TcpListener, setup: AdminSetup) {
+    let rollouts = Reloader::locked(&setup.reloader).rollouts();
     let state = AdminState {
+        rollouts,
         shared: setup.shared,
         reloader: setup.reloader,
         tokens: Arc::new(setup.tokens),
@@ -144,7 +146,7 @@ async fn metrics(State(state): State<AdminState>) -> Response {
         match &state.etcd {
             Some(etcd) => state.shared.render_metrics() + &etcd.render(),
             None => state.shared.render_metrics(),
-        },
+        } + &state.rollouts.render(),
     )
         .into_response()
 }

@@ -7,6 +7,7 @@
 
 mod api;
 mod auth;
+pub mod canary;
 pub mod etcd;
 mod file;
 pub mod history;
@@ -15,6 +16,7 @@ mod live;
 mod persist;
 mod publish;
 pub mod reload;
+pub mod rollout;
 mod source;
 mod state;
 pub mod tls;

@@ -124,6 +124,8 @@ pub(crate) struct Publisher {
     /// built from is dropped: the binary gives free memory back there.
     pub settled: Box<dyn Fn() + Send>,
     pub history: History,
+    /// The rollouts' state: told of every config applied.
+    pub rollouts: Arc<crate::rollout::Board>,
 }
 
 /// The TLS files `c` names: listeners' certificates, keys and client CAs,
@@ -197,7 +199,10 @@ impl Publisher {
         last: Option<Stamp>,
         on_apply: Box<dyn Fn(&Config) + Send>,
     ) -> Publisher {
+        let rollouts = Arc::new(crate::rollout::Board::default());
+        rollouts.observe(running);
         Publisher {
+            rollouts,
             path,
             shared,
             overrides,
@@ -292,6 +297,7 @@ impl Publisher {
             Ok(generation) => {
                 tracing::info!(reason = why, generation, "config reloaded");
                 (self.on_apply)(cfg);
+                self.rollouts.observe(cfg);
                 self.history.push(source, true, generation, Vec::new());
                 Ok(generation)
             }

@@ -119,6 +119,20 @@ impl Reloader {
         self.source.write(&mut self.publisher, doc, if_match)
     }
 
+    /// A rollout's write: see [`ConfigSource::write_fenced`].
+    pub(crate) fn write_fenced(
+        &mut self,
+        doc: Document,
+        fence: Option<&crate::rollout::Fence>,
+    ) -> Result<u64, WriteError> {
+        self.source.write_fenced(&mut self.publisher, doc, fence)
+    }
+
+    /// The rollouts' state (`rollout/`), which every applied config updates.
+    pub fn rollouts(&self) -> Arc<crate::rollout::Board> {
+        self.publisher.rollouts.clone()
+    }
+
     /// See [`ConfigSource::page`].
     pub(crate) fn page(&self, want: &PageOf<'_>) -> Option<Page> {
         self.source.page(want)

@@ -67,6 +67,18 @@ pub(crate) trait ConfigSource: Send {
         if_match: Option<&IfMatch>,
     ) -> Result<u64, WriteError>;
 
+    /// A rollout's write of a whole document (`rollout/`): as [`Self::write`]
+    /// without `If-Match`; a source shared by a fleet (etcd) also makes it
+    /// hold only while `fence` (the leader's key) is this gateway's.
+    fn write_fenced(
+        &mut self,
+        p: &mut Publisher,
+        doc: Document,
+        _fence: Option<&crate::rollout::Fence>,
+    ) -> Result<u64, WriteError> {
+        self.write(p, doc, None)
+    }
+
     /// Applies what the source has queued (the etcd watch's changes).
     /// Returns whether anything was.
     fn drain(&mut self, _p: &mut Publisher) -> bool {

@@ -20,6 +20,8 @@ pub(crate) struct AdminState {
     pub read_only: bool,
     /// The etcd source's metrics, in etcd mode.
     pub etcd: Option<Arc<crate::etcd::Status>>,
+    /// The rollouts' state (`rollout/`).
+    pub rollouts: Arc<crate::rollout::Board>,
 }
 
 /// A JSON error answer as the gateway writes them: `{"error","status"}`.

@@ -53,9 +53,25 @@
       ], body.items, "no TLS listener");
       return;
     }
+    // A route's rollout: the canary's weight and the state, as the
+    // gateway has them (GET /routes/NAME/rollout).
+    const rollouts = {};
+    if (kind === "routes") {
+      await Promise.all(body.items.filter((it) => it.rollout).map(async (it) => {
+        const r = await api("GET", "/routes/" + encodeURIComponent(it.name) + "/rollout");
+        if (r.status === 200) rollouts[it.name] = r.body;
+      }));
+    }
+    const rolloutColumn = kind === "routes" && Object.keys(rollouts).length
+      ? [["rollout", (it) => {
+        const r = rollouts[it.name];
+        return r ? el("span", { class: "rollout", "data-state": r.state }, r.weight + "% " + r.state.replace("_", " ")) : "";
+      }]]
+      : [];
     table($("t-config"), [
       [k.key, (it) => el("b", {}, it[k.key])],
       [{ routes: "match → target", services: "endpoints", apps: "plan", plans: "limits" }[kind], (it) => summary(kind, it)],
+      ...rolloutColumn,
       ["", (it) => el("span", { class: "actions" },
         el("button", { type: "button", class: "small", onclick: () => edit(it) }, "Edit"),
         del(it[k.key]))],

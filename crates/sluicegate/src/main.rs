@@ -377,9 +377,13 @@ fn serve(
     )));
     Reloader::locked(&reloader).on_settled(Box::new(give_back_free_memory));
     // In etcd mode the cached config is applied now, and the watch starts.
-    let etcd = source.map(|sluicegate_config::ConfigSource::Etcd(e)| {
-        sluicegate_control::etcd::start(&reloader, e, rt.handle())
-    });
+    let etcd_source = source.map(|sluicegate_config::ConfigSource::Etcd(e)| e);
+    let etcd = etcd_source
+        .clone()
+        .map(|e| sluicegate_control::etcd::start(&reloader, e, rt.handle()));
+    // Canary rollouts: judged and written on the control runtime (in a
+    // fleet, by the gateway that leads it).
+    sluicegate_control::canary::start(&reloader, shared.clone(), etcd_source, rt.handle());
     give_back_free_memory();
     let mut handed_over = false;
     let (plane, background) = rt.block_on(async {

@@ -225,11 +225,33 @@ fn the_examples_validate_against_the_resource_schemas() {
             json!({ "name": "r", "request_headers": { "set": { "x a": "1" } } }),
         ),
         ("Route", json!({ "name": "r", "match": { "path": "/a?b" } })),
+        (
+            "Route",
+            json!({ "name": "r", "match": { "path": "/{a:float}" } }),
+        ),
+        (
+            "Route",
+            json!({ "name": "r", "match": { "path": "/{v:regex(a?)}/b?" } }),
+        ),
+        (
+            "Route",
+            json!({ "name": "r", "limit": { "rate": "1/s", "per": "param:9" } }),
+        ),
         ("Settings", json!({ "listen": "127.0.0.1:1", "routes": [] })),
         ("Config", json!({ "services": [] })),
     ] {
         cases.push(json!({ "name": format!("refused {value}"), "schema": schema, "value": value, "valid": false }));
     }
+    // A path template, with a regex holding what plain paths may not.
+    let template = json!({
+        "name": "t",
+        "match": { "path": "/u/{id:int}/{v:regex([a-z]{2}?)}/{rest:*}" },
+        "limit": { "rate": "1/s", "per": "param:id" },
+        "service": "s",
+    });
+    cases.push(
+        json!({ "name": "a template route", "schema": "Route", "value": template, "valid": true }),
+    );
     let file = dir.write("cases.json", &Value::Array(cases).to_string());
     let script = r##"
 import json, sys

@@ -105,6 +105,25 @@ fn services_and_routes_one_at_a_time() {
         json(&bad)["problems"][0]["path"],
         "$.routes[1].strip_prefix"
     );
+    // So is a bad path template, and a limit naming no parameter of it.
+    let bad = call(
+        ports,
+        "PATCH",
+        "/routes/api",
+        &[],
+        "{\"match\":{\"path_prefix\":null,\"path\":\"/v2/{id:float}\"}}",
+    );
+    assert_eq!(bad.status, 400);
+    assert_eq!(json(&bad)["problems"][0]["path"], "$.routes[1].match.path");
+    let bad = call(
+        ports,
+        "PATCH",
+        "/routes/api",
+        &[],
+        "{\"match\":{\"path_prefix\":null,\"path\":\"/v2/{id:int}\"},\"limit\":{\"rate\":\"1/s\",\"per\":\"param:uid\"}}",
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body_str());
+    assert_eq!(json(&bad)["problems"][0]["path"], "$.routes[1].limit.per");
 
     // A service still in use cannot go; once its route is gone it can.
     let in_use = call(ports, "DELETE", "/services/api", &[], "");

@@ -59,13 +59,14 @@ fn the_dashboard_in_headless_chromium() {
     let ports = Ports::new();
     let yaml = format!(
         "listen: [\"127.0.0.1:{}\"]\nadmin:\n  listen: \"127.0.0.1:{}\"\n  tokens: [{{ token_file: {}, role: write }}]\nworkers: 1\n\
-services:\n  - name: web\n    endpoints: [\"{}\", \"127.0.0.1:{dead}\"]\n    health: {{ type: tcp, interval: 100ms, timeout: 100ms, unhealthy_after: 1 }}\n\
-routes:\n  - name: web\n    match: {{ path_prefix: /web }}\n    service: web\n  - name: keyed\n    match: {{ path_prefix: /keyed }}\n    service: web\n    auth: app_key\n{}\
+services:\n  - name: web\n    endpoints: [\"{}\", \"127.0.0.1:{dead}\"]\n    health: {{ type: tcp, interval: 100ms, timeout: 100ms, unhealthy_after: 1 }}\n  - name: web2\n    endpoints: [\"{}\"]\n\
+routes:\n  - name: web\n    match: {{ path_prefix: /web }}\n    service: web\n  - name: canary\n    match: {{ path_prefix: /canary }}\n    split: [{{ service: web, weight: 80 }}, {{ service: web2, weight: 20 }}]\n    rollout: {{ step: 10, every: 1s, min_requests: 1000000 }}\n  - name: keyed\n    match: {{ path_prefix: /keyed }}\n    service: web\n    auth: app_key\n{}\
 plans:\n  basic: {{ rate: 1000/s }}\n\
 apps:\n  - id: shop\n    keys: [\"{KEY}\"]\n    plan: basic\n",
         ports.listen,
         ports.admin,
         token.display(),
+        up.addr(),
         up.addr(),
         respond_route("hello", "/hello", "hi") + &respond_route("spare", "/spare", "spare"),
     );
@@ -115,8 +116,14 @@ apps:\n  - id: shop\n    keys: [\"{KEY}\"]\n    plan: basic\n",
     // The overview's count moved while traffic ran.
     let o = &seen["overview"];
     assert!(o["total_then"].as_f64() > o["total_first"].as_f64(), "{o}");
-    // The dead endpoint is red, the live one green.
-    assert_eq!(seen["endpoints"], serde_json::json!(["up", "down"]));
+    // The rollout's weight and state in the routes list.
+    assert_eq!(seen["rollout"], serde_json::json!(["20% running"]));
+    // The dead endpoint is red, the live one green (web2's is not
+    // checked).
+    assert_eq!(
+        seen["endpoints"],
+        serde_json::json!(["up", "down", "unchecked"])
+    );
     // The route made in the form serves, and is in the config.
     assert_eq!(seen["created"]["status"], 200);
     assert_eq!(http_get(ports.addr(), "/made/x", &[]).status, 200);

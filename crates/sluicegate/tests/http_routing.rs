@@ -4,7 +4,10 @@
 //! `*.suffix`), methods and header matches, `strip_prefix` and query strings;
 //! matches on query parameters, cookies and header regexes; the host,
 //! method, header, query, cookie and prefix matches also on HTTP/2 streams
-//! (the host from `:authority`, cookies in several fields).
+//! (the host from `:authority`, cookies in several fields); path templates
+//! (typed, percent-encoded and Unicode segments, falling through to other
+//! routes, `${name}` in rewrite and request headers, `limit.per:
+//! param:NAME`) over both protocols.
 
 mod http_common;
 
@@ -270,4 +273,103 @@ fn query_cookie_regex(proto: Proto) {
     assert_eq!(body("/m", &[("X-Client", "myapp/v1")]), "plain");
     assert_eq!(body("/t", &[("X-T", "~lit")]), "tilde");
     assert_json_error(&proto.get(gw.addr(), "/t", &[("X-T", "lit")]), 404);
+}
+
+#[test]
+fn path_templates() {
+    templates(Proto::Http1);
+}
+
+#[test]
+fn path_templates_over_http2() {
+    templates(Proto::H2c);
+}
+
+fn templates(proto: Proto) {
+    let up = TestUpstream::start();
+    let svc = service("web", &[up.addr()], "");
+    let gw = Gw::start(&format!(
+        r#"services:
+{svc}
+routes:
+  - name: users-prefix
+    match: {{ path_prefix: /users }}
+    respond: {{ status: 200, body: "users-prefix" }}
+  - name: user-by-id
+    match: {{ path: "/users/{{id:int}}" }}
+    service: web
+    rewrite: {{ regex: "^.*$", replacement: "/v2/users/${{id}}" }}
+    request_headers: {{ set: {{ x-user-id: "${{id}}" }} }}
+  - name: user-by-name
+    match: {{ path: "/users/{{name:alpha}}" }}
+    service: web
+    request_headers: {{ add: {{ x-user-name: "n=${{name}}" }} }}
+  - name: item
+    match: {{ path: "/items/{{sku:regex([A-Z]{{3}}-[0-9]+)}}/{{rest:*}}" }}
+    service: web
+    rewrite: {{ regex: "^/items/([^/]+)", replacement: "/catalog/${{rest}}/$1" }}
+  - name: echo
+    match: {{ path: "/echo/{{v}}" }}
+    service: web
+    rewrite: {{ regex: "^.*$", replacement: "/e/${{v}}" }}
+    request_headers: {{ set: {{ x-v: "${{v}}" }} }}
+  - name: buckets
+    match: {{ path: "/buckets/{{bucket}}/objects" }}
+    limit: {{ rate: 1/h, burst: 1, per: "param:bucket" }}
+    respond: {{ status: 200, body: "bucket" }}
+"#
+    ));
+    // (path sent, target upstream saw, header name, its value there)
+    let forwarded = [
+        ("/users/42", "/v2/users/42", "x-user-id", "42"),
+        // Typed on the decoded segment: "%34%32" is 42.
+        ("/users/%34%32?q=1", "/v2/users/42?q=1", "x-user-id", "42"),
+        (
+            "/users/J%C3%BCrgen",
+            "/users/J%C3%BCrgen",
+            "x-user-name",
+            "n=J%C3%BCrgen",
+        ),
+        (
+            "/items/ABC-12/a/b?x=1",
+            "/catalog/a/b/ABC-12/a/b?x=1",
+            "",
+            "",
+        ),
+        ("/items/ABC-12", "/catalog//ABC-12", "", ""),
+        // As routed: an escaped "?" stays escaped, in the path and the field.
+        ("/echo/a%3fb%20c", "/e/a%3Fb%20c", "x-v", "a%3Fb%20c"),
+        // A value is written as it is: its "$1" is no capture group.
+        ("/echo/x$1y", "/e/x$1y", "x-v", "x$1y"),
+    ];
+    for (path, target, name, value) in forwarded {
+        let before = up.requests_seen();
+        let resp = proto.get(gw.addr(), path, &[("x-user-id", "spoofed")]);
+        assert_eq!(resp.status, 200, "{path}: {}", resp.body_str());
+        assert_eq!(up.requests_seen(), before + 1, "{path} forwarded once");
+        let seen = up.last_request().unwrap();
+        assert_eq!(seen.target, target, "{path}");
+        if !name.is_empty() {
+            assert_eq!(seen.header_all(name), [value], "{path}");
+        }
+    }
+    // A segment failing its type does not match: on to the prefix, or 404.
+    for path in ["/users/bob1", "/users/%FF", "/users/42/x", "/users/"] {
+        let resp = proto.get(gw.addr(), path, &[]);
+        assert_eq!(resp.body_str(), "users-prefix", "{path}");
+    }
+    for path in ["/items/abc-12/x", "/items", "/echo", "/echo/a/b"] {
+        assert_json_error(&proto.get(gw.addr(), path, &[]), 404);
+    }
+    // Each bucket has its own counters.
+    let status = |p: &str| proto.get(gw.addr(), p, &[]).status;
+    assert_eq!(status("/buckets/a/objects"), 200);
+    assert_eq!(status("/buckets/a/objects"), 429);
+    assert_eq!(
+        status("/buckets/%61/objects"),
+        429,
+        "same value, normalised"
+    );
+    assert_eq!(status("/buckets/b/objects"), 200);
+    assert_eq!(status("/buckets/b/objects"), 429);
 }

@@ -26,6 +26,9 @@ pub enum LimitKey {
     ClientIp,
     /// All requests on the route share one set of counters.
     Route,
+    /// `param:NAME`: each value of the route's path parameter NAME (its
+    /// index in the template here) has its own counters.
+    Param(usize),
 }
 
 /// How a route authenticates the calling app.
@@ -66,6 +69,8 @@ pub struct Route {
     pub fallback: Option<Fallback>,
     /// Answers stored and served from the cache (`cache`).
     pub cache: Option<super::RouteCache>,
+    /// A canary rollout of the split's last entry, moved by the gateway.
+    pub rollout: Option<Rollout>,
 }
 
 /// `mirror: { service, percent }`: with probability `percent` / 100, a
@@ -110,6 +115,24 @@ pub enum FallbackOn {
     ServerError,
     /// One status from 500 to 599.
     Status(u16),
+}
+
+/// `rollout: { step, every, max_error_ratio, max_p99_ratio, min_requests }`:
+/// the gateway raises the last split entry's share by `step` percentage
+/// points after each window of `every` in which the canary kept within
+/// the ratios of the other entries, and sets it back to 0 when it did not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollout {
+    /// 1 to 100 percentage points.
+    pub step: u32,
+    /// At least 100 ms.
+    pub every: Duration,
+    /// At least 1.0: the canary's 5xx rate over the baseline's.
+    pub max_error_ratio: f64,
+    /// At least 1.0: the canary's p99 latency over the baseline's.
+    pub max_p99_ratio: f64,
+    /// At least 1: requests each side needs in a window to judge it.
+    pub min_requests: u64,
 }
 
 /// `fault: { abort, delay }`: either part may be absent.
@@ -189,6 +212,8 @@ pub enum PathMatch {
     Prefix(String),
     /// Anchored or not as the user wrote it; already known to compile.
     Regex(String),
+    /// A `path` with `{name}` segments.
+    Template(PathTemplate),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -207,6 +232,71 @@ pub enum Action {
         /// Header names as written; values as written.
         headers: Vec<(String, String)>,
     },
+}
+
+/// Most parameters one template may have (the router captures them in a
+/// fixed array, without allocating).
+pub const MAX_PARAMS: usize = 32;
+
+/// A parsed path template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathTemplate {
+    /// As written.
+    pub text: String,
+    /// The segments after the leading `/`, in order.
+    pub segments: Vec<TemplateSegment>,
+}
+
+/// One segment of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateSegment {
+    /// Must equal the request's segment (as normalised).
+    Literal(String),
+    /// `{name}` or `{name:TYPE}`: one non-empty segment of that type.
+    Param { name: String, ty: ParamType },
+    /// `{name:*}`, last: the rest of the path, zero or more segments.
+    Rest { name: String },
+}
+
+/// What a parameter's segment must be, checked on its percent-decoded
+/// bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ParamType {
+    /// Any non-empty segment.
+    Any,
+    /// `-`? ASCII digits, within i64.
+    Int,
+    /// ASCII digits, within u64.
+    Uint,
+    /// 8-4-4-4-12 hex digits, either case.
+    Uuid,
+    /// One or more hex digits.
+    Hex,
+    /// Letters (Unicode, of the UTF-8 text).
+    Alpha,
+    /// Letters and digits (Unicode, of the UTF-8 text).
+    Alnum,
+    /// The regex (as written) matches the whole segment; already known to
+    /// compile into a [`crate::ValueRegex`].
+    Regex(String),
+}
+
+impl PathTemplate {
+    /// The parameters' names, in order: a parameter's index is its place
+    /// here.
+    pub fn params(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().filter_map(|s| match s {
+            TemplateSegment::Literal(_) => None,
+            TemplateSegment::Param { name, .. } | TemplateSegment::Rest { name } => {
+                Some(name.as_str())
+            }
+        })
+    }
+
+    /// The index of the parameter called `name`.
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params().position(|p| p == name)
+    }
 }
 
 /// `split: [{ service, weight, apps }]` with `split_by`: the requests of

@@ -1,5 +1,6 @@
-//! A route's `match` mapping: host (exact or `*.` wildcard), one of `path`,
-//! `path_prefix` and `path_regex`, methods, and required header values
+//! A route's `match` mapping: host (exact or `*.` wildcard), one of `path`
+//! (exact, or a template with `{name}` segments), `path_prefix` and
+//! `path_regex`, methods, and required header values
 //! (exact or `~regex`), query parameters and cookies.
 
 use std::collections::HashMap;
@@ -7,7 +8,7 @@ use std::net::Ipv6Addr;
 
 use crate::model::{HostMatch, Match, PathMatch, ValueMatch};
 use crate::reader::{self, fields, Cx, Path};
-use crate::route::value_regex::ValueRegex;
+use crate::route::value_regex::{regex_error, ValueRegex};
 use crate::yaml::{quote, Node, Pos};
 
 pub(crate) const MATCH_KEYS: &[&str] = &[
@@ -55,7 +56,7 @@ pub(super) fn match_(
     if let Some((key, n)) = given.next() {
         let p = path.key(key);
         let parsed = match key {
-            "path" => path_text(cx, n, p).map(|s| PathMatch::Exact(s.to_string())),
+            "path" => template_or_path(cx, n, p),
             "path_prefix" => path_text(cx, n, p).map(|s| {
                 let trimmed = s.trim_end_matches('/');
                 PathMatch::Prefix(if trimmed.is_empty() { "/" } else { trimmed }.to_string())
@@ -159,6 +160,25 @@ fn path_text<'n>(cx: &mut Cx, node: &'n Node, path: Path<'_>) -> Option<&'n str>
     }
 }
 
+/// `path`: a template when it holds a `{`, else an exact path.
+fn template_or_path(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<PathMatch> {
+    let text = reader::string(cx, node, path)?;
+    if !super::template::is_template(text) {
+        return path_text(cx, node, path).map(|s| PathMatch::Exact(s.to_string()));
+    }
+    match super::template::parse(text) {
+        Ok(t) => Some(PathMatch::Template(t)),
+        Err(why) => {
+            cx.at(
+                node.pos,
+                path,
+                format_args!("bad path template {}: {why}", quote(text)),
+            );
+            None
+        }
+    }
+}
+
 fn path_regex(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
     let text = reader::string(cx, node, path)?;
     match regex::Regex::new(text) {
@@ -172,17 +192,6 @@ fn path_regex(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<String> {
             None
         }
     }
-}
-
-/// The regex crate's message on one line: syntax errors come with a caret
-/// diagram over several lines, of which the `error: ...` line says what is wrong.
-fn regex_error(e: &regex::Error) -> String {
-    let text = e.to_string();
-    text.lines()
-        .rev()
-        .find_map(|line| line.trim().strip_prefix("error: "))
-        .map(str::to_string)
-        .unwrap_or_else(|| text.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 /// One method or a list of them: letters only, upper-cased, no duplicates.

@@ -5,6 +5,7 @@
 
 use regex_automata::dfa::dense::{Builder, Config, DFA};
 use regex_automata::dfa::{Automaton, StartKind};
+use regex_automata::util::start;
 use regex_automata::{Anchored, Input};
 
 /// Largest table one header regex may compile to.
@@ -55,6 +56,33 @@ impl ValueRegex {
         // No quit bytes are set, so a search cannot fail.
         matches!(self.dfa.try_search_fwd(&input), Ok(Some(_)))
     }
+
+    /// Whether the whole of the bytes `value` yields matches, fed one at a
+    /// time (a path segment as it is percent-decoded, say): no buffer.
+    pub fn is_match_bytes(&self, value: impl IntoIterator<Item = u8>) -> bool {
+        let dfa = &*self.dfa;
+        let Ok(mut sid) = dfa.start_state(&start::Config::new().anchored(Anchored::Yes)) else {
+            return false;
+        };
+        for b in value {
+            sid = dfa.next_state(sid, b);
+            if dfa.is_dead_state(sid) {
+                return false;
+            }
+        }
+        dfa.is_match_state(dfa.next_eoi_state(sid))
+    }
+}
+
+/// The regex crate's message on one line: syntax errors come with a caret
+/// diagram over several lines, of which the `error: ...` line says what is wrong.
+pub(crate) fn regex_error(e: &regex::Error) -> String {
+    let text = e.to_string();
+    text.lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix("error: "))
+        .map(str::to_string)
+        .unwrap_or_else(|| text.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 #[cfg(test)]
@@ -75,6 +103,11 @@ mod tests {
             .is_match("été-1".as_bytes()));
         assert!(ValueRegex::new(".*").unwrap().is_match(b""));
         assert!(!ValueRegex::new("a").unwrap().is_match(b"\xffa"));
+        for (re, v) in [("v[0-9]+|beta", "v12"), (".*", ""), (r"[\w-]+", "été-1")] {
+            let re = ValueRegex::new(re).unwrap();
+            assert!(re.is_match_bytes(v.bytes()), "{v}");
+            assert!(!re.is_match_bytes(format!("{v}\n").bytes()), "{v}");
+        }
     }
 
     #[test]

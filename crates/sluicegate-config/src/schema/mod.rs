@@ -34,6 +34,9 @@ const TOKEN: &str = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$";
 const HEADER_VALUE: &str = r"^[^\u0000-\u0008\u000A-\u001F\u007F]*$";
 /// A request path: from `/`, without `?`, `#`, spaces or control characters.
 const PATH: &str = r"^/[^?#\s\u0000-\u001F\u007F]*$";
+/// A path or a path template: `?`, `#`, spaces and controls only inside a
+/// `{name:regex(...)}`.
+const PATH_TEMPLATE: &str = r"^/(?:[^?#\s\u0000-\u001F\u007F{]|\{[A-Za-z_][A-Za-z0-9_]*(?::(?:int|uint|uuid|hex|alpha|alnum|\*))?\}|\{[A-Za-z_][A-Za-z0-9_]*:regex\(.*?\)\})*$";
 /// An address block, `ADDR/LEN` or one address.
 const BLOCK: &str = r"^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$";
 /// A rate: `N/s`, `N/min`, `N/h`, `N/day` (and their longer spellings).

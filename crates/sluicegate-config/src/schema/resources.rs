@@ -288,7 +288,11 @@ pub(super) fn route() -> S {
                                 r"^(\*\.)?[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*\.?$",
                             )
                             .into(),
-                            "path" => pattern("The path must equal this.", PATH).into(),
+                            "path" => pattern(
+                                "The path must equal this; or, with {name} or {name:TYPE} segments (TYPE: int, uint, uuid, hex, alpha, alnum, regex(...), or * for the rest of the path, last), a template whose parameters ${name} in rewrite.replacement and request_headers, and limit.per: param:NAME, may use.",
+                                PATH_TEMPLATE,
+                            )
+                            .into(),
                             "path_prefix" => pattern("The path must start with this, segment by segment.", PATH).into(),
                             "path_regex" => string("The path must match this regular expression.").into(),
                             "methods" => methods("The request's method must be one of these."),
@@ -327,7 +331,7 @@ pub(super) fn route() -> S {
                             "rate" => pattern("Steady rate: N/s, N/min, N/h or N/day.", RATE).into(),
                             "burst" => int("Requests at once above the rate; only with rate.", 1, Some(1_000_000_000)).into(),
                             "concurrency" => int("Requests in flight at once.", 1, Some(1_000_000_000)).into(),
-                            "per" => with_default(choice("Counters per client address, or one set for the route.", &["client_ip", "route"]), json!("client_ip")),
+                            "per" => with_default(pattern("Counters per client address (client_ip), one set for the route (route), or per value of a parameter of the route's path template (param:NAME).", r"^(client_ip|route|param:[A-Za-z_][A-Za-z0-9_]*)$"), json!("client_ip")),
                             "scope" => with_default(choice("local: per process; global: across the fleet (per: route and a rate).", &["local", "global"]), json!("local")),
                             "on_failure" => with_default(choice("A global limit while Redis is unreachable.", &["local", "deny"]), json!("local")),
                             _ => return None,
@@ -373,7 +377,7 @@ pub(super) fn route() -> S {
                         Some(match k {
                             "regex" => string("A regular expression.").into(),
                             "replacement" => pattern(
-                                "The replacement; $1 and ${name} name capture groups. No spaces, control characters, ? or #.",
+                                "The replacement; $1 and ${name} name capture groups, and ${name} that is no group a parameter of the path template. No spaces, control characters, ? or #.",
                                 r"^[^?#\s\u0000-\u001F\u007F]*$",
                             )
                             .into(),
@@ -396,6 +400,7 @@ pub(super) fn route() -> S {
                     ),
                     json!("random"),
                 ),
+                "rollout" => rollout(),
                 "fallback" => object(
                     "What answers when the service cannot (no endpoint up, circuit open, connects or retries used up, no response head in time, an invalid one): a fixed answer (status, body, headers) or another service, exactly one; answers carry Sluicegate-Fallback: 1 (only with service).",
                     route::fallback::FALLBACK_KEYS,
@@ -548,6 +553,34 @@ fn fault() -> S {
                         })
                     },
                 ),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A route's `rollout`: the canary rollout of its split's last entry.
+fn rollout() -> S {
+    // A fraction is written back as text: either form.
+    fn ratio(d: &str) -> S {
+        let number: S = ObjectBuilder::new()
+            .schema_type(Type::Number)
+            .minimum(Some(1.0))
+            .into();
+        let text: S = pattern("A ratio as text.", r"^[0-9]+(\.[0-9]+)?$").into();
+        any_of(d, vec![number, text])
+    }
+    object(
+        "Canary rollout of the split's last entry (needs split with at least 2 entries): its share rises by step percentage points after each window of every judged good, and goes back to 0 after one judged bad.",
+        route::rollout::ROLLOUT_KEYS,
+        &[],
+        |k| {
+            Some(match k {
+                "step" => with_default(int("Percentage points added per good window.", 1, Some(100)), json!(10)),
+                "every" => dur("The window: at least 100ms.", Some("30s")),
+                "max_error_ratio" => ratio("Largest canary 5xx rate over the baseline's in a window (at least 1.0; default 2)."),
+                "max_p99_ratio" => ratio("Largest canary p99 latency over the baseline's in a window (at least 1.0; default 1.5)."),
+                "min_requests" => with_default(int("Requests each side needs in a window before it is judged.", 1, None), json!(100)),
                 _ => return None,
             })
         },

@@ -248,6 +248,7 @@ pub(super) fn top(k: &str) -> Option<S> {
                         Some(match k {
                             "prefix" => with_default(pattern("The key prefix, starting and ending with /.", "^/(.*/)?$"), json!("/sluicegate/")),
                             "cache" => file("Where the last applied config is kept."),
+                            "leader_ttl" => dur("The lease of the gateway that runs the rollouts (whole seconds, at least 2s): a leader that stops is replaced after it.", Some("10s")),
                             _ => return etcd_connection_key(k),
                         })
                     }),

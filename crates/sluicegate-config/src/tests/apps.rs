@@ -230,7 +230,7 @@ fn route_limits() {
         [
             "12:12: routes[0].limit: burst needs a rate",
             "12:12: routes[0].limit: a limit needs rate or concurrency",
-            "12:29: routes[0].limit.per: expected client_ip or route, found \"everyone\"",
+            "12:29: routes[0].limit.per: expected client_ip, route or param:NAME, found \"everyone\"",
         ]
     );
 }

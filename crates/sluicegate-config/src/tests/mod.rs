@@ -9,8 +9,10 @@ mod fault;
 mod hostile;
 mod mirror;
 mod resilience;
+mod rollout;
 mod source;
 mod split;
+mod template;
 mod tls;
 mod trace;
 
@@ -200,6 +202,7 @@ fn full_example_parses_to_the_expected_model() {
                 mirror: None,
                 fallback: None,
                 cache: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -228,6 +231,7 @@ fn full_example_parses_to_the_expected_model() {
                 mirror: None,
                 fallback: None,
                 cache: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -256,6 +260,7 @@ fn full_example_parses_to_the_expected_model() {
                 mirror: None,
                 fallback: None,
                 cache: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -284,6 +289,7 @@ fn full_example_parses_to_the_expected_model() {
                 mirror: None,
                 fallback: None,
                 cache: None,
+                rollout: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],

@@ -8,6 +8,8 @@ mod config;
 mod openapi;
 mod patch;
 mod resources;
+mod rollout;
+mod rollout_openapi;
 mod secrets;
 
 use axum::extract::State;
@@ -27,6 +29,7 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route("/config/validate", post(config::validate))
         .route("/reloads", get(reloads))
         .merge(resources::routes())
+        .merge(rollout::routes())
 }
 
 /// `GET /openapi.json`: the API's OpenAPI 3.1 document.

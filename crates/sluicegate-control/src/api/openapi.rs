@@ -564,6 +564,7 @@ pub(crate) fn document() -> Doc {
         }
     }
     crate::live::openapi::add(&mut doc);
+    super::rollout_openapi::add(&mut doc);
     doc
 }
 
@@ -582,6 +583,7 @@ mod tests {
             "/routes",
             "/apps/{name}",
             "/plans/{name}",
+            "/routes/{name}/rollout",
         ] {
             assert!(doc["paths"].get(path).is_some(), "{path} missing");
         }

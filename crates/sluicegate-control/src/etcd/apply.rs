@@ -299,6 +299,7 @@ impl Etcd {
         p: &mut Publisher,
         puts: Vec<(String, serde_json::Value)>,
         deletes: Vec<String>,
+        fence: Option<&crate::rollout::Fence>,
     ) -> Result<u64, WriteError> {
         if puts.is_empty() && deletes.is_empty() {
             return Ok(p.revision());
@@ -333,7 +334,12 @@ impl Etcd {
         ));
         let unchanged =
             Compare::mod_revision(prefix.clone(), CompareOp::Less, seen as i64 + 1).with_prefix();
-        let txn = Txn::new().when([unchanged]).and_then(ops);
+        let mut when = vec![unchanged];
+        // A rollout's write also holds only while this gateway leads.
+        if let Some(f) = fence {
+            when.push(Compare::lease(f.key.clone(), CompareOp::Equal, f.lease));
+        }
+        let txn = Txn::new().when(when).and_then(ops);
         let sent = self.runtime.block_on(async move {
             tokio::time::timeout(Duration::from_secs(5), client.txn(txn)).await
         });
@@ -424,7 +430,19 @@ impl ConfigSource for Etcd {
     ) -> Result<u64, WriteError> {
         p.admit(&doc, if_match)?;
         let (puts, deletes) = diff(&self.good, &split(&self.base, &doc));
-        self.commit(p, puts, deletes)
+        self.commit(p, puts, deletes, None)
+    }
+
+    /// As [`Self::write`], fenced by the rollout leader's key.
+    fn write_fenced(
+        &mut self,
+        p: &mut Publisher,
+        doc: Document,
+        fence: Option<&crate::rollout::Fence>,
+    ) -> Result<u64, WriteError> {
+        p.admit(&doc, None)?;
+        let (puts, deletes) = diff(&self.good, &split(&self.base, &doc));
+        self.commit(p, puts, deletes, fence)
     }
 
     fn drain(&mut self, p: &mut Publisher) -> bool {

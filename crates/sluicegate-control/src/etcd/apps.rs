@@ -118,7 +118,7 @@ impl Etcd {
         let revision = p.matching(if_match)?;
         let key = format!("apps/{name}");
         let Some(mut object) = new else {
-            return self.commit(p, Vec::new(), vec![key]);
+            return self.commit(p, Vec::new(), vec![key], None);
         };
         if let Err(issues) = check_app(p, name, &object) {
             p.history.push(Source::Api, false, revision, issues.clone());
@@ -127,7 +127,7 @@ impl Etcd {
         if let Some(fields) = object.as_object_mut() {
             fields.remove("id");
         }
-        self.commit(p, vec![(key, object)], Vec::new())
+        self.commit(p, vec![(key, object)], Vec::new(), None)
     }
 }
 

@@ -26,6 +26,7 @@ use sluicegate_config::{Document, EtcdSource};
 
 use crate::reload::Reloader;
 use apply::Etcd;
+pub(crate) use client::connect;
 use inbox::Inbox;
 pub use status::Status;
 

@@ -337,21 +337,30 @@ const SHARDS: usize = 64;
 /// A shard with more clients than this forgets its idle ones.
 const SWEEP_AT: usize = 4096;
 
-type ClientMap = HashMap<IpAddr, Arc<LimitState>, RandomState>;
+type KeyMap<K> = HashMap<K, Arc<LimitState>, RandomState>;
 
-/// Counters per client IP address for a route's `limit`, shared by the
-/// workers. Clients whose counters are back to rest are forgotten when a
-/// shard grows, so memory follows the clients active now. The hash is
-/// keyed (random per table) because clients choose their addresses.
+/// Counters per key for a route's `limit`, shared by the workers: per
+/// client IP address ([`ClientLimits`]) or per value of a path parameter
+/// ([`ParamLimits`]). Keys whose counters are back to rest are forgotten
+/// when a shard grows, so memory follows the keys active now. The hash is
+/// keyed (random per table) because clients choose their keys.
 #[derive(Debug)]
-pub struct ClientLimits {
-    shards: Box<[Mutex<ClientMap>]>,
+pub struct KeyedLimits<K> {
+    shards: Box<[Mutex<KeyMap<K>>]>,
     pick: RandomState,
 }
 
-impl Default for ClientLimits {
+/// Counters per client IP address.
+pub type ClientLimits = KeyedLimits<IpAddr>;
+
+/// Counters per value of a path parameter, keyed by a 128-bit keyed hash
+/// of the value: the same memory per key as an address, whatever the
+/// value's length, and nothing allocated for a new one.
+pub type ParamLimits = KeyedLimits<u128>;
+
+impl<K> Default for KeyedLimits<K> {
     fn default() -> Self {
-        ClientLimits {
+        KeyedLimits {
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(HashMap::default()))
                 .collect(),
@@ -360,21 +369,41 @@ impl Default for ClientLimits {
     }
 }
 
-impl ClientLimits {
-    /// The counters of `ip`, created on first use.
-    pub fn state(&self, ip: IpAddr, now: Instant) -> Arc<LimitState> {
-        let shard = &self.shards[self.pick.hash_one(ip) as usize % SHARDS];
+impl<K: std::hash::Hash + Eq + Copy> KeyedLimits<K> {
+    /// The counters of `key`, created on first use.
+    pub fn state(&self, key: K, now: Instant) -> Arc<LimitState> {
+        let shard = &self.shards[self.pick.hash_one(key) as usize % SHARDS];
         let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = map.get(&ip) {
+        if let Some(s) = map.get(&key) {
             return s.clone();
         }
         if map.len() >= SWEEP_AT {
             let now_ns = mono_ns(now);
             map.retain(|_, s| Arc::strong_count(s) > 1 || !s.is_idle(now_ns));
         }
-        map.entry(ip).or_default().clone()
+        map.entry(key).or_default().clone()
     }
 
+    #[cfg(test)]
+    /// Keys with counters now.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
+    }
+}
+
+impl KeyedLimits<u128> {
+    /// The counters of a parameter's value (its bytes as routed).
+    pub fn state_of(&self, value: &[u8], now: Instant) -> Arc<LimitState> {
+        let lo = self.pick.hash_one((0u8, value));
+        let hi = self.pick.hash_one((1u8, value));
+        self.state(u128::from(hi) << 64 | u128::from(lo), now)
+    }
+}
+
+impl KeyedLimits<IpAddr> {
     /// Clients whose rate bucket is not full at `now_ns`, and how far
     /// ahead their arrival time is (for an upgrade; locks each shard once).
     pub(crate) fn carried(&self, now_ns: u64) -> Vec<(IpAddr, u64)> {
@@ -395,15 +424,6 @@ impl ClientLimits {
     /// [`LimitState::restore`]).
     pub(crate) fn restore(&self, ip: IpAddr, now: Instant, ahead: u64) {
         self.state(ip, now).restore(mono_ns(now), ahead, 0, 0);
-    }
-
-    #[cfg(test)]
-    /// Clients with counters now.
-    pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
-            .sum()
     }
 }
 

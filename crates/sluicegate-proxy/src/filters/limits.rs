@@ -1,12 +1,12 @@
-//! Limit filters: an app's plan, and a route's own limit (per client IP
-//! or per route); both answer 429 with `Retry-After` and `RateLimit-*`.
+//! Limit filters: an app's plan, and a route's own limit (per client IP,
+//! per route, or per value of a path parameter); both answer 429 with `Retry-After` and `RateLimit-*`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::{Answer, Filter, InFlight, Refuse, ReqCx};
-use crate::apps::limit::{ClientLimits, LimitState, PlanRt};
+use crate::apps::limit::{ClientLimits, LimitState, ParamLimits, PlanRt};
 use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
 
@@ -89,6 +89,13 @@ pub enum RouteCounters {
     Route(Arc<LimitState>),
     /// A set per client IP address.
     ClientIp(Arc<ClientLimits>),
+    /// A set per value of the path parameter `index` of the route's
+    /// template (called `name`, by which a reload keeps the table).
+    Param {
+        table: Arc<ParamLimits>,
+        index: usize,
+        name: Arc<str>,
+    },
 }
 
 /// A route's own `limit`, for every caller: 429 like a plan.
@@ -103,6 +110,10 @@ impl Filter for RouteLimiter {
         let state = match &self.counters {
             RouteCounters::Route(s) => s.clone(),
             RouteCounters::ClientIp(t) => t.state(cx.client, cx.now),
+            RouteCounters::Param { table, index, .. } => {
+                let value = cx.params.get(cx.path, *index).unwrap_or_default();
+                table.state_of(value, cx.now)
+            }
         };
         charge_or_refuse(
             &state,

@@ -16,7 +16,7 @@ mod policy;
 
 pub use auth::{AppKeyAuth, JwtAuth, MtlsAuth, MtlsIndex};
 pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
-pub use policy::{CorsPolicy, HeaderPolicy, IpFilter, PathRewrite};
+pub use policy::{CorsPolicy, HeaderPolicy, IpFilter, PathRewrite, Templated};
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -31,6 +31,7 @@ use crate::apps::{AppRef, AppTable};
 use crate::proto::fields::Fields;
 use crate::proto::head::RequestHead;
 use crate::proto::response::ErrorKind;
+use crate::route::template::Params;
 use crate::transport::tls::identity::ClientIdentity;
 
 /// What filters change about the request and its response, reused across
@@ -152,6 +153,9 @@ pub struct ReqCx<'a> {
     pub query: Range<usize>,
     /// Length of the route's matched path prefix (0 for other matches).
     pub prefix_len: usize,
+    /// The parameters of a template route, spans of `path` (meaningless
+    /// for other routes).
+    pub params: &'a Params,
     /// Index of the route's service; `None` for `respond` routes.
     pub service: Option<u32>,
     pub edits: &'a mut Edits,

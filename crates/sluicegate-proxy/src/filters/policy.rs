@@ -6,12 +6,20 @@ use std::sync::Arc;
 use super::{Answer, Filter, HeaderOpsRt, Refuse, ReqCx};
 use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
+use crate::route::template::Expand;
+
+/// Header fields whose values name path parameters: names and values.
+pub type Templated = Box<[(Box<[u8]>, Expand)]>;
 
 /// `request_headers` and `response_headers` of a route.
 #[derive(Debug)]
 pub struct HeaderPolicy {
     pub request: Option<HeaderOpsRt>,
     pub response: Option<Arc<HeaderOpsRt>>,
+    /// On a template route, request fields whose values name its path
+    /// parameters (`${name}`): written per request, after the others
+    /// (their names are in `request`'s drops when they are `set`).
+    pub templated: Templated,
 }
 
 impl Filter for HeaderPolicy {
@@ -23,6 +31,13 @@ impl Filter for HeaderPolicy {
                 }
             }
             cx.edits.request_headers.extend(&ops.fields);
+        }
+        for (name, value) in self.templated.iter() {
+            // The parameter as routed: escapes kept, so no decoded byte
+            // can end the field.
+            cx.edits.request_headers.push_with(name, |out| {
+                value.write(cx.params, cx.path, out, |t, o| o.extend_from_slice(t))
+            });
         }
         cx.edits.response_ops.clone_from(&self.response);
         Ok(())
@@ -183,6 +198,9 @@ pub struct PathRewrite {
     pub replacement: Vec<u8>,
     /// The route strips its matched prefix first.
     pub strip: bool,
+    /// The replacement cut at its `${name}` references to the route's
+    /// path parameters (names that are no capture group of the regex).
+    pub params: Option<Expand>,
 }
 
 impl Filter for PathRewrite {
@@ -196,7 +214,21 @@ impl Filter for PathRewrite {
         } else {
             base
         };
-        let mut out = self.regex.replace(base, &self.replacement[..]).into_owned();
+        let mut out = match &self.params {
+            None => self.regex.replace(base, &self.replacement[..]).into_owned(),
+            Some(expand) => match self.regex.captures(base) {
+                None => base.to_vec(),
+                Some(caps) => {
+                    // The parameters as routed: a decoded "%2F" never
+                    // makes a new segment.
+                    let whole = caps.get(0).map_or(0..0, |m| m.range());
+                    let mut out = base[..whole.start].to_vec();
+                    expand.write(cx.params, cx.path, &mut out, |t, o| caps.expand(t, o));
+                    out.extend_from_slice(&base[whole.end..]);
+                    out
+                }
+            },
+        };
         if out.first() != Some(&b'/') {
             out.insert(0, b'/');
         }

@@ -1,8 +1,9 @@
 //! Route matching: picks the most specific route for a request.
 //!
-//! Exact paths come from a hash map, prefixes are looked up once per `/`
-//! boundary of the path (longest first), regexes are tried in file order,
-//! and routes without a path condition come last. Within one path key,
+//! Exact paths come from a hash map, then path templates from a segment
+//! trie ([`crate::route::template`]), then prefixes are looked up once per
+//! `/` boundary of the path (longest first), regexes are tried in file
+//! order, and routes without a path condition come last. Within one path key,
 //! routes are tried in file order and the first whose host, method,
 //! header, query and cookie conditions hold wins. Cost is O(path
 //! segments), whatever the number of routes, except for regex routes.
@@ -17,6 +18,7 @@ use rustc_hash::FxBuildHasher;
 use regex::Regex;
 use sluicegate_config::{HostMatch, Match, PathMatch, ValueMatch, ValueRegex};
 
+use crate::route::template::{Params, Templates};
 use crate::route::values;
 
 /// What a header's value must be.
@@ -209,6 +211,7 @@ pub struct Router {
     /// Routes after the first of a path key, by [`Entry::more`].
     more: Vec<Vec<u32>>,
     regex: Vec<(Regex, usize)>,
+    templates: Templates,
     any: Vec<usize>,
     conds: Vec<Cond>,
     longest_prefix: usize,
@@ -262,6 +265,7 @@ impl Router {
                     let re = Regex::new(re).map_err(|e| e.to_string())?;
                     r.regex.push((re, i));
                 }
+                PathMatch::Template(t) => r.templates.add(t, route)?,
             }
         }
         Ok(r)
@@ -281,13 +285,25 @@ impl Router {
             .find(|&i| self.conds[i].holds(req))
     }
 
-    pub fn find(&self, req: &RouteRequest<'_>) -> Option<RouteMatch> {
+    /// The route `req` takes. When it is a template route, its
+    /// parameters are left in `params` (spans of `req.path`); other
+    /// matches leave `params` alone.
+    pub fn find(&self, req: &RouteRequest<'_>, params: &mut Params) -> Option<RouteMatch> {
         let path = req.path;
         if let Some(i) = self.first(self.exact.get(path), req) {
             return Some(RouteMatch {
                 index: i,
                 prefix_len: 0,
             });
+        }
+        if !self.templates.is_empty() {
+            let mut ok = |i: u32| self.conds[i as usize].holds(req);
+            if let Some(i) = self.templates.find(path, params, &mut ok) {
+                return Some(RouteMatch {
+                    index: i as usize,
+                    prefix_len: 0,
+                });
+            }
         }
         if !self.prefix.is_empty() {
             // Candidate prefixes: the whole path, then the path cut at each
@@ -374,14 +390,17 @@ mod tests {
                 .filter(|(k, _)| k.as_bytes() == n)
                 .any(|(_, v)| f(v.as_bytes()));
         };
-        r.find(&RouteRequest {
-            host: host.map(str::as_bytes),
-            method: method.as_bytes(),
-            path: path.as_bytes(),
-            query: query.as_bytes(),
-            header: &lookup,
-            header_values: &each,
-        })
+        r.find(
+            &RouteRequest {
+                host: host.map(str::as_bytes),
+                method: method.as_bytes(),
+                path: path.as_bytes(),
+                query: query.as_bytes(),
+                header: &lookup,
+                header_values: &each,
+            },
+            &mut Params::default(),
+        )
         .map(|x| (x.index, x.prefix_len))
     }
 
@@ -501,5 +520,128 @@ mod tests {
             Some(3)
         );
         assert_eq!(at("/", &[("cookie", "beta=yess")]), Some(3));
+    }
+
+    fn tm(text: &str) -> Match {
+        let t = match sluicegate_config::parse(&format!(
+            "listen: [{{addr: \"127.0.0.1:1\"}}]\nroutes: [{{name: r, match: {{path: \"{text}\"}}, respond: {{}}}}]\n"
+        )) {
+            Ok(c) => c.routes[0].matcher.clone(),
+            Err(e) => panic!("{text}: {e:?}"),
+        };
+        assert!(matches!(t.path, PathMatch::Template(_)), "{text}");
+        t
+    }
+
+    /// The route and its parameters' text.
+    fn params(r: &Router, path: &str) -> Option<(usize, Vec<String>)> {
+        let lookup = |_: &[u8]| None;
+        let each = |_: &[u8], _: &mut dyn FnMut(&[u8]) -> bool| {};
+        let mut p = Params::default();
+        let req = RouteRequest {
+            host: None,
+            method: b"GET",
+            path: path.as_bytes(),
+            query: b"",
+            header: &lookup,
+            header_values: &each,
+        };
+        let found = r.find(&req, &mut p)?;
+        let values = (0..p.len())
+            .map(|i| String::from_utf8(p.get(path.as_bytes(), i).unwrap().to_vec()).unwrap())
+            .collect();
+        Some((found.index, values))
+    }
+
+    #[test]
+    fn templates_between_exact_and_prefix() {
+        let routes = [
+            m(PathMatch::Any),
+            m(PathMatch::Regex("^/users/.*$".into())),
+            m(PathMatch::Prefix("/users".into())),
+            tm("/users/{id:int}"),
+            m(PathMatch::Exact("/users/42".into())),
+            tm("/users/{name}"),
+            m(PathMatch::Exact("/users/me".into())),
+        ];
+        let r = Router::new(&routes).unwrap();
+        assert_eq!(params(&r, "/users/42"), Some((4, vec![])));
+        assert_eq!(params(&r, "/users/7"), Some((3, vec!["7".into()])));
+        // A path without a "{" is exact, whatever else matches.
+        assert_eq!(params(&r, "/users/me"), Some((6, vec![])));
+        assert_eq!(params(&r, "/users/bob"), Some((5, vec!["bob".into()])));
+        assert_eq!(params(&r, "/users/bob/x"), Some((2, vec![])));
+        assert_eq!(params(&r, "/users/bob/"), Some((2, vec![])));
+        assert_eq!(params(&r, "/other"), Some((0, vec![])));
+    }
+
+    #[test]
+    fn literal_typed_untyped_then_rest_with_backtracking() {
+        let routes = [
+            tm("/{any}/{x}/end"),
+            tm("/{n:int}/{x}/tail"),
+            tm("/a/{x}/lit"),
+            tm("/a/{rest:*}"),
+            tm("/files/{path:*}"),
+            tm("/{who:alpha}/{id:uuid}"),
+        ];
+        let r = Router::new(&routes).unwrap();
+        let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(params(&r, "/a/b/lit"), Some((2, v(&["b"]))));
+        // Segment by segment: the literal "a" wins, and its catch-all
+        // before going back to the root's parameter edges.
+        assert_eq!(params(&r, "/a/b/end"), Some((3, v(&["b/end"]))));
+        // The int edge leads nowhere for ".../end": back up, untyped.
+        assert_eq!(params(&r, "/1/b/tail"), Some((1, v(&["1", "b"]))));
+        assert_eq!(params(&r, "/1/b/end"), Some((0, v(&["1", "b"]))));
+        assert_eq!(params(&r, "/a/b/c/d"), Some((3, v(&["b/c/d"]))));
+        assert_eq!(params(&r, "/a"), Some((3, v(&[""]))));
+        assert_eq!(params(&r, "/a/"), Some((3, v(&[""]))));
+        assert_eq!(params(&r, "/files/x/y/"), Some((4, v(&["x/y/"]))));
+        assert_eq!(params(&r, "/files"), Some((4, v(&[""]))));
+        let uuid = "123e4567-e89b-12d3-a456-426614174000";
+        assert_eq!(
+            params(&r, &format!("/J%C3%BCrgen/{uuid}")),
+            Some((5, v(&["J%C3%BCrgen", uuid])))
+        );
+        assert_eq!(params(&r, "/x1/123e4567"), None, "neither type holds");
+        assert_eq!(params(&r, "/b/c"), None);
+        assert_eq!(params(&r, "/1/2/other"), None);
+    }
+
+    #[test]
+    fn other_conditions_in_file_order_and_fall_through() {
+        let mut post = tm("/items/{id:int}");
+        post.methods = vec!["POST".into()];
+        let routes = [post, tm("/items/{id}"), m(PathMatch::Prefix("/".into()))];
+        let r = Router::new(&routes).unwrap();
+        assert_eq!(find_with(&r, None, "POST", "/items/3", &[]), Some((0, 0)));
+        assert_eq!(find_with(&r, None, "GET", "/items/3", &[]), Some((1, 0)));
+        assert_eq!(find_with(&r, None, "GET", "/items", &[]), Some((2, 0)));
+    }
+
+    #[test]
+    fn twenty_parameters_and_many_routes() {
+        let kinds = ["", ":int", ":alpha", ":hex", ":uint"];
+        let text: String = (1..=20)
+            .map(|i| format!("/{{p{i}{}}}", kinds[i % kinds.len()]))
+            .collect();
+        let mut routes: Vec<Match> = (0..500).map(|i| tm(&format!("/r{i}/{{id:int}}"))).collect();
+        routes.push(tm(&text));
+        let r = Router::new(&routes).unwrap();
+        let path: String = (1..=20)
+            .map(|i| match i % kinds.len() {
+                1 => format!("/{i}"),
+                2 => "/abc".to_string(),
+                3 => "/beef".to_string(),
+                _ => format!("/v{i}").replace("/v", if i % 5 == 4 { "/" } else { "/v" }),
+            })
+            .collect();
+        let (i, values) = params(&r, &path).unwrap();
+        assert_eq!(i, 500);
+        assert_eq!(values.len(), 20);
+        assert_eq!(format!("/{}", values.join("/")), path);
+        assert_eq!(params(&r, "/r321/9"), Some((321, vec!["9".into()])));
+        assert_eq!(params(&r, "/r321/x"), None);
     }
 }

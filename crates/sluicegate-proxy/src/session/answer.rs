@@ -66,18 +66,7 @@ pub(super) async fn fail_early(
     };
     let rendered = response::render(&answer, link.client.h2(), &mut bufs.out);
     link.worker.shared.global.unrouted.record(kind.status());
-    let wait = link.worker.deadlines.after(snap.timeouts.client_write);
-    let written = match rendered {
-        Ok(()) => write_all_by(link.client, &bufs.out, wait).await,
-        failed => failed,
-    };
-    let written = match written {
-        Ok(()) => true,
-        Err(e) => {
-            client_write_failed(link.worker, &e);
-            false
-        }
-    };
+    let written = write_answer(link, snap, &bufs.out, rendered).await;
     log_refused(link, snap, bufs, kind.status(), parsed, written);
     written
 }
@@ -214,13 +203,7 @@ pub(super) async fn answer_locally(
             return outcome;
         }
     }
-    let wait = link.worker.deadlines.after(snap.timeouts.client_write);
-    let written = match rendered {
-        Ok(()) => write_all_by(link.client, &bufs.out, wait).await,
-        failed => failed,
-    };
-    if let Err(e) = written {
-        client_write_failed(link.worker, &e);
+    if !write_answer(link, snap, &bufs.out, rendered).await {
         outcome.close = true;
     }
     outcome
@@ -241,16 +224,33 @@ pub(super) async fn answer_consumed(
     let close = close || link.worker.shutting_down();
     let (rendered, status, body_len) = render_local(link, bufs, fixed, is_head, close);
     let mut outcome = Outcome::local(status, body_len as u64, close);
-    let wait = link.worker.deadlines.after(snap.timeouts.client_write);
-    let written = match rendered {
-        Ok(()) => write_all_by(link.client, &bufs.out, wait).await,
-        failed => failed,
-    };
-    if let Err(e) = written {
-        client_write_failed(link.worker, &e);
+    if !write_answer(link, snap, &bufs.out, rendered).await {
         outcome.close = true;
     }
     outcome
+}
+
+/// Writes an answer rendered into `out` (`rendered`: whether that went
+/// well) within the client-write timeout; false, the failure counted,
+/// when it could not be rendered or written.
+async fn write_answer(
+    link: Link<'_>,
+    snap: &Snapshot,
+    out: &[u8],
+    rendered: std::io::Result<()>,
+) -> bool {
+    let wait = link.worker.deadlines.after(snap.timeouts.client_write);
+    let written = match rendered {
+        Ok(()) => write_all_by(link.client, out, wait).await,
+        failed => failed,
+    };
+    match written {
+        Ok(()) => true,
+        Err(e) => {
+            client_write_failed(link.worker, &e);
+            false
+        }
+    }
 }
 
 /// Renders a local answer into `bufs.out` (with the filters' response

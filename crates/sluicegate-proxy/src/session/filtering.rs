@@ -34,7 +34,11 @@ fn filter_cx<'a>(route: &RouteRt, bufs: &'a mut Bufs, f: &Facts<'a>) -> ReqCx<'a
         ActionRt::Respond { .. } => None,
     };
     let Bufs {
-        inb, req, edits, ..
+        inb,
+        req,
+        edits,
+        params,
+        ..
     } = bufs;
     let raw = inb.filled();
     ReqCx {
@@ -43,6 +47,7 @@ fn filter_cx<'a>(route: &RouteRt, bufs: &'a mut Bufs, f: &Facts<'a>) -> ReqCx<'a
         path: f.norm.unwrap_or(&raw[f.target.path.clone()]),
         query: f.target.query.clone(),
         prefix_len: f.prefix_len,
+        params,
         service,
         edits,
         app: None,
@@ -169,6 +174,7 @@ mod tests {
                 path: b"/",
                 query: 0..0,
                 prefix_len: 0,
+                params: &Default::default(),
                 service: None,
                 edits: &mut edits,
                 app: None,

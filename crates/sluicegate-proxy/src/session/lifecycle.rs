@@ -36,13 +36,16 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use super::answer::{answer_consumed, answer_locally, https_redirect, refuse_and_close, Local};
+use super::action::{inject, pick};
+use super::answer::{answer_locally, https_redirect, refuse_and_close, Local};
+use super::fallback::{fall_back, Again};
 use super::filtering::{request_filters, request_filters_waiting, Facts};
 use super::grpc::grpc_facts;
 use super::ids::{end_span, request_ids, since};
 use super::peer::Link;
+use super::req::Req;
 use super::tunneled::{Handoff, LogFacts};
-use crate::filters::fault::{FaultRt, Injected};
+use crate::filters::fault::Injected;
 use crate::filters::Answer;
 use crate::observe::accesslog;
 use crate::proto::fields;
@@ -50,17 +53,15 @@ use crate::proto::head::RequestHead;
 use crate::proto::response::{ErrorKind, Head};
 use crate::route::router::RouteRequest;
 use crate::route::target::Target;
-use crate::snapshot::fallback::{FallbackAnswerRt, FallbackRt};
-use crate::snapshot::split::{KeySource, SplitEntryRt, SplitRt};
-use crate::snapshot::{ActionRt, RouteRt, ServiceRt, Snapshot};
+use crate::snapshot::fallback::FallbackAnswerRt;
+use crate::snapshot::split::SplitEntryRt;
+use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
-use crate::transport::io::Mark;
 use crate::upstream::forward::{self, Ended, Outcome};
-use crate::upstream::handback::{HandBack, Unanswered};
+use crate::upstream::handback::HandBack;
 use crate::upstream::mirror;
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Bufs;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What the request loop does after a request.
@@ -72,17 +73,6 @@ pub(super) enum Next {
     /// The request opened a tunnel: the serving task ends and a task of
     /// the tunnel's own takes the connection, and this.
     Tunnel(Box<Handoff>),
-}
-
-/// What the phases after routing know of a request, besides its buffers.
-struct Req<'a> {
-    link: &'a Link<'a>,
-    snap: &'a Snapshot,
-    /// The client as the log names it: the connection's address, or the
-    /// one a trusted proxy names.
-    who: &'a str,
-    /// The method's length in `bufs.log_line`.
-    method_len: usize,
 }
 
 /// Runs one request whose head is in `bufs`, from routing to the log.
@@ -130,14 +120,17 @@ pub(super) async fn exchange(
         }
     };
     let host = target.host(raw).map(crate::route::target::strip_port);
-    let found = snap.router.find(&RouteRequest {
-        host,
-        method,
-        path: norm.as_deref().unwrap_or(&raw[target.path.clone()]),
-        query: raw[target.query.clone()].get(1..).unwrap_or_default(),
-        header: &lookup,
-        header_values: &each_value,
-    });
+    let found = snap.router.find(
+        &RouteRequest {
+            host,
+            method,
+            path: norm.as_deref().unwrap_or(&raw[target.path.clone()]),
+            query: raw[target.query.clone()].get(1..).unwrap_or_default(),
+            header: &lookup,
+            header_values: &each_value,
+        },
+        &mut bufs.params,
+    );
     // The access log's request line; not built when nothing logs it.
     let logging = snap.access_log.is_some();
     if logging {
@@ -474,154 +467,6 @@ fn hand_off(
         log,
         split_entry: None,
     })
-}
-
-/// The entry of the route's `split` that takes this request: by the app
-/// the filters identified, the request's key, or the worker's generator.
-fn pick(rq: &Req<'_>, split: &SplitRt, bufs: &Bufs, client: IpAddr) -> usize {
-    let src = KeySource {
-        raw: bufs.inb.filled(),
-        headers: &bufs.req.headers,
-        client,
-        app: bufs.edits.app.map(|a| rq.snap.apps.app_id(a)),
-    };
-    split.pick(&src, &rq.link.worker.rng)
-}
-
-/// Draws the route's fault for this request (its worker's generator) and
-/// counts it; a delay is waited here, on the worker's deadlines, and never
-/// past the request's deadline for its response head (the service's
-/// `timeouts.request`, or a gRPC call's own), which forwarding keeps. True
-/// beside it when the delay reached that deadline: the request is out of
-/// time before it is sent.
-#[cold]
-async fn inject(
-    rq: &Req<'_>,
-    fault: &FaultRt,
-    route: &RouteRt,
-    service: &ServiceRt,
-    bufs: &Bufs,
-    started: Instant,
-) -> (Injected, bool) {
-    let injected = fault.draw(&rq.link.worker.rng);
-    let mut timed_out = false;
-    match injected {
-        Injected::None => {}
-        Injected::Abort(_) => {
-            route.metrics.fault_aborts.fetch_add(1, Ordering::Relaxed);
-        }
-        Injected::Delay(d) => {
-            route.metrics.fault_delays.fetch_add(1, Ordering::Relaxed);
-            let limit = match bufs.grpc_timeout {
-                Some(t) => t.min(service.timeouts.request),
-                None => service.timeouts.request,
-            };
-            let (wanted, deadline) = (Instant::now() + d, started + limit);
-            timed_out = deadline <= wanted;
-            let wait = rq.link.worker.deadlines.at(wanted.min(deadline));
-            // Ends then (or at shutdown): nothing else to wait for.
-            let _ = wait.or_shutdown().bound(std::future::pending::<()>()).await;
-        }
-    }
-    (injected, timed_out)
-}
-
-/// What sending a request to a route's fallback service needs besides
-/// the route: the client, the target and the prefix to strip, and where
-/// the request was in `bufs.inb` before it was forwarded.
-struct Again<'a> {
-    client: IpAddr,
-    target: &'a Target,
-    strip: usize,
-    mark: Mark,
-}
-
-/// Answers a request its route's service could not (`un`: why, and what
-/// is left of the request) by the route's fallback, with the
-/// `Sluicegate-Fallback: 1` field: its fixed answer (after a body that
-/// went upstream too, then closing), or the request sent once to the
-/// fallback service, when it is still whole (from a fresh start: the
-/// service's own `timeouts.request`), whose answer is relayed and whose
-/// failure is answered as errors are. A request whose body went upstream
-/// cannot go again: it gets the first service's error, without the field.
-/// Counted per route; the outcome, the access log's mark, and the
-/// fallback service when one was called.
-#[cold]
-async fn fall_back<'s>(
-    rq: &Req<'s>,
-    bufs: &mut Bufs,
-    route: &RouteRt,
-    fb: &'s FallbackRt,
-    un: Unanswered<'s>,
-    again: Again<'_>,
-) -> (Outcome<'s>, &'static str, Option<&'s ServiceRt>) {
-    let (link, snap, is_head) = (*rq.link, rq.snap, bufs.is_head);
-    if un.at_hand {
-        bufs.inb.rewind(again.mark);
-    }
-    if let (FallbackAnswerRt::Service(_), false) = (&fb.answer, un.at_hand) {
-        route
-            .metrics
-            .fallbacks_unsent
-            .fetch_add(1, Ordering::Relaxed);
-        let error = Local::Error(un.kind, &fields::NONE);
-        let o = answer_consumed(link, snap, bufs, error, is_head, un.close).await;
-        return (with_upstream(o, &un), "unsent", None);
-    }
-    route.metrics.fallbacks[un.cause.index()].fetch_add(1, Ordering::Relaxed);
-    bufs.edits
-        .response_headers
-        .push(b"sluicegate-fallback", b"1");
-    let why = un.cause.name();
-    let (local, left, service) = match &fb.answer {
-        FallbackAnswerRt::Fixed { head, body } => (Local::Fixed(Head::Fixed(head), body), un, None),
-        FallbackAnswerRt::Service(i) => {
-            let service: &'s ServiceRt = snap.service(*i);
-            let down = link.downstream();
-            let cx = forward::Request {
-                worker: down.worker,
-                down: Some(&down),
-                client: again.client,
-                origin: None,
-                snap,
-                service,
-                target: again.target,
-                strip: again.strip,
-                started: Instant::now(),
-                upgrade: &[],
-                feed: None,
-                hand_back: HandBack {
-                    failures: true,
-                    ..HandBack::NONE
-                },
-            };
-            match forward::forward(cx, bufs).await {
-                Ended::Unanswered(un) => {
-                    if un.at_hand {
-                        bufs.inb.rewind(again.mark);
-                    }
-                    (Local::Error(un.kind, &fields::NONE), un, Some(service))
-                }
-                ended => return (ended.outcome(), why, Some(service)),
-            }
-        }
-    };
-    let o = if left.at_hand {
-        answer_locally(link, snap, bufs, local, is_head).await
-    } else {
-        answer_consumed(link, snap, bufs, local, is_head, left.close).await
-    };
-    (with_upstream(o, &left), why, service)
-}
-
-/// A local answer's outcome with what forwarding did before it: the
-/// body bytes sent, the endpoint tried, the upstream's time.
-fn with_upstream<'s>(mut o: Outcome<'static>, un: &Unanswered<'s>) -> Outcome<'s> {
-    o.bytes_in = un.bytes_in;
-    o.upstream_us = un.upstream_us;
-    let mut o: Outcome<'s> = o;
-    o.endpoint = un.endpoint;
-    o
 }
 
 /// Marks the end of a request: one clock read, shared by the metrics,

@@ -23,6 +23,7 @@ use crate::filters::{
 use crate::observe::accesslog::Sink;
 use crate::observe::metrics::{RouteMetrics, SplitMetrics};
 use crate::route::router::Router;
+use crate::route::template::Expand;
 use crate::transport::listener::ListenerRt;
 use crate::transport::tls::client::UpstreamTlsRt;
 
@@ -265,6 +266,8 @@ fn compile_routes(
                 (Some(c @ RouteCounters::ClientIp(_)), LimitKey::ClientIp) => c.clone(),
                 (_, LimitKey::Route) => RouteCounters::Route(Arc::default()),
                 (_, LimitKey::ClientIp) => RouteCounters::ClientIp(Arc::default()),
+                (old, LimitKey::Param(index)) => param_counters(old, &r.matcher, index)
+                    .ok_or_else(|| format!("route {}: limit.per names no parameter", r.name))?,
             };
             live_route_limits.insert(r.name.clone(), counters.clone());
             let plan = PlanRt::new(&Plan {
@@ -307,10 +310,18 @@ fn compile_routes(
             filters.push(Box::new(PlanLimit));
         }
         // Last, so a policy can also drop what an earlier filter left.
-        let request = HeaderOpsRt::new(&r.request_headers);
+        let template = match &r.matcher.path {
+            sluicegate_config::PathMatch::Template(t) => Some(t),
+            _ => None,
+        };
+        let (request, templated) = request_ops(&r.request_headers, template);
         let response = HeaderOpsRt::new(&r.response_headers).map(Arc::new);
-        if request.is_some() || response.is_some() {
-            filters.push(Box::new(HeaderPolicy { request, response }));
+        if request.is_some() || response.is_some() || !templated.is_empty() {
+            filters.push(Box::new(HeaderPolicy {
+                request,
+                response,
+                templated,
+            }));
         }
         if let Some(rw) = &r.rewrite {
             let regex = regex::bytes::Regex::new(&rw.regex)
@@ -322,10 +333,25 @@ fn compile_routes(
                     ..
                 }
             );
+            // A name that is a capture group of the regex means the group.
+            let params = template.and_then(|t| {
+                Expand::new(&rw.replacement, |name| {
+                    let group = match name.parse::<usize>() {
+                        Ok(i) => i < regex.captures_len(),
+                        Err(_) => regex.capture_names().flatten().any(|g| g == name),
+                    };
+                    if group {
+                        None
+                    } else {
+                        t.param_index(name)
+                    }
+                })
+            });
             filters.push(Box::new(PathRewrite {
                 regex,
                 replacement: rw.replacement.as_bytes().to_vec(),
                 strip,
+                params,
             }));
         }
         routes.push(RouteRt {
@@ -412,4 +438,94 @@ fn compile_routes(
             .as_ref()
             .map(|t| crate::observe::trace::Sampler::new(t.ratio)),
     })
+}
+
+/// A route limit's counters per value of parameter `index` of the route's
+/// template: the table of the route's last snapshot when it counted by
+/// the parameter of the same name, else a new one.
+fn param_counters(
+    old: Option<&RouteCounters>,
+    m: &sluicegate_config::Match,
+    index: usize,
+) -> Option<RouteCounters> {
+    let sluicegate_config::PathMatch::Template(t) = &m.path else {
+        return None;
+    };
+    let name: Arc<str> = t.params().nth(index)?.into();
+    let table = match old {
+        Some(RouteCounters::Param { table, name: n, .. }) if *n == name => table.clone(),
+        _ => Arc::default(),
+    };
+    Some(RouteCounters::Param { table, index, name })
+}
+
+/// A route's `request_headers` compiled; on a template route, the `set`
+/// and `add` values that name its parameters apart (a `set` one's name
+/// still dropped from the request), to be written per request.
+fn request_ops(
+    ops: &sluicegate_config::HeaderOps,
+    template: Option<&sluicegate_config::PathTemplate>,
+) -> (Option<HeaderOpsRt>, crate::filters::Templated) {
+    let Some(t) = template else {
+        return (HeaderOpsRt::new(ops), Box::default());
+    };
+    let mut plain = ops.clone();
+    let mut templated = Vec::new();
+    let mut split = |list: &mut Vec<(String, String)>, set: bool| {
+        list.retain(
+            |(name, value)| match Expand::new(value, |n| t.param_index(n)) {
+                None => true,
+                Some(e) => {
+                    templated.push((name.as_bytes().into(), e));
+                    if set {
+                        plain.remove.push(name.to_ascii_lowercase());
+                    }
+                    false
+                }
+            },
+        )
+    };
+    let (mut set, mut add) = (
+        std::mem::take(&mut plain.set),
+        std::mem::take(&mut plain.add),
+    );
+    split(&mut set, true);
+    split(&mut add, false);
+    plain.set = set;
+    plain.add = add;
+    (HeaderOpsRt::new(&plain), templated.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(path: &str, per: &str) -> Config {
+        sluicegate_config::parse(&format!(
+            "listen: [\"127.0.0.1:9\"]\nroutes:\n  - name: b\n    match: {{ path: \"{path}\" }}\n    limit: {{ rate: 1/h, per: \"{per}\" }}\n    respond: {{}}\n"
+        ))
+        .unwrap()
+    }
+
+    fn table(reg: &Registry) -> (Arc<crate::apps::limit::ParamLimits>, usize) {
+        match reg.route_limits.get("b") {
+            Some(RouteCounters::Param { table, index, .. }) => (table.clone(), *index),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A reload keeps a parameter's counters while the route counts by a
+    /// parameter of the same name, wherever it moved in the template.
+    #[test]
+    fn parameter_counters_survive_reloads_by_name() {
+        let mut reg = Registry::default();
+        compile(&config("/b/{id}", "param:id"), &mut reg).unwrap();
+        let (first, _) = table(&reg);
+        compile(&config("/x/{v:int}/{id}", "param:id"), &mut reg).unwrap();
+        let (kept, index) = table(&reg);
+        assert!(Arc::ptr_eq(&first, &kept));
+        assert_eq!(index, 1);
+        compile(&config("/x/{v:int}/{id}", "param:v"), &mut reg).unwrap();
+        assert!(!Arc::ptr_eq(&first, &table(&reg).0));
+    }
 }

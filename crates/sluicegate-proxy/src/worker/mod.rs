@@ -150,6 +150,8 @@ pub struct Bufs {
     /// The copy of the current request's body its mirror reads, when the
     /// route mirrors it; the body's relay feeds it.
     pub(crate) mirror: Option<tee::Tee>,
+    /// The path parameters of the current request's template route.
+    pub params: crate::route::template::Params,
 }
 
 impl Worker {
@@ -219,6 +221,7 @@ impl Worker {
                 upgraded: None,
                 ids: Ids::default(),
                 mirror: None,
+                params: Default::default(),
             })
         })
     }
