@@ -3,5 +3,6 @@
 //! the request's parts in place, and RFC 9111's rules for a shared cache
 //! (what is stored, for how long, how old it is). See `docs/cache.md`.
 
+pub mod fill;
 pub mod rules;
 pub mod store;

@@ -124,7 +124,7 @@ impl Object {
     }
 
     /// Whether a request whose fields `header` gives matches its `Vary`.
-    fn varies_as(&self, header: &dyn Fn(&[u8]) -> Option<&[u8]>) -> bool {
+    fn varies_as<'h>(&self, header: &dyn Fn(&[u8]) -> Option<&'h [u8]>) -> bool {
         self.vary
             .iter()
             .all(|(name, value)| header(name).unwrap_or_default().trim_ascii() == &value[..])
@@ -260,11 +260,11 @@ impl Store {
 
     /// The object for a key (`hash` of `parts`) whose `Vary` the
     /// request's fields (`header`) match; marked as read.
-    pub fn get(
+    pub fn get<'h>(
         &self,
         hash: u64,
         parts: &[&[u8]],
-        header: &dyn Fn(&[u8]) -> Option<&[u8]>,
+        header: &dyn Fn(&[u8]) -> Option<&'h [u8]>,
     ) -> Option<Arc<Object>> {
         let shard = self.shard(hash);
         let entry = shard.map.get(&hash)?;

@@ -37,6 +37,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::action::{inject, pick};
+use super::cached::{self, Cached};
 use super::answer::{answer_locally, https_redirect, refuse_and_close, Local};
 use super::fallback::{fall_back, Again};
 use super::filtering::{request_filters, request_filters_waiting, Facts};
@@ -259,8 +260,7 @@ pub(super) async fn exchange(
                 mirror,
                 fallback,
                 split,
-                // Not on the request path yet (docs/cache.md, "Status").
-                cache: _,
+                cache,
             } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let service = match split {
@@ -285,6 +285,16 @@ pub(super) async fn exchange(
                     if let Some(kind) = kind {
                         let local = Local::Error(kind, &fields::NONE);
                         break 'proxy answer_locally(link, snap, bufs, local, is_head).await;
+                    }
+                }
+                // The cache: after the filters (and the fault
+                // injection), before the mirror and the forward; a miss
+                // leaves its fill in `bufs`, taken back below.
+                let mut invalidate = None;
+                if let Some(c) = cache {
+                    match cached::lookup(link, snap, bufs, route, c, &target, is_head).await {
+                        Cached::Served(outcome) => break 'proxy outcome,
+                        Cached::Forward(key) => invalidate = key,
                     }
                 }
                 let down = link.downstream();
@@ -315,7 +325,11 @@ pub(super) async fn exchange(
                     feed: None,
                     hand_back,
                 };
-                let outcome = match (forward::forward(cx, bufs).await, fallback) {
+                let forwarded = forward::forward(cx, bufs).await;
+                // Filled by the relay, if anything: no fallback's answer
+                // is stored in its place.
+                let fill = if cache.is_some() { bufs.fill.take() } else { None };
+                let outcome = match (forwarded, fallback) {
                     (Ended::Unanswered(un), Some(fb)) => {
                         // The split's entry failed, whatever answers
                         // instead: its counters (the rollout's input)
@@ -337,6 +351,9 @@ pub(super) async fn exchange(
                     }
                     (ended, _) => ended.outcome(),
                 };
+                if let Some(c) = cache {
+                    cached::ended(route, c, fill, invalidate, outcome.status);
+                }
                 if mirror.is_some() {
                     // The copy's body ends with the request's (cut, if
                     // it did not arrive whole).

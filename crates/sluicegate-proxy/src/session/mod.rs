@@ -17,6 +17,7 @@
 mod action;
 mod active;
 mod answer;
+mod cached;
 pub(crate) mod conn;
 mod fallback;
 mod filtering;

@@ -378,6 +378,9 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
         snap.timeouts.client_write,
     )
     .await;
+    if let Some(f) = bufs.fill.as_deref_mut() {
+        f.whole = relayed.is_ok();
+    }
     let ended = relay_end(&call, at, up, bufs, head_at, upstream_us, close, relayed);
     let outcome = match ended {
         Ok(o) => o,
@@ -568,6 +571,9 @@ fn relay_head(call: &Call<'_, '_>, down: &Downstream<'_>, bufs: &mut Bufs) -> bo
         || call.worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && client_minor == 0);
+    if bufs.fill.is_some() {
+        super::fill::judge(bufs);
+    }
     write_response_head(bufs, close, client_minor, down.client);
     close
 }

@@ -19,6 +19,7 @@ pub(crate) mod body;
 pub(crate) mod client;
 mod connect;
 mod dial;
+mod fill;
 mod duplex;
 pub(crate) mod failure;
 pub(crate) mod forward;

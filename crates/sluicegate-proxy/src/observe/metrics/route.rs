@@ -46,6 +46,17 @@ pub struct RouteMetrics {
     /// The route's `mirror` copies: kept with the route's other counters,
     /// so a reload keeps them too.
     pub mirror: MirrorMetrics,
+    /// The route's `cache`: lookups answered from memory, lookups that
+    /// went upstream, answers stored.
+    pub cache: CacheMetrics,
+}
+
+/// A caching route's counters.
+#[derive(Debug, Default)]
+pub struct CacheMetrics {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub stores: AtomicU64,
 }
 
 impl RouteMetrics {
@@ -62,6 +73,7 @@ impl RouteMetrics {
             fallbacks_unsent: AtomicU64::new(0),
             grpc: Default::default(),
             mirror: MirrorMetrics::default(),
+            cache: CacheMetrics::default(),
         }
     }
 
@@ -130,6 +142,33 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         family(out, name, "counter", help, rows);
     }
     render_mirrors(out, routes.clone().map(|r| (&*r.name, &r.mirror)));
+    // Only the routes whose cache saw a request: the others have none.
+    let cache: [Family; 3] = [
+        (
+            "sluicegate_cache_hits_total",
+            "Requests answered from the cache, by route.",
+            |r| r.cache.hits.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_misses_total",
+            "Cacheable requests that went upstream (nothing fresh stored, or the request asked to), by route.",
+            |r| r.cache.misses.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_stores_total",
+            "Answers stored in the cache, by route.",
+            |r| r.cache.stores.load(Ordering::Relaxed),
+        ),
+    ];
+    let caching = |r: &&RouteMetrics| {
+        r.cache.hits.load(Ordering::Relaxed) + r.cache.misses.load(Ordering::Relaxed) > 0
+    };
+    if routes.clone().any(|r| caching(&r)) {
+        for (name, help, get) in cache {
+            let rows = routes.clone().filter(caching).map(|r| (route_label(r), get(r)));
+            family(out, name, "counter", help, rows);
+        }
+    }
     family(
         out,
         "sluicegate_fallbacks_total",

@@ -1,0 +1,209 @@
+//! The route's cache on the request path, after its filters (a refused
+//! request never reaches it) and before the split, mirror and forward:
+//! a `GET` or `HEAD` looked up by the route's key and answered from
+//! memory when fresh (a `304` to a matching conditional request), or
+//! else forwarded with a fill ([`crate::cache::fill`]) that the relay
+//! judges and feeds, committed here when the answer ended whole; a
+//! `POST`, `PUT`, `DELETE` or `PATCH` answered without error removes
+//! the key's objects. Only routes with a `cache` come here.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::answer::{answer_locally, Local};
+use super::peer::Link;
+use crate::cache::fill::{Fill, Fwd, Key, Policy};
+use crate::cache::rules::{self, RequestDirectives};
+use crate::cache::store::Object;
+use crate::proto::fields::Fields;
+use crate::proto::response::Head;
+use crate::route::target::{strip_port, Target};
+use crate::snapshot::cache::{CacheRt, KeyPart};
+use crate::snapshot::{RouteRt, Snapshot};
+use crate::upstream::forward::Outcome;
+use crate::worker::Bufs;
+
+/// What the cache made of a request.
+pub(super) enum Cached {
+    /// Answered from memory.
+    Served(Outcome<'static>),
+    /// To go upstream; with the key whose objects its answer removes
+    /// (an unsafe method's), if any. A miss's fill is in `bufs.fill`.
+    Forward(Option<Key>),
+}
+
+/// The first value of the request's field `name`.
+fn field<'a>(bufs: &'a Bufs, name: &[u8]) -> Option<&'a [u8]> {
+    let raw = bufs.inb.filled();
+    bufs.req
+        .headers
+        .iter()
+        .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
+        .map(|h| raw[h.value.clone()].trim_ascii())
+}
+
+/// The request's key by the route's parts (the path and query as
+/// forwarded: after rewrites and normalisation).
+fn key(cache: &CacheRt, snap: &Snapshot, bufs: &Bufs, target: &Target) -> Key {
+    let raw = bufs.inb.filled();
+    let mut key = Key::default();
+    for part in cache.key.iter() {
+        match part {
+            KeyPart::Host => key.push(&target.host(raw).map(strip_port).unwrap_or_default().to_ascii_lowercase()),
+            KeyPart::Path => key.push(bufs.edits.path.as_deref().unwrap_or(&raw[target.path.clone()])),
+            KeyPart::Query => key.push(bufs.edits.query.as_deref().unwrap_or(&raw[target.query.clone()])),
+            KeyPart::App => key.push(bufs.edits.app.map_or("", |a| snap.apps.app_id(a)).as_bytes()),
+            KeyPart::Header(name) => key.push(field(bufs, name).unwrap_or_default()),
+        }
+    }
+    key
+}
+
+/// Looks the request up: a fresh object answers it; otherwise a `GET`
+/// goes upstream with a fill in `bufs.fill`.
+pub(super) async fn lookup(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    route: &RouteRt,
+    cache: &CacheRt,
+    target: &Target,
+    is_head: bool,
+) -> Cached {
+    let raw = bufs.inb.filled();
+    let key = key(cache, snap, bufs, target);
+    let (get, invalidates) = match &raw[bufs.req.method.clone()] {
+        b"GET" => (true, false),
+        b"HEAD" => (false, false),
+        b"POST" | b"PUT" | b"DELETE" | b"PATCH" => (false, true),
+        _ => return Cached::Forward(None),
+    };
+    if invalidates {
+        return Cached::Forward(Some(key));
+    }
+    let mut dirs = RequestDirectives::default();
+    let mut request_fields = Vec::new();
+    for h in &bufs.req.headers {
+        let (name, value) = (&raw[h.name.clone()], raw[h.value.clone()].trim_ascii());
+        if name.eq_ignore_ascii_case(b"cache-control") {
+            dirs.add(value);
+        }
+        request_fields.push((name.to_ascii_lowercase().into(), value.into()));
+    }
+    let authorization = field(bufs, b"authorization").is_some();
+    let metrics = &route.metrics.cache;
+    let fwd = if dirs.no_cache || dirs.max_age == Some(0) {
+        Fwd::Request
+    } else {
+        let parts = key.parts();
+        let hash = cache.store.hash(&parts);
+        let fields = &request_fields;
+        let header = |name: &[u8]| {
+            fields
+                .iter()
+                .find(|(n, _): &&(Box<[u8]>, Box<[u8]>)| **n == *name)
+                .map(|(_, v)| &v[..])
+        };
+        match cache.store.get(hash, &parts, &header) {
+            None => Fwd::Miss,
+            Some(o) => {
+                let now = Instant::now();
+                let fresh = o.fresh(now).is_ok() && !o.no_cache;
+                let young = dirs.max_age.is_none_or(|m| o.age(now).as_secs() <= m);
+                match (fresh, young) {
+                    (true, true) => {
+                        metrics.hits.fetch_add(1, Relaxed);
+                        return Cached::Served(serve(link, snap, bufs, o, now, is_head).await);
+                    }
+                    (true, false) => Fwd::Request,
+                    (false, _) => Fwd::Stale,
+                }
+            }
+        }
+    };
+    metrics.misses.fetch_add(1, Relaxed);
+    if get && !dirs.no_store {
+        let policy = Policy {
+            store: cache.store.clone(),
+            default_ttl: cache.default_ttl,
+            stale_while_revalidate: cache.stale_while_revalidate,
+            stale_if_error: cache.stale_if_error,
+            tags_header: cache.tags_header.clone(),
+            route: route.name.clone(),
+        };
+        bufs.fill = Some(Box::new(Fill::new(
+            policy,
+            key,
+            request_fields,
+            authorization,
+            fwd,
+        )));
+    } else {
+        let status = match fwd {
+            Fwd::Miss => "sluicegate; fwd=miss",
+            Fwd::Stale => "sluicegate; fwd=stale",
+            Fwd::Request => "sluicegate; fwd=request",
+        };
+        bufs.edits.response_headers.push(b"cache-status", status.as_bytes());
+    }
+    Cached::Forward(None)
+}
+
+/// Answers from a fresh object: its fields (less those the route's
+/// header ops drop), its `Age` and `Cache-Status`; a `304` without the
+/// body when the request's validators match it.
+async fn serve(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    o: Arc<Object>,
+    now: Instant,
+    is_head: bool,
+) -> Outcome<'static> {
+    let mut fields = Fields::new();
+    let ops = bufs.edits.response_ops.as_deref();
+    for line in o.fields.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if !ops.is_some_and(|o| o.drops(name)) {
+            fields.push(name, value);
+        }
+    }
+    let age = o.age(now).as_secs();
+    fields.push(b"age", itoa::Buffer::new().format(age).as_bytes());
+    fields.push(b"cache-status", b"sluicegate; hit");
+    let not_modified = match (field(bufs, b"if-none-match"), &o.etag) {
+        (Some(inm), Some(etag)) => rules::none_match(inm, etag),
+        (Some(_), None) => false,
+        (None, _) => match (field(bufs, b"if-modified-since"), &o.last_modified) {
+            (Some(ims), Some(lm)) => {
+                matches!((rules::http_date(ims), rules::http_date(lm)), (Some(i), Some(l)) if l <= i)
+            }
+            _ => false,
+        },
+    };
+    let (status, body): (u16, &[u8]) = match not_modified && o.status == 200 {
+        true => (304, &[]),
+        false => (o.status, &o.body),
+    };
+    let fixed = Local::Fixed(Head::Fields(status, &fields), body);
+    answer_locally(link, snap, bufs, fixed, is_head).await
+}
+
+/// After the answer: a miss's fill stored when it came whole, or the
+/// key's objects removed after an unsafe method's answer without error.
+pub(super) fn ended(route: &RouteRt, cache: &CacheRt, fill: Option<Box<Fill>>, invalidate: Option<Key>, status: u16) {
+    if let Some(f) = fill {
+        if f.commit() {
+            route.metrics.cache.stores.fetch_add(1, Relaxed);
+        }
+    }
+    if let (Some(key), 200..=399) = (invalidate, status) {
+        let parts = key.parts();
+        cache.store.remove(cache.store.hash(&parts), &parts);
+    }
+}
