@@ -116,7 +116,12 @@ impl Fill {
     /// Judges the answer's head: `fields` as (name, value, forwarded:
     /// whether the field goes on to clients), `length` its body's when
     /// known. Returns the answer's `Cache-Status` value.
-    pub fn judge(&mut self, status: u16, fields: &[(&[u8], &[u8], bool)], length: Option<u64>) -> String {
+    pub fn judge(
+        &mut self,
+        status: u16,
+        fields: &[(&[u8], &[u8], bool)],
+        length: Option<u64>,
+    ) -> String {
         let mut facts = ResponseFacts {
             status,
             ..ResponseFacts::default()
@@ -260,7 +265,10 @@ mod tests {
             tags_header: Some(b"x-tags".as_slice().into()),
             route: Arc::from("r"),
         };
-        let req = vec![(b"accept-language".as_slice().into(), b"fr".as_slice().into())];
+        let req = vec![(
+            b"accept-language".as_slice().into(),
+            b"fr".as_slice().into(),
+        )];
         Fill::new(policy, key, req, authorization, Fwd::Miss)
     }
 
@@ -290,7 +298,10 @@ mod tests {
         assert_eq!(o.tags.len(), 2);
         let text = String::from_utf8_lossy(&o.fields);
         assert!(text.contains("Vary: Accept-Language\r\n"), "{text}");
-        assert!(!text.contains("Age") && !text.contains("Connection"), "{text}");
+        assert!(
+            !text.contains("Age") && !text.contains("Connection"),
+            "{text}"
+        );
         let de = |n: &[u8]| (n == b"accept-language").then_some(b"de".as_slice());
         assert!(store.get(h, key, &de).is_none());
     }
@@ -305,7 +316,10 @@ mod tests {
             "sluicegate; fwd=miss; detail=authorization"
         );
         let mut f = fill(&store, false);
-        assert_eq!(f.judge(200, cc, Some(5)), "sluicegate; fwd=miss; detail=too-large");
+        assert_eq!(
+            f.judge(200, cc, Some(5)),
+            "sluicegate; fwd=miss; detail=too-large"
+        );
         let mut f = fill(&store, false);
         f.judge(200, cc, None);
         f.push(b"12345");

@@ -50,10 +50,31 @@ fn key(cache: &CacheRt, snap: &Snapshot, bufs: &Bufs, target: &Target) -> Key {
     let mut key = Key::default();
     for part in cache.key.iter() {
         match part {
-            KeyPart::Host => key.push(&target.host(raw).map(strip_port).unwrap_or_default().to_ascii_lowercase()),
-            KeyPart::Path => key.push(bufs.edits.path.as_deref().unwrap_or(&raw[target.path.clone()])),
-            KeyPart::Query => key.push(bufs.edits.query.as_deref().unwrap_or(&raw[target.query.clone()])),
-            KeyPart::App => key.push(bufs.edits.app.map_or("", |a| snap.apps.app_id(a)).as_bytes()),
+            KeyPart::Host => key.push(
+                &target
+                    .host(raw)
+                    .map(strip_port)
+                    .unwrap_or_default()
+                    .to_ascii_lowercase(),
+            ),
+            KeyPart::Path => key.push(
+                bufs.edits
+                    .path
+                    .as_deref()
+                    .unwrap_or(&raw[target.path.clone()]),
+            ),
+            KeyPart::Query => key.push(
+                bufs.edits
+                    .query
+                    .as_deref()
+                    .unwrap_or(&raw[target.query.clone()]),
+            ),
+            KeyPart::App => key.push(
+                bufs.edits
+                    .app
+                    .map_or("", |a| snap.apps.app_id(a))
+                    .as_bytes(),
+            ),
             KeyPart::Header(name) => key.push(field(bufs, name).unwrap_or_default()),
         }
     }
@@ -145,7 +166,9 @@ pub(super) async fn lookup(
             Fwd::Stale => "sluicegate; fwd=stale",
             Fwd::Request => "sluicegate; fwd=request",
         };
-        bufs.edits.response_headers.push(b"cache-status", status.as_bytes());
+        bufs.edits
+            .response_headers
+            .push(b"cache-status", status.as_bytes());
     }
     Cached::Forward(None)
 }
@@ -196,7 +219,13 @@ async fn serve(
 
 /// After the answer: a miss's fill stored when it came whole, or the
 /// key's objects removed after an unsafe method's answer without error.
-pub(super) fn ended(route: &RouteRt, cache: &CacheRt, fill: Option<Box<Fill>>, invalidate: Option<Key>, status: u16) {
+pub(super) fn ended(
+    route: &RouteRt,
+    cache: &CacheRt,
+    fill: Option<Box<Fill>>,
+    invalidate: Option<Key>,
+    status: u16,
+) {
     if let Some(f) = fill {
         if f.commit() {
             route.metrics.cache.stores.fetch_add(1, Relaxed);

@@ -37,8 +37,8 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::action::{inject, pick};
-use super::cached::{self, Cached};
 use super::answer::{answer_locally, https_redirect, refuse_and_close, Local};
+use super::cached::{self, Cached};
 use super::fallback::{fall_back, Again};
 use super::filtering::{request_filters, request_filters_waiting, Facts};
 use super::grpc::grpc_facts;
@@ -328,7 +328,11 @@ pub(super) async fn exchange(
                 let forwarded = forward::forward(cx, bufs).await;
                 // Filled by the relay, if anything: no fallback's answer
                 // is stored in its place.
-                let fill = if cache.is_some() { bufs.fill.take() } else { None };
+                let fill = if cache.is_some() {
+                    bufs.fill.take()
+                } else {
+                    None
+                };
                 let outcome = match (forwarded, fallback) {
                     (Ended::Unanswered(un), Some(fb)) => {
                         // The split's entry failed, whatever answers

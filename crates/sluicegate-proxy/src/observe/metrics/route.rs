@@ -165,7 +165,10 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
     };
     if routes.clone().any(|r| caching(&r)) {
         for (name, help, get) in cache {
-            let rows = routes.clone().filter(caching).map(|r| (route_label(r), get(r)));
+            let rows = routes
+                .clone()
+                .filter(caching)
+                .map(|r| (route_label(r), get(r)));
             family(out, name, "counter", help, rows);
         }
     }

@@ -1,0 +1,198 @@
+//! The HTTP cache (`cache`) on the real binary against a real upstream
+//! on loopback, whose requests are counted: a fresh answer is served
+//! from memory (`Age`, `Cache-Status: sluicegate; hit`) until it expires;
+//! `s-maxage` wins over `max-age`; `no-store`, `private`, `Set-Cookie`,
+//! a `206` and a request with `Authorization` are not stored (but with
+//! `public`); `Vary` keeps one object per value; a `HEAD` is answered
+//! from a stored `GET`; a `POST` removes the key's object; a client's
+//! `no-cache` or `max-age=0` goes upstream; a matching `If-None-Match`
+//! gets a `304` from memory; HTTP/2 clients are answered from the cache
+//! too; and a request its route's auth refuses never gets a stored body.
+
+mod http_common;
+
+use std::time::Duration;
+
+use http_common::{service, wait_until, Gw};
+use sluicegate_testkit::{http_request, Proto, Response, TestUpstream};
+
+const KEY: &str = "cache-app-key-0123456789";
+
+fn start(up: &TestUpstream) -> Gw {
+    Gw::start(&format!(
+        "cache: {{ memory: 8MiB, max_object: 64KiB }}\n\
+         services:\n{}\
+         routes:\n\
+         \x20 - name: c\n    match: {{ path_prefix: /c }}\n    service: web\n    cache: {{ key: [host, path, query] }}\n\
+         \x20 - name: k\n    match: {{ path_prefix: /k }}\n    service: web\n    auth: app_key\n    cache: {{ key: [host, path, query, app] }}\n\
+         apps:\n  - id: shop\n    keys: [\"{KEY}\"]\n",
+        service("web", &[up.addr()], "")
+    ))
+}
+
+fn get(gw: &Gw, path: &str, headers: &[(&str, &str)]) -> Response {
+    http_request(gw.addr(), "GET", path, headers, b"")
+}
+
+fn status_of(r: &Response) -> &str {
+    r.header("cache-status").unwrap_or("")
+}
+
+const HIT: &str = "sluicegate; hit";
+const STORED: &str = "sluicegate; fwd=miss; stored";
+
+#[test]
+fn a_fresh_answer_is_served_from_memory_until_it_expires() {
+    let up = TestUpstream::start();
+    let gw = start(&up);
+    let path = "/c/fresh?size=100&header=cache-control:max-age=1";
+    let first = get(&gw, path, &[]);
+    assert_eq!(first.status, 200);
+    assert_eq!(status_of(&first), STORED);
+    assert_eq!(up.requests_seen(), 1);
+    let second = get(&gw, path, &[]);
+    assert_eq!(second.status, 200);
+    assert_eq!(status_of(&second), HIT);
+    assert_eq!(second.body, first.body);
+    assert_eq!(second.header("cache-control"), Some("max-age=1"));
+    let age: u64 = second.header("age").expect("Age").parse().unwrap();
+    assert!(age <= 1, "age {age}");
+    assert_eq!(up.requests_seen(), 1, "the hit did not go upstream");
+    // Past its second it is stale: the next request goes upstream and
+    // stores the answer anew.
+    let mut last = String::new();
+    let expired = wait_until(Duration::from_secs(5), || {
+        let r = get(&gw, path, &[]);
+        last = status_of(&r).to_string();
+        last != HIT
+    });
+    assert!(expired, "still a hit after 5 s");
+    assert_eq!(last, "sluicegate; fwd=stale; stored");
+    assert_eq!(up.requests_seen(), 2);
+    assert_eq!(status_of(&get(&gw, path, &[])), HIT);
+    assert_eq!(up.requests_seen(), 2);
+
+    // s-maxage wins over max-age for a shared cache.
+    let path = "/c/shared?header=cache-control:max-age=0,s-maxage=60";
+    assert_eq!(status_of(&get(&gw, path, &[])), STORED);
+    assert_eq!(status_of(&get(&gw, path, &[])), HIT);
+    assert_eq!(up.requests_seen(), 3);
+}
+
+#[test]
+fn answers_that_must_not_be_stored_are_not() {
+    let up = TestUpstream::start();
+    let gw = start(&up);
+    let cases = [
+        ("/c/ns?header=cache-control:no-store,max-age=60", "no-store"),
+        ("/c/pv?header=cache-control:private,max-age=60", "private"),
+        (
+            "/c/ck?header=cache-control:max-age=60&header=set-cookie:a=b",
+            "set-cookie",
+        ),
+        ("/c/pt?status=206&header=cache-control:max-age=60", "status"),
+        ("/c/none", "no-freshness"),
+    ];
+    for (path, why) in cases {
+        let before = up.requests_seen();
+        for _ in 0..2 {
+            let r = get(&gw, path, &[]);
+            assert_eq!(
+                status_of(&r),
+                format!("sluicegate; fwd=miss; detail={why}"),
+                "{path}"
+            );
+        }
+        assert_eq!(up.requests_seen(), before + 2, "{path}");
+    }
+    // A request with Authorization: not stored, unless the answer says
+    // it may be (public).
+    let auth = [("Authorization", "Bearer x")];
+    let path = "/c/auth?header=cache-control:max-age=60";
+    let r = get(&gw, path, &auth);
+    assert_eq!(status_of(&r), "sluicegate; fwd=miss; detail=authorization");
+    let path = "/c/pub?header=cache-control:public,max-age=60";
+    assert_eq!(status_of(&get(&gw, path, &auth)), STORED);
+    assert_eq!(status_of(&get(&gw, path, &auth)), HIT);
+}
+
+#[test]
+fn vary_head_post_and_the_client_s_own_directives() {
+    let up = TestUpstream::start();
+    let gw = start(&up);
+    // Vary: one object per value of the field.
+    let path = "/c/vary?header=cache-control:max-age=60&header=vary:accept-language";
+    let fr = [("Accept-Language", "fr")];
+    let de = [("Accept-Language", "de")];
+    assert_eq!(status_of(&get(&gw, path, &fr)), STORED);
+    assert_eq!(status_of(&get(&gw, path, &de)), STORED);
+    assert_eq!(status_of(&get(&gw, path, &fr)), HIT);
+    assert_eq!(status_of(&get(&gw, path, &de)), HIT);
+    assert_eq!(up.requests_seen(), 2);
+
+    // HEAD from a stored GET: its length, no body.
+    let path = "/c/head?size=300&header=cache-control:max-age=60";
+    assert_eq!(get(&gw, path, &[]).body.len(), 300);
+    let head = http_request(gw.addr(), "HEAD", path, &[], b"");
+    assert_eq!(status_of(&head), HIT);
+    assert_eq!(head.header("content-length"), Some("300"));
+    assert!(head.body.is_empty());
+    assert_eq!(up.requests_seen(), 3);
+
+    // A POST to the key removes its object.
+    let posted = http_request(gw.addr(), "POST", path, &[], b"new");
+    assert_eq!(posted.status, 200);
+    assert_eq!(up.requests_seen(), 4);
+    assert_eq!(status_of(&get(&gw, path, &[])), STORED);
+    assert_eq!(up.requests_seen(), 5);
+
+    // The client's no-cache and max-age=0 go upstream (and refresh it).
+    for cc in ["no-cache", "max-age=0"] {
+        let r = get(&gw, path, &[("Cache-Control", cc)]);
+        assert_eq!(status_of(&r), "sluicegate; fwd=request; stored", "{cc}");
+    }
+    assert_eq!(up.requests_seen(), 7);
+    assert_eq!(status_of(&get(&gw, path, &[])), HIT);
+    assert_eq!(up.requests_seen(), 7);
+}
+
+#[test]
+fn conditional_requests_http2_clients_and_auth() {
+    let up = TestUpstream::start();
+    let gw = start(&up);
+    // If-None-Match against a fresh stored object: 304 from memory.
+    let path = "/c/etag?header=cache-control:max-age=60&header=etag:%22v1%22";
+    assert_eq!(status_of(&get(&gw, path, &[])), STORED);
+    let r = get(&gw, path, &[("If-None-Match", "\"v0\", W/\"v1\"")]);
+    assert_eq!(r.status, 304);
+    assert_eq!(status_of(&r), HIT);
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    assert!(r.body.is_empty());
+    let r = get(&gw, path, &[("If-None-Match", "\"v2\"")]);
+    assert_eq!((r.status, status_of(&r)), (200, HIT));
+    assert_eq!(up.requests_seen(), 1);
+
+    // HTTP/2 clients: a miss stored, then hits, the same body to both
+    // protocols.
+    let path = "/c/h2?size=2000&header=cache-control:max-age=60";
+    let miss = Proto::H2c.get(gw.addr(), path, &[]);
+    assert_eq!((miss.status, status_of(&miss)), (200, STORED));
+    let hit = Proto::H2c.get(gw.addr(), path, &[]);
+    assert_eq!((hit.status, status_of(&hit)), (200, HIT));
+    assert_eq!(hit.body, miss.body);
+    assert_eq!(hit.body.len(), 2000);
+    let h1 = get(&gw, path, &[]);
+    assert_eq!((status_of(&h1), h1.body.clone()), (HIT, miss.body));
+    assert_eq!(up.requests_seen(), 2);
+
+    // The route's auth runs first: no key, no stored body.
+    let path = "/k/a?size=50&header=cache-control:public,max-age=60";
+    let keyed = [("X-App-Key", KEY)];
+    assert_eq!(status_of(&get(&gw, path, &keyed)), STORED);
+    assert_eq!(status_of(&get(&gw, path, &keyed)), HIT);
+    let refused = get(&gw, path, &[]);
+    assert_eq!(refused.status, 401);
+    assert!(refused.header("cache-status").is_none());
+    assert_ne!(refused.body.len(), 50);
+    assert_eq!(up.requests_seen(), 3);
+}
