@@ -28,7 +28,7 @@ fn parts(body: usize) -> Parts {
     }
 }
 
-fn no_fields(_: &[u8]) -> Option<&[u8]> {
+fn no_fields(_: &[u8]) -> Option<&'static [u8]> {
     None
 }
 
@@ -77,10 +77,10 @@ fn vary_keeps_one_object_per_set_of_values() {
     s.insert(h, key, with(b"fr")).unwrap();
     s.insert(h, key, with(b"fr")).unwrap(); // replaces its twin
     assert_eq!(s.usage().1, 2);
-    fn en(name: &[u8]) -> Option<&[u8]> {
+    fn en(name: &[u8]) -> Option<&'static [u8]> {
         (name == b"accept-language").then_some(b" en")
     }
-    fn de(name: &[u8]) -> Option<&[u8]> {
+    fn de(name: &[u8]) -> Option<&'static [u8]> {
         (name == b"accept-language").then_some(b"de")
     }
     assert!(s.get(h, key, &en).is_some());
