@@ -42,6 +42,9 @@ impl Key {
     }
 }
 
+/// A request's field: its name in lower case, its value trimmed.
+pub type Field = (Box<[u8]>, Box<[u8]>);
+
 /// Why the request went upstream (`Cache-Status`' `fwd`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fwd {
@@ -81,7 +84,7 @@ pub struct Fill {
     hash: u64,
     key: Key,
     /// The request's fields (names in lower case), for `Vary`.
-    request_fields: Vec<(Box<[u8]>, Box<[u8]>)>,
+    request_fields: Vec<Field>,
     authorization: bool,
     fwd: Fwd,
     /// The object to be, once its head was judged storable.
@@ -95,7 +98,7 @@ impl Fill {
     pub fn new(
         policy: Policy,
         key: Key,
-        request_fields: Vec<(Box<[u8]>, Box<[u8]>)>,
+        request_fields: Vec<Field>,
         authorization: bool,
         fwd: Fwd,
     ) -> Fill {

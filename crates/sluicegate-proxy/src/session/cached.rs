@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use super::answer::{answer_locally, Local};
 use super::peer::Link;
-use crate::cache::fill::{Fill, Fwd, Key, Policy};
+use crate::cache::fill::{Field, Fill, Fwd, Key, Policy};
 use crate::cache::rules::{self, RequestDirectives};
 use crate::cache::store::Object;
 use crate::proto::fields::Fields;
@@ -123,7 +123,7 @@ pub(super) async fn lookup(
         let header = |name: &[u8]| {
             fields
                 .iter()
-                .find(|(n, _): &&(Box<[u8]>, Box<[u8]>)| **n == *name)
+                .find(|(n, _): &&Field| **n == *name)
                 .map(|(_, v)| &v[..])
         };
         match cache.store.get(hash, &parts, &header) {
