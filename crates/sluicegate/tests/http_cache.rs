@@ -14,13 +14,18 @@ mod http_common;
 use std::time::Duration;
 
 use http_common::{service, wait_until, Gw};
-use sluicegate_testkit::{http_request, Proto, Response, TestUpstream};
+use sluicegate_testkit::{free_port, http_get, http_request, Proto, Response, TestUpstream};
 
 const KEY: &str = "cache-app-key-0123456789";
 
 fn start(up: &TestUpstream) -> Gw {
+    start_with_admin(up, free_port())
+}
+
+fn start_with_admin(up: &TestUpstream, admin: u16) -> Gw {
     Gw::start(&format!(
-        "cache: {{ memory: 8MiB, max_object: 64KiB }}\n\
+        "admin: {{ listen: \"127.0.0.1:{admin}\" }}\n\
+         cache: {{ memory: 8MiB, max_object: 64KiB }}\n\
          services:\n{}\
          routes:\n\
          \x20 - name: c\n    match: {{ path_prefix: /c }}\n    service: web\n    cache: {{ key: [host, path, query] }}\n\
@@ -82,7 +87,8 @@ fn a_fresh_answer_is_served_from_memory_until_it_expires() {
 #[test]
 fn answers_that_must_not_be_stored_are_not() {
     let up = TestUpstream::start();
-    let gw = start(&up);
+    let admin = free_port();
+    let gw = start_with_admin(&up, admin);
     let cases = [
         ("/c/ns?header=cache-control:no-store,max-age=60", "no-store"),
         ("/c/pv?header=cache-control:private,max-age=60", "private"),
@@ -114,6 +120,30 @@ fn answers_that_must_not_be_stored_are_not() {
     let path = "/c/pub?header=cache-control:public,max-age=60";
     assert_eq!(status_of(&get(&gw, path, &auth)), STORED);
     assert_eq!(status_of(&get(&gw, path, &auth)), HIT);
+
+    // The route's counters: 12 misses, 1 store, 1 hit.
+    let metric = |series: &str| -> Option<u64> {
+        let text = http_get(("127.0.0.1", admin), "/metrics", &[]).body_str();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    };
+    let route = "{route=\"c\"}";
+    let counted = wait_until(Duration::from_secs(5), || {
+        metric(&format!("sluicegate_cache_misses_total{route}")) == Some(12)
+    });
+    assert!(
+        counted,
+        "misses: {:?}",
+        metric(&format!("sluicegate_cache_misses_total{route}"))
+    );
+    assert_eq!(
+        metric(&format!("sluicegate_cache_stores_total{route}")),
+        Some(1)
+    );
+    assert_eq!(
+        metric(&format!("sluicegate_cache_hits_total{route}")),
+        Some(1)
+    );
 }
 
 #[test]

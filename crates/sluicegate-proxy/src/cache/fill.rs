@@ -90,8 +90,17 @@ pub struct Fill {
     /// The object to be, once its head was judged storable.
     pending: Option<Parts>,
     body: Vec<u8>,
-    /// The body arrived and was relayed whole.
+    /// The body's length, when its head gave it: the object is stored as
+    /// soon as the last byte is copied, before it is written to the
+    /// client (whose next request may then hit).
+    expected: Option<u64>,
+    /// The body arrived whole (set by the relay when no length told).
     pub whole: bool,
+    /// It was stored.
+    pub stored: bool,
+    /// An unsafe method's: its answer, unless an error, removes the key's
+    /// objects when its head comes; nothing is stored.
+    invalidate: bool,
 }
 
 impl Fill {
@@ -112,14 +121,42 @@ impl Fill {
             fwd,
             pending: None,
             body: Vec::new(),
+            expected: None,
             whole: false,
+            stored: false,
+            invalidate: false,
         }
+    }
+
+    /// The fill of an unsafe method (`POST`, `PUT`, `DELETE`, `PATCH`):
+    /// [`Fill::judge`] removes the key's objects on an answer below 400.
+    pub fn invalidating(policy: Policy, key: Key) -> Fill {
+        let mut f = Fill::new(policy, key, Vec::new(), false, Fwd::Miss);
+        f.invalidate = true;
+        f
     }
 
     /// Judges the answer's head: `fields` as (name, value, forwarded:
     /// whether the field goes on to clients), `length` its body's when
-    /// known. Returns the answer's `Cache-Status` value.
+    /// known. Returns the answer's `Cache-Status` value (none for an
+    /// unsafe method's answer).
     pub fn judge(
+        &mut self,
+        status: u16,
+        fields: &[(&[u8], &[u8], bool)],
+        length: Option<u64>,
+    ) -> Option<String> {
+        if self.invalidate {
+            if (200..400).contains(&status) {
+                let parts = self.key.parts();
+                self.policy.store.remove(self.hash, &parts);
+            }
+            return None;
+        }
+        Some(self.judge_storable(status, fields, length))
+    }
+
+    fn judge_storable(
         &mut self,
         status: u16,
         fields: &[(&[u8], &[u8], bool)],
@@ -215,8 +252,13 @@ impl Fill {
             tags: tags.into_boxed_slice(),
             route: p.route.clone(),
         });
+        self.expected = length;
         if let Some(n) = length {
             self.body.reserve_exact(n as usize);
+            if n == 0 {
+                self.whole = true;
+                self.commit();
+            }
         }
         format!("sluicegate; fwd={fwd}; stored")
     }
@@ -238,17 +280,25 @@ impl Fill {
             return;
         }
         self.body.extend_from_slice(data);
+        if self.expected == Some(self.body.len() as u64) {
+            self.whole = true;
+            self.commit();
+        }
     }
 
     /// Stores the answer when it was judged storable and its body came
-    /// whole; true when stored.
-    pub fn commit(self) -> bool {
-        let (Some(mut p), true) = (self.pending, self.whole) else {
-            return false;
+    /// whole (once); true when it is stored, by this call or before.
+    pub fn commit(&mut self) -> bool {
+        if !self.whole {
+            return self.stored;
+        }
+        let Some(mut p) = self.pending.take() else {
+            return self.stored;
         };
-        p.body = Bytes::from(self.body);
+        p.body = Bytes::from(std::mem::take(&mut self.body));
         let parts = self.key.parts();
-        self.policy.store.insert(self.hash, &parts, p).is_some()
+        self.stored = self.policy.store.insert(self.hash, &parts, p).is_some();
+        self.stored
     }
 }
 
@@ -287,10 +337,11 @@ mod tests {
             (b"Connection", b"keep-alive", false),
         ];
         let status = f.judge(200, fields, Some(5));
-        assert_eq!(status, "sluicegate; fwd=miss; stored");
+        assert_eq!(status.as_deref(), Some("sluicegate; fwd=miss; stored"));
         f.push(b"hel");
+        assert!(!f.stored);
         f.push(b"lo");
-        f.whole = true;
+        assert!(f.stored, "stored with its last byte");
         assert!(f.commit());
         let key: &[&[u8]] = &[b"example.com", b"/a"];
         let h = store.hash(key);
@@ -315,13 +366,13 @@ mod tests {
         let mut f = fill(&store, true);
         let cc: &[(&[u8], &[u8], bool)] = &[(b"cache-control", b"max-age=60", true)];
         assert_eq!(
-            f.judge(200, cc, None),
-            "sluicegate; fwd=miss; detail=authorization"
+            f.judge(200, cc, None).as_deref(),
+            Some("sluicegate; fwd=miss; detail=authorization")
         );
         let mut f = fill(&store, false);
         assert_eq!(
-            f.judge(200, cc, Some(5)),
-            "sluicegate; fwd=miss; detail=too-large"
+            f.judge(200, cc, Some(5)).as_deref(),
+            Some("sluicegate; fwd=miss; detail=too-large")
         );
         let mut f = fill(&store, false);
         f.judge(200, cc, None);
@@ -332,6 +383,11 @@ mod tests {
         f.judge(200, cc, None);
         f.push(b"12");
         assert!(!f.commit(), "a body cut short is not stored");
+        let mut f = fill(&store, false);
+        f.judge(200, cc, Some(3));
+        f.push(b"12");
+        f.whole = false;
+        assert!(!f.commit(), "short of its length");
         assert_eq!(store.usage(), (0, 0));
     }
 }

@@ -28,9 +28,9 @@ use crate::worker::Bufs;
 pub(super) enum Cached {
     /// Answered from memory.
     Served(Outcome<'static>),
-    /// To go upstream; with the key whose objects its answer removes
-    /// (an unsafe method's), if any. A miss's fill is in `bufs.fill`.
-    Forward(Option<Key>),
+    /// To go upstream; a miss's fill (or an unsafe method's, which
+    /// removes the key's objects) in `bufs.fill`.
+    Forward,
 }
 
 /// The first value of the request's field `name`.
@@ -98,10 +98,11 @@ pub(super) async fn lookup(
         b"GET" => (true, false),
         b"HEAD" => (false, false),
         b"POST" | b"PUT" | b"DELETE" | b"PATCH" => (false, true),
-        _ => return Cached::Forward(None),
+        _ => return Cached::Forward,
     };
     if invalidates {
-        return Cached::Forward(Some(key));
+        bufs.fill = Some(Box::new(Fill::invalidating(policy(route, cache), key)));
+        return Cached::Forward;
     }
     let mut dirs = RequestDirectives::default();
     let mut request_fields = Vec::new();
@@ -145,16 +146,8 @@ pub(super) async fn lookup(
     };
     metrics.misses.fetch_add(1, Relaxed);
     if get && !dirs.no_store {
-        let policy = Policy {
-            store: cache.store.clone(),
-            default_ttl: cache.default_ttl,
-            stale_while_revalidate: cache.stale_while_revalidate,
-            stale_if_error: cache.stale_if_error,
-            tags_header: cache.tags_header.clone(),
-            route: route.name.clone(),
-        };
         bufs.fill = Some(Box::new(Fill::new(
-            policy,
+            policy(route, cache),
             key,
             request_fields,
             authorization,
@@ -170,7 +163,19 @@ pub(super) async fn lookup(
             .response_headers
             .push(b"cache-status", status.as_bytes());
     }
-    Cached::Forward(None)
+    Cached::Forward
+}
+
+/// The route's cache settings a fill takes.
+fn policy(route: &RouteRt, cache: &CacheRt) -> Policy {
+    Policy {
+        store: cache.store.clone(),
+        default_ttl: cache.default_ttl,
+        stale_while_revalidate: cache.stale_while_revalidate,
+        stale_if_error: cache.stale_if_error,
+        tags_header: cache.tags_header.clone(),
+        route: route.name.clone(),
+    }
 }
 
 /// Answers from a fresh object: its fields (less those the route's
@@ -217,22 +222,12 @@ async fn serve(
     answer_locally(link, snap, bufs, fixed, is_head).await
 }
 
-/// After the answer: a miss's fill stored when it came whole, or the
-/// key's objects removed after an unsafe method's answer without error.
-pub(super) fn ended(
-    route: &RouteRt,
-    cache: &CacheRt,
-    fill: Option<Box<Fill>>,
-    invalidate: Option<Key>,
-    status: u16,
-) {
-    if let Some(f) = fill {
+/// After the answer: a miss's fill stored when it came whole (if it was
+/// not as its last byte was copied), and counted.
+pub(super) fn ended(route: &RouteRt, fill: Option<Box<Fill>>) {
+    if let Some(mut f) = fill {
         if f.commit() {
             route.metrics.cache.stores.fetch_add(1, Relaxed);
         }
-    }
-    if let (Some(key), 200..=399) = (invalidate, status) {
-        let parts = key.parts();
-        cache.store.remove(cache.store.hash(&parts), &parts);
     }
 }

@@ -290,11 +290,10 @@ pub(super) async fn exchange(
                 // The cache: after the filters (and the fault
                 // injection), before the mirror and the forward; a miss
                 // leaves its fill in `bufs`, taken back below.
-                let mut invalidate = None;
                 if let Some(c) = cache {
-                    match cached::lookup(link, snap, bufs, route, c, &target, is_head).await {
-                        Cached::Served(outcome) => break 'proxy outcome,
-                        Cached::Forward(key) => invalidate = key,
+                    let looked = cached::lookup(link, snap, bufs, route, c, &target, is_head);
+                    if let Cached::Served(outcome) = looked.await {
+                        break 'proxy outcome;
                     }
                 }
                 let down = link.downstream();
@@ -355,8 +354,8 @@ pub(super) async fn exchange(
                     }
                     (ended, _) => ended.outcome(),
                 };
-                if let Some(c) = cache {
-                    cached::ended(route, c, fill, invalidate, outcome.status);
+                if cache.is_some() {
+                    cached::ended(route, fill);
                 }
                 if mirror.is_some() {
                     // The copy's body ends with the request's (cut, if

@@ -410,6 +410,13 @@ pub(crate) async fn relay_body(
                         }
                     }
                 }
+                if dec.is_done() {
+                    // Whole: stored before its end reaches the client.
+                    if let Some(f) = bufs.fill.as_deref_mut() {
+                        f.whole = true;
+                        f.commit();
+                    }
+                }
                 if dec.is_done() || bufs.out.len() >= FLUSH_AT || bufs.upb.is_empty() {
                     write_all_by(client, &bufs.out, wdl())
                         .await

@@ -7,7 +7,9 @@ use crate::proto::codec::BodyKind;
 use crate::worker::Bufs;
 
 /// Judges the upstream's response head in `bufs` for the request's fill
-/// (there is one), and adds the answer's `Cache-Status`.
+/// (there is one), and adds the answer's `Cache-Status`; an unsafe
+/// method's fill removes its key's objects here, before the answer
+/// reaches the client.
 pub(super) fn judge(bufs: &mut Bufs) {
     let Some(fill) = bufs.fill.as_deref_mut() else {
         return;
@@ -29,8 +31,9 @@ pub(super) fn judge(bufs: &mut Bufs) {
         BodyKind::Length(n) => Some(n),
         _ => None,
     };
-    let status = fill.judge(bufs.res.status, &fields, length);
-    bufs.edits
-        .response_headers
-        .push(b"cache-status", status.as_bytes());
+    if let Some(status) = fill.judge(bufs.res.status, &fields, length) {
+        bufs.edits
+            .response_headers
+            .push(b"cache-status", status.as_bytes());
+    }
 }
