@@ -14,7 +14,9 @@ mod http_common;
 use std::time::Duration;
 
 use http_common::{service, wait_until, Gw};
-use sluicegate_testkit::{free_port, http_get, http_request, Proto, Response, TestUpstream};
+use sluicegate_testkit::{
+    free_port, http_get, http_request, KeepAliveClient, Proto, Response, TestUpstream,
+};
 
 const KEY: &str = "cache-app-key-0123456789";
 
@@ -225,4 +227,44 @@ fn conditional_requests_http2_clients_and_auth() {
     assert!(refused.header("cache-status").is_none());
     assert_ne!(refused.body.len(), 50);
     assert_eq!(up.requests_seen(), 3);
+}
+
+#[test]
+fn concurrent_misses_for_one_key_make_one_upstream_request() {
+    let up = TestUpstream::start();
+    let gw = start(&up);
+    // 1,000 requests over 250 keep-alive connections, all started at
+    // once, against an upstream that takes 500 ms.
+    let path = "/c/slow?delay=500&size=1000&header=cache-control:max-age=60";
+    let (conns, each) = (250, 4);
+    let barrier = std::sync::Barrier::new(conns);
+    let statuses: Vec<Vec<String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..conns)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut c = KeepAliveClient::connect(gw.addr()).expect("connect");
+                    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    barrier.wait();
+                    (0..each)
+                        .map(|_| {
+                            let r = c.get(path).expect("answer");
+                            assert_eq!((r.status, r.body.len()), (200, 1000));
+                            status_of(&r).to_string()
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let all: Vec<&str> = statuses.iter().flatten().map(String::as_str).collect();
+    assert_eq!(all.len(), 1000);
+    assert_eq!(up.requests_seen(), 1, "one fetch for the key");
+    assert_eq!(all.iter().filter(|s| **s == STORED).count(), 1);
+    let coalesced = all
+        .iter()
+        .filter(|s| **s == "sluicegate; hit; detail=coalesced")
+        .count();
+    assert!(coalesced > 0, "none waited for the fetch");
+    assert_eq!(all.iter().filter(|s| **s == HIT).count(), 999 - coalesced);
 }

@@ -12,35 +12,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+pub use super::key::Key;
 use super::rules::{self, ResponseDirectives, ResponseFacts, Storable};
 use super::store::{Parts, Store, VaryValue};
-
-/// A key's parts, owned: one buffer and where each part ends.
-#[derive(Debug, Default, Clone)]
-pub struct Key {
-    bytes: Vec<u8>,
-    ends: Vec<usize>,
-}
-
-impl Key {
-    pub fn push(&mut self, part: &[u8]) {
-        self.bytes.extend_from_slice(part);
-        self.ends.push(self.bytes.len());
-    }
-
-    /// The parts in order.
-    pub fn parts(&self) -> Vec<&[u8]> {
-        let mut start = 0;
-        self.ends
-            .iter()
-            .map(|&end| {
-                let p = &self.bytes[start..end];
-                start = end;
-                p
-            })
-            .collect()
-    }
-}
 
 /// A request's field: its name in lower case, its value trimmed.
 pub type Field = (Box<[u8]>, Box<[u8]>);
@@ -101,6 +75,9 @@ pub struct Fill {
     /// An unsafe method's: its answer, unless an error, removes the key's
     /// objects when its head comes; nothing is stored.
     invalidate: bool,
+    /// The lead of the key's flight, when others wait for this fetch:
+    /// let go once the answer is stored or judged not storable.
+    pub lead: Option<super::flight::Lead>,
 }
 
 impl Fill {
@@ -125,6 +102,7 @@ impl Fill {
             whole: false,
             stored: false,
             invalidate: false,
+            lead: None,
         }
     }
 
@@ -153,7 +131,12 @@ impl Fill {
             }
             return None;
         }
-        Some(self.judge_storable(status, fields, length))
+        let status = self.judge_storable(status, fields, length);
+        if self.pending.is_none() {
+            // Not stored: the waiters go upstream on their own.
+            self.lead = None;
+        }
+        Some(status)
     }
 
     fn judge_storable(
@@ -277,6 +260,7 @@ impl Fill {
         if (self.body.len() + data.len()) as u64 > self.policy.store.max_object {
             self.pending = None;
             self.body = Vec::new();
+            self.lead = None;
             return;
         }
         self.body.extend_from_slice(data);
@@ -298,6 +282,7 @@ impl Fill {
         p.body = Bytes::from(std::mem::take(&mut self.body));
         let parts = self.key.parts();
         self.stored = self.policy.store.insert(self.hash, &parts, p).is_some();
+        self.lead = None;
         self.stored
     }
 }

@@ -4,5 +4,7 @@
 //! (what is stored, for how long, how old it is). See `docs/cache.md`.
 
 pub mod fill;
+pub mod flight;
+pub mod key;
 pub mod rules;
 pub mod store;

@@ -181,6 +181,8 @@ pub struct Store {
     pub memory: u64,
     seed: u64,
     pub stats: StoreStats,
+    /// The fetches in flight, for coalescing.
+    pub flights: Arc<super::flight::Flights>,
 }
 
 /// Whether `stored` (length-prefixed parts) holds exactly `parts`.
@@ -234,6 +236,7 @@ impl Store {
             memory,
             seed: fastrand::u64(..),
             stats: StoreStats::default(),
+            flights: Arc::default(),
         }
     }
 

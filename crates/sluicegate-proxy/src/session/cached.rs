@@ -9,11 +9,12 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::answer::{answer_locally, Local};
 use super::peer::Link;
 use crate::cache::fill::{Field, Fill, Fwd, Key, Policy};
+use crate::cache::flight::Join;
 use crate::cache::rules::{self, RequestDirectives};
 use crate::cache::store::Object;
 use crate::proto::fields::Fields;
@@ -23,6 +24,15 @@ use crate::snapshot::cache::{CacheRt, KeyPart};
 use crate::snapshot::{RouteRt, Snapshot};
 use crate::upstream::forward::Outcome;
 use crate::worker::Bufs;
+
+/// A hit's `Cache-Status`, and that of a request answered from the
+/// fetch it waited for.
+const HIT: &[u8] = b"sluicegate; hit";
+const COALESCED: &[u8] = b"sluicegate; hit; detail=coalesced";
+/// How long a request waits for another's fetch of its key at most
+/// (that fetch is bounded by its service's timeouts; this only guards
+/// against a lead never let go), before going upstream itself.
+const WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// What the cache made of a request.
 pub(super) enum Cached {
@@ -118,32 +128,35 @@ pub(super) async fn lookup(
     let fwd = if dirs.no_cache || dirs.max_age == Some(0) {
         Fwd::Request
     } else {
-        let parts = key.parts();
-        let hash = cache.store.hash(&parts);
-        let fields = &request_fields;
-        let header = |name: &[u8]| {
-            fields
-                .iter()
-                .find(|(n, _): &&Field| **n == *name)
-                .map(|(_, v)| &v[..])
-        };
-        match cache.store.get(hash, &parts, &header) {
-            None => Fwd::Miss,
-            Some(o) => {
-                let now = Instant::now();
-                let fresh = o.fresh(now).is_ok() && !o.no_cache;
-                let young = dirs.max_age.is_none_or(|m| o.age(now).as_secs() <= m);
-                match (fresh, young) {
-                    (true, true) => {
-                        metrics.hits.fetch_add(1, Relaxed);
-                        return Cached::Served(serve(link, snap, bufs, o, now, is_head).await);
-                    }
-                    (true, false) => Fwd::Request,
-                    (false, _) => Fwd::Stale,
-                }
+        match fresh(cache, &key, &request_fields, &dirs) {
+            Ok((o, now)) => {
+                metrics.hits.fetch_add(1, Relaxed);
+                return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT).await);
             }
+            Err(fwd) => fwd,
         }
     };
+    // Coalescing: the first miss for a key fetches it, the others wait
+    // for that fetch, then look up again.
+    let mut lead = None;
+    if get && !dirs.no_store && fwd != Fwd::Request {
+        let hash = cache.store.hash(&key.parts());
+        match cache.store.flights.join(hash, &key) {
+            Join::Lead(l) => lead = Some(l),
+            Join::Wait(mut rx) => {
+                let done = rx.wait_for(|done| *done);
+                let wait = link.worker.deadlines.after(WAIT_MAX).or_shutdown();
+                let _ = wait.bound(done).await;
+                if let Ok((o, now)) = fresh(cache, &key, &request_fields, &dirs) {
+                    metrics.hits.fetch_add(1, Relaxed);
+                    metrics.coalesced.fetch_add(1, Relaxed);
+                    let served = serve(link, snap, bufs, o, now, is_head, COALESCED);
+                    return Cached::Served(served.await);
+                }
+            }
+            Join::Apart => {}
+        }
+    }
     metrics.misses.fetch_add(1, Relaxed);
     if get && !dirs.no_store {
         bufs.fill = Some(Box::new(Fill::new(
@@ -153,6 +166,9 @@ pub(super) async fn lookup(
             authorization,
             fwd,
         )));
+        if let Some(f) = bufs.fill.as_deref_mut() {
+            f.lead = lead;
+        }
     } else {
         let status = match fwd {
             Fwd::Miss => "sluicegate; fwd=miss",
@@ -164,6 +180,33 @@ pub(super) async fn lookup(
             .push(b"cache-status", status.as_bytes());
     }
     Cached::Forward
+}
+
+/// A fresh object for the request (its key, its fields for `Vary`, its
+/// directives), and the time it was judged at; or why it goes upstream.
+fn fresh(
+    cache: &CacheRt,
+    key: &Key,
+    request_fields: &[Field],
+    dirs: &RequestDirectives,
+) -> Result<(Arc<Object>, Instant), Fwd> {
+    let parts = key.parts();
+    let hash = cache.store.hash(&parts);
+    let header = |name: &[u8]| {
+        request_fields
+            .iter()
+            .find(|(n, _)| **n == *name)
+            .map(|(_, v)| &v[..])
+    };
+    let o = cache.store.get(hash, &parts, &header).ok_or(Fwd::Miss)?;
+    let now = Instant::now();
+    let fresh = o.fresh(now).is_ok() && !o.no_cache;
+    let young = dirs.max_age.is_none_or(|m| o.age(now).as_secs() <= m);
+    match (fresh, young) {
+        (true, true) => Ok((o, now)),
+        (true, false) => Err(Fwd::Request),
+        (false, _) => Err(Fwd::Stale),
+    }
 }
 
 /// The route's cache settings a fill takes.
@@ -188,6 +231,7 @@ async fn serve(
     o: Arc<Object>,
     now: Instant,
     is_head: bool,
+    cache_status: &[u8],
 ) -> Outcome<'static> {
     let mut fields = Fields::new();
     let ops = bufs.edits.response_ops.as_deref();
@@ -203,7 +247,7 @@ async fn serve(
     }
     let age = o.age(now).as_secs();
     fields.push(b"age", itoa::Buffer::new().format(age).as_bytes());
-    fields.push(b"cache-status", b"sluicegate; hit");
+    fields.push(b"cache-status", cache_status);
     let not_modified = match (field(bufs, b"if-none-match"), &o.etag) {
         (Some(inm), Some(etag)) => rules::none_match(inm, etag),
         (Some(_), None) => false,

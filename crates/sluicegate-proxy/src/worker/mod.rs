@@ -263,6 +263,8 @@ impl Worker {
             b.edits.guards.clear();
             // A body copy left by a request cut short ends here.
             b.mirror = None;
+            // And a cache fill (its flight's waiters wake).
+            b.fill = None;
             free.push(b);
         }
     }

@@ -55,6 +55,8 @@ pub struct RouteMetrics {
 #[derive(Debug, Default)]
 pub struct CacheMetrics {
     pub hits: AtomicU64,
+    /// Hits that waited for another request's fetch of their key.
+    pub coalesced: AtomicU64,
     pub misses: AtomicU64,
     pub stores: AtomicU64,
 }
@@ -143,11 +145,16 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
     }
     render_mirrors(out, routes.clone().map(|r| (&*r.name, &r.mirror)));
     // Only the routes whose cache saw a request: the others have none.
-    let cache: [Family; 3] = [
+    let cache: [Family; 4] = [
         (
             "sluicegate_cache_hits_total",
             "Requests answered from the cache, by route.",
             |r| r.cache.hits.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_coalesced_total",
+            "Requests answered from the cache after waiting for another's fetch of their key, by route.",
+            |r| r.cache.coalesced.load(Ordering::Relaxed),
         ),
         (
             "sluicegate_cache_misses_total",
