@@ -7,7 +7,8 @@
 //! from a stored `GET`; a `POST` removes the key's object; a client's
 //! `no-cache` or `max-age=0` goes upstream; a matching `If-None-Match`
 //! gets a `304` from memory; HTTP/2 clients are answered from the cache
-//! too; and a request its route's auth refuses never gets a stored body.
+//! too; a request its route's auth refuses never gets a stored body; and
+//! `stale_if_error` answers a 5xx or a dead upstream with the stale object.
 
 mod http_common;
 
@@ -267,4 +268,87 @@ fn concurrent_misses_for_one_key_make_one_upstream_request() {
         .count();
     assert!(coalesced > 0, "none waited for the fetch");
     assert_eq!(all.iter().filter(|s| **s == HIT).count(), 999 - coalesced);
+}
+
+/// A route whose key leaves the query out (so that the test upstream's
+/// `status=` asks for a 5xx on the same key), with `stale_if_error`.
+fn start_stale(up_addr: std::net::SocketAddr, admin: u16) -> Gw {
+    Gw::start(&format!(
+        "admin: {{ listen: \"127.0.0.1:{admin}\" }}\n\
+         cache: {{ memory: 8MiB, max_object: 64KiB }}\n\
+         services:\n{}\
+         routes:\n\
+         \x20 - name: s\n    match: {{ path_prefix: /s }}\n    service: web\n    cache: {{ key: [host, path], stale_if_error: 60s }}\n\
+         \x20 - name: n\n    match: {{ path_prefix: /n }}\n    service: web\n    cache: {{ key: [host, path] }}\n",
+        service("web", &[up_addr], "")
+    ))
+}
+
+#[test]
+fn stale_if_error_answers_a_5xx_or_a_dead_upstream_with_the_stale_object() {
+    let up = TestUpstream::start();
+    let admin = free_port();
+    let gw = start_stale(up.addr(), admin);
+    // Stored, fresh for a second.
+    let ok = "?size=100&header=cache-control:max-age=1";
+    let first = get(&gw, &format!("/s/a{ok}"), &[]);
+    assert_eq!(status_of(&first), STORED);
+    let second = get(&gw, &format!("/s/a{ok}"), &[]);
+    assert_eq!(status_of(&second), HIT);
+    // Stale, and the upstream answers 503: the stale object answers.
+    let mut last = (0, String::new());
+    let served = wait_until(Duration::from_secs(5), || {
+        let r = get(&gw, "/s/a?status=503", &[]);
+        last = (r.status, status_of(&r).to_string());
+        last.1 != HIT
+    });
+    assert!(served, "still a hit after 5 s");
+    assert_eq!(last, (200, "sluicegate; fwd=stale; fwd-status=503".into()));
+    let r = get(&gw, "/s/a?status=503", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, first.body);
+    let age: u64 = r.header("age").expect("Age").parse().unwrap();
+    assert!(age >= 1, "age {age}");
+    // A route without stale_if_error relays the 5xx.
+    assert_eq!(status_of(&get(&gw, &format!("/n/a{ok}"), &[])), STORED);
+    let relayed = wait_until(Duration::from_secs(5), || {
+        get(&gw, "/n/a?status=503", &[]).status == 503
+    });
+    assert!(relayed, "the 503 was not relayed");
+    // A 2xx still replaces the stale object.
+    let fresh = get(&gw, &format!("/s/a{ok}"), &[]);
+    assert_eq!(status_of(&fresh), "sluicegate; fwd=stale; stored");
+
+    // The upstream gone (connections refused): the stale object answers
+    // with the error's status (502, or 503 once the endpoint is out of
+    // rotation), once it is stale.
+    drop(up);
+    let mut last = (0, String::new());
+    let served = wait_until(Duration::from_secs(5), || {
+        let r = get(&gw, "/s/a", &[]);
+        last = (r.status, status_of(&r).to_string());
+        last.1 != HIT
+    });
+    assert!(served, "still a hit after 5 s");
+    assert_eq!(last.0, 200, "{last:?}");
+    assert!(
+        last.1 == "sluicegate; fwd=stale; fwd-status=502"
+            || last.1 == "sluicegate; fwd=stale; fwd-status=503",
+        "{last:?}"
+    );
+    assert_eq!(r_body(&gw, "/s/a"), fresh.body);
+    // Without stale_if_error: the error.
+    assert!(get(&gw, "/n/a", &[]).status >= 502);
+    let metrics = http_get(("127.0.0.1", admin), "/metrics", &[]).body_str();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("sluicegate_cache_stale_total{route=\"s\"}"))
+        .unwrap_or_default()
+        .to_string();
+    let n: u64 = line.rsplit(' ').next().unwrap_or("0").parse().unwrap_or(0);
+    assert_eq!(n, 4, "{line}");
+}
+
+fn r_body(gw: &Gw, path: &str) -> Vec<u8> {
+    get(gw, path, &[]).body
 }

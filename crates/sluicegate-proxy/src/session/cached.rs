@@ -5,13 +5,16 @@
 //! else forwarded with a fill ([`crate::cache::fill`]) that the relay
 //! judges and feeds, committed here when the answer ended whole; a
 //! `POST`, `PUT`, `DELETE` or `PATCH` answered without error removes
-//! the key's objects. Only routes with a `cache` come here.
+//! the key's objects; a `GET` whose stale object is within its
+//! `stale_if_error` window keeps it, for the lifecycle to answer with
+//! when the forward hands its failure or 5xx back. Only routes with a
+//! `cache` come here.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::answer::{answer_locally, Local};
+use super::answer::{answer_consumed, answer_locally, Local};
 use super::peer::Link;
 use crate::cache::fill::{Field, Fill, Fwd, Key, Policy};
 use crate::cache::flight::Join;
@@ -23,6 +26,7 @@ use crate::route::target::{strip_port, Target};
 use crate::snapshot::cache::{CacheRt, KeyPart};
 use crate::snapshot::{RouteRt, Snapshot};
 use crate::upstream::forward::Outcome;
+use crate::upstream::handback::Unanswered;
 use crate::worker::Bufs;
 
 /// A hit's `Cache-Status`, and that of a request answered from the
@@ -39,8 +43,10 @@ pub(super) enum Cached {
     /// Answered from memory.
     Served(Outcome<'static>),
     /// To go upstream; a miss's fill (or an unsafe method's, which
-    /// removes the key's objects) in `bufs.fill`.
-    Forward,
+    /// removes the key's objects) in `bufs.fill`; with the stale object
+    /// that answers instead when the forward fails or answers 5xx
+    /// (within its `stale_if_error` window when the request came).
+    Forward(Option<Arc<Object>>),
 }
 
 /// The first value of the request's field `name`.
@@ -108,11 +114,11 @@ pub(super) async fn lookup(
         b"GET" => (true, false),
         b"HEAD" => (false, false),
         b"POST" | b"PUT" | b"DELETE" | b"PATCH" => (false, true),
-        _ => return Cached::Forward,
+        _ => return Cached::Forward(None),
     };
     if invalidates {
         bufs.fill = Some(Box::new(Fill::invalidating(policy(route, cache), key)));
-        return Cached::Forward;
+        return Cached::Forward(None);
     }
     let mut dirs = RequestDirectives::default();
     let mut request_fields = Vec::new();
@@ -125,6 +131,7 @@ pub(super) async fn lookup(
     }
     let authorization = field(bufs, b"authorization").is_some();
     let metrics = &route.metrics.cache;
+    let mut stale = None;
     let fwd = if dirs.no_cache || dirs.max_age == Some(0) {
         Fwd::Request
     } else {
@@ -133,7 +140,10 @@ pub(super) async fn lookup(
                 metrics.hits.fetch_add(1, Relaxed);
                 return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT).await);
             }
-            Err(fwd) => fwd,
+            Err((fwd, o)) => {
+                stale = o.filter(|o| within(o, o.stale_if_error));
+                fwd
+            }
         }
     };
     // Coalescing: the first miss for a key fetches it, the others wait
@@ -169,6 +179,7 @@ pub(super) async fn lookup(
         if let Some(f) = bufs.fill.as_deref_mut() {
             f.lead = lead;
         }
+        return Cached::Forward(stale);
     } else {
         let status = match fwd {
             Fwd::Miss => "sluicegate; fwd=miss",
@@ -179,17 +190,29 @@ pub(super) async fn lookup(
             .response_headers
             .push(b"cache-status", status.as_bytes());
     }
-    Cached::Forward
+    Cached::Forward(None)
 }
 
+/// Whether a stale object may still be served, `window` past its
+/// freshness (RFC 5861), now: never one with `must-revalidate`.
+fn within(o: &Object, window: Duration) -> bool {
+    let stale_by = o.fresh(Instant::now()).err().unwrap_or_default();
+    !o.must_revalidate && !window.is_zero() && stale_by <= window
+}
+
+/// Why a request goes upstream, with the stale object when one is
+/// stored.
+type Upstream = (Fwd, Option<Arc<Object>>);
+
 /// A fresh object for the request (its key, its fields for `Vary`, its
-/// directives), and the time it was judged at; or why it goes upstream.
+/// directives), and the time it was judged at; or why it goes upstream,
+/// with the stale object when there is one.
 fn fresh(
     cache: &CacheRt,
     key: &Key,
     request_fields: &[Field],
     dirs: &RequestDirectives,
-) -> Result<(Arc<Object>, Instant), Fwd> {
+) -> Result<(Arc<Object>, Instant), Upstream> {
     let parts = key.parts();
     let hash = cache.store.hash(&parts);
     let header = |name: &[u8]| {
@@ -198,14 +221,17 @@ fn fresh(
             .find(|(n, _)| **n == *name)
             .map(|(_, v)| &v[..])
     };
-    let o = cache.store.get(hash, &parts, &header).ok_or(Fwd::Miss)?;
+    let o = cache
+        .store
+        .get(hash, &parts, &header)
+        .ok_or((Fwd::Miss, None))?;
     let now = Instant::now();
     let fresh = o.fresh(now).is_ok() && !o.no_cache;
     let young = dirs.max_age.is_none_or(|m| o.age(now).as_secs() <= m);
     match (fresh, young) {
         (true, true) => Ok((o, now)),
-        (true, false) => Err(Fwd::Request),
-        (false, _) => Err(Fwd::Stale),
+        (true, false) => Err((Fwd::Request, None)),
+        (false, _) => Err((Fwd::Stale, Some(o))),
     }
 }
 
@@ -232,6 +258,22 @@ async fn serve(
     now: Instant,
     is_head: bool,
     cache_status: &[u8],
+) -> Outcome<'static> {
+    serve_as(link, snap, bufs, o, now, is_head, cache_status, None).await
+}
+
+/// [`serve`], the request's body consumed already when `close` is given
+/// (the connection closing after the answer when it is true).
+#[allow(clippy::too_many_arguments)]
+async fn serve_as(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    o: Arc<Object>,
+    now: Instant,
+    is_head: bool,
+    cache_status: &[u8],
+    close: Option<bool>,
 ) -> Outcome<'static> {
     let mut fields = Fields::new();
     let ops = bufs.edits.response_ops.as_deref();
@@ -263,7 +305,39 @@ async fn serve(
         false => (o.status, &o.body),
     };
     let fixed = Local::Fixed(Head::Fields(status, &fields), body);
-    answer_locally(link, snap, bufs, fixed, is_head).await
+    match close {
+        None => answer_locally(link, snap, bufs, fixed, is_head).await,
+        Some(close) => answer_consumed(link, snap, bufs, fixed, is_head, close).await,
+    }
+}
+
+/// Answers a `GET` whose forward failed or answered 5xx (`un`; its
+/// status `upstream`, when one came) from the stale object its lookup
+/// kept: `Cache-Status: sluicegate; fwd=stale; fwd-status=S` (the
+/// upstream's status, or that of the error the client would have got)
+/// and its `Age`. Counted.
+#[cold]
+pub(super) async fn stale_if_error<'s>(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    route: &RouteRt,
+    o: Arc<Object>,
+    un: &Unanswered<'s>,
+    upstream: Option<u16>,
+) -> Outcome<'s> {
+    route.metrics.cache.stale.fetch_add(1, Relaxed);
+    let status = upstream.unwrap_or_else(|| un.kind.status());
+    let mut cache_status = b"sluicegate; fwd=stale; fwd-status=".to_vec();
+    cache_status.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    let close = (!un.at_hand).then_some(un.close);
+    let now = Instant::now();
+    let mut outcome: Outcome<'s> =
+        serve_as(link, snap, bufs, o, now, false, &cache_status, close).await;
+    outcome.bytes_in = un.bytes_in;
+    outcome.upstream_us = un.upstream_us;
+    outcome.endpoint = un.endpoint;
+    outcome
 }
 
 /// After the answer: a miss's fill stored when it came whole (if it was

@@ -59,7 +59,7 @@ use crate::snapshot::split::SplitEntryRt;
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Ended, Outcome};
-use crate::upstream::handback::HandBack;
+use crate::upstream::handback::{Cause, HandBack};
 use crate::upstream::mirror;
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Bufs;
@@ -290,10 +290,12 @@ pub(super) async fn exchange(
                 // The cache: after the filters (and the fault
                 // injection), before the mirror and the forward; a miss
                 // leaves its fill in `bufs`, taken back below.
+                let mut stale = None;
                 if let Some(c) = cache {
                     let looked = cached::lookup(link, snap, bufs, route, c, &target, is_head);
-                    if let Cached::Served(outcome) = looked.await {
-                        break 'proxy outcome;
+                    match looked.await {
+                        Cached::Served(outcome) => break 'proxy outcome,
+                        Cached::Forward(s) => stale = s,
                     }
                 }
                 let down = link.downstream();
@@ -308,6 +310,12 @@ pub(super) async fn exchange(
                         whole_only: matches!(f.answer, FallbackAnswerRt::Service(_)),
                     },
                     None => HandBack::NONE,
+                };
+                // A stale object to answer with: every failure and 5xx
+                // is handed back for it.
+                let hand_back = match stale {
+                    Some(_) => HandBack::STALE,
+                    None => hand_back,
                 };
                 let mark = bufs.inb.mark();
                 let cx = forward::Request {
@@ -332,8 +340,19 @@ pub(super) async fn exchange(
                 } else {
                     None
                 };
-                let outcome = match (forwarded, fallback) {
-                    (Ended::Unanswered(un), Some(fb)) => {
+                let outcome = match (forwarded, fallback, stale) {
+                    (Ended::Unanswered(un), _, Some(o)) => {
+                        primary = Some(un.kind.status());
+                        if un.at_hand {
+                            bufs.inb.rewind(mark);
+                        }
+                        let upstream =
+                            (un.cause == Cause::UpstreamStatus).then_some(bufs.res.status);
+                        let served =
+                            cached::stale_if_error(link, snap, bufs, route, o, &un, upstream);
+                        Box::pin(served).await
+                    }
+                    (Ended::Unanswered(un), Some(fb), None) => {
                         // The split's entry failed, whatever answers
                         // instead: its counters (the rollout's input)
                         // take the error it would have answered.
@@ -352,7 +371,7 @@ pub(super) async fn exchange(
                         }
                         outcome
                     }
-                    (ended, _) => ended.outcome(),
+                    (ended, ..) => ended.outcome(),
                 };
                 if cache.is_some() {
                     cached::ended(route, fill);

@@ -59,6 +59,8 @@ pub struct CacheMetrics {
     pub coalesced: AtomicU64,
     pub misses: AtomicU64,
     pub stores: AtomicU64,
+    /// Requests answered with a stale object (`stale_if_error`).
+    pub stale: AtomicU64,
 }
 
 impl RouteMetrics {
@@ -145,7 +147,7 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
     }
     render_mirrors(out, routes.clone().map(|r| (&*r.name, &r.mirror)));
     // Only the routes whose cache saw a request: the others have none.
-    let cache: [Family; 4] = [
+    let cache: [Family; 5] = [
         (
             "sluicegate_cache_hits_total",
             "Requests answered from the cache, by route.",
@@ -165,6 +167,11 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
             "sluicegate_cache_stores_total",
             "Answers stored in the cache, by route.",
             |r| r.cache.stores.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_stale_total",
+            "Requests answered with a stale object (the upstream failed or answered 5xx: stale_if_error), by route.",
+            |r| r.cache.stale.load(Ordering::Relaxed),
         ),
     ];
     let caching = |r: &&RouteMetrics| {
