@@ -8,7 +8,8 @@
 //! `no-cache` or `max-age=0` goes upstream; a matching `If-None-Match`
 //! gets a `304` from memory; HTTP/2 clients are answered from the cache
 //! too; a request its route's auth refuses never gets a stored body; and
-//! `stale_if_error` answers a 5xx or a dead upstream with the stale object.
+//! `stale_if_error` answers a 5xx or a dead upstream with the stale object;
+//! `stale_while_revalidate` answers it at once while one refresh runs.
 
 mod http_common;
 
@@ -270,8 +271,9 @@ fn concurrent_misses_for_one_key_make_one_upstream_request() {
     assert_eq!(all.iter().filter(|s| **s == HIT).count(), 999 - coalesced);
 }
 
-/// A route whose key leaves the query out (so that the test upstream's
-/// `status=` asks for a 5xx on the same key), with `stale_if_error`.
+/// Routes whose key leaves the query out (so that the test upstream's
+/// `status=` or `delay=` change its answer on the same key), with
+/// `stale_if_error` (`s`), `stale_while_revalidate` (`w`), neither (`n`).
 fn start_stale(up_addr: std::net::SocketAddr, admin: u16) -> Gw {
     Gw::start(&format!(
         "admin: {{ listen: \"127.0.0.1:{admin}\" }}\n\
@@ -279,7 +281,8 @@ fn start_stale(up_addr: std::net::SocketAddr, admin: u16) -> Gw {
          services:\n{}\
          routes:\n\
          \x20 - name: s\n    match: {{ path_prefix: /s }}\n    service: web\n    cache: {{ key: [host, path], stale_if_error: 60s }}\n\
-         \x20 - name: n\n    match: {{ path_prefix: /n }}\n    service: web\n    cache: {{ key: [host, path] }}\n",
+         \x20 - name: n\n    match: {{ path_prefix: /n }}\n    service: web\n    cache: {{ key: [host, path] }}\n\
+         \x20 - name: w\n    match: {{ path_prefix: /w }}\n    service: web\n    cache: {{ key: [host, path], stale_while_revalidate: 60s }}\n",
         service("web", &[up_addr], "")
     ))
 }
@@ -351,4 +354,53 @@ fn stale_if_error_answers_a_5xx_or_a_dead_upstream_with_the_stale_object() {
 
 fn r_body(gw: &Gw, path: &str) -> Vec<u8> {
     get(gw, path, &[]).body
+}
+
+#[test]
+fn stale_while_revalidate_answers_at_once_and_refreshes_once() {
+    let up = TestUpstream::start();
+    let admin = free_port();
+    let gw = start_stale(up.addr(), admin);
+    let first = get(&gw, "/w/a?size=100&header=cache-control:max-age=1", &[]);
+    assert_eq!(status_of(&first), STORED);
+    assert_eq!(up.requests_seen(), 1);
+    // Once stale, each request is answered from it at once; the first
+    // starts the refresh, whose upstream takes 3 s and answers a new
+    // object, fresh for a minute.
+    let slow = "/w/a?size=100&delay=3000&header=cache-control:max-age=60&header=x-v:2";
+    let mut last = String::new();
+    let stale = wait_until(Duration::from_secs(5), || {
+        let r = get(&gw, slow, &[]);
+        last = status_of(&r).to_string();
+        assert!(r.header("x-v").is_none(), "the new object came early");
+        last != HIT
+    });
+    assert!(stale, "still a hit after 5 s");
+    assert_eq!(last, "sluicegate; hit; detail=stale");
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        let r = get(&gw, slow, &[]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, first.body);
+        assert_eq!(status_of(&r), "sluicegate; hit; detail=stale");
+        assert!(r.header("age").expect("Age").parse::<u64>().unwrap() >= 1);
+    }
+    // Answered without waiting for the refresh's 3 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The refresh stores the new object: the next requests hit it.
+    let mut last = String::new();
+    let refreshed = wait_until(Duration::from_secs(10), || {
+        let r = get(&gw, slow, &[]);
+        last = status_of(&r).to_string();
+        r.header("x-v") == Some("2")
+    });
+    assert!(refreshed, "not refreshed: {last}");
+    assert_eq!(last, HIT);
+    assert_eq!(up.requests_seen(), 2, "one refresh for every stale answer");
+    let refresh = up.last_request().expect("the refresh");
+    assert!(refresh.header("x-forwarded-for").is_some());
 }

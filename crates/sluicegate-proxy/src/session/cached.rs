@@ -7,9 +7,12 @@
 //! `POST`, `PUT`, `DELETE` or `PATCH` answered without error removes
 //! the key's objects; a `GET` whose stale object is within its
 //! `stale_if_error` window keeps it, for the lifecycle to answer with
-//! when the forward hands its failure or 5xx back. Only routes with a
+//! when the forward hands its failure or 5xx back; a stale object within
+//! its `stale_while_revalidate` window answers at once while one refresh
+//! ([`crate::upstream::refresh`]) fetches it anew. Only routes with a
 //! `cache` come here.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,12 +30,17 @@ use crate::snapshot::cache::{CacheRt, KeyPart};
 use crate::snapshot::{RouteRt, Snapshot};
 use crate::upstream::forward::Outcome;
 use crate::upstream::handback::Unanswered;
+use crate::upstream::refresh;
 use crate::worker::Bufs;
 
 /// A hit's `Cache-Status`, and that of a request answered from the
 /// fetch it waited for.
 const HIT: &[u8] = b"sluicegate; hit";
 const COALESCED: &[u8] = b"sluicegate; hit; detail=coalesced";
+/// A stale object's, answered while one refresh fetches it anew
+/// (`stale_while_revalidate`): a hit, as RFC 9211 counts the answers
+/// the cache gave without going forward for them.
+const STALE: &[u8] = b"sluicegate; hit; detail=stale";
 /// How long a request waits for another's fetch of its key at most
 /// (that fetch is bounded by its service's timeouts; this only guards
 /// against a lead never let go), before going upstream itself.
@@ -47,6 +55,15 @@ pub(super) enum Cached {
     /// that answers instead when the forward fails or answers 5xx
     /// (within its `stale_if_error` window when the request came).
     Forward(Option<Arc<Object>>),
+}
+
+/// Where the route's background refresh (`stale_while_revalidate`)
+/// goes: the service (its index) the request would be forwarded to, the
+/// client it is made for, the route's prefix to strip.
+pub(super) struct Refresh {
+    pub(super) service: u32,
+    pub(super) client: IpAddr,
+    pub(super) strip: usize,
 }
 
 /// The first value of the request's field `name`.
@@ -99,14 +116,16 @@ fn key(cache: &CacheRt, snap: &Snapshot, bufs: &Bufs, target: &Target) -> Key {
 
 /// Looks the request up: a fresh object answers it; otherwise a `GET`
 /// goes upstream with a fill in `bufs.fill`.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn lookup(
     link: Link<'_>,
-    snap: &Snapshot,
+    snap: &Arc<Snapshot>,
     bufs: &mut Bufs,
     route: &RouteRt,
     cache: &CacheRt,
     target: &Target,
     is_head: bool,
+    refresh: Refresh,
 ) -> Cached {
     let raw = bufs.inb.filled();
     let key = key(cache, snap, bufs, target);
@@ -139,6 +158,32 @@ pub(super) async fn lookup(
             Ok((o, now)) => {
                 metrics.hits.fetch_add(1, Relaxed);
                 return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT).await);
+            }
+            Err((fwd, Some(o))) if within(&o, o.stale_while_revalidate) => {
+                // Answered stale at once; one refresh (the key's flight
+                // lead) fetches it anew unless one is under way.
+                let hash = cache.store.hash(&key.parts());
+                if let Join::Lead(lead) = cache.store.flights.join(hash, &key) {
+                    let mut fill = Box::new(Fill::new(
+                        policy(route, cache),
+                        key,
+                        request_fields,
+                        authorization,
+                        fwd,
+                    ));
+                    fill.lead = Some(lead);
+                    let down = link.downstream();
+                    let Refresh {
+                        service,
+                        client,
+                        strip,
+                    } = refresh;
+                    let m = &route.metrics;
+                    refresh::start(&down, snap, service, client, target, strip, bufs, fill, m);
+                }
+                metrics.stale.fetch_add(1, Relaxed);
+                let now = Instant::now();
+                return Cached::Served(serve(link, snap, bufs, o, now, is_head, STALE).await);
             }
             Err((fwd, o)) => {
                 stale = o.filter(|o| within(o, o.stale_if_error));
@@ -202,7 +247,7 @@ fn within(o: &Object, window: Duration) -> bool {
 
 /// Why a request goes upstream, with the stale object when one is
 /// stored.
-type Upstream = (Fwd, Option<Arc<Object>>);
+type Why = (Fwd, Option<Arc<Object>>);
 
 /// A fresh object for the request (its key, its fields for `Vary`, its
 /// directives), and the time it was judged at; or why it goes upstream,
@@ -212,7 +257,7 @@ fn fresh(
     key: &Key,
     request_fields: &[Field],
     dirs: &RequestDirectives,
-) -> Result<(Arc<Object>, Instant), Upstream> {
+) -> Result<(Arc<Object>, Instant), Why> {
     let parts = key.parts();
     let hash = cache.store.hash(&parts);
     let header = |name: &[u8]| {

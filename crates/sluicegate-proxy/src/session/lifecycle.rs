@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use super::action::{inject, pick};
 use super::answer::{answer_locally, https_redirect, refuse_and_close, Local};
-use super::cached::{self, Cached};
+use super::cached::{self, Cached, Refresh};
 use super::fallback::{fall_back, Again};
 use super::filtering::{request_filters, request_filters_waiting, Facts};
 use super::grpc::grpc_facts;
@@ -263,15 +263,16 @@ pub(super) async fn exchange(
                 cache,
             } => 'proxy: {
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
-                let service = match split {
-                    None => snap.service(*service),
+                let service_index = match split {
+                    None => *service,
                     Some(split) => {
                         let i = pick(&rq, split, bufs, client);
                         let e = &split.entries[i];
                         entry = Some((i, e));
-                        snap.service(e.service)
+                        e.service
                     }
                 };
+                let service = snap.service(service_index);
                 svc = &service.name;
                 if let Some(fault) = fault {
                     let timed_out;
@@ -292,7 +293,13 @@ pub(super) async fn exchange(
                 // leaves its fill in `bufs`, taken back below.
                 let mut stale = None;
                 if let Some(c) = cache {
-                    let looked = cached::lookup(link, snap, bufs, route, c, &target, is_head);
+                    let refresh = Refresh {
+                        service: service_index,
+                        client,
+                        strip,
+                    };
+                    let looked =
+                        cached::lookup(link, snap, bufs, route, c, &target, is_head, refresh);
                     match looked.await {
                         Cached::Served(outcome) => break 'proxy outcome,
                         Cached::Forward(s) => stale = s,

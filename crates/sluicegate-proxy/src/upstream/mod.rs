@@ -32,4 +32,5 @@ pub(crate) mod held;
 pub(crate) mod mirror;
 mod outcome;
 mod plan;
+pub(crate) mod refresh;
 pub(crate) mod tunnel;

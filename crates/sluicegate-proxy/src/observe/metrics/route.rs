@@ -59,7 +59,8 @@ pub struct CacheMetrics {
     pub coalesced: AtomicU64,
     pub misses: AtomicU64,
     pub stores: AtomicU64,
-    /// Requests answered with a stale object (`stale_if_error`).
+    /// Requests answered with a stale object (`stale_if_error`,
+    /// `stale_while_revalidate`).
     pub stale: AtomicU64,
 }
 
@@ -170,7 +171,7 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
         ),
         (
             "sluicegate_cache_stale_total",
-            "Requests answered with a stale object (the upstream failed or answered 5xx: stale_if_error), by route.",
+            "Requests answered with a stale object (stale_if_error: the upstream failed or answered 5xx; stale_while_revalidate: while one refresh fetches it), by route.",
             |r| r.cache.stale.load(Ordering::Relaxed),
         ),
     ];
