@@ -9,7 +9,8 @@
 //! gets a `304` from memory; HTTP/2 clients are answered from the cache
 //! too; a request its route's auth refuses never gets a stored body; and
 //! `stale_if_error` answers a 5xx or a dead upstream with the stale object;
-//! `stale_while_revalidate` answers it at once while one refresh runs.
+//! `stale_while_revalidate` answers it at once while one refresh runs,
+//! which revalidates an object with an `ETag` (a `304` keeps its body).
 
 mod http_common;
 
@@ -403,4 +404,41 @@ fn stale_while_revalidate_answers_at_once_and_refreshes_once() {
     assert_eq!(up.requests_seen(), 2, "one refresh for every stale answer");
     let refresh = up.last_request().expect("the refresh");
     assert!(refresh.header("x-forwarded-for").is_some());
+}
+
+#[test]
+fn a_refresh_revalidates_with_the_validators_and_a_304_keeps_the_body() {
+    let up = TestUpstream::start();
+    let gw = start_stale(up.addr(), free_port());
+    let stored = "/w/r?size=300&header=cache-control:max-age=1&header=etag:%22v1%22";
+    let first = get(&gw, stored, &[]);
+    assert_eq!(status_of(&first), STORED);
+    assert_eq!(first.body.len(), 300);
+    // Stale: answered from memory, while the refresh asks with the
+    // object's ETag and gets a 304 (fresh for a minute, a new field).
+    let not_modified = "/w/r?status=304&header=cache-control:max-age=60&header=x-v:2";
+    let mut last = String::new();
+    let stale = wait_until(Duration::from_secs(5), || {
+        let r = get(&gw, not_modified, &[]);
+        assert_eq!(r.status, 200);
+        last = status_of(&r).to_string();
+        last != HIT
+    });
+    assert!(stale, "still a hit after 5 s");
+    assert_eq!(last, "sluicegate; hit; detail=stale");
+    let mut last = String::new();
+    let revalidated = wait_until(Duration::from_secs(10), || {
+        let r = get(&gw, not_modified, &[]);
+        last = status_of(&r).to_string();
+        r.header("x-v") == Some("2")
+    });
+    assert!(revalidated, "not revalidated: {last}");
+    let r = get(&gw, not_modified, &[]);
+    assert_eq!((r.status, status_of(&r)), (200, HIT));
+    assert_eq!(r.body, first.body, "the body kept");
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    assert_eq!(r.header("cache-control"), Some("max-age=60"));
+    assert_eq!(up.requests_seen(), 2);
+    let refresh = up.last_request().expect("the refresh");
+    assert_eq!(refresh.header("if-none-match"), Some("\"v1\""));
 }

@@ -179,7 +179,10 @@ pub(super) async fn lookup(
                         strip,
                     } = refresh;
                     let m = &route.metrics;
-                    refresh::start(&down, snap, service, client, target, strip, bufs, fill, m);
+                    let stale = o.clone();
+                    refresh::start(
+                        &down, snap, service, client, target, strip, bufs, fill, stale, m,
+                    );
                 }
                 metrics.stale.fetch_add(1, Relaxed);
                 let now = Instant::now();

@@ -5,7 +5,11 @@
 //! and its answer fills the store as a miss's would
 //! ([`crate::cache::fill`]). The fill holds the key's flight
 //! ([`crate::cache::flight`]): at most one refresh per key at a time,
-//! and a miss meanwhile waits for it.
+//! and a miss meanwhile waits for it. A stale object with validators is
+//! revalidated: the refresh is conditional (`If-None-Match` from its
+//! `ETag`, `If-Modified-Since` from its `Last-Modified`), and a `304`
+//! stores it again with the `304`'s fields over its own (RFC 9111
+//! section 4.3.4), its body kept without a transfer.
 
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -15,6 +19,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::cache::fill::Fill;
+use crate::cache::store::Object;
 use crate::observe::metrics::RouteMetrics;
 use crate::route::target::Target;
 use crate::snapshot::Snapshot;
@@ -50,8 +55,9 @@ const NOT_COPIED: &[&str] = &[
 ];
 
 /// Starts the refresh of the request's key (in `bufs`, to `service` of
-/// `snap`) that `fill` (leading the key's flight) stores; `false` when it
-/// cannot start (no worker to run it, a target that makes no request).
+/// `snap`) that `fill` (leading the key's flight) stores; conditional
+/// on the `stale` object's validators. `false` when it cannot start (no
+/// worker to run it, a target that makes no request).
 #[allow(clippy::too_many_arguments)]
 #[cold]
 pub(crate) fn start(
@@ -63,14 +69,25 @@ pub(crate) fn start(
     strip: usize,
     bufs: &Bufs,
     fill: Box<Fill>,
+    stale: Arc<Object>,
     metrics: &Arc<RouteMetrics>,
 ) -> bool {
     let Some(worker) = down.worker.rc() else {
         return false;
     };
-    let Some(parts) = head(t, strip, bufs) else {
+    let Some(mut parts) = head(t, strip, bufs) else {
         return false;
     };
+    let validators = [
+        (http::header::IF_NONE_MATCH, &stale.etag),
+        (http::header::IF_MODIFIED_SINCE, &stale.last_modified),
+    ];
+    for (name, value) in validators {
+        let value = value.as_deref().map(http::HeaderValue::from_bytes);
+        if let Some(Ok(v)) = value {
+            parts.headers.insert(name, v);
+        }
+    }
     let raw = bufs.inb.filled();
     let opts = Options {
         origin: Some(Origin::of(down, client, raw, &bufs.req, t)),
@@ -84,6 +101,7 @@ pub(crate) fn start(
         req,
         opts,
         fill,
+        stale,
         metrics.clone(),
     );
     tokio::task::spawn_local(task);
@@ -137,7 +155,9 @@ fn head(t: &Target, strip: usize, bufs: &Bufs) -> Option<http::request::Parts> {
 }
 
 /// Sends the refresh, judges its answer's head for the fill, feeds it
-/// the body and stores it when whole; counted in the route's stores.
+/// the body and stores it when whole (a `304`: the stale object with
+/// its fields); counted in the route's stores.
+#[allow(clippy::too_many_arguments)]
 async fn run(
     worker: Rc<Worker>,
     snap: Arc<Snapshot>,
@@ -145,12 +165,26 @@ async fn run(
     req: http::Request<Bytes>,
     opts: Options,
     mut fill: Box<Fill>,
+    stale: Arc<Object>,
     metrics: Arc<RouteMetrics>,
 ) {
     let service = snap.service(service).clone();
     let Ok(mut res) = client::send_with(&worker, &snap, &service, req, &opts).await else {
         return;
     };
+    if res.status() == 304 {
+        let fields = updated(&stale.fields, res.fields());
+        let fields: Vec<(&[u8], &[u8], bool)> =
+            fields.iter().map(|(n, v)| (&n[..], &v[..], true)).collect();
+        let length = stale.body.len() as u64;
+        fill.judge(stale.status, &fields, Some(length));
+        fill.push(&stale.body);
+        fill.whole = true;
+        if fill.commit() {
+            metrics.cache.stores.fetch_add(1, Relaxed);
+        }
+        return;
+    }
     let fields: Vec<(&[u8], &[u8], bool)> = res
         .fields()
         .iter()
@@ -171,5 +205,52 @@ async fn run(
     }
     if fill.commit() {
         metrics.cache.stores.fetch_add(1, Relaxed);
+    }
+}
+
+/// A stale object's fields (`stored`, as HTTP/1.1 lines) updated by a
+/// `304`'s (`fresh`: its fields but the hop-by-hop and framing ones):
+/// each field the `304` carries replaces the object's of that name (RFC
+/// 9111 section 4.3.4).
+fn updated(stored: &[u8], fresh: &http::HeaderMap) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut fields = Vec::new();
+    for line in stored.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if !fresh.contains_key(std::str::from_utf8(name).unwrap_or("")) {
+            fields.push((name.to_vec(), value.to_vec()));
+        }
+    }
+    for (name, value) in fresh {
+        fields.push((name.as_str().as_bytes().to_vec(), value.as_bytes().to_vec()));
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_304_s_fields_replace_the_stored_ones_of_their_name() {
+        let mut h = http::HeaderMap::new();
+        h.insert("cache-control", "max-age=60".parse().unwrap());
+        h.insert("x-v", "2".parse().unwrap());
+        let stored = b"cache-control: max-age=1\r\netag: \"a\"\r\nx-v: 1\r\n";
+        let got = updated(stored, &h);
+        let text: Vec<String> = got
+            .iter()
+            .map(|(n, v)| {
+                format!(
+                    "{}={}",
+                    String::from_utf8_lossy(n),
+                    String::from_utf8_lossy(v)
+                )
+            })
+            .collect();
+        assert_eq!(text, ["etag=\"a\"", "cache-control=max-age=60", "x-v=2"]);
     }
 }
