@@ -442,3 +442,119 @@ fn a_refresh_revalidates_with_the_validators_and_a_304_keeps_the_body() {
     let refresh = up.last_request().expect("the refresh");
     assert_eq!(refresh.header("if-none-match"), Some("\"v1\""));
 }
+
+/// An admin API call with a bearer token and a JSON body.
+fn admin(admin: u16, method: &str, path: &str, token: &str, body: &str) -> Response {
+    let auth = format!("Bearer {token}");
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    http_request(
+        ("127.0.0.1", admin),
+        method,
+        path,
+        &headers,
+        body.as_bytes(),
+    )
+}
+
+fn json(r: &Response) -> serde_json::Value {
+    serde_json::from_str(&r.body_str()).expect("a JSON body")
+}
+
+#[test]
+fn the_admin_api_reports_the_cache_and_purges_by_tag_prefix_key_and_route() {
+    let up = TestUpstream::start();
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!(
+        "sluicegate-cache-admin-{}-{port}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (read, write) = (dir.join("read.token"), dir.join("write.token"));
+    std::fs::write(&read, "cache-reader\n").unwrap();
+    std::fs::write(&write, "cache-writer\n").unwrap();
+    let gw = Gw::start(&format!(
+        "admin:\n  listen: \"127.0.0.1:{port}\"\n  tokens: [{{ token_file: {}, role: read }}, {{ token_file: {}, role: write }}]\n\
+         cache: {{ memory: 8MiB, max_object: 64KiB }}\n\
+         services:\n{}\
+         routes:\n\
+         \x20 - name: t\n    match: {{ path_prefix: /t }}\n    service: web\n    cache: {{ key: [host, path, query], tags_header: x-tags }}\n\
+         \x20 - name: c\n    match: {{ path_prefix: /c }}\n    service: web\n    cache: {{ key: [host, path, query] }}\n",
+        read.display(),
+        write.display(),
+        service("web", &[up.addr()], "")
+    ));
+    let q = "?size=2000&header=cache-control:max-age=60";
+    let tagged = |tags: &str| format!("{q}&header=x-tags:{tags}");
+    let (a, b, c) = (
+        format!("/t/a{}", tagged("red,%20blue")),
+        format!("/t/b{}", tagged("blue")),
+        format!("/t/c{}", tagged("green")),
+    );
+    let x = "/c/x?size=10&header=cache-control:max-age=60".to_string();
+    for path in [&a, &b, &c, &x] {
+        assert_eq!(status_of(&get(&gw, path, &[])), STORED, "{path}");
+    }
+    assert_eq!(status_of(&get(&gw, &a, &[])), HIT);
+
+    // The report: a read token may see it.
+    let r = admin(port, "GET", "/cache", "cache-reader", "");
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    let v = json(&r);
+    assert_eq!(v["objects"], 4);
+    assert_eq!(v["memory"], 8 * 1024 * 1024);
+    assert_eq!(
+        (v["hits"].as_u64(), v["misses"].as_u64()),
+        (Some(1), Some(4))
+    );
+    assert!((v["hit_ratio"].as_f64().unwrap() - 0.2).abs() < 1e-9);
+    assert_eq!(v["routes"][0]["route"], "t");
+    assert_eq!(v["routes"][0]["objects"], 3);
+    assert_eq!(v["routes"][1]["route"], "c");
+    assert!(v["bytes"].as_u64().unwrap() > 3 * 2000);
+
+    // A purge needs a write token and a condition, each a string.
+    assert_eq!(
+        admin(
+            port,
+            "POST",
+            "/cache/purge",
+            "cache-reader",
+            r#"{"tag":"blue"}"#
+        )
+        .status,
+        403
+    );
+    let bad = admin(port, "POST", "/cache/purge", "cache-writer", "{}");
+    assert_eq!(bad.status, 400);
+    assert_eq!(json(&bad)["problems"][0]["path"], "$");
+    let bad = admin(port, "POST", "/cache/purge", "cache-writer", r#"{"tag":5}"#);
+    assert_eq!(bad.status, 400);
+    assert_eq!(json(&bad)["problems"][0]["path"], "$.tag");
+    assert_eq!(up.requests_seen(), 4);
+
+    // By tag: the two tagged blue.
+    let purge = |body: &str| {
+        let r = admin(port, "POST", "/cache/purge", "cache-writer", body);
+        assert_eq!(r.status, 200, "{}", r.body_str());
+        json(&r)["purged"].as_u64().unwrap()
+    };
+    assert_eq!(purge(r#"{"tag":"blue"}"#), 2);
+    assert_eq!(status_of(&get(&gw, &c, &[])), HIT);
+    assert_eq!(status_of(&get(&gw, &a, &[])), STORED);
+    assert_eq!(status_of(&get(&gw, &b, &[])), STORED);
+    assert_eq!(up.requests_seen(), 6);
+    // By key prefix (host, path, query run together), by route, by key.
+    assert_eq!(purge(r#"{"prefix":"127.0.0.1/t/c?"}"#), 1);
+    assert_eq!(status_of(&get(&gw, &c, &[])), STORED);
+    assert_eq!(purge(r#"{"route":"c"}"#), 1);
+    assert_eq!(status_of(&get(&gw, &x, &[])), STORED);
+    let key = serde_json::json!({ "key": format!("127.0.0.1{b}"), "route": "t" });
+    assert_eq!(purge(&key.to_string()), 1);
+    assert_eq!(purge(&key.to_string()), 0);
+    assert_eq!(status_of(&get(&gw, &b, &[])), STORED);
+    assert_eq!(status_of(&get(&gw, &a, &[])), HIT);
+    let _ = std::fs::remove_dir_all(&dir);
+}

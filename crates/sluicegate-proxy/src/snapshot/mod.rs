@@ -16,6 +16,7 @@
 //! admin plane.
 
 pub mod cache;
+pub mod cache_admin;
 pub mod carry;
 mod compile;
 mod discovered;
