@@ -36,6 +36,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "request_id",
     "tracing",
     "dns",
+    "cache",
 ];
 
 /// Decodes the document's root node; `apps` holds the apps already
@@ -65,6 +66,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         request_id: Default::default(),
         tracing: None,
         dns: Default::default(),
+        cache: None,
     };
     let root = match root {
         Some(node) if !node.is_null() => node,
@@ -154,6 +156,12 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     if let Some(node) = f.get("tracing") {
         config.tracing = crate::trace::tracing(cx, node, path.key("tracing"));
     }
+    if let Some(node) = f.get("cache") {
+        config.cache = crate::cache::store(cx, node, path.key("cache"));
+    }
+    if config.cache.is_none() && f.get("cache").is_none() {
+        caching_needs_a_store(cx, &f, &config);
+    }
     if !config.apps.is_empty() {
         pinned_apps_exist(cx, &f, &config);
     }
@@ -164,6 +172,19 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         discovery_needs_etcd(cx, &f, &config);
     }
     config
+}
+
+/// A route's `cache` needs the top-level `cache` (its store).
+fn caching_needs_a_store(cx: &mut Cx, f: &reader::Fields<'_>, config: &Config) {
+    for (i, r) in config.routes.iter().enumerate() {
+        if r.cache.is_some() {
+            let pos = f.get("routes").map_or(f.pos, |n| n.pos);
+            let routes = Path::Root.key("routes");
+            let route = routes.index(i);
+            let msg = "needs the top-level cache (its memory) to store answers in";
+            cx.at(pos, route.key("cache"), msg);
+        }
+    }
 }
 
 /// A service with `discovery.etcd` needs an etcd to read.

@@ -6,6 +6,7 @@
 //! The schema is documented key by key in `docs/config.md`.
 
 mod apps;
+mod cache;
 mod cluster;
 mod decode;
 mod discovery;

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod apps;
+mod cache;
 mod http2;
 mod policy;
 mod route;
@@ -20,6 +21,7 @@ mod service;
 mod tls;
 
 pub use apps::*;
+pub use cache::*;
 pub use http2::*;
 pub use policy::*;
 pub use route::*;
@@ -72,6 +74,8 @@ pub struct Config {
     pub tracing: Option<TracingConfig>,
     /// How host names of endpoints and `discovery` are resolved.
     pub dns: DnsSettings,
+    /// The HTTP cache's store (`cache`); `None`: no route caches.
+    pub cache: Option<CacheStore>,
 }
 
 impl Config {

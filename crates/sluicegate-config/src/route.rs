@@ -42,6 +42,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "fallback_on",
     "split",
     "split_by",
+    "cache",
     "rollout",
     "aggregate",
     "compress",
@@ -334,6 +335,24 @@ fn route<'n>(
         Some(n) => mirror::mirror(cx, n, path.key("mirror"), services).map(Some),
     };
     let fallback = fallback::route_fallback(cx, &f, path, services);
+    let cache = match f.get("cache") {
+        None => Some(None),
+        Some(n) if f.get("respond").is_some() => {
+            cx.at(
+                n.pos,
+                path.key("cache"),
+                "only applies to routes with a service",
+            );
+            None
+        }
+        Some(n) => {
+            let authenticated = f
+                .get("auth")
+                .and_then(Node::as_scalar)
+                .is_some_and(|a| a != "none");
+            crate::cache::route_cache(cx, n, path.key("cache"), authenticated).map(Some)
+        }
+    };
     let rollout = match f.get("rollout") {
         None => Some(None),
         Some(n) => rollout::rollout(cx, n, path.key("rollout"), f.get("split")).map(Some),
@@ -365,6 +384,7 @@ fn route<'n>(
         fault: fault?,
         mirror: mirror?,
         fallback: fallback?,
+        cache: cache?,
         rollout: rollout?,
         compress: compress?,
     })

@@ -21,6 +21,7 @@
 
 pub(crate) mod apps;
 pub(crate) mod balance;
+pub mod cache;
 pub(crate) mod clock;
 pub mod cluster;
 pub mod discovery;
@@ -40,6 +41,7 @@ pub mod fuzzing;
 pub use apps::{AppChange, DeltaError};
 pub use proto::response::reason;
 pub use runtime::server::{AcceptSwitch, Gateway};
+pub use snapshot::cache_admin;
 pub use snapshot::carry::{
     Exported as StateExported, Imported as StateImported, MAX_BYTES as STATE_MAX_BYTES,
 };

@@ -67,6 +67,8 @@ pub struct Route {
     /// What answers when the route's service cannot (`fallback` and
     /// `fallback_on`).
     pub fallback: Option<Fallback>,
+    /// Answers stored and served from the cache (`cache`).
+    pub cache: Option<super::RouteCache>,
     /// A canary rollout of the split's last entry, moved by the gateway.
     pub rollout: Option<Rollout>,
     /// Response compression (`compress`); `None` when off.

@@ -417,6 +417,7 @@ pub(super) fn route() -> S {
                         })
                     },
                 ),
+                "cache" => cache(),
                 "fallback_on" => list(
                     "Upstream statuses answered by the fallback too (needs fallback): 5xx, or single statuses from 500 to 599.",
                     any_of(
@@ -427,6 +428,34 @@ pub(super) fn route() -> S {
                         ],
                     ),
                 ),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A route's `cache`: its answers stored and served from the store.
+fn cache() -> S {
+    object(
+        "Answers of the service stored in the cache (the top-level cache) and served from it by RFC 9111's rules for a shared cache (only with service).",
+        crate::cache::ROUTE_CACHE_KEYS,
+        &[],
+        |k| {
+            Some(match k {
+                "key" => ArrayBuilder::new()
+                    .description(Some("What makes two requests the same object, in order: host, path, query, app (needs auth), header:NAME; each once."))
+                    .min_items(Some(1))
+                    .unique_items(true)
+                    .items(ArrayItemsOf(pattern(
+                        "A key part.",
+                        r"^(host|path|query|app|header:[!#$%&'*+.^_`|~0-9A-Za-z-]+)$",
+                    ).into()))
+                    .default(Some(json!(["host", "path", "query"])))
+                    .into(),
+                "default_ttl" => dur("Freshness of an answer whose upstream gives none (heuristically cacheable statuses only); 0s: not stored. At most 168h.", Some("0s")),
+                "stale_while_revalidate" => dur("How long past its freshness a stale object is served at once while one background fetch refreshes it. At most 168h.", Some("0s")),
+                "stale_if_error" => dur("How long past its freshness a stale object is served while the upstream fails or answers 5xx. At most 168h.", Some("0s")),
+                "tags_header" => pattern("The response header whose comma-separated values tag the object for purging.", "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$").into(),
                 _ => return None,
             })
         },

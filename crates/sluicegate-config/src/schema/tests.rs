@@ -104,6 +104,10 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
         props(&route["fallback"]),
         sorted(route::fallback::FALLBACK_KEYS)
     );
+    assert_eq!(
+        props(&route["cache"]),
+        sorted(crate::cache::ROUTE_CACHE_KEYS)
+    );
     let app = &all["App"]["properties"];
     assert_eq!(props(&app["jwt"]), sorted(jwt::APP_JWT_KEYS));
     assert_eq!(props(&app["mtls"]), sorted(tls::MTLS_KEYS));
@@ -120,6 +124,7 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
     assert_eq!(props(&top["app_key"]), sorted(apps::APP_KEY_KEYS));
     assert_eq!(props(&top["jwt"]), sorted(jwt::JWT_KEYS));
     assert_eq!(props(&top["http2"]), sorted(http2::HTTP2_KEYS));
+    assert_eq!(props(&top["cache"]), sorted(crate::cache::CACHE_KEYS));
     assert_eq!(
         props(&top["listen"]["anyOf"][1]["items"]["anyOf"][1]),
         sorted(listen::LISTENER_KEYS)

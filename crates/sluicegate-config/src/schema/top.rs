@@ -272,6 +272,21 @@ pub(super) fn top(k: &str) -> Option<S> {
                 })
             },
         ),
+        "cache" => object(
+            "The HTTP cache's store, shared by every route with a cache: bounded in memory, the least useful objects evicted first.",
+            crate::cache::CACHE_KEYS,
+            &["memory"],
+            |k| {
+                Some(match k {
+                    "memory" => utoipa::openapi::schema::AllOfBuilder::new()
+                        .item(r("Size"))
+                        .description(Some("The bound of the store, everything of an object counted (at least 1MiB)."))
+                        .into(),
+                    "max_object" => size("Larger answers pass through uncached (at most memory).", json!("8MiB")),
+                    _ => return None,
+                })
+            },
+        ),
         "request_id" => object("Request ids.", trace::REQUEST_ID_KEYS, &[], |k| {
             Some(match k {
                 "header" => with_default(

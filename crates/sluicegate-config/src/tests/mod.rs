@@ -2,6 +2,7 @@
 
 mod aggregate;
 mod apps;
+mod cache;
 mod cluster;
 mod compress;
 mod errors;
@@ -202,6 +203,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                cache: None,
                 rollout: None,
                 compress: None,
                 upgrade: vec!["websocket".to_string()],
@@ -231,6 +233,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                cache: None,
                 rollout: None,
                 compress: None,
                 upgrade: vec!["websocket".to_string()],
@@ -260,6 +263,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                cache: None,
                 rollout: None,
                 compress: None,
                 upgrade: vec!["websocket".to_string()],
@@ -289,6 +293,7 @@ fn full_example_parses_to_the_expected_model() {
                 fault: None,
                 mirror: None,
                 fallback: None,
+                cache: None,
                 rollout: None,
                 compress: None,
                 upgrade: vec!["websocket".to_string()],
@@ -306,6 +311,7 @@ fn full_example_parses_to_the_expected_model() {
         request_id: RequestIdConfig::default(),
         tracing: None,
         dns: Default::default(),
+        cache: None,
     };
     assert_eq!(ok(FULL), expected);
 }

@@ -1,8 +1,9 @@
 //! The admin REST API's routes: the whole config (`config.rs`), one
 //! resource at a time (`resources.rs`), the reload history and the OpenAPI
-//! document (`openapi.rs`); the helpers the handlers share are in
-//! `common.rs`.
+//! document (`openapi.rs`), the HTTP cache's report and purges
+//! (`cache.rs`); the helpers the handlers share are in `common.rs`.
 
+mod cache;
 mod common;
 mod config;
 mod openapi;
@@ -30,6 +31,7 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route("/reloads", get(reloads))
         .merge(resources::routes())
         .merge(rollout::routes())
+        .merge(cache::routes())
 }
 
 /// `GET /openapi.json`: the API's OpenAPI 3.1 document.

@@ -565,6 +565,7 @@ pub(crate) fn document() -> Doc {
     }
     crate::live::openapi::add(&mut doc);
     super::rollout_openapi::add(&mut doc);
+    super::cache::add(&mut doc);
     doc
 }
 
@@ -584,6 +585,8 @@ mod tests {
             "/apps/{name}",
             "/plans/{name}",
             "/routes/{name}/rollout",
+            "/cache",
+            "/cache/purge",
         ] {
             assert!(doc["paths"].get(path).is_some(), "{path} missing");
         }

@@ -39,6 +39,7 @@ use std::time::Instant;
 
 use super::action::{inject, pick};
 use super::answer::{answer_locally, https_redirect, refuse_and_close, Local};
+use super::cached::{self, Cached, Refresh};
 use super::fallback::{fall_back, Again};
 use super::filtering::{request_filters, request_filters_waiting, Facts};
 use super::grpc::grpc_facts;
@@ -46,6 +47,7 @@ use super::ids::{end_span, request_ids, since};
 use super::peer::Link;
 use super::req::Req;
 use super::tunneled::{Handoff, LogFacts};
+use crate::filters::compress::Compressing;
 use crate::filters::fault::Injected;
 use crate::filters::Answer;
 use crate::observe::accesslog;
@@ -56,15 +58,17 @@ use crate::route::router::RouteRequest;
 use crate::route::target::Target;
 use crate::snapshot::fallback::FallbackAnswerRt;
 use crate::snapshot::split::SplitEntryRt;
-use crate::snapshot::{ActionRt, Snapshot};
+use crate::snapshot::{ActionRt, ProxyExtras, Snapshot};
 use crate::transport::forwarded::client_from_xff;
 use crate::upstream::forward::{self, Ended, Outcome};
-use crate::upstream::handback::HandBack;
+use crate::upstream::handback::{Cause, HandBack};
 use crate::upstream::mirror;
-use crate::filters::compress::Compressing;
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Bufs;
 use std::sync::Arc;
+
+/// What a proxy route without extras reads (a `static`: they own boxes).
+static NO_EXTRAS: ProxyExtras = ProxyExtras::NONE;
 
 /// What the request loop does after a request.
 pub(super) enum Next {
@@ -272,22 +276,27 @@ pub(super) async fn exchange(
                 service,
                 strip_prefix,
                 upgrade,
-                fault,
-                mirror,
-                fallback,
                 split,
-                compress,
+                extras,
             } => 'proxy: {
+                let ProxyExtras {
+                    fault,
+                    mirror,
+                    fallback,
+                    compress,
+                    cache,
+                } = extras.as_deref().unwrap_or(&NO_EXTRAS);
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
-                let service = match split {
-                    None => snap.service(*service),
+                let service_index = match split {
+                    None => *service,
                     Some(split) => {
                         let i = pick(&rq, split, bufs, client, param_key);
                         let e = &split.entries[i];
                         entry = Some((i, e));
-                        snap.service(e.service)
+                        e.service
                     }
                 };
+                let service = snap.service(service_index);
                 svc = &service.name;
                 if let Some(fault) = fault {
                     let timed_out;
@@ -301,6 +310,23 @@ pub(super) async fn exchange(
                     if let Some(kind) = kind {
                         let local = Local::Error(kind, &fields::NONE);
                         break 'proxy answer_locally(link, snap, bufs, local, is_head).await;
+                    }
+                }
+                // The cache: after the filters (and the fault
+                // injection), before the mirror and the forward; a miss
+                // leaves its fill in `bufs`, taken back below.
+                let mut stale = None;
+                if let Some(c) = cache {
+                    let refresh = Refresh {
+                        service: service_index,
+                        client,
+                        strip,
+                    };
+                    let looked =
+                        cached::lookup(link, snap, bufs, route, c, &target, is_head, refresh);
+                    match looked.await {
+                        Cached::Served(outcome) => break 'proxy outcome,
+                        Cached::Forward(s) => stale = s,
                     }
                 }
                 let down = link.downstream();
@@ -327,6 +353,12 @@ pub(super) async fn exchange(
                         metrics: &route.metrics.compress,
                     })
                 });
+                // A stale object to answer with: every failure and 5xx
+                // is handed back for it.
+                let hand_back = match stale {
+                    Some(_) => HandBack::STALE,
+                    None => hand_back,
+                };
                 let mark = bufs.inb.mark();
                 let cx = forward::Request {
                     worker: down.worker,
@@ -343,8 +375,27 @@ pub(super) async fn exchange(
                     hand_back,
                     compress,
                 };
-                let outcome = match (forward::forward(cx, bufs).await, fallback) {
-                    (Ended::Unanswered(un), Some(fb)) => {
+                let forwarded = forward::forward(cx, bufs).await;
+                // Filled by the relay, if anything: no fallback's answer
+                // is stored in its place.
+                let fill = if cache.is_some() {
+                    bufs.fill.take()
+                } else {
+                    None
+                };
+                let outcome = match (forwarded, fallback, stale) {
+                    (Ended::Unanswered(un), _, Some(o)) => {
+                        primary = Some(un.kind.status());
+                        if un.at_hand {
+                            bufs.inb.rewind(mark);
+                        }
+                        let upstream =
+                            (un.cause == Cause::UpstreamStatus).then_some(bufs.res.status);
+                        let served =
+                            cached::stale_if_error(link, snap, bufs, route, o, &un, upstream);
+                        Box::pin(served).await
+                    }
+                    (Ended::Unanswered(un), Some(fb), None) => {
                         // The split's entry failed, whatever answers
                         // instead: its counters (the rollout's input)
                         // take the error it would have answered.
@@ -364,8 +415,11 @@ pub(super) async fn exchange(
                         }
                         outcome
                     }
-                    (ended, _) => ended.outcome(),
+                    (ended, ..) => ended.outcome(),
                 };
+                if cache.is_some() {
+                    cached::ended(route, fill);
+                }
                 if mirror.is_some() {
                     // The copy's body ends with the request's (cut, if
                     // it did not arrive whole).

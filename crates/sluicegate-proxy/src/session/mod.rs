@@ -18,6 +18,7 @@ mod action;
 mod active;
 mod aggregate;
 mod answer;
+mod cached;
 pub(crate) mod conn;
 mod fallback;
 mod filtering;

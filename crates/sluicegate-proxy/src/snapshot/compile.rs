@@ -160,6 +160,10 @@ fn compile_routes(
     let mut part_order = Vec::new();
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
+    if config.cache.is_none() {
+        // No store configured: the kept one's objects are let go.
+        reg.cache_store = None;
+    }
     for r in &config.routes {
         let metrics = reg
             .routes
@@ -182,34 +186,55 @@ fn compile_routes(
                 upgrade: super::Upgrades::new(
                     r.upgrade.iter().map(|u| u.as_str().into()).collect(),
                 ),
-                fault: r
-                    .fault
-                    .as_ref()
-                    .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
-                mirror: match &r.mirror {
-                    None => None,
-                    Some(m) => {
-                        let index = services
-                            .get(m.service.as_str())
-                            .map(|s| s.index)
-                            .ok_or_else(|| {
-                                format!("route {}: mirror: unknown service {}", r.name, m.service)
-                            })?;
-                        let rt = crate::filters::mirror::MirrorRt::new(m, index);
-                        Some(Box::new(rt))
-                    }
-                },
-                fallback: match &r.fallback {
-                    None => None,
-                    Some(f) => Some(Box::new(
-                        super::fallback::FallbackRt::new(f, |n| services.get(n).map(|s| s.index))
+                extras: super::ProxyExtras {
+                    fault: r
+                        .fault
+                        .as_ref()
+                        .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
+                    mirror: match &r.mirror {
+                        None => None,
+                        Some(m) => {
+                            let index = services
+                                .get(m.service.as_str())
+                                .map(|s| s.index)
+                                .ok_or_else(|| {
+                                    format!(
+                                        "route {}: mirror: unknown service {}",
+                                        r.name, m.service
+                                    )
+                                })?;
+                            let rt = crate::filters::mirror::MirrorRt::new(m, index);
+                            Some(Box::new(rt))
+                        }
+                    },
+                    fallback: match &r.fallback {
+                        None => None,
+                        Some(f) => Some(Box::new(
+                            super::fallback::FallbackRt::new(f, |n| {
+                                services.get(n).map(|s| s.index)
+                            })
                             .map_err(|e| format!("route {}: {e}", r.name))?,
-                    )),
-                },
-                compress: r
-                    .compress
-                    .as_ref()
-                    .map(|c| Box::new(crate::filters::compress::CompressRt::new(c))),
+                        )),
+                    },
+                    compress: r
+                        .compress
+                        .as_ref()
+                        .map(|c| Box::new(crate::filters::compress::CompressRt::new(c))),
+                    cache: match (&r.cache, &config.cache) {
+                        (Some(c), Some(store)) => {
+                            let store = super::cache::store_for(store, &mut reg.cache_store);
+                            Some(Box::new(super::cache::CacheRt::new(c, store)))
+                        }
+                        (Some(_), None) => {
+                            return Err(format!(
+                                "route {}: cache without the top-level cache",
+                                r.name
+                            ))
+                        }
+                        (None, _) => None,
+                    },
+                }
+                .boxed(),
                 split: match split {
                     None => None,
                     Some(sp) => {

@@ -16,6 +16,8 @@
 //! admin plane.
 
 pub mod aggregate;
+pub mod cache;
+pub mod cache_admin;
 pub mod carry;
 mod compile;
 mod discovered;
@@ -73,20 +75,13 @@ pub enum ActionRt {
         strip_prefix: bool,
         /// Protocols a client may upgrade to (lower-cased `Upgrade` tokens).
         upgrade: Upgrades,
-        /// Aborts and delays injected on a share of the requests; `None`
-        /// (nothing to draw) for most routes.
-        fault: Option<Box<crate::filters::fault::FaultRt>>,
-        /// The service that gets copies of a share of the requests; `None`
-        /// (nothing to draw) for most routes.
-        mirror: Option<Box<crate::filters::mirror::MirrorRt>>,
-        /// What answers when the service cannot; `None` for most routes.
-        fallback: Option<Box<fallback::FallbackRt>>,
         /// The route's `split`: which of its services takes a request
         /// (`service` is then the first entry's, the one app ACLs and
         /// plans are checked against); `None` for most routes.
         split: Option<Box<split::SplitRt>>,
-        /// The route's response compression; `None` for most routes.
-        compress: Option<Box<crate::filters::compress::CompressRt>>,
+        /// What few routes set (fault, mirror, fallback, compress, cache),
+        /// in one box: `None` for most routes, which test one pointer.
+        extras: Option<Box<ProxyExtras>>,
     },
     /// A fixed response: its status and header fields (without framing or
     /// connection fields), kept as HTTP/1.1 text too, and its body.
@@ -96,6 +91,44 @@ pub enum ActionRt {
     },
     /// Calls to services whose JSON answers make one JSON answer.
     Aggregate(Box<aggregate::AggregateRt>),
+}
+
+/// A proxy route's features that few routes set, boxed together so that a
+/// route stays two cache lines whatever is added; each is `None` when the
+/// route does not set it.
+#[derive(Debug, Default)]
+pub struct ProxyExtras {
+    /// Aborts and delays injected on a share of the requests.
+    pub fault: Option<Box<crate::filters::fault::FaultRt>>,
+    /// The service that gets copies of a share of the requests.
+    pub mirror: Option<Box<crate::filters::mirror::MirrorRt>>,
+    /// What answers when the service cannot.
+    pub fallback: Option<Box<fallback::FallbackRt>>,
+    /// The route's response compression.
+    pub compress: Option<Box<crate::filters::compress::CompressRt>>,
+    /// The route's `cache`.
+    pub cache: Option<Box<cache::CacheRt>>,
+}
+
+impl ProxyExtras {
+    /// None of them: what a route without extras reads.
+    pub(crate) const NONE: ProxyExtras = ProxyExtras {
+        fault: None,
+        mirror: None,
+        fallback: None,
+        compress: None,
+        cache: None,
+    };
+
+    /// Boxed, or `None` when the route sets none of them.
+    pub(crate) fn boxed(self) -> Option<Box<ProxyExtras>> {
+        let any = self.fault.is_some()
+            || self.mirror.is_some()
+            || self.fallback.is_some()
+            || self.compress.is_some()
+            || self.cache.is_some();
+        any.then(|| Box::new(self))
+    }
 }
 
 /// The protocols a route lets clients upgrade to (lower-cased `Upgrade`
@@ -243,6 +276,12 @@ pub struct Registry {
     key_secret: std::collections::hash_map::RandomState,
     /// Listeners' resumption state and counters.
     listeners: ListenerState,
+    /// The cache's store and the settings it was made for: kept while
+    /// they stay the same, objects and all.
+    cache_store: Option<(
+        sluicegate_config::CacheStore,
+        Arc<crate::cache::store::Store>,
+    )>,
 }
 
 #[cfg(test)]

@@ -348,6 +348,7 @@ pub(crate) async fn relay_body(
         BodyKind::Length(n) => {
             let take = (bufs.upb.len() as u64).min(n) as usize;
             bufs.out.extend_from_slice(&bufs.upb.filled()[..take]);
+            tee(&mut bufs.fill, &bufs.upb.filled()[..take]);
             bufs.upb.consume(take);
             write_all_by(client, &bufs.out, wdl())
                 .await
@@ -359,6 +360,7 @@ pub(crate) async fn relay_body(
                     Ok(_) => {}
                 }
                 let take = (bufs.upb.len() as u64).min(n - written) as usize;
+                tee(&mut bufs.fill, &bufs.upb.filled()[..take]);
                 write_all_by(client, &bufs.upb.filled()[..take], wdl())
                     .await
                     .map_err(|e| client_failed(e, written))?;
@@ -386,6 +388,7 @@ pub(crate) async fn relay_body(
                         write_chunk_header(&mut bufs.out, r.len());
                     }
                     bufs.out.extend_from_slice(&bufs.upb.filled()[r.clone()]);
+                    tee(&mut bufs.fill, &bufs.upb.filled()[r.clone()]);
                     if rechunk {
                         bufs.out.extend_from_slice(b"\r\n");
                     }
@@ -405,6 +408,13 @@ pub(crate) async fn relay_body(
                         if bufs.grpc {
                             bufs.grpc_status = grpc_status_in(&trailers).or(bufs.grpc_status);
                         }
+                    }
+                }
+                if dec.is_done() {
+                    // Whole: stored before its end reaches the client.
+                    if let Some(f) = bufs.fill.as_deref_mut() {
+                        f.whole = true;
+                        f.commit();
                     }
                 }
                 if dec.is_done() || bufs.out.len() >= FLUSH_AT || bufs.upb.is_empty() {
@@ -448,6 +458,7 @@ pub(crate) async fn relay_body(
                         write_chunk_header(&mut bufs.out, data.len());
                     }
                     bufs.out.extend_from_slice(data);
+                    tee(&mut bufs.fill, data);
                     if rechunk {
                         bufs.out.extend_from_slice(b"\r\n");
                     }
@@ -473,6 +484,7 @@ pub(crate) async fn relay_body(
         BodyKind::UntilClose => {
             written = bufs.upb.len() as u64;
             bufs.out.extend_from_slice(bufs.upb.filled());
+            tee(&mut bufs.fill, bufs.upb.filled());
             bufs.upb.clear();
             write_all_by(client, &bufs.out, wdl())
                 .await
@@ -483,6 +495,7 @@ pub(crate) async fn relay_body(
                     Err(_) => return Err((written, Fault::Upstream)),
                     Ok(_) => {}
                 }
+                tee(&mut bufs.fill, bufs.upb.filled());
                 write_all_by(client, bufs.upb.filled(), wdl())
                     .await
                     .map_err(|e| client_failed(e, written))?;
@@ -492,6 +505,15 @@ pub(crate) async fn relay_body(
         }
     }
     Ok(written)
+}
+
+/// Copies a piece of a response body to the request's cache fill, when
+/// it has one (a caching route's miss; `None` elsewhere: one test).
+#[inline(always)]
+fn tee(fill: &mut Option<Box<crate::cache::fill::Fill>>, data: &[u8]) {
+    if let Some(f) = fill {
+        f.push(data);
+    }
 }
 
 /// Ends a body relayed from an HTTP/2 upstream: its trailers (gRPC's

@@ -390,6 +390,12 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
         }
         _ => (Recode::Keep, None),
     };
+    if coder.is_some() {
+        // The cache keeps an answer as the upstream sent it: one coded for
+        // this client is not stored (its key's lead, if it held one, is
+        // given up, and waiters go upstream on their own).
+        bufs.fill = None;
+    }
     let close = relay_head(&call, down, bufs, recode);
     let (body, idle, client_write) = (
         bufs.res_framing.body,
@@ -415,6 +421,9 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
             .await
         }
     };
+    if let Some(f) = bufs.fill.as_deref_mut() {
+        f.whole = relayed.is_ok();
+    }
     let ended = relay_end(&call, at, up, bufs, head_at, upstream_us, close, relayed);
     let outcome = match ended {
         Ok(o) => o,
@@ -618,6 +627,9 @@ fn relay_head(call: &Call<'_, '_>, down: &Downstream<'_>, bufs: &mut Bufs, recod
         || call.worker.shutting_down()
         || res_body == BodyKind::UntilClose
         || (matches!(res_body, BodyKind::Chunked | BodyKind::Stream) && client_minor == 0);
+    if bufs.fill.is_some() {
+        super::fill::judge(bufs);
+    }
     write_response_head(bufs, close, client_minor, down.client, recode);
     close
 }

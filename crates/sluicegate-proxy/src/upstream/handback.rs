@@ -36,6 +36,14 @@ impl HandBack {
         whole_only: false,
     };
 
+    /// What a cached route with a stale object to serve
+    /// (`stale_if_error`) hands back: every failure, every 5xx.
+    pub const STALE: HandBack = HandBack {
+        failures: true,
+        statuses: (1u128 << 100) - 1,
+        whole_only: false,
+    };
+
     /// Whether an upstream answer of `status` is handed back.
     #[inline]
     pub fn takes(&self, status: u16) -> bool {

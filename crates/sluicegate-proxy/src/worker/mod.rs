@@ -155,6 +155,9 @@ pub struct Bufs {
     /// The copy of the current request's body its mirror reads, when the
     /// route mirrors it; the body's relay feeds it.
     pub(crate) mirror: Option<tee::Tee>,
+    /// The current request's cache fill, on a caching route's miss; the
+    /// response's relay judges its head and feeds it the body.
+    pub(crate) fill: Option<Box<crate::cache::fill::Fill>>,
     /// The path parameters of the current request's template route.
     pub params: crate::route::template::Params,
 }
@@ -260,6 +263,7 @@ impl Worker {
                 upgraded: None,
                 ids: Ids::default(),
                 mirror: None,
+                fill: None,
                 params: Default::default(),
             })
         })
@@ -298,6 +302,8 @@ impl Worker {
             b.edits.guards.clear();
             // A body copy left by a request cut short ends here.
             b.mirror = None;
+            // And a cache fill (its flight's waiters wake).
+            b.fill = None;
             free.push(b);
         }
     }

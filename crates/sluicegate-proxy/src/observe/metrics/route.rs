@@ -49,6 +49,22 @@ pub struct RouteMetrics {
     pub mirror: MirrorMetrics,
     /// The route's compressed answers, kept like its other counters.
     pub compress: CompressMetrics,
+    /// The route's `cache`: lookups answered from memory, lookups that
+    /// went upstream, answers stored.
+    pub cache: CacheMetrics,
+}
+
+/// A caching route's counters.
+#[derive(Debug, Default)]
+pub struct CacheMetrics {
+    pub hits: AtomicU64,
+    /// Hits that waited for another request's fetch of their key.
+    pub coalesced: AtomicU64,
+    pub misses: AtomicU64,
+    pub stores: AtomicU64,
+    /// Requests answered with a stale object (`stale_if_error`,
+    /// `stale_while_revalidate`).
+    pub stale: AtomicU64,
 }
 
 impl RouteMetrics {
@@ -66,6 +82,7 @@ impl RouteMetrics {
             grpc: Default::default(),
             mirror: MirrorMetrics::default(),
             compress: CompressMetrics::default(),
+            cache: CacheMetrics::default(),
         }
     }
 
@@ -135,6 +152,46 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
     }
     render_mirrors(out, routes.clone().map(|r| (&*r.name, &r.mirror)));
     render_compress(out, routes.clone().map(|r| (&*r.name, &r.compress)));
+    // Only the routes whose cache saw a request: the others have none.
+    let cache: [Family; 5] = [
+        (
+            "sluicegate_cache_hits_total",
+            "Requests answered from the cache, by route.",
+            |r| r.cache.hits.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_coalesced_total",
+            "Requests answered from the cache after waiting for another's fetch of their key, by route.",
+            |r| r.cache.coalesced.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_misses_total",
+            "Cacheable requests that went upstream (nothing fresh stored, or the request asked to), by route.",
+            |r| r.cache.misses.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_stores_total",
+            "Answers stored in the cache, by route.",
+            |r| r.cache.stores.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_stale_total",
+            "Requests answered with a stale object (stale_if_error: the upstream failed or answered 5xx; stale_while_revalidate: while one refresh fetches it), by route.",
+            |r| r.cache.stale.load(Ordering::Relaxed),
+        ),
+    ];
+    let caching = |r: &&RouteMetrics| {
+        r.cache.hits.load(Ordering::Relaxed) + r.cache.misses.load(Ordering::Relaxed) > 0
+    };
+    if routes.clone().any(|r| caching(&r)) {
+        for (name, help, get) in cache {
+            let rows = routes
+                .clone()
+                .filter(caching)
+                .map(|r| (route_label(r), get(r)));
+            family(out, name, "counter", help, rows);
+        }
+    }
     family(
         out,
         "sluicegate_fallbacks_total",

@@ -1,0 +1,270 @@
+//! The HTTP cache's admin routes: `GET /cache` (the store's use, the
+//! hit ratio of the caching routes, the routes holding the most) and
+//! `POST /cache/purge` (objects removed by key, key prefix, tag and/or
+//! route). Both reach the store through the running snapshot
+//! ([`sluicegate_proxy::cache_admin`]), on a blocking thread (a purge
+//! walks every object).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::Value;
+use sluicegate_proxy::cache_admin::{self, Purge};
+use utoipa::ToSchema;
+
+use super::common::{problems, JsonBody};
+use crate::history::Issue;
+use crate::state::{error, AdminState};
+
+/// Routes listed in `GET /cache`, the most bytes first.
+const TOP_ROUTES: usize = 10;
+
+pub(crate) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route("/cache", get(get_cache))
+        .route("/cache/purge", post(purge))
+}
+
+/// `GET /cache`'s body.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CacheView {
+    /// `cache.memory`, bytes.
+    pub memory: u64,
+    /// `cache.max_object`, bytes.
+    pub max_object: u64,
+    /// Bytes held, counted as the bound counts them (with each object's
+    /// overhead).
+    pub bytes: u64,
+    pub objects: u64,
+    pub evictions: u64,
+    /// Lookups answered from memory and not, by every caching route.
+    pub hits: u64,
+    pub misses: u64,
+    /// `hits / (hits + misses)`; 0 before any lookup.
+    pub hit_ratio: f64,
+    /// The routes holding the most bytes, the most first (10 at most).
+    pub routes: Vec<RouteUseView>,
+}
+
+/// One route's objects.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RouteUseView {
+    pub route: String,
+    pub bytes: u64,
+    pub objects: u64,
+}
+
+/// `POST /cache/purge`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Purged {
+    /// Objects removed.
+    pub purged: usize,
+}
+
+/// `GET /cache`: `404` when no route caches.
+async fn get_cache(State(state): State<AdminState>) -> Response {
+    let shared = state.shared.clone();
+    let report = tokio::task::spawn_blocking(move || {
+        cache_admin::report(&shared.snapshot.load(), TOP_ROUTES)
+    })
+    .await;
+    let r = match report {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "no route caches (no cache configured)",
+            )
+        }
+        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+    };
+    let lookups = r.hits + r.misses;
+    let view = CacheView {
+        memory: r.memory,
+        max_object: r.max_object,
+        bytes: r.bytes,
+        objects: r.objects,
+        evictions: r.evictions,
+        hits: r.hits,
+        misses: r.misses,
+        hit_ratio: if lookups == 0 {
+            0.0
+        } else {
+            r.hits as f64 / lookups as f64
+        },
+        routes: r
+            .routes
+            .into_iter()
+            .map(|u| RouteUseView {
+                route: u.route,
+                bytes: u.bytes,
+                objects: u.objects,
+            })
+            .collect(),
+    };
+    Json(view).into_response()
+}
+
+/// Reads a purge body: `{"key"?, "prefix"?, "tag"?, "route"?}`, each a
+/// non-empty string, at least one; problems at their JSON paths.
+pub(crate) fn purge_of(body: &Value) -> Result<Purge, Vec<Issue>> {
+    let issue = |path: &str, message: &str| Issue {
+        path: path.to_string(),
+        message: message.to_string(),
+    };
+    let Value::Object(fields) = body else {
+        return Err(vec![issue(
+            "$",
+            "expected an object with key, prefix, tag and/or route",
+        )]);
+    };
+    let mut out = Purge::default();
+    let mut issues = Vec::new();
+    for (k, v) in fields {
+        let Some(s) = v.as_str().filter(|s| !s.is_empty()) else {
+            if matches!(k.as_str(), "key" | "prefix" | "tag" | "route") {
+                issues.push(issue(&format!("$.{k}"), "expected a non-empty string"));
+            } else {
+                issues.push(issue(
+                    &format!("$.{k}"),
+                    "unknown key (expected key, prefix, tag or route)",
+                ));
+            }
+            continue;
+        };
+        match k.as_str() {
+            "key" => out.key = Some(s.as_bytes().to_vec()),
+            "prefix" => out.prefix = Some(s.as_bytes().to_vec()),
+            "tag" => out.tag = Some(s.as_bytes().to_vec()),
+            "route" => out.route = Some(s.to_string()),
+            other => issues.push(issue(
+                &format!("$.{other}"),
+                "unknown key (expected key, prefix, tag or route)",
+            )),
+        }
+    }
+    let given = [out.key.is_some(), out.prefix.is_some(), out.tag.is_some()];
+    if issues.is_empty() && !given.contains(&true) && out.route.is_none() {
+        issues.push(issue("$", "give key, prefix, tag and/or route"));
+    }
+    if issues.is_empty() {
+        Ok(out)
+    } else {
+        Err(issues)
+    }
+}
+
+/// `POST /cache/purge`: removes the objects meeting every condition
+/// given; `{"purged": N}`. A write token's (not a config write:
+/// `admin.read_only` does not refuse it); `404` when no route caches.
+async fn purge(State(state): State<AdminState>, JsonBody(body): JsonBody) -> Response {
+    let what = match purge_of(&body) {
+        Ok(p) => p,
+        Err(issues) => return problems(StatusCode::BAD_REQUEST, "invalid purge", issues),
+    };
+    let shared = state.shared.clone();
+    let purged =
+        tokio::task::spawn_blocking(move || cache_admin::purge(&shared.snapshot.load(), &what))
+            .await;
+    match purged {
+        Ok(Some(n)) => {
+            tracing::info!(purged = n, "cache: purged through the admin API");
+            Json(Purged { purged: n }).into_response()
+        }
+        Ok(None) => error(
+            StatusCode::NOT_FOUND,
+            "no route caches (no cache configured)",
+        ),
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal error"),
+    }
+}
+
+/// What `POST /cache/purge` takes: at least one; the objects meeting
+/// every one given are removed.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+struct PurgeBody {
+    /// The key, its parts run together (the default key, host, path and
+    /// query: `example.com/a?b=1`).
+    key: Option<String>,
+    /// A prefix of the key, its parts run together.
+    prefix: Option<String>,
+    /// One of the object's tags (its route's `tags_header` values).
+    tag: Option<String>,
+    /// The route that stored it.
+    route: Option<String>,
+}
+
+/// The cache: its use, the hit ratio, the routes holding the most.
+#[utoipa::path(
+    get,
+    path = "/cache",
+    operation_id = "getCache",
+    responses(
+        (status = 200, description = "the cache", body = CacheView),
+        (status = 401, description = "no token, or an unknown one"),
+        (status = 404, description = "no route caches"),
+    ),
+    security(("bearer" = []))
+)]
+#[allow(dead_code)]
+fn get_cache_doc() {}
+
+/// Removes the objects meeting every condition given.
+#[utoipa::path(
+    post,
+    path = "/cache/purge",
+    operation_id = "purgeCache",
+    request_body = PurgeBody,
+    responses(
+        (status = 200, description = "how many were removed", body = Purged),
+        (status = 400, description = "no condition, or one that is not a non-empty string (problems name the field)"),
+        (status = 401, description = "no token, or an unknown one"),
+        (status = 403, description = "a read token on a write"),
+        (status = 404, description = "no route caches"),
+    ),
+    security(("bearer" = []))
+)]
+#[allow(dead_code)]
+fn purge_doc() {}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(get_cache_doc, purge_doc),
+    components(schemas(CacheView, RouteUseView, Purged, PurgeBody))
+)]
+struct CacheDoc;
+
+/// Adds the cache's paths and schemas to `doc`.
+pub(crate) fn add(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi;
+    doc.merge(CacheDoc::openapi());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_purge_names_at_least_one_condition_each_a_string() {
+        let p = purge_of(&json!({"tag": "t1", "route": "c"})).unwrap();
+        assert_eq!(p.tag.as_deref(), Some(&b"t1"[..]));
+        assert_eq!(p.route.as_deref(), Some("c"));
+        let paths = |v: Value| -> Vec<String> {
+            purge_of(&v)
+                .unwrap_err()
+                .into_iter()
+                .map(|i| i.path)
+                .collect()
+        };
+        assert_eq!(paths(json!({})), ["$"]);
+        assert_eq!(paths(json!([])), ["$"]);
+        assert_eq!(paths(json!({"prefix": 3})), ["$.prefix"]);
+        assert_eq!(paths(json!({"key": ""})), ["$.key"]);
+        assert_eq!(paths(json!({"tags": "a"})), ["$.tags"]);
+    }
+}

@@ -1,0 +1,399 @@
+//! The route's cache on the request path, after its filters (a refused
+//! request never reaches it) and before the split, mirror and forward:
+//! a `GET` or `HEAD` looked up by the route's key and answered from
+//! memory when fresh (a `304` to a matching conditional request), or
+//! else forwarded with a fill ([`crate::cache::fill`]) that the relay
+//! judges and feeds, committed here when the answer ended whole; a
+//! `POST`, `PUT`, `DELETE` or `PATCH` answered without error removes
+//! the key's objects; a `GET` whose stale object is within its
+//! `stale_if_error` window keeps it, for the lifecycle to answer with
+//! when the forward hands its failure or 5xx back; a stale object within
+//! its `stale_while_revalidate` window answers at once while one refresh
+//! ([`crate::upstream::refresh`]) fetches it anew. Only routes with a
+//! `cache` come here.
+
+use std::net::IpAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::answer::{answer_consumed, answer_locally, Local};
+use super::peer::Link;
+use crate::cache::fill::{Field, Fill, Fwd, Key, Policy};
+use crate::cache::flight::Join;
+use crate::cache::rules::{self, RequestDirectives};
+use crate::cache::store::Object;
+use crate::proto::fields::Fields;
+use crate::proto::response::Head;
+use crate::route::target::{strip_port, Target};
+use crate::snapshot::cache::{CacheRt, KeyPart};
+use crate::snapshot::{RouteRt, Snapshot};
+use crate::upstream::forward::Outcome;
+use crate::upstream::handback::Unanswered;
+use crate::upstream::refresh;
+use crate::worker::Bufs;
+
+/// A hit's `Cache-Status`, and that of a request answered from the
+/// fetch it waited for.
+const HIT: &[u8] = b"sluicegate; hit";
+const COALESCED: &[u8] = b"sluicegate; hit; detail=coalesced";
+/// A stale object's, answered while one refresh fetches it anew
+/// (`stale_while_revalidate`): a hit, as RFC 9211 counts the answers
+/// the cache gave without going forward for them.
+const STALE: &[u8] = b"sluicegate; hit; detail=stale";
+/// How long a request waits for another's fetch of its key at most
+/// (that fetch is bounded by its service's timeouts; this only guards
+/// against a lead never let go), before going upstream itself.
+const WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// What the cache made of a request.
+pub(super) enum Cached {
+    /// Answered from memory.
+    Served(Outcome<'static>),
+    /// To go upstream; a miss's fill (or an unsafe method's, which
+    /// removes the key's objects) in `bufs.fill`; with the stale object
+    /// that answers instead when the forward fails or answers 5xx
+    /// (within its `stale_if_error` window when the request came).
+    Forward(Option<Arc<Object>>),
+}
+
+/// Where the route's background refresh (`stale_while_revalidate`)
+/// goes: the service (its index) the request would be forwarded to, the
+/// client it is made for, the route's prefix to strip.
+pub(super) struct Refresh {
+    pub(super) service: u32,
+    pub(super) client: IpAddr,
+    pub(super) strip: usize,
+}
+
+/// The first value of the request's field `name`.
+fn field<'a>(bufs: &'a Bufs, name: &[u8]) -> Option<&'a [u8]> {
+    let raw = bufs.inb.filled();
+    bufs.req
+        .headers
+        .iter()
+        .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
+        .map(|h| raw[h.value.clone()].trim_ascii())
+}
+
+/// The request's key by the route's parts (the path and query as
+/// forwarded: after rewrites and normalisation).
+fn key(cache: &CacheRt, snap: &Snapshot, bufs: &Bufs, target: &Target) -> Key {
+    let raw = bufs.inb.filled();
+    let mut key = Key::default();
+    for part in cache.key.iter() {
+        match part {
+            KeyPart::Host => key.push(
+                &target
+                    .host(raw)
+                    .map(strip_port)
+                    .unwrap_or_default()
+                    .to_ascii_lowercase(),
+            ),
+            KeyPart::Path => key.push(
+                bufs.edits
+                    .path
+                    .as_deref()
+                    .unwrap_or(&raw[target.path.clone()]),
+            ),
+            KeyPart::Query => key.push(
+                bufs.edits
+                    .query
+                    .as_deref()
+                    .unwrap_or(&raw[target.query.clone()]),
+            ),
+            KeyPart::App => key.push(
+                bufs.edits
+                    .app
+                    .map_or("", |a| snap.apps.app_id(a))
+                    .as_bytes(),
+            ),
+            KeyPart::Header(name) => key.push(field(bufs, name).unwrap_or_default()),
+        }
+    }
+    key
+}
+
+/// Looks the request up: a fresh object answers it; otherwise a `GET`
+/// goes upstream with a fill in `bufs.fill`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn lookup(
+    link: Link<'_>,
+    snap: &Arc<Snapshot>,
+    bufs: &mut Bufs,
+    route: &RouteRt,
+    cache: &CacheRt,
+    target: &Target,
+    is_head: bool,
+    refresh: Refresh,
+) -> Cached {
+    let raw = bufs.inb.filled();
+    let key = key(cache, snap, bufs, target);
+    let (get, invalidates) = match &raw[bufs.req.method.clone()] {
+        b"GET" => (true, false),
+        b"HEAD" => (false, false),
+        b"POST" | b"PUT" | b"DELETE" | b"PATCH" => (false, true),
+        _ => return Cached::Forward(None),
+    };
+    if invalidates {
+        bufs.fill = Some(Box::new(Fill::invalidating(policy(route, cache), key)));
+        return Cached::Forward(None);
+    }
+    let mut dirs = RequestDirectives::default();
+    let mut request_fields = Vec::new();
+    for h in &bufs.req.headers {
+        let (name, value) = (&raw[h.name.clone()], raw[h.value.clone()].trim_ascii());
+        if name.eq_ignore_ascii_case(b"cache-control") {
+            dirs.add(value);
+        }
+        request_fields.push((name.to_ascii_lowercase().into(), value.into()));
+    }
+    let authorization = field(bufs, b"authorization").is_some();
+    let metrics = &route.metrics.cache;
+    let mut stale = None;
+    let fwd = if dirs.no_cache || dirs.max_age == Some(0) {
+        Fwd::Request
+    } else {
+        match fresh(cache, &key, &request_fields, &dirs) {
+            Ok((o, now)) => {
+                metrics.hits.fetch_add(1, Relaxed);
+                return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT).await);
+            }
+            Err((fwd, Some(o))) if within(&o, o.stale_while_revalidate) => {
+                // Answered stale at once; one refresh (the key's flight
+                // lead) fetches it anew unless one is under way.
+                let hash = cache.store.hash(&key.parts());
+                if let Join::Lead(lead) = cache.store.flights.join(hash, &key) {
+                    let mut fill = Box::new(Fill::new(
+                        policy(route, cache),
+                        key,
+                        request_fields,
+                        authorization,
+                        fwd,
+                    ));
+                    fill.lead = Some(lead);
+                    let down = link.downstream();
+                    let Refresh {
+                        service,
+                        client,
+                        strip,
+                    } = refresh;
+                    let m = &route.metrics;
+                    let stale = o.clone();
+                    refresh::start(
+                        &down, snap, service, client, target, strip, bufs, fill, stale, m,
+                    );
+                }
+                metrics.stale.fetch_add(1, Relaxed);
+                let now = Instant::now();
+                return Cached::Served(serve(link, snap, bufs, o, now, is_head, STALE).await);
+            }
+            Err((fwd, o)) => {
+                stale = o.filter(|o| within(o, o.stale_if_error));
+                fwd
+            }
+        }
+    };
+    // Coalescing: the first miss for a key fetches it, the others wait
+    // for that fetch, then look up again.
+    let mut lead = None;
+    if get && !dirs.no_store && fwd != Fwd::Request {
+        let hash = cache.store.hash(&key.parts());
+        match cache.store.flights.join(hash, &key) {
+            Join::Lead(l) => lead = Some(l),
+            Join::Wait(mut rx) => {
+                let done = rx.wait_for(|done| *done);
+                let wait = link.worker.deadlines.after(WAIT_MAX).or_shutdown();
+                let _ = wait.bound(done).await;
+                if let Ok((o, now)) = fresh(cache, &key, &request_fields, &dirs) {
+                    metrics.hits.fetch_add(1, Relaxed);
+                    metrics.coalesced.fetch_add(1, Relaxed);
+                    let served = serve(link, snap, bufs, o, now, is_head, COALESCED);
+                    return Cached::Served(served.await);
+                }
+            }
+            Join::Apart => {}
+        }
+    }
+    metrics.misses.fetch_add(1, Relaxed);
+    if get && !dirs.no_store {
+        bufs.fill = Some(Box::new(Fill::new(
+            policy(route, cache),
+            key,
+            request_fields,
+            authorization,
+            fwd,
+        )));
+        if let Some(f) = bufs.fill.as_deref_mut() {
+            f.lead = lead;
+        }
+        return Cached::Forward(stale);
+    } else {
+        let status = match fwd {
+            Fwd::Miss => "sluicegate; fwd=miss",
+            Fwd::Stale => "sluicegate; fwd=stale",
+            Fwd::Request => "sluicegate; fwd=request",
+        };
+        bufs.edits
+            .response_headers
+            .push(b"cache-status", status.as_bytes());
+    }
+    Cached::Forward(None)
+}
+
+/// Whether a stale object may still be served, `window` past its
+/// freshness (RFC 5861), now: never one with `must-revalidate`.
+fn within(o: &Object, window: Duration) -> bool {
+    let stale_by = o.fresh(Instant::now()).err().unwrap_or_default();
+    !o.must_revalidate && !window.is_zero() && stale_by <= window
+}
+
+/// Why a request goes upstream, with the stale object when one is
+/// stored.
+type Why = (Fwd, Option<Arc<Object>>);
+
+/// A fresh object for the request (its key, its fields for `Vary`, its
+/// directives), and the time it was judged at; or why it goes upstream,
+/// with the stale object when there is one.
+fn fresh(
+    cache: &CacheRt,
+    key: &Key,
+    request_fields: &[Field],
+    dirs: &RequestDirectives,
+) -> Result<(Arc<Object>, Instant), Why> {
+    let parts = key.parts();
+    let hash = cache.store.hash(&parts);
+    let header = |name: &[u8]| {
+        request_fields
+            .iter()
+            .find(|(n, _)| **n == *name)
+            .map(|(_, v)| &v[..])
+    };
+    let o = cache
+        .store
+        .get(hash, &parts, &header)
+        .ok_or((Fwd::Miss, None))?;
+    let now = Instant::now();
+    let fresh = o.fresh(now).is_ok() && !o.no_cache;
+    let young = dirs.max_age.is_none_or(|m| o.age(now).as_secs() <= m);
+    match (fresh, young) {
+        (true, true) => Ok((o, now)),
+        (true, false) => Err((Fwd::Request, None)),
+        (false, _) => Err((Fwd::Stale, Some(o))),
+    }
+}
+
+/// The route's cache settings a fill takes.
+fn policy(route: &RouteRt, cache: &CacheRt) -> Policy {
+    Policy {
+        store: cache.store.clone(),
+        default_ttl: cache.default_ttl,
+        stale_while_revalidate: cache.stale_while_revalidate,
+        stale_if_error: cache.stale_if_error,
+        tags_header: cache.tags_header.clone(),
+        route: route.name.clone(),
+    }
+}
+
+/// Answers from a fresh object: its fields (less those the route's
+/// header ops drop), its `Age` and `Cache-Status`; a `304` without the
+/// body when the request's validators match it.
+async fn serve(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    o: Arc<Object>,
+    now: Instant,
+    is_head: bool,
+    cache_status: &[u8],
+) -> Outcome<'static> {
+    serve_as(link, snap, bufs, o, now, is_head, cache_status, None).await
+}
+
+/// [`serve`], the request's body consumed already when `close` is given
+/// (the connection closing after the answer when it is true).
+#[allow(clippy::too_many_arguments)]
+async fn serve_as(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    o: Arc<Object>,
+    now: Instant,
+    is_head: bool,
+    cache_status: &[u8],
+    close: Option<bool>,
+) -> Outcome<'static> {
+    let mut fields = Fields::new();
+    let ops = bufs.edits.response_ops.as_deref();
+    for line in o.fields.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if !ops.is_some_and(|o| o.drops(name)) {
+            fields.push(name, value);
+        }
+    }
+    let age = o.age(now).as_secs();
+    fields.push(b"age", itoa::Buffer::new().format(age).as_bytes());
+    fields.push(b"cache-status", cache_status);
+    let not_modified = match (field(bufs, b"if-none-match"), &o.etag) {
+        (Some(inm), Some(etag)) => rules::none_match(inm, etag),
+        (Some(_), None) => false,
+        (None, _) => match (field(bufs, b"if-modified-since"), &o.last_modified) {
+            (Some(ims), Some(lm)) => {
+                matches!((rules::http_date(ims), rules::http_date(lm)), (Some(i), Some(l)) if l <= i)
+            }
+            _ => false,
+        },
+    };
+    let (status, body): (u16, &[u8]) = match not_modified && o.status == 200 {
+        true => (304, &[]),
+        false => (o.status, &o.body),
+    };
+    let fixed = Local::Fixed(Head::Fields(status, &fields), body);
+    match close {
+        None => answer_locally(link, snap, bufs, fixed, is_head).await,
+        Some(close) => answer_consumed(link, snap, bufs, fixed, is_head, close).await,
+    }
+}
+
+/// Answers a `GET` whose forward failed or answered 5xx (`un`; its
+/// status `upstream`, when one came) from the stale object its lookup
+/// kept: `Cache-Status: sluicegate; fwd=stale; fwd-status=S` (the
+/// upstream's status, or that of the error the client would have got)
+/// and its `Age`. Counted.
+#[cold]
+pub(super) async fn stale_if_error<'s>(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    route: &RouteRt,
+    o: Arc<Object>,
+    un: &Unanswered<'s>,
+    upstream: Option<u16>,
+) -> Outcome<'s> {
+    route.metrics.cache.stale.fetch_add(1, Relaxed);
+    let status = upstream.unwrap_or_else(|| un.kind.status());
+    let mut cache_status = b"sluicegate; fwd=stale; fwd-status=".to_vec();
+    cache_status.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+    let close = (!un.at_hand).then_some(un.close);
+    let now = Instant::now();
+    let mut outcome: Outcome<'s> =
+        serve_as(link, snap, bufs, o, now, false, &cache_status, close).await;
+    outcome.bytes_in = un.bytes_in;
+    outcome.upstream_us = un.upstream_us;
+    outcome.endpoint = un.endpoint;
+    outcome
+}
+
+/// After the answer: a miss's fill stored when it came whole (if it was
+/// not as its last byte was copied), and counted.
+pub(super) fn ended(route: &RouteRt, fill: Option<Box<Fill>>) {
+    if let Some(mut f) = fill {
+        if f.commit() {
+            route.metrics.cache.stores.fetch_add(1, Relaxed);
+        }
+    }
+}
