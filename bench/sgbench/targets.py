@@ -622,7 +622,7 @@ class Launcher:
                 'add_header Cache-Control "max-age=3600"; '
                 f'return 200 "{CACHE_BODY[:-1].decode()}\\n"; }}\n'
                 f"        location = {CACHE_JSON_PATH} {{ default_type application/json; "
-                f'root {d}; try_files {JSON_PATH} =404; '
+                f'alias {d}{JSON_PATH}; '
                 'add_header Cache-Control "max-age=3600"; }\n'))
         if gzip_on:
             # The proxy compresses JSON answers with gzip at level 1 (its
