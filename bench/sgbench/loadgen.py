@@ -61,10 +61,27 @@ SCENARIOS = {
     # the load asks for.
     "gzip": {"tool": "wrk", "conns": 64, "headers": ["Accept-Encoding: gzip"],
              "compress": True, "path": "/10k.json"},
+    # The cache (issue 33), run by the caching targets only
+    # (targets.CACHE_TARGETS). cache-hit: c64, every request a hit on one
+    # 1 KiB object the upstream nginx gave with `max-age=3600`
+    # (targets.CACHE_PATH). cache-miss-coalesced: c64 over 4 keys
+    # (cache-keys.lua) whose objects live 1 s, from the slow upstream
+    # (sgbench/slowup.py: 50 ms per answer), so each key expires every
+    # second or so and its concurrent misses should make one upstream
+    # request; the upstream's requests per run are counted
+    # (`count_upstream`). Each target is checked first: a second request
+    # is a hit with the upstream's body, and in front of the slow upstream
+    # two requests of a fresh key make one upstream request
+    # (targets.check_cache).
+    "cache-hit": {"tool": "wrk", "conns": 64, "cache": True},
+    "cache-miss-coalesced": {"tool": "wrk", "conns": 64, "cache": True, "upstream": "slow",
+                             "script": "cache-keys.lua", "count_upstream": True},
 }
 # The targets that run in the compression scenarios (the upstream does
-# not compress, so `direct` has no row).
-COMPRESS_TARGETS = ("sluicegate", "nginx", "haproxy")
+# not compress, so `direct` has no row). sluicegate-cache and nginx-cache
+# compress with their cache on, the document stored (targets.CACHE_JSON_PATH).
+COMPRESS_TARGETS = ("sluicegate", "nginx", "haproxy", "sluicegate-cache", "nginx-cache")
+CACHE_SCENARIOS = tuple(s for s, spec in SCENARIOS.items() if spec.get("cache"))
 TLS_SCENARIOS = tuple(s for s, spec in SCENARIOS.items() if spec.get("tls"))
 TLSLOAD = Path(__file__).resolve().parent / "tlsload.py"
 
@@ -77,6 +94,8 @@ def command(scenario, url, duration, ab_duration, cafile=None, data=None):
         headers = []
         for h in spec.get("headers", ()):
             headers += ["-H", h]
+        if spec.get("script"):
+            headers += ["-s", str(Path(__file__).resolve().parent / spec["script"])]
         return ["wrk", "-t1", f"-c{spec['conns']}", f"-d{duration}s", "--latency",
                 *headers, url]
     if spec["tool"] == "h2load":

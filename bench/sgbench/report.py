@@ -58,15 +58,18 @@ def _ratio(a, b):
     return "—" if a is None or not b else f"{a / b:.2f}×"
 
 
-def scenario_table(summary, peers=("haproxy", "nginx")):
+def scenario_table(summary, peers=("haproxy", "nginx"), labels=None):
     """peers: the HAProxy and the nginx target the ratio columns compare
-    with (the TLS scenarios: haproxy-tls and nginx-tls)."""
+    with (the TLS scenarios: haproxy-tls and nginx-tls; the cache ones:
+    varnish and nginx-cache, `labels` naming their columns)."""
     hap = summary.get(peers[0], {}).get("req_per_cpu_s")
     ngx = summary.get(peers[1], {}).get("req_per_cpu_s")
     direct = summary.get("direct", {})
+    first, second = labels or ("HAProxy", "nginx")
     head = ("| target | req/s (median) | req per proxy CPU-s | user µs/req | sys µs/req "
-            "| p50 | p99 | p50 added vs direct | proxy RSS MiB | req/CPU-s vs HAProxy "
-            "| req/CPU-s vs nginx | req/s vs direct | load core µs/req | errors | runs | notes |")
+            f"| p50 | p99 | p50 added vs direct | proxy RSS MiB | req/CPU-s vs {first} "
+            f"| req/CPU-s vs {second} | req/s vs direct | load core µs/req | errors | runs "
+            "| notes |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for t, s in summary.items():
         added = None
@@ -218,6 +221,13 @@ IDLE_BYTES = 4096
 USER_US = 1.4
 PEERS = ("haproxy", "nginx")
 TLS_PEERS = ("haproxy-tls", "nginx-tls")
+# The cache scenarios' peers (issue 33): sluicegate-cache against the
+# better of the two in cache-hit, and in gzip against nginx's
+# compression without a cache (nginx-cache beside).
+CACHE_PEERS = ("varnish", "nginx-cache")
+CACHE_PEER_LABELS = ("Varnish", "nginx-cache")
+CACHE_HIT_EFFICIENCY = 1.3
+GZIP_CACHE_EFFICIENCY = 2.0
 # sluicegate-tls against the better TLS peer, in requests per proxy CPU-second.
 TLS_C64_EFFICIENCY = 1.25
 TLS_NEW_EFFICIENCY = 2.0
@@ -314,6 +324,10 @@ def targets_table(summaries, runs, idle_recs, idle_tls_recs=()):
                H2C_UP_EFFICIENCY, ("haproxy-tls",))
     efficiency("grpc", "sluicegate-tls", "grpc calls per proxy CPU-s", GRPC_EFFICIENCY,
                ("haproxy-tls",), beside=("nginx-tls",))
+    efficiency("cache-hit", "sluicegate-cache", "cache-hit requests per proxy CPU-s",
+               CACHE_HIT_EFFICIENCY, CACHE_PEERS)
+    efficiency("gzip", "sluicegate-cache", "gzip with the cache, requests per proxy CPU-s",
+               GZIP_CACHE_EFFICIENCY, ("nginx",), beside=("nginx-cache",))
     idle = {r["target"]: r.get("bytes_per_conn") for r in idle_recs or []}
     if idle.get("sluicegate") is not None:
         b = idle["sluicegate"]

@@ -9,6 +9,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +32,7 @@ PACKAGES = {
     "openssl": "openssl",
     "h2load": "nghttp2-client",
     "nghttp": "nghttp2-client",
+    "varnishd": "varnish",
 }
 
 # Every target a scenario can measure. `direct` has no proxy. sluicegate-busy
@@ -45,7 +47,28 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
                "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
                "sluicegate-tls", "haproxy-tls", "nginx-tls",
                "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
-               "sluicegate-mirror", "sluicegate-split", "sluicegate-template")
+               "sluicegate-mirror", "sluicegate-split", "sluicegate-template",
+               "sluicegate-cache", "nginx-cache", "varnish")
+# The caching targets (issue 33), which run in the cache scenarios (and
+# sluicegate-cache and nginx-cache in gzip) and only there: sluicegate-cache
+# is the sluicegate target with a store (`cache: { memory: 256MiB }`) and
+# the route's `cache: {}`; nginx-cache is nginx-cache.conf (proxy_cache, the
+# upstream's fields alone giving lifetimes, proxy_cache_lock on); varnish is
+# varnishd with varnish.vcl (the built-in VCL) and VARNISH_PARAMS. Their
+# peer files are looked up in the peers dir, else in bench/peers.
+CACHE_TARGETS = ("sluicegate-cache", "nginx-cache", "varnish")
+CACHE_PEER_FILES = ("nginx-cache.conf", "varnish.vcl")
+# varnishd's run-time parameters: one thread pool (one core), nothing
+# stored without a lifetime, no stale answers while a fetch refreshes.
+VARNISH_PARAMS = ("thread_pools=1", "default_ttl=0", "default_grace=0")
+# What the cache targets' load asks for: a 1 KiB answer the upstream nginx
+# gives with `Cache-Control: max-age=3600` (cache-hit), one of the slow
+# upstream's keys (cache-miss-coalesced, sgbench/slowup.py), the gzip
+# scenario's JSON document with `Cache-Control: max-age=3600`.
+CACHE_PATH = "/cache/1k"
+CACHE_JSON_PATH = "/cache/10k.json"
+SLOW_PATH = "/cache/slow/0"
+CACHE_BODY = b"x" * 1023 + b"\n"
 # sluicegate-mirror (run only when named) is the sluicegate target with the
 # route's `mirror` copying every request (100%) to a second service on the
 # same upstream: `--pair sluicegate,sluicegate-mirror` gives what mirroring
@@ -97,11 +120,15 @@ LOG_TARGETS = ("sluicegate-log", "nginx-log")
 # one with a location answering every call under /sgbench.Bench/ with one
 # fixed gRPC reply and a `grpc-status: 0` trailer (sgbench/grpc.py); nginx
 # proxies to it with `grpc_pass`.
-UPSTREAMS = ("http1", "h2c", "grpc")
+# `slow` (the cache-miss-coalesced scenario) is sgbench/slowup.py: every
+# answer after 50 ms, 1 KiB with `Cache-Control: max-age=1`, its requests
+# counted.
+UPSTREAMS = ("http1", "h2c", "grpc", "slow")
 # The targets that can run in front of each upstream other than http1. nginx
 # cannot proxy plain HTTP to an HTTP/2 upstream (grpc_pass only speaks gRPC).
 UPSTREAM_TARGETS = {"h2c": ("sluicegate-tls", "haproxy-tls"),
-                    "grpc": ("sluicegate-tls", "haproxy-tls", "nginx-tls")}
+                    "grpc": ("sluicegate-tls", "haproxy-tls", "nginx-tls"),
+                    "slow": CACHE_TARGETS}
 NO_H2C_NOTE = ("nginx cannot proxy plain HTTP to an HTTP/2 upstream (only `grpc_pass` "
                "speaks HTTP/2 upstream), so it has no row here")
 H2C_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -157,6 +184,65 @@ def check_gzip(target):
     if gzip.decompress(body) != json_body():
         raise HarnessError(f"{target.name}: its gzip answer does not decode to the upstream's")
     return len(body)
+
+
+def _get(port, path, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read(), resp.headers
+    finally:
+        conn.close()
+
+
+def cache_hit(name, headers):
+    """Whether a caching target's answer says it came from its store."""
+    if name == "sluicegate-cache":
+        return "hit" in (headers.get("Cache-Status") or "")
+    if name == "nginx-cache":
+        return headers.get("X-Cache-Status") == "HIT"
+    if name == "varnish":
+        # A hit names the request and the one that fetched the object.
+        return len((headers.get("X-Varnish") or "").split()) == 2
+    raise HarnessError(f"{name} is not a caching target")
+
+
+def slow_count(port):
+    """The slow upstream's request count (sgbench/slowup.py)."""
+    status, body, _ = _get(port, "/_count")
+    if status != 200:
+        raise HarnessError(f"the slow upstream's /_count answered {status}")
+    return int(body)
+
+
+def check_cache(target, slow_port=None, gzip_body=False):
+    """A caching target's second request for its path is a hit with the
+    upstream's body (gzip decoding to the document, with `gzip_body`); in
+    front of the slow upstream, two requests for a fresh key make one
+    upstream request. A HarnessError otherwise."""
+    path = target.path
+    headers = {"Accept-Encoding": "gzip"} if gzip_body else {}
+    want = json_body() if gzip_body else CACHE_BODY
+    for i in range(2):
+        status, body, got = _get(target.port, path, headers)
+        if gzip_body and got.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        if status != 200 or body != want:
+            raise HarnessError(f"{target.name}: GET {path} answered {status} with "
+                               f"{len(body)} bytes, not the upstream's {len(want)}")
+    if not cache_hit(target.name, got):
+        raise HarnessError(f"{target.name}: a second GET {path} was not a hit: "
+                           + ", ".join(f"{k}: {v}" for k, v in got.items()))
+    if slow_port is not None:
+        before = slow_count(slow_port)
+        fresh = f"/cache/slow/check-{time.monotonic_ns()}"
+        for _ in range(2):
+            _get(target.port, fresh)
+        made = slow_count(slow_port) - before
+        if made != 1:
+            raise HarnessError(f"{target.name}: two GETs of a fresh key made {made} "
+                               "upstream requests, not 1")
 
 
 # busy_poll of the sluicegate-busy target.
@@ -265,7 +351,7 @@ def haproxy_maxconn(cfg_path):
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
                     tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
-                    mirror=False, split=False, template=False, compress=False):
+                    mirror=False, split=False, template=False, compress=False, cache=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -282,7 +368,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     With `split`, a second service over the same upstream, and the route
     splits 50/50 between the two (`split_by: random`). With `template`, the
     route matches TEMPLATE instead of every path. With `compress`, the
-    route compresses answers in gzip at level `fast` (gzip 1)."""
+    route compresses answers in gzip at level `fast` (gzip 1). With `cache`,
+    a store of 256 MiB and the route's `cache: {}` (the default key)."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -294,6 +381,7 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         "limits: { max_connections: 19000 }\n"
         "reload: { watch: false }\n"
         f"log: {{ level: warn, access: {access} }}\n"
+        + ("cache: { memory: 256MiB }\n" if cache else "")
         + (f'admin: {{ listen: "127.0.0.1:{admin_port}" }}\n' if admin_port else "")
         + (f"tracing: {{ sampling: {{ ratio: {trace[0]} }}, "
            f'otlp: {{ endpoint: "http://127.0.0.1:{trace[1]}" }} }}\n' if trace else "")
@@ -321,6 +409,7 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
            if split else "    service: upstream\n")
         + ("    mirror: { service: shadow, percent: 100 }\n" if mirror else "")
         + ("    compress: { algorithms: [gzip], level: fast }\n" if compress else "")
+        + ("    cache: {}\n" if cache else "")
     )
     if not auth:
         return text
@@ -506,7 +595,7 @@ class Launcher:
                grpc_reply=False, grpc_pass=False, template_path=False, gzip_on=False):
         d = self.reg.tmpdir(f"sgbench-{name}-")
         values = dict(values, DIR=d)
-        conf = render(self.peers / template, os.path.join(d, "nginx.conf"), values)
+        conf = render(self.peer_file(template), os.path.join(d, "nginx.conf"), values)
         text = Path(conf).read_text()
         if template_path and f"location = {TEMPLATE_PATH} " not in text:
             # A peers dir without the sluicegate-template path: the upstream
@@ -524,9 +613,17 @@ class Launcher:
             lines = re.findall(r"^\s*listen [^\n]*\n", text, re.M)
             if len(lines) != 1:
                 raise HarnessError(f"{template}: expected one listen line to add a location to")
+            # The cache scenarios' answers: 1 KiB, and the same document,
+            # each with a lifetime of an hour.
             Path(conf).write_text(text.replace(
                 lines[0], lines[0] + f"        location = {JSON_PATH} "
-                "{ default_type application/json; root " + d + "; }\n"))
+                "{ default_type application/json; root " + d + "; }\n"
+                f"        location = {CACHE_PATH} {{ default_type text/plain; "
+                'add_header Cache-Control "max-age=3600"; '
+                f'return 200 "{CACHE_BODY[:-1].decode()}\\n"; }}\n'
+                f"        location = {CACHE_JSON_PATH} {{ default_type application/json; "
+                f'alias {d}{JSON_PATH}; '
+                'add_header Cache-Control "max-age=3600"; }\n'))
         if gzip_on:
             # The proxy compresses JSON answers with gzip at level 1 (its
             # default), proxied ones too, with Vary as sluicegate sends it.
@@ -578,11 +675,46 @@ class Launcher:
                 "-c", conf, "-g", "daemon off;"]
         return self.reg.spawn(name, argv, os.path.join(d, "stderr.log"), cpu=cpu)
 
+    def peer_file(self, name):
+        """A peer template: in the peers dir, else (the cache peers, which
+        older peers dirs lack) in bench/peers."""
+        path = self.peers / name
+        if not path.is_file() and name in CACHE_PEER_FILES:
+            path = REPO / "bench" / "peers" / name
+        if not path.is_file():
+            raise HarnessError(f"peer template {name} not found in {self.peers}")
+        return path
+
+    def start_slow_upstream(self):
+        """sgbench/slowup.py on the load core (the `slow` upstream)."""
+        port = free_port()
+        d = self.reg.tmpdir("sgbench-slowup-")
+        proc = self.reg.spawn("upstream-slow", [sys.executable, "-B",
+                                                str(Path(__file__).with_name("slowup.py")),
+                                                str(port), "50"],
+                              os.path.join(d, "slowup.log"), cpu=self.load_cpu)
+        deadline = time.monotonic() + 20
+        while True:
+            if not proc.alive():
+                raise HarnessError(f"the slow upstream exited; log tail:\n{proc.log_tail()}")
+            try:
+                slow_count(port)
+                break
+            except (OSError, HarnessError, ValueError):
+                if time.monotonic() > deadline:
+                    raise HarnessError("the slow upstream did not answer within 20s")
+                time.sleep(0.1)
+        t = Target("direct-slow", port, None, {"upstream_proc": proc}, SLOW_PATH)
+        self.upstreams["slow"] = t
+        return t
+
     def start_upstream(self, kind="http1"):
         """The upstream of that kind (UPSTREAMS), started on first use,
         pinned to the load core."""
         if kind in self.upstreams:
             return self.upstreams[kind]
+        if kind == "slow":
+            return self.start_slow_upstream()
         port = free_port()
         h2c = kind in ("h2c", "grpc")
         proc = self._nginx("upstream" if not h2c else f"upstream-{kind}",
@@ -642,6 +774,9 @@ class Launcher:
                                f"(only {', '.join(UPSTREAM_TARGETS[upstream])} can)")
         port = free_port()
         path = JSON_PATH if compress else TEMPLATE_PATH if self.template_path else "/test.html"
+        if name in CACHE_TARGETS:
+            path = (SLOW_PATH if upstream == "slow" else CACHE_JSON_PATH if compress
+                    else CACHE_PATH)
         tls = self.tls_files() if name in TLS_TARGETS else None
         if name == "sluicegate-tls":
             self.check_sluicegate_tls()
@@ -678,7 +813,8 @@ class Launcher:
                                                  trace, mirror=name == "sluicegate-mirror",
                                                  split=name == "sluicegate-split",
                                                  template=name == "sluicegate-template",
-                                                 compress=compress))
+                                                 compress=compress,
+                                                 cache=name == "sluicegate-cache"))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]
@@ -716,6 +852,24 @@ class Launcher:
             proc = self.reg.spawn(name, ["haproxy", "-db", "-f", cfg],
                                   os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
             extra = {"config": cfg, "maxconn": haproxy_maxconn(cfg)}
+        elif name == "nginx-cache":
+            extra = {}
+            values = {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM": f"127.0.0.1:{up}"}
+            proc = self._nginx(name, "nginx-cache.conf", values, self.proxy_cpu,
+                               gzip_on=compress)
+        elif name == "varnish":
+            if compress:
+                raise HarnessError("varnish does not compress: it has no row in gzip")
+            d = self.reg.tmpdir("sgbench-varnish-")
+            vcl = render(self.peer_file("varnish.vcl"), os.path.join(d, "bench.vcl"),
+                         {"LISTEN": f"127.0.0.1:{port}", "UPSTREAM_HOST": "127.0.0.1",
+                          "UPSTREAM_PORT": up})
+            argv = ["varnishd", "-F", "-j", "none", "-T", "none", "-n", os.path.join(d, "work"),
+                    "-a", f"127.0.0.1:{port}", "-f", vcl, "-s", "malloc,256m"]
+            for p in VARNISH_PARAMS:
+                argv += ["-p", p]
+            proc = self.reg.spawn(name, argv, os.path.join(d, "stderr.log"), cpu=self.proxy_cpu)
+            extra = {"config": vcl}
         elif name in ("nginx", "nginx-log", "nginx-tls"):
             extra = {}
             log_path = None
@@ -735,6 +889,9 @@ class Launcher:
         wait_ready(t, [proc, up_proc])
         if compress:
             t.extra["gzip_bytes"] = check_gzip(t)
+        if name in CACHE_TARGETS:
+            check_cache(t, self.upstreams[upstream].port if upstream == "slow" else None,
+                        gzip_body=compress)
         return t
 
     def stop(self, target):

@@ -3,10 +3,13 @@
 //! - [`upstream`]: [`TestUpstream`], an HTTP/1.1 server steered by the request's
 //!   query string (echo, status, delays, close modes, chunked replies), and
 //!   [`RawUpstream`] for tests that write arbitrary bytes.
-//! - [`nginx`]: [`Nginx`], Debian's nginx started on a free port with a fixed site.
+//! - [`nginx`]: [`Nginx`], Debian's nginx started on a free port with a fixed site
+//!   (or a config the test renders).
 //! - [`haproxy`]: [`Haproxy`], Debian's HAProxy with a test's config, as a peer.
 //! - [`redis`]: [`RedisServer`] and [`RedisCluster`], Debian's `redis-server`
 //!   on free loopback ports.
+//! - [`varnish`]: [`Varnish`], Debian's varnishd with a test's VCL, as a
+//!   reference cache.
 //! - [`dns`]: [`DnsServer`], an authoritative DNS server on a free loopback
 //!   port (UDP and TCP) answering A, AAAA and SRV from a table the test changes.
 //! - [`gateway`]: [`Gateway`], the sluicegate binary run from a YAML string.
@@ -27,6 +30,7 @@ pub mod haproxy;
 pub mod nginx;
 pub mod redis;
 pub mod upstream;
+pub mod varnish;
 mod wire;
 
 pub use client::{
@@ -39,3 +43,4 @@ pub use haproxy::Haproxy;
 pub use nginx::Nginx;
 pub use redis::{RedisCluster, RedisServer, RedisTls};
 pub use upstream::{read_request_head, RawUpstream, SeenRequest, TestUpstream};
+pub use varnish::Varnish;

@@ -55,6 +55,17 @@ impl Nginx {
     /// Starts nginx and waits until its port accepts (at most [`START_TIMEOUT`]).
     /// Panics if nginx is missing or does not come up (with its error log).
     pub fn start() -> Nginx {
+        Nginx::start_with(|dir, port| {
+            prepare(dir, port);
+            render(dir, port, runs_as_root(dir))
+        })
+    }
+
+    /// Starts nginx with the config `conf(dir, port)` renders for its prefix
+    /// dir (with `conf/`, `logs/`, `html/` and `tmp/` made) and a free port;
+    /// waits for the port as [`Nginx::start`] does. [`user_line`] gives the
+    /// `user root;` a config needs when the tests run as root.
+    pub fn start_with(conf: impl Fn(&Path, u16) -> String) -> Nginx {
         let bin = nginx_binary().expect("nginx not installed: apt-get install nginx-light");
         let mut last_error = String::new();
         // A free port can be taken between probing and nginx's bind: retry.
@@ -64,7 +75,12 @@ impl Nginx {
                 .tempdir()
                 .expect("create nginx temp dir");
             let port = free_port();
-            let conf = prepare(dir.path(), port);
+            for sub in ["conf", "logs", "html", "tmp"] {
+                fs::create_dir_all(dir.path().join(sub)).expect("create nginx dir");
+            }
+            let text = conf(dir.path(), port);
+            let conf = dir.path().join("conf/nginx.conf");
+            fs::write(&conf, text).expect("write nginx.conf");
             let child = Command::new(&bin)
                 .arg("-p")
                 .arg(dir.path())
@@ -168,19 +184,26 @@ impl Drop for Nginx {
     }
 }
 
-/// Lays out the prefix dir and writes the config; returns the config path.
-fn prepare(dir: &Path, port: u16) -> PathBuf {
-    for sub in ["conf", "logs", "html", "tmp"] {
-        fs::create_dir_all(dir.join(sub)).expect("create nginx dir");
-    }
+/// Writes the content of the default config's locations.
+fn prepare(dir: &Path, _port: u16) {
     fs::write(dir.join("html/test.html"), TEST_HTML).expect("write test.html");
     fs::write(dir.join("html/big"), big_body()).expect("write big");
-    // A master started as root runs its worker as `nobody`, which cannot enter
-    // a 0700 temp dir: keep the worker as root in that case.
-    let as_root = fs::metadata(dir.join("html/big")).is_ok_and(|m| m.uid() == 0);
-    let conf = dir.join("conf/nginx.conf");
-    fs::write(&conf, render(dir, port, as_root)).expect("write nginx.conf");
-    conf
+}
+
+/// Whether files made in `dir` belong to root (the tests run as root).
+fn runs_as_root(dir: &Path) -> bool {
+    fs::metadata(dir).is_ok_and(|m| m.uid() == 0)
+}
+
+/// `user root;\n` when the tests run as root, else nothing: a master
+/// started as root runs its worker as `nobody`, which cannot enter a 0700
+/// temp dir, so the worker stays root then.
+pub fn user_line(dir: &Path) -> &'static str {
+    if runs_as_root(dir) {
+        "user root;\n"
+    } else {
+        ""
+    }
 }
 
 fn render(dir: &Path, port: u16, as_root: bool) -> String {
