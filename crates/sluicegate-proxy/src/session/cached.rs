@@ -194,7 +194,9 @@ pub(super) async fn lookup(
                 }
                 metrics.stale.fetch_add(1, Relaxed);
                 let now = Instant::now();
-                return Cached::Served(serve(link, snap, bufs, o, now, is_head, STALE, coder).await);
+                return Cached::Served(
+                    serve(link, snap, bufs, o, now, is_head, STALE, coder).await,
+                );
             }
             Err((fwd, o)) => {
                 stale = o.filter(|o| within(o, o.stale_if_error));
@@ -374,7 +376,9 @@ impl Coder<'_> {
         self.metrics
             .bytes_in
             .fetch_add(o.body.len() as u64, Relaxed);
-        self.metrics.bytes_out.fetch_add(coded.len() as u64, Relaxed);
+        self.metrics
+            .bytes_out
+            .fetch_add(coded.len() as u64, Relaxed);
         Some(self.store.add_coded(o, coding.index(), coded))
     }
 }
