@@ -515,6 +515,7 @@ fn rewritten(name: &[u8], recode: Recode) -> bool {
 /// upstream's status, or that of the error the client would have got)
 /// and its `Age`. Counted.
 #[cold]
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn stale_if_error<'s>(
     link: Link<'_>,
     snap: &Snapshot,
