@@ -8,11 +8,14 @@
 //! copied for a lookup; the stored key is compared part by part to rule
 //! out a hash collision. A key holds several objects when its answers
 //! carry `Vary`: each keeps the request's values of the fields it names.
+//! An object may also keep coded copies of its body (one per content
+//! coding, made by a compressing route's first hit that asks for it),
+//! counted with it and dropped with it.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -25,6 +28,9 @@ const SHARDS: usize = 64;
 /// Objects one key holds at most (its `Vary` variants); a new one past
 /// this replaces the oldest.
 const MAX_VARIANTS: usize = 16;
+/// Coded copies an object may keep: one per content coding the gateway
+/// makes (the slots are `proto::compress::Encoding::index`'s).
+pub const CODINGS: usize = 3;
 
 /// A field `Vary` names (lower case) and the request's value of it
 /// (trimmed; empty when absent).
@@ -63,7 +69,16 @@ pub struct Object {
     pub route: Arc<str>,
     /// Read since the CLOCK hand last passed.
     referenced: AtomicBool,
+    /// The hash of its key (where [`Store::add_coded`] finds it).
+    hash: u64,
+    /// Its body coded for clients that take a content coding, made on
+    /// demand ([`Store::add_coded`]); none on routes that do not compress.
+    coded: OnceLock<Box<Coded>>,
 }
+
+/// An object's coded bodies, a slot per coding, each set once.
+#[derive(Debug, Default)]
+struct Coded([OnceLock<Box<[u8]>>; CODINGS]);
 
 /// What an object is made of; [`Store::insert`] makes the object.
 #[derive(Debug)]
@@ -95,6 +110,10 @@ pub const OVERHEAD: usize = std::mem::size_of::<Object>()
     + std::mem::size_of::<Arc<Object>>()
     + std::mem::size_of::<Weak<Object>>();
 
+/// What an object's first coded body adds besides its bytes: the slots
+/// (boxed, on the heap).
+const CODED_OVERHEAD: u64 = std::mem::size_of::<Coded>() as u64;
+
 // Small beside the 1 KiB object of the benchmark.
 const _: () = assert!(OVERHEAD < 512);
 
@@ -111,6 +130,12 @@ impl Object {
             Some(left) if !left.is_zero() => Ok(left),
             _ => Err(age - self.fresh_for.min(age)),
         }
+    }
+
+    /// Its body coded in the coding of slot `coding` (below
+    /// [`CODINGS`]), when that was made and kept.
+    pub fn coded(&self, coding: usize) -> Option<&[u8]> {
+        self.coded.get()?.0.get(coding)?.get().map(|b| &b[..])
     }
 
     /// Everything it holds, in bytes, with the index's own
@@ -305,6 +330,8 @@ impl Store {
             tags: p.tags,
             route: p.route,
             referenced: AtomicBool::new(false),
+            hash,
+            coded: OnceLock::new(),
         });
         let mut shard = self.shard(hash);
         let sh = &mut *shard;
@@ -344,6 +371,46 @@ impl Store {
             sh.ring.retain(|(_, w)| w.strong_count() > 0);
         }
         Some(o)
+    }
+
+    /// Keeps `data` as `o`'s body coded in the coding of slot `coding`,
+    /// counted against the memory bound with `o` (evicting what it must),
+    /// when `o` is still stored and has none in that slot yet: then true,
+    /// and [`Object::coded`] gives it. Otherwise (`o` evicted, replaced or
+    /// purged meanwhile, or another request made that coding first) the
+    /// data is handed back, not kept.
+    pub fn add_coded(
+        &self,
+        o: &Arc<Object>,
+        coding: usize,
+        data: Box<[u8]>,
+    ) -> Result<(), Box<[u8]>> {
+        if coding >= CODINGS {
+            return Err(data);
+        }
+        let mut shard = self.shard(o.hash);
+        let sh = &mut *shard;
+        let Some(entry) = sh.map.get_mut(&o.hash) else {
+            return Err(data);
+        };
+        let Some((_, size)) = entry.variants.iter_mut().find(|(x, _)| Arc::ptr_eq(x, o)) else {
+            return Err(data);
+        };
+        // Set under the shard's lock only: what is kept is what is
+        // counted.
+        let first = o.coded.get().is_none();
+        if o.coded(coding).is_some() {
+            return Err(data);
+        }
+        let added = data.len() as u64 + if first { CODED_OVERHEAD } else { 0 };
+        o.coded.get_or_init(Box::default).0[coding].set(data)?;
+        *size += added;
+        sh.bytes += added;
+        let evicted = evict(sh, self.shard_memory);
+        if evicted > 0 {
+            self.stats.evictions.fetch_add(evicted, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Drops every object of a key; how many.

@@ -100,6 +100,20 @@ impl CompressRt {
         raw: &[u8],
         headers: &[HeaderRef],
     ) -> bool {
+        let fields = headers
+            .iter()
+            .map(|h| (&raw[h.name.clone()], &raw[h.value.clone()]));
+        self.applies_to(status, body, fields)
+    }
+
+    /// [`CompressRt::applies`] for an answer whose fields are given as
+    /// (name, value) pairs: a stored one, of the cache.
+    pub(crate) fn applies_to<'a>(
+        &self,
+        status: u16,
+        body: BodyKind,
+        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> bool {
         match body {
             BodyKind::None => return false,
             BodyKind::Length(n) if n < self.min_size || n == 0 => return false,
@@ -109,8 +123,7 @@ impl CompressRt {
             return false;
         }
         let mut typed = false;
-        for h in headers {
-            let (name, value) = (&raw[h.name.clone()], &raw[h.value.clone()]);
+        for (name, value) in fields {
             if eq_lower(name, b"content-encoding") && !value.trim_ascii().is_empty() {
                 return false;
             }

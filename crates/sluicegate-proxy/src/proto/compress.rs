@@ -8,8 +8,8 @@ pub mod codec;
 #[cfg(test)]
 mod tests;
 
-// `encode_all` is for a cache that stores one object and serves it in
-// each coding its clients ask for (not wired yet).
+// `encode_all` codes a whole slice with a coder of its own; the cache's
+// coded copies use the worker's reused coders instead (session/cached.rs).
 #[allow(unused_imports)]
 pub use codec::encode_all;
 pub use codec::{Encoder, Encoding, Flush};

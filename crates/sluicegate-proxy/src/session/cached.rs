@@ -9,8 +9,10 @@
 //! `stale_if_error` window keeps it, for the lifecycle to answer with
 //! when the forward hands its failure or 5xx back; a stale object within
 //! its `stale_while_revalidate` window answers at once while one refresh
-//! ([`crate::upstream::refresh`]) fetches it anew. Only routes with a
-//! `cache` come here.
+//! ([`crate::upstream::refresh`]) fetches it anew. On a route that also
+//! compresses, a hit is answered in the coding the client takes, from a
+//! coded copy kept with the object (made by the first hit that needs it,
+//! [`Coder`]). Only routes with a `cache` come here.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -22,7 +24,11 @@ use super::peer::Link;
 use crate::cache::fill::{Field, Fill, Fwd, Key, Policy};
 use crate::cache::flight::Join;
 use crate::cache::rules::{self, RequestDirectives};
-use crate::cache::store::Object;
+use crate::cache::store::{Object, Store};
+use crate::filters::compress::CompressRt;
+use crate::observe::metrics::CompressMetrics;
+use crate::proto::codec::BodyKind;
+use crate::proto::compress::{merge_vary, weak_etag, Encoding, Flush, Recode};
 use crate::proto::fields::Fields;
 use crate::proto::response::Head;
 use crate::route::target::{strip_port, Target};
@@ -31,7 +37,7 @@ use crate::snapshot::{RouteRt, Snapshot};
 use crate::upstream::forward::Outcome;
 use crate::upstream::handback::Unanswered;
 use crate::upstream::refresh;
-use crate::worker::Bufs;
+use crate::worker::{Bufs, Worker};
 
 /// A hit's `Cache-Status`, and that of a request answered from the
 /// fetch it waited for.
@@ -123,10 +129,12 @@ pub(super) async fn lookup(
     bufs: &mut Bufs,
     route: &RouteRt,
     cache: &CacheRt,
+    compress: Option<&CompressRt>,
     target: &Target,
     is_head: bool,
     refresh: Refresh,
 ) -> Cached {
+    let coder = coder(route, cache, compress);
     let raw = bufs.inb.filled();
     let key = key(cache, snap, bufs, target);
     let (get, invalidates) = match &raw[bufs.req.method.clone()] {
@@ -157,7 +165,7 @@ pub(super) async fn lookup(
         match fresh(cache, &key, &request_fields, &dirs) {
             Ok((o, now)) => {
                 metrics.hits.fetch_add(1, Relaxed);
-                return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT).await);
+                return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT, coder).await);
             }
             Err((fwd, Some(o))) if within(&o, o.stale_while_revalidate) => {
                 // Answered stale at once; one refresh (the key's flight
@@ -186,7 +194,9 @@ pub(super) async fn lookup(
                 }
                 metrics.stale.fetch_add(1, Relaxed);
                 let now = Instant::now();
-                return Cached::Served(serve(link, snap, bufs, o, now, is_head, STALE).await);
+                return Cached::Served(
+                    serve(link, snap, bufs, o, now, is_head, STALE, coder).await,
+                );
             }
             Err((fwd, o)) => {
                 stale = o.filter(|o| within(o, o.stale_if_error));
@@ -208,7 +218,7 @@ pub(super) async fn lookup(
                 if let Ok((o, now)) = fresh(cache, &key, &request_fields, &dirs) {
                     metrics.hits.fetch_add(1, Relaxed);
                     metrics.coalesced.fetch_add(1, Relaxed);
-                    let served = serve(link, snap, bufs, o, now, is_head, COALESCED);
+                    let served = serve(link, snap, bufs, o, now, is_head, COALESCED, coder);
                     return Cached::Served(served.await);
                 }
             }
@@ -295,9 +305,89 @@ fn policy(route: &RouteRt, cache: &CacheRt) -> Policy {
     }
 }
 
+/// How a caching route that compresses answers from memory: its
+/// `compress`, the store (which keeps the coded copies) and the route's
+/// compression counters.
+#[derive(Clone, Copy)]
+pub(super) struct Coder<'a> {
+    rt: &'a CompressRt,
+    store: &'a Store,
+    metrics: &'a CompressMetrics,
+}
+
+/// The route's [`Coder`], when it compresses.
+pub(super) fn coder<'a>(
+    route: &'a RouteRt,
+    cache: &'a CacheRt,
+    compress: Option<&'a CompressRt>,
+) -> Option<Coder<'a>> {
+    Some(Coder {
+        rt: compress?,
+        store: &cache.store,
+        metrics: &route.metrics.compress,
+    })
+}
+
+/// A stored object's fields as (name, value) pairs.
+fn lines(fields: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    fields.split(|&b| b == b'\n').filter_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|&b| b == b':')?;
+        Some((&line[..colon], line[colon + 1..].trim_ascii()))
+    })
+}
+
+impl Coder<'_> {
+    /// How the object is sent to this request: chosen as for a forwarded
+    /// `GET` (a `HEAD` too, whose head then says what the `GET` gets),
+    /// from the request's `Accept-Encoding`, when the stored answer
+    /// qualifies (type, size, no `Content-Encoding`, no `no-transform`).
+    fn recode(&self, o: &Object, bufs: &Bufs) -> Recode {
+        let raw = bufs.inb.filled();
+        let Some(coding) = self.rt.choose(raw, &bufs.req, false, bufs.grpc) else {
+            return Recode::Keep;
+        };
+        let body = BodyKind::Length(o.body.len() as u64);
+        if !self.rt.applies_to(o.status, body, lines(&o.fields)) {
+            return Recode::Keep;
+        }
+        coding.map_or(Recode::Vary, Recode::Coded)
+    }
+
+    /// The object's body coded in `coding`, made now with the worker's
+    /// coder (counted as coding work) and kept with the object when it
+    /// is still stored: `Ok` when kept (read it from the object), `Err`
+    /// with the bytes when not, `None` when coding failed.
+    fn make(
+        &self,
+        worker: &Worker,
+        o: &Arc<Object>,
+        coding: Encoding,
+    ) -> Option<Result<(), Box<[u8]>>> {
+        let (mut enc, mut z) = worker.take_encoder(coding, self.rt.level(coding))?;
+        z.clear();
+        let done = enc.encode(&o.body, &mut z, Flush::Finish);
+        let coded: Box<[u8]> = z[..].into();
+        worker.put_encoder((enc, z));
+        if let Err(e) = done {
+            tracing::debug!(error = %e, "coding a cached body failed");
+            return None;
+        }
+        self.metrics
+            .bytes_in
+            .fetch_add(o.body.len() as u64, Relaxed);
+        self.metrics
+            .bytes_out
+            .fetch_add(coded.len() as u64, Relaxed);
+        Some(self.store.add_coded(o, coding.index(), coded))
+    }
+}
+
 /// Answers from a fresh object: its fields (less those the route's
 /// header ops drop), its `Age` and `Cache-Status`; a `304` without the
-/// body when the request's validators match it.
+/// body when the request's validators match it. With a `coder`, in the
+/// coding the client takes.
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     link: Link<'_>,
     snap: &Snapshot,
@@ -306,8 +396,9 @@ async fn serve(
     now: Instant,
     is_head: bool,
     cache_status: &[u8],
+    coder: Option<Coder<'_>>,
 ) -> Outcome<'static> {
-    serve_as(link, snap, bufs, o, now, is_head, cache_status, None).await
+    serve_as(link, snap, bufs, o, now, is_head, cache_status, None, coder).await
 }
 
 /// [`serve`], the request's body consumed already when `close` is given
@@ -322,22 +413,8 @@ async fn serve_as(
     is_head: bool,
     cache_status: &[u8],
     close: Option<bool>,
+    coder: Option<Coder<'_>>,
 ) -> Outcome<'static> {
-    let mut fields = Fields::new();
-    let ops = bufs.edits.response_ops.as_deref();
-    for line in o.fields.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
-        if !ops.is_some_and(|o| o.drops(name)) {
-            fields.push(name, value);
-        }
-    }
-    let age = o.age(now).as_secs();
-    fields.push(b"age", itoa::Buffer::new().format(age).as_bytes());
-    fields.push(b"cache-status", cache_status);
     let not_modified = match (field(bufs, b"if-none-match"), &o.etag) {
         (Some(inm), Some(etag)) => rules::none_match(inm, etag),
         (Some(_), None) => false,
@@ -348,14 +425,87 @@ async fn serve_as(
             _ => false,
         },
     };
-    let (status, body): (u16, &[u8]) = match not_modified && o.status == 200 {
+    let not_modified = not_modified && o.status == 200;
+    // The representation: as stored, or coded (from the copy kept with
+    // the object, made now if there is none; not for a 304).
+    let mut recode = coder.map_or(Recode::Keep, |c| c.recode(&o, bufs));
+    let mut own: Option<Box<[u8]>> = None;
+    let mut kept = false;
+    if let (Recode::Coded(e), Some(c)) = (recode, coder) {
+        if o.coded(e.index()).is_some() {
+            kept = true;
+        } else if !not_modified {
+            match c.make(link.worker, &o, e) {
+                Some(Ok(())) => {}
+                Some(Err(coded)) => own = Some(coded),
+                None => recode = Recode::Vary,
+            }
+        }
+    }
+    let mut fields = Fields::new();
+    let ops = bufs.edits.response_ops.as_deref();
+    for (name, value) in lines(&o.fields) {
+        if !ops.is_some_and(|o| o.drops(name)) && !rewritten(name, recode) {
+            fields.push(name, value);
+        }
+    }
+    if recode != Recode::Keep {
+        if let Recode::Coded(e) = recode {
+            fields.push(b"content-encoding", e.token().as_bytes());
+        }
+        let named = |n: &'static [u8]| {
+            lines(&o.fields)
+                .filter(move |(name, _)| name.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v)
+        };
+        let mut v = Vec::with_capacity(64);
+        merge_vary(named(b"vary"), &mut v);
+        fields.push(b"vary", &v);
+        if let (Recode::Coded(_), Some(etag)) = (recode, named(b"etag").next()) {
+            v.clear();
+            weak_etag(etag, &mut v);
+            fields.push(b"etag", &v);
+        }
+    }
+    let age = o.age(now).as_secs();
+    fields.push(b"age", itoa::Buffer::new().format(age).as_bytes());
+    fields.push(b"cache-status", cache_status);
+    let body: &[u8] = match recode {
+        Recode::Coded(e) => match (o.coded(e.index()), own.as_deref()) {
+            (_, Some(coded)) | (Some(coded), None) => coded,
+            (None, None) => &[],
+        },
+        _ => &o.body,
+    };
+    if let (Recode::Coded(e), Some(c), false, false) = (recode, coder, not_modified, is_head) {
+        c.metrics.responses[e.index()].fetch_add(1, Relaxed);
+        if kept {
+            c.metrics.cached[e.index()].fetch_add(1, Relaxed);
+        }
+    }
+    let (status, body): (u16, &[u8]) = match not_modified {
         true => (304, &[]),
-        false => (o.status, &o.body),
+        false => (o.status, body),
     };
     let fixed = Local::Fixed(Head::Fields(status, &fields), body);
     match close {
         None => answer_locally(link, snap, bufs, fixed, is_head).await,
         Some(close) => answer_consumed(link, snap, bufs, fixed, is_head, close).await,
+    }
+}
+
+/// The stored fields that `recode` writes in a form of its own or not
+/// at all: `Vary`, and for a coded answer `ETag` and `Accept-Ranges`
+/// (as the relay does, [`crate::upstream::head`]).
+fn rewritten(name: &[u8], recode: Recode) -> bool {
+    match recode {
+        Recode::Keep => false,
+        Recode::Vary => name.eq_ignore_ascii_case(b"vary"),
+        Recode::Coded(_) => {
+            name.eq_ignore_ascii_case(b"etag")
+                || name.eq_ignore_ascii_case(b"vary")
+                || name.eq_ignore_ascii_case(b"accept-ranges")
+        }
     }
 }
 
@@ -365,6 +515,7 @@ async fn serve_as(
 /// upstream's status, or that of the error the client would have got)
 /// and its `Age`. Counted.
 #[cold]
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn stale_if_error<'s>(
     link: Link<'_>,
     snap: &Snapshot,
@@ -373,6 +524,7 @@ pub(super) async fn stale_if_error<'s>(
     o: Arc<Object>,
     un: &Unanswered<'s>,
     upstream: Option<u16>,
+    coder: Option<Coder<'_>>,
 ) -> Outcome<'s> {
     route.metrics.cache.stale.fetch_add(1, Relaxed);
     let status = upstream.unwrap_or_else(|| un.kind.status());
@@ -381,7 +533,7 @@ pub(super) async fn stale_if_error<'s>(
     let close = (!un.at_hand).then_some(un.close);
     let now = Instant::now();
     let mut outcome: Outcome<'s> =
-        serve_as(link, snap, bufs, o, now, false, &cache_status, close).await;
+        serve_as(link, snap, bufs, o, now, false, &cache_status, close, coder).await;
     outcome.bytes_in = un.bytes_in;
     outcome.upstream_us = un.upstream_us;
     outcome.endpoint = un.endpoint;

@@ -322,8 +322,10 @@ pub(super) async fn exchange(
                         client,
                         strip,
                     };
-                    let looked =
-                        cached::lookup(link, snap, bufs, route, c, &target, is_head, refresh);
+                    let compress = compress.as_deref();
+                    let looked = cached::lookup(
+                        link, snap, bufs, route, c, compress, &target, is_head, refresh,
+                    );
                     match looked.await {
                         Cached::Served(outcome) => break 'proxy outcome,
                         Cached::Forward(s) => stale = s,
@@ -391,8 +393,12 @@ pub(super) async fn exchange(
                         }
                         let upstream =
                             (un.cause == Cause::UpstreamStatus).then_some(bufs.res.status);
-                        let served =
-                            cached::stale_if_error(link, snap, bufs, route, o, &un, upstream);
+                        let coder = cache
+                            .as_deref()
+                            .and_then(|c| cached::coder(route, c, compress.map(|k| k.rt)));
+                        let served = cached::stale_if_error(
+                            link, snap, bufs, route, o, &un, upstream, coder,
+                        );
                         Box::pin(served).await
                     }
                     (Ended::Unanswered(un), Some(fb), None) => {

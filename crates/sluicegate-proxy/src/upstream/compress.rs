@@ -7,7 +7,10 @@
 //! The coder and its output buffer are the worker's, reused
 //! ([`crate::worker::Worker::take_encoder`]). Only routes with `compress`
 //! whose answer qualifies come here ([`crate::filters::compress`]);
-//! every other answer takes [`super::body::relay_body`].
+//! every other answer takes [`super::body::relay_body`]. A caching
+//! route's fill is given the upstream's body as it is taken, before
+//! coding: the cache keeps one uncoded object (`session/cached.rs`
+//! codes its hits).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -90,8 +93,9 @@ impl Relay<'_, '_> {
                 self.taken += take as u64;
                 let last = self.taken == n;
                 let flush = if last { Flush::Finish } else { Flush::Sync };
-                enc.encode(&bufs.upb.filled()[..take], z, flush)
-                    .map_err(coded)?;
+                let data = &bufs.upb.filled()[..take];
+                tee(&mut bufs.fill, data);
+                enc.encode(data, z, flush).map_err(coded)?;
                 bufs.upb.consume(take);
                 self.send(bufs, z, last, None).await?;
                 if last {
@@ -119,14 +123,20 @@ impl Relay<'_, '_> {
                     };
                     if let Some(r) = step.data {
                         self.taken += r.len() as u64;
-                        enc.encode(&bufs.upb.filled()[r], z, Flush::None)
-                            .map_err(coded)?;
+                        let data = &bufs.upb.filled()[r];
+                        tee(&mut bufs.fill, data);
+                        enc.encode(data, z, Flush::None).map_err(coded)?;
                     }
                     if let Some(r) = step.trailer {
                         trailers.extend_from_slice(&bufs.upb.filled()[r]);
                     }
                     bufs.upb.consume(step.consumed);
                     let done = dec.is_done();
+                    if let (true, Some(f)) = (done, bufs.fill.as_deref_mut()) {
+                        // Whole: stored before its end reaches the client.
+                        f.whole = true;
+                        f.commit();
+                    }
                     if done || bufs.upb.is_empty() {
                         let flush = if done { Flush::Finish } else { Flush::Sync };
                         enc.encode(&[], z, flush).map_err(coded)?;
@@ -152,6 +162,7 @@ impl Relay<'_, '_> {
                 // Data as the upstream gives it, until its end.
                 let data = bufs.upb.filled();
                 self.taken += data.len() as u64;
+                tee(&mut bufs.fill, data);
                 enc.encode(data, z, Flush::Sync).map_err(coded)?;
                 bufs.upb.clear();
                 self.send(bufs, z, false, None).await?;
@@ -237,6 +248,15 @@ impl Relay<'_, '_> {
             out.clear();
         }
         Ok(())
+    }
+}
+
+/// Copies a piece of the upstream's body to the request's cache fill,
+/// when it has one.
+#[inline]
+fn tee(fill: &mut Option<Box<crate::cache::fill::Fill>>, data: &[u8]) {
+    if let Some(f) = fill {
+        f.push(data);
     }
 }
 

@@ -377,7 +377,8 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
     }
     // On a compressing route, an answer that qualifies is compressed when
     // the client takes a coding (its own relay, boxed: only such answers
-    // pay for its state), else marked as varying with Accept-Encoding.
+    // pay for its state), else marked as varying with Accept-Encoding. A
+    // cache fill takes the upstream's body either way, before coding.
     let (recode, coder) = match cx.compress {
         Some(c) if compressed(&c, bufs) => {
             let coder = c
@@ -390,12 +391,6 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
         }
         _ => (Recode::Keep, None),
     };
-    if coder.is_some() {
-        // The cache keeps an answer as the upstream sent it: one coded for
-        // this client is not stored (its key's lead, if it held one, is
-        // given up, and waiters go upstream on their own).
-        bufs.fill = None;
-    }
     let close = relay_head(&call, down, bufs, recode);
     let (body, idle, client_write) = (
         bufs.res_framing.body,

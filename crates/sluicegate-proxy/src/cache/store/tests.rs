@@ -228,3 +228,58 @@ fn the_overhead_per_object_is_counted() {
     let key_len = 4 + 11 + 4 + 4;
     assert_eq!(s.usage(), ((OVERHEAD + key_len + fields + 1024) as u64, 1));
 }
+
+/// A coded body is kept once per coding, counted with its object, and
+/// dropped with it; one made for an object no longer stored is not kept.
+#[test]
+fn coded_bodies_are_counted_with_their_object_and_dropped_with_it() {
+    let s = Store::new(1 << 20, 64 << 10);
+    let key: &[&[u8]] = &[b"example.com", b"/coded"];
+    let h = s.hash(key);
+    let o = s.insert(h, key, parts(4096)).unwrap();
+    let (alone, _) = s.usage();
+    assert!(o.coded(0).is_none());
+    assert!(s.add_coded(&o, 2, vec![1; 100].into()).is_ok());
+    assert_eq!(o.coded(2), Some(&[1; 100][..]));
+    let (with_one, _) = s.usage();
+    assert_eq!(with_one, alone + 100 + CODED_OVERHEAD);
+    // Made twice (two workers at once): the second is handed back.
+    let again = s.add_coded(&o, 2, vec![2; 50].into());
+    assert_eq!(again.unwrap_err().len(), 50);
+    assert_eq!(o.coded(2), Some(&[1; 100][..]));
+    assert!(s.add_coded(&o, 0, vec![3; 70].into()).is_ok());
+    assert_eq!(s.usage().0, with_one + 70);
+    assert!(s.add_coded(&o, CODINGS, vec![3; 7].into()).is_err());
+    // The report counts the same.
+    let mut seen = 0;
+    s.each(&mut |_, _, size| seen += size);
+    assert_eq!(seen, s.usage().0);
+    // Dropped with the object; one no longer stored keeps nothing new.
+    assert_eq!(s.remove(h, key), 1);
+    assert_eq!(s.usage(), (0, 0));
+    assert!(s.add_coded(&o, 1, vec![4; 10].into()).is_err());
+    assert!(o.coded(1).is_none());
+    // A replaced object is no longer the key's.
+    let old = s.insert(h, key, parts(10)).unwrap();
+    let _new = s.insert(h, key, parts(20)).unwrap();
+    assert!(s.add_coded(&old, 0, vec![5; 10].into()).is_err());
+}
+
+/// Coded bodies count against the bound: growing an object past its
+/// shard's share evicts.
+#[test]
+fn coded_bodies_evict_to_stay_in_bounds() {
+    let s = Store::new(64 << 10, 16 << 10);
+    assert_eq!(s.shards(), 1);
+    let mut held = Vec::new();
+    for i in 0..6u64 {
+        let key: &[&[u8]] = &[b"h", &i.to_le_bytes()];
+        held.push(s.insert(s.hash(key), key, parts(8 << 10)).unwrap());
+    }
+    let before = s.stats.evictions.load(Ordering::Relaxed);
+    for o in &held {
+        let _ = s.add_coded(o, 0, vec![0; 8 << 10].into());
+    }
+    assert!(s.usage().0 <= 64 << 10, "{:?}", s.usage());
+    assert!(s.stats.evictions.load(Ordering::Relaxed) > before);
+}
