@@ -117,6 +117,7 @@ impl ProxyExtras {
         mirror: None,
         fallback: None,
         compress: None,
+        scopes: Vec::new(),
         cache: None,
     };
 
