@@ -298,7 +298,6 @@ async fn send_parts<'w, 's>(
         },
         hand_back: crate::upstream::handback::HandBack::NONE,
         compress: None,
-        scopes: Vec::new(),
     };
     let sending = forward::forward(cx, bufs);
     let ended = match opts.head_within {
