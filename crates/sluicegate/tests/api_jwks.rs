@@ -309,14 +309,9 @@ fn rotation_unknown_kid_floods_and_a_stopped_provider() {
     // at most one per 10 s per issuer); the old token still passes.
     idp.post("/_test/rotate");
     let t2 = idp.token("rs-app", "orders:read");
-    assert!(wait_until(Duration::from_secs(20), || call(
-        &gw,
-        "/api/x",
-        &t2,
-        &[]
-    )
-    .status
-        == 200));
+    let fresh = || call(&gw, "/api/x", &t2, &[]).status == 200;
+    assert!(!fresh(), "a new kid before its refetch");
+    assert!(wait_until(Duration::from_secs(20), fresh));
     assert_eq!(call(&gw, "/api/x", &t1, &[]).status, 200);
     // The provider stops: the keys fetched keep serving (a token never
     // seen before, so not from the cache).

@@ -331,7 +331,8 @@ pub struct IssuerState {
     asked_at: AtomicU64,
     /// Wakes the issuer's fetch task: a refetch asked, or the issuer retired.
     pub wake: tokio::sync::Notify,
-    pub refetch: AtomicBool,
+    /// Refetches asked (and let through the rate limit).
+    pub asks: AtomicU64,
     /// Set when a reload drops or changes the issuer: its task ends.
     pub retired: AtomicBool,
     /// Counters of unknown apps under `default_plan`, by app id.
@@ -379,7 +380,7 @@ impl IssuerState {
             validations,
             asked_at: AtomicU64::new(0),
             wake: tokio::sync::Notify::new(),
-            refetch: AtomicBool::new(false),
+            asks: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             default_limits: ParamLimits::default(),
         }
@@ -393,6 +394,10 @@ impl IssuerState {
     /// Asks the fetch task for the key set again, unless asked less than
     /// [`REFETCH_EVERY`] ago (a flood of unknown `kid`s makes one fetch).
     pub fn ask_refetch(&self) {
+        // Before the first key set, the first fetch is under way anyway.
+        if !self.loaded.load(Ordering::Acquire) {
+            return;
+        }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -405,7 +410,8 @@ impl IssuerState {
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         {
-            self.refetch.store(true, Ordering::Release);
+            self.asks.fetch_add(1, Ordering::Relaxed);
+            // A permit: the task's next wait ends at once, one fetch.
             self.wake.notify_one();
         }
     }
@@ -475,4 +481,30 @@ pub fn default_plan(p: &sluicegate_config::Plan) -> PlanRt {
     let mut rt = PlanRt::new(p);
     rt.global = None;
     rt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issuer() -> IssuerState {
+        let cfg = sluicegate_config::parse(
+            "listen: 127.0.0.1:9\njwt: { issuers: [{ name: a, issuer: \"http://127.0.0.1:9\", jwks_uri: \"http://127.0.0.1:9/k\", audiences: [x] }] }\n",
+        )
+        .unwrap();
+        IssuerState::new(&cfg.jwt.issuers[0], Duration::from_secs(30))
+    }
+
+    #[test]
+    fn refetches_asked_by_unknown_kids_are_one_per_interval() {
+        let i = issuer();
+        // None before the first key set (its fetch is under way).
+        i.ask_refetch();
+        assert_eq!(i.asks.load(Ordering::Relaxed), 0);
+        i.loaded.store(true, Ordering::Release);
+        for _ in 0..1000 {
+            i.ask_refetch();
+        }
+        assert_eq!(i.asks.load(Ordering::Relaxed), 1);
+    }
 }

@@ -67,7 +67,6 @@ async fn follow(issuer: Arc<IssuerState>) {
             tokio::time::sleep_until(t + SPACING).await;
         }
         last_fetch = Some(tokio::time::Instant::now());
-        issuer.refetch.store(false, Ordering::Release);
         let wait = match tokio::time::timeout(TIMEOUT, fetch(&issuer, &tls)).await {
             Ok(Ok((set, max_age))) => {
                 tracing::debug!(issuer = %issuer.cfg.name, keys = set.keys.len(), "jwks: fetched");
@@ -86,9 +85,6 @@ async fn follow(issuer: Arc<IssuerState>) {
                 RETRY
             }
         };
-        if issuer.refetch.load(Ordering::Acquire) {
-            continue;
-        }
         let _ = tokio::time::timeout(wait, issuer.wake.notified()).await;
     }
 }
