@@ -145,6 +145,13 @@ fn key_alg(a: KeyAlgorithm) -> Option<Algorithm> {
     })
 }
 
+/// A header field sent upstream: name and value.
+pub type HeaderLine = (Box<[u8]>, Box<[u8]>);
+
+/// One shard of a [`TokenCache`]: the token (compared on a hit) and what
+/// it says, by hash.
+type CacheShard = Mutex<hashbrown::HashMap<u64, (Box<[u8]>, Arc<Verified>)>>;
+
 /// What a verified token says, shared by the requests that present it
 /// (through the cache) and read by the filters after auth: the app, the
 /// scopes, the values of `claims_to_headers`, and every claim
@@ -161,7 +168,7 @@ pub struct Verified {
     /// `scope` (space-separated) or `scp` (a string or a list).
     pub scopes: Box<[Box<str>]>,
     /// The upstream header names and values of `claims_to_headers`.
-    pub headers: Box<[(Box<[u8]>, Box<[u8]>)]>,
+    pub headers: Box<[HeaderLine]>,
     pub claims: Map<String, Value>,
 }
 
@@ -228,7 +235,7 @@ impl Verified {
 /// hash collision never passes another token). Sharded: a request locks
 /// one shard briefly; the size is bounded.
 pub struct TokenCache {
-    shards: Box<[Mutex<hashbrown::HashMap<u64, (Box<[u8]>, Arc<Verified>)>>]>,
+    shards: Box<[CacheShard]>,
     seed: u64,
 }
 
@@ -242,13 +249,7 @@ impl Default for TokenCache {
 }
 
 impl TokenCache {
-    fn shard(
-        &self,
-        token: &[u8],
-    ) -> (
-        u64,
-        &Mutex<hashbrown::HashMap<u64, (Box<[u8]>, Arc<Verified>)>>,
-    ) {
+    fn shard(&self, token: &[u8]) -> (u64, &CacheShard) {
         let h = xxhash_rust::xxh3::xxh3_64_with_seed(token, self.seed);
         (h, &self.shards[(h >> 58) as usize % CACHE_SHARDS])
     }
