@@ -139,7 +139,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         config.app_key = apps::app_key(cx, node, path.key("app_key"));
     }
     if let Some(node) = f.get("jwt") {
-        config.jwt = crate::jwt::jwt_settings(cx, node, path.key("jwt"));
+        config.jwt = crate::jwt::jwt_settings(cx, node, path.key("jwt"), &plan_names);
     }
     if let Some(node) = f.get("ip") {
         config.ip = crate::policy::ip_rules(cx, node, path.key("ip")).unwrap_or_default();

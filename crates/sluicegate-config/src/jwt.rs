@@ -1,6 +1,9 @@
-//! JWT: an app's `jwt` (algorithm and key, files read at load) and the top-level `jwt` settings.
+//! JWT: an app's `jwt` (algorithm and key, files read at load) and the
+//! top-level `jwt` settings with their OpenID Connect `issuers`.
 
-use crate::model::{AppJwt, JwtAlg, JwtKey, JwtSettings};
+use std::collections::HashMap;
+
+use crate::model::{AppJwt, JwksSource, JwtAlg, JwtIssuer, JwtKey, JwtSettings};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node};
 
@@ -12,7 +15,19 @@ pub(crate) const APP_JWT_KEYS: &[&str] = &[
     "public_key_file",
 ];
 
-pub(crate) const JWT_KEYS: &[&str] = &["issuer", "audience", "app_claim", "leeway"];
+pub(crate) const JWT_KEYS: &[&str] = &["issuer", "audience", "app_claim", "leeway", "issuers"];
+
+pub(crate) const ISSUER_KEYS: &[&str] = &[
+    "name",
+    "issuer",
+    "discovery",
+    "jwks_uri",
+    "audiences",
+    "app_claim",
+    "default_plan",
+    "claims_to_headers",
+    "ca_file",
+];
 
 /// Decodes an app's `jwt`: the algorithm and one key source (files are
 /// read now, so a missing file is a config error with its line).
@@ -101,8 +116,14 @@ pub(crate) fn app_jwt(cx: &mut Cx, node: &Node, path: Path<'_>) -> Option<AppJwt
     Some(AppJwt { alg, key })
 }
 
-/// Decodes the top-level `jwt` settings.
-pub(crate) fn jwt_settings(cx: &mut Cx, node: &Node, path: Path<'_>) -> JwtSettings {
+/// Decodes the top-level `jwt` settings; `plans` are the defined plan
+/// names (an issuer's `default_plan` must be one).
+pub(crate) fn jwt_settings(
+    cx: &mut Cx,
+    node: &Node,
+    path: Path<'_>,
+    plans: &[&str],
+) -> JwtSettings {
     let mut out = JwtSettings::default();
     let Some(f) = fields(cx, node, path, "jwt", JWT_KEYS) else {
         return out;
@@ -119,5 +140,209 @@ pub(crate) fn jwt_settings(cx: &mut Cx, node: &Node, path: Path<'_>) -> JwtSetti
         }
     }
     reader::duration_field(cx, &f, path, "leeway", &mut out.leeway);
+    if let Some(n) = f.get("issuers") {
+        let p = path.key("issuers");
+        if let Some(items) = reader::list(cx, n, p, "a list of issuers") {
+            let mut names = HashMap::new();
+            let mut isses = HashMap::new();
+            for (i, item) in items.iter().enumerate() {
+                let ip = p.index(i);
+                if let Some(iss) = issuer(cx, item, ip, plans, &mut names) {
+                    let given = |first| {
+                        format!(
+                            "another issuer has the same issuer {} (first at {first})",
+                            quote(&iss.issuer)
+                        )
+                    };
+                    let at = (item.pos, ip.key("issuer"));
+                    if reader::unique(cx, &mut isses, iss.issuer.clone(), item.pos, at, given) {
+                        out.issuers.push(iss);
+                    }
+                }
+            }
+        }
+    }
     out
+}
+
+/// An `http://` or `https://` URL with a host.
+fn is_url(text: &str) -> bool {
+    let rest = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"));
+    rest.is_some_and(|r| {
+        !r.is_empty()
+            && !r.starts_with('/')
+            && !r
+                .bytes()
+                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+    })
+}
+
+/// Decodes one entry of `jwt.issuers`.
+fn issuer<'n>(
+    cx: &mut Cx,
+    node: &'n Node,
+    path: Path<'_>,
+    plans: &[&str],
+    names: &mut HashMap<&'n str, crate::yaml::Pos>,
+) -> Option<JwtIssuer> {
+    let f = fields(cx, node, path, "issuer", ISSUER_KEYS)?;
+    let name = f
+        .require(cx, path, "name")
+        .and_then(|n| reader::unique_name(cx, n, path.key("name"), names, "issuer"));
+    let iss = f.require(cx, path, "issuer").and_then(|n| {
+        let p = path.key("issuer");
+        let s = reader::string(cx, n, p)?;
+        if !is_url(s) {
+            cx.at(
+                n.pos,
+                p,
+                "expected an http:// or https:// URL (the tokens' iss)",
+            );
+            return None;
+        }
+        Some(s.to_string())
+    });
+    let discovery = match f.get("discovery") {
+        Some(n) => reader::boolean(cx, n, path.key("discovery"))?,
+        None => false,
+    };
+    let jwks = match (discovery, f.get("jwks_uri")) {
+        (true, Some(n)) => {
+            cx.at(
+                n.pos,
+                path.key("jwks_uri"),
+                "give either discovery: true or jwks_uri, not both",
+            );
+            None
+        }
+        (true, None) => Some(JwksSource::Discovery),
+        (false, Some(n)) => {
+            let p = path.key("jwks_uri");
+            let s = reader::string(cx, n, p)?;
+            if is_url(s) {
+                Some(JwksSource::Uri(s.to_string()))
+            } else {
+                cx.at(n.pos, p, "expected an http:// or https:// URL");
+                None
+            }
+        }
+        (false, None) => {
+            cx.at(f.pos, path, "missing jwks_uri (or discovery: true)");
+            None
+        }
+    };
+    let audiences = f.require(cx, path, "audiences").and_then(|n| {
+        let p = path.key("audiences");
+        let items = reader::list(cx, n, p, "a list of audiences")?;
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            out.push(reader::string(cx, item, p.index(i))?.to_string());
+        }
+        if out.is_empty() {
+            cx.at(n.pos, p, "needs at least one audience");
+            return None;
+        }
+        Some(out)
+    });
+    let app_claim = match f.get("app_claim") {
+        Some(n) => Some(Some(
+            reader::string(cx, n, path.key("app_claim"))?.to_string(),
+        )),
+        None => Some(None),
+    };
+    let default_plan = match f.get("default_plan") {
+        None => Some(None),
+        Some(n) => {
+            let p = path.key("default_plan");
+            let plan = reader::string(cx, n, p)?;
+            if plans.contains(&plan) {
+                Some(Some(plan.to_string()))
+            } else {
+                cx.at(n.pos, p, format_args!("unknown plan {}", quote(plan)));
+                None
+            }
+        }
+    };
+    let claims_to_headers = match f.get("claims_to_headers") {
+        None => Some(Vec::new()),
+        Some(n) => {
+            let p = path.key("claims_to_headers");
+            let entries = reader::free_map(cx, n, p, "a mapping from claim to header name")?;
+            let mut seen = HashMap::new();
+            let mut out = Vec::new();
+            let mut ok = true;
+            for (key, claim, value) in entries {
+                let ep = p.key(claim);
+                let Some(header) = reader::string(cx, value, ep) else {
+                    ok = false;
+                    continue;
+                };
+                if !reader::is_token(header) {
+                    cx.at(
+                        value.pos,
+                        ep,
+                        format_args!("bad header name {}", quote(header)),
+                    );
+                    ok = false;
+                    continue;
+                }
+                let lower = header.to_ascii_lowercase();
+                if lower == "x-app-id" || lower == "authorization" || lower == "host" {
+                    cx.at(
+                        value.pos,
+                        ep,
+                        format_args!("{} is the gateway's own", quote(header)),
+                    );
+                    ok = false;
+                    continue;
+                }
+                let given =
+                    |first| format!("duplicate header {} (first at {first})", quote(header));
+                if !reader::unique(cx, &mut seen, lower, key.pos, (value.pos, ep), given) {
+                    ok = false;
+                    continue;
+                }
+                out.push((claim.to_string(), header.to_string()));
+            }
+            ok.then_some(out)
+        }
+    };
+    let ca_pem = match f.get("ca_file") {
+        None => Some(None),
+        Some(n) => {
+            let p = path.key("ca_file");
+            let file = reader::file_path(cx, n, p)?;
+            match std::fs::read(&file) {
+                Ok(b) if b.windows(10).any(|w| w == b"-----BEGIN") => Some(Some(b)),
+                Ok(_) => {
+                    cx.at(
+                        n.pos,
+                        p,
+                        "expected PEM certificates (-----BEGIN CERTIFICATE-----)",
+                    );
+                    None
+                }
+                Err(e) => {
+                    cx.at(
+                        n.pos,
+                        p,
+                        format_args!("cannot read {}: {e}", quote(&file.to_string_lossy())),
+                    );
+                    None
+                }
+            }
+        }
+    };
+    Some(JwtIssuer {
+        name: name?.to_string(),
+        issuer: iss?,
+        jwks: jwks?,
+        audiences: audiences?,
+        app_claim: app_claim?,
+        default_plan: default_plan?,
+        claims_to_headers: claims_to_headers?,
+        ca_pem: ca_pem?,
+    })
 }

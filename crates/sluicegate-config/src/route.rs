@@ -46,6 +46,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "rollout",
     "aggregate",
     "compress",
+    "scopes",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -369,6 +370,10 @@ fn route<'n>(
         }
         Some(n) => compress::compress(cx, n, path.key("compress")),
     };
+    let scopes = match f.get("scopes") {
+        None => Some(Vec::new()),
+        Some(n) => scopes(cx, n, path.key("scopes"), auth == Some(Auth::Jwt)),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -387,7 +392,33 @@ fn route<'n>(
         cache: cache?,
         rollout: rollout?,
         compress: compress?,
+        scopes: scopes?,
     })
+}
+
+/// A route's `scopes`: each a scope token (RFC 6749: printable ASCII
+/// without spaces, `"` or `\\`); only on `auth: jwt` routes.
+fn scopes(cx: &mut Cx, node: &Node, path: Path<'_>, jwt: bool) -> Option<Vec<String>> {
+    if !jwt {
+        cx.at(node.pos, path, "only applies to routes with auth: jwt");
+        return None;
+    }
+    let items = reader::list(cx, node, path, "a list of scopes")?;
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let p = path.index(i);
+        let s = reader::string(cx, item, p)?;
+        if s.is_empty()
+            || !s
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        {
+            cx.at(item.pos, p, format_args!("bad scope {}", quote(s)));
+            return None;
+        }
+        out.push(s.to_string());
+    }
+    Some(out)
 }
 
 /// The route's `split` and `split_by`. Pinning apps, or `split_by: app`,

@@ -409,6 +409,10 @@ fn serve(
         background.push(tokio::spawn(sluicegate_proxy::discovery::run(
             shared.clone(),
         )));
+        // And the key sets of OpenID Connect issuers (`jwt.issuers`).
+        background.push(tokio::spawn(sluicegate_proxy::discovery::jwks::run(
+            shared.clone(),
+        )));
         // And of endpoints registered in etcd (`discovery.etcd`).
         background.push(tokio::spawn(sluicegate_control::etcd::discover::run(
             shared.clone(),

@@ -17,6 +17,39 @@ pub struct JwtSettings {
     pub app_claim: String,
     /// Clock skew allowed on `exp` and `nbf`.
     pub leeway: Duration,
+    /// OpenID Connect issuers whose keys come from their JWKS.
+    pub issuers: Vec<JwtIssuer>,
+}
+
+/// Where an issuer's key set is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JwksSource {
+    /// `discovery: true`: `jwks_uri` from `{issuer}/.well-known/openid-configuration`.
+    Discovery,
+    /// `jwks_uri` given directly.
+    Uri(String),
+}
+
+/// One entry of `jwt.issuers`: an OpenID Connect provider whose tokens
+/// name their app in a claim and are checked with its published keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwtIssuer {
+    pub name: String,
+    /// Must equal the token's `iss`.
+    pub issuer: String,
+    pub jwks: JwksSource,
+    /// The token's `aud` must hold one of them.
+    pub audiences: Vec<String>,
+    /// The claim naming the app; `None`: `client_id`, then `azp`.
+    pub app_claim: Option<String>,
+    /// The plan of apps this issuer names that are not under `apps`;
+    /// without it such apps are refused (403).
+    pub default_plan: Option<String>,
+    /// (claim, header) pairs: the claim's value goes upstream in the header.
+    pub claims_to_headers: Vec<(String, String)>,
+    /// PEM CA bundle (read at load) trusted for the issuer's HTTPS, beside
+    /// the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl Default for JwtSettings {
@@ -26,6 +59,7 @@ impl Default for JwtSettings {
             audience: None,
             app_claim: "sub".to_string(),
             leeway: Duration::from_secs(30),
+            issuers: Vec::new(),
         }
     }
 }

@@ -73,6 +73,8 @@ pub struct Route {
     pub rollout: Option<Rollout>,
     /// Response compression (`compress`); `None` when off.
     pub compress: Option<Compress>,
+    /// Scopes the route's JWT must hold, all of them (`scopes`).
+    pub scopes: Vec<String>,
 }
 
 /// `compress: true` or `{ algorithms, min_size, types, level }`: answers

@@ -393,6 +393,10 @@ pub(super) fn route() -> S {
                 "fault" => fault(),
                 "mirror" => mirror(),
                 "compress" => compress(),
+                "scopes" => list(
+                    "Scopes the token must hold, all of them (auth: jwt only): in its scope (space-separated) or scp claim.",
+                    pattern("A scope.", r#"^[!#-\[\]-~]+$"#),
+                ),
                 "split" => split(),
                 "split_by" => with_default(
                     pattern(

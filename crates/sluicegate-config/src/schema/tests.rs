@@ -123,6 +123,10 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
     assert_eq!(props(&top["reload"]), sorted(decode::RELOAD_KEYS));
     assert_eq!(props(&top["app_key"]), sorted(apps::APP_KEY_KEYS));
     assert_eq!(props(&top["jwt"]), sorted(jwt::JWT_KEYS));
+    assert_eq!(
+        props(&top["jwt"]["properties"]["issuers"]["items"]),
+        sorted(jwt::ISSUER_KEYS)
+    );
     assert_eq!(props(&top["http2"]), sorted(http2::HTTP2_KEYS));
     assert_eq!(props(&top["cache"]), sorted(crate::cache::CACHE_KEYS));
     assert_eq!(

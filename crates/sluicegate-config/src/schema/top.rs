@@ -221,7 +221,37 @@ pub(super) fn top(k: &str) -> Option<S> {
                 "issuer" => string("Tokens must carry this iss.").into(),
                 "audience" => string("Tokens must carry this aud.").into(),
                 "app_claim" => with_default(string("The claim holding the app's id."), json!("sub")),
-                "leeway" => dur("Clock skew allowed on exp and nbf.", Some("30s")),
+                "leeway" => dur("Clock skew allowed on exp, nbf and iat.", Some("30s")),
+                "issuers" => list(
+                    "OpenID Connect issuers whose tokens are checked with the keys of their JWKS.",
+                    object(
+                        "An issuer.",
+                        jwt::ISSUER_KEYS,
+                        &["name", "issuer", "audiences"],
+                        |k| {
+                            Some(match k {
+                                "name" => name_schema(),
+                                "issuer" => pattern("The tokens' iss: an http(s) URL.", "^https?://[^/\\s]").into(),
+                                "discovery" => boolean("Read jwks_uri from {issuer}/.well-known/openid-configuration.", false).into(),
+                                "jwks_uri" => pattern("The key set's http(s) URL (without discovery).", "^https?://[^/\\s]").into(),
+                                "audiences" => ArrayBuilder::new()
+                                    .description(Some("The token's aud must hold one of them."))
+                                    .min_items(Some(1))
+                                    .items(string("An audience."))
+                                    .into(),
+                                "app_claim" => string("The claim naming the app (default: client_id, then azp).").into(),
+                                "default_plan" => string("The plan of apps the issuer names that are not under apps; without it they are refused (403).").into(),
+                                "claims_to_headers" => ObjectBuilder::new()
+                                    .schema_type(Type::Object)
+                                    .description(Some("Claims sent upstream, by claim name: the header to send each in (clients' copies are removed)."))
+                                    .additional_properties(Some(AdditionalProperties::RefOr(pattern("A header name.", TOKEN).into())))
+                                    .into(),
+                                "ca_file" => file("PEM CA bundle trusted for the issuer's HTTPS, beside the system's roots."),
+                                _ => return None,
+                            })
+                        },
+                    ),
+                ),
                 _ => return None,
             })
         }),

@@ -409,6 +409,73 @@ apps:
 }
 
 #[test]
+fn jwt_issuers_and_scopes() {
+    let c = ok(&with(
+        "plans: { free: { rate: 10/s } }
+jwt:
+  issuers:
+    - name: corp
+      issuer: https://idp.test/realms/corp
+      discovery: true
+      audiences: [orders-api]
+      app_claim: azp
+      default_plan: free
+      claims_to_headers: { sub: X-User-Id, email: X-User-Email }
+    - { name: other, issuer: \"http://127.0.0.1:9/\", jwks_uri: \"http://127.0.0.1:9/keys\", audiences: [a, b] }
+",
+    ));
+    let i = &c.jwt.issuers;
+    assert_eq!(i.len(), 2);
+    assert_eq!(i[0].jwks, JwksSource::Discovery);
+    assert_eq!(i[0].app_claim.as_deref(), Some("azp"));
+    assert_eq!(i[0].default_plan.as_deref(), Some("free"));
+    assert_eq!(
+        i[0].claims_to_headers,
+        [
+            ("sub".to_string(), "X-User-Id".to_string()),
+            ("email".to_string(), "X-User-Email".to_string())
+        ]
+    );
+    assert_eq!(i[1].jwks, JwksSource::Uri("http://127.0.0.1:9/keys".into()));
+    assert_eq!(i[1].audiences, ["a", "b"]);
+    assert_eq!(i[1].app_claim, None);
+    let all = errors(&with(
+        "jwt:
+  issuers:
+    - { name: a, issuer: idp, discovery: true, audiences: [x] }
+    - { name: b, issuer: \"https://i\", discovery: true, jwks_uri: \"https://i/k\", audiences: [x] }
+    - { name: c, issuer: \"https://j\", audiences: [] }
+    - { name: d, issuer: \"https://k\", discovery: true, audiences: [x], default_plan: gold, claims_to_headers: { sub: X-App-Id } }
+    - { name: e, issuer: \"https://k\", discovery: true, audiences: [x] }
+    - { name: f, issuer: \"https://k\", discovery: true, audiences: [x] }
+",
+    ));
+    assert_eq!(
+        all,
+        [
+            "14:26: jwt.issuers[0].issuer: expected an http:// or https:// URL (the tokens' iss)",
+            "15:66: jwt.issuers[1].jwks_uri: give either discovery: true or jwks_uri, not both",
+            "16:7: jwt.issuers[2]: missing jwks_uri (or discovery: true)",
+            "16:50: jwt.issuers[2].audiences: needs at least one audience",
+            "17:86: jwt.issuers[3].default_plan: unknown plan \"gold\"",
+            "17:118: jwt.issuers[3].claims_to_headers.sub: \"X-App-Id\" is the gateway's own",
+            "19:7: jwt.issuers[5].issuer: another issuer has the same issuer \"https://k\" (first at 18:7)",
+        ]
+    );
+    // scopes: on jwt routes only.
+    let bad = errors(&BASE.replace("auth: app_key", "auth: app_key\n    scopes: [a]"));
+    assert_eq!(
+        bad,
+        ["12:13: routes[0].scopes: only applies to routes with auth: jwt"]
+    );
+    let c = ok(&BASE.replace(
+        "auth: app_key",
+        "auth: jwt\n    scopes: [\"orders:read\", b]",
+    ));
+    assert_eq!(c.routes[0].scopes, ["orders:read", "b"]);
+}
+
+#[test]
 fn health_checks() {
     let text = BASE.replace(
         "    endpoints: [\"127.0.0.1:9001\"]\n",

@@ -206,6 +206,7 @@ fn full_example_parses_to_the_expected_model() {
                 cache: None,
                 rollout: None,
                 compress: None,
+                scopes: Vec::new(),
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -236,6 +237,7 @@ fn full_example_parses_to_the_expected_model() {
                 cache: None,
                 rollout: None,
                 compress: None,
+                scopes: Vec::new(),
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -266,6 +268,7 @@ fn full_example_parses_to_the_expected_model() {
                 cache: None,
                 rollout: None,
                 compress: None,
+                scopes: Vec::new(),
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -296,6 +299,7 @@ fn full_example_parses_to_the_expected_model() {
                 cache: None,
                 rollout: None,
                 compress: None,
+                scopes: Vec::new(),
                 upgrade: vec!["websocket".to_string()],
             },
         ],

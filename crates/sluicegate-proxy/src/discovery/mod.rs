@@ -7,6 +7,7 @@
 //! nothing. The task reads the names to resolve from the config in force
 //! on every tick, so reloads that add or drop names take effect there.
 
+pub mod jwks;
 mod resolve;
 
 use std::collections::{HashMap, HashSet};

@@ -1,5 +1,5 @@
 //! Authentication filters: app keys (header, query, `~KEY` segment), JWTs
-//! and client certificates, all ending in the app's ACL check and
+//! (per-app keys and OpenID Connect issuers) and client certificates, all ending in the app's ACL check and
 //! `X-App-Id`.
 
 use std::collections::{HashMap, HashSet};
@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use sluicegate_config::AppKeySources;
 
-use super::{Answer, Filter, Refuse, ReqCx};
+use super::{Answer, Filter, InFlight, Refuse, ReqCx};
+use crate::apps::jwks::{IssuerState, TokenError, Verified};
+use crate::apps::limit::PlanRt;
 use crate::apps::AppRef;
 use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
@@ -188,26 +190,36 @@ fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Re
     Ok(())
 }
 
-/// `auth: jwt`: a `Bearer` token in `Authorization`, signed with the key of
-/// the app its `app_claim` names, with that app's algorithm only (so never
-/// `none`), not expired and already valid (with the configured leeway),
-/// and with the configured `iss` and `aud`. Any failure: 401.
-pub struct JwtAuth {
+/// What every `auth: jwt` route of a snapshot shares: the checks of
+/// per-app keys, the OpenID Connect issuers (kept across reloads in the
+/// registry) with their default plans, and the header names no client
+/// may send upstream.
+pub struct JwtShared {
     pub app_claim: String,
-    /// Checks per algorithm: HS256, RS256, ES256.
+    /// Checks per algorithm of per-app keys: HS256, RS256, ES256.
     validations: [jsonwebtoken::Validation; 3],
+    pub issuers: Box<[Arc<IssuerState>]>,
+    /// Each issuer's `default_plan`, compiled (same order).
+    default_plans: Box<[Option<PlanRt>]>,
+    /// `x-app-id` and every issuer's `claims_to_headers` names, lower case.
+    strip: Box<[Box<[u8]>]>,
 }
 
-impl Debug for JwtAuth {
+impl Debug for JwtShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JwtAuth")
+        f.debug_struct("JwtShared")
             .field("app_claim", &self.app_claim)
+            .field("issuers", &self.issuers)
             .finish_non_exhaustive()
     }
 }
 
-impl JwtAuth {
-    pub fn new(s: &sluicegate_config::JwtSettings) -> JwtAuth {
+impl JwtShared {
+    pub fn new(
+        s: &sluicegate_config::JwtSettings,
+        issuers: Vec<Arc<IssuerState>>,
+        plans: &[sluicegate_config::Plan],
+    ) -> JwtShared {
         use jsonwebtoken::{Algorithm, Validation};
         let make = |alg| {
             let mut v = Validation::new(alg);
@@ -233,84 +245,226 @@ impl JwtAuth {
             }
             v
         };
-        JwtAuth {
+        let mut strip: Vec<Box<[u8]>> = vec![b"x-app-id".as_slice().into()];
+        for i in &issuers {
+            for (_, h) in &i.cfg.claims_to_headers {
+                let h: Box<[u8]> = h.to_ascii_lowercase().into_bytes().into();
+                if !strip.contains(&h) {
+                    strip.push(h);
+                }
+            }
+        }
+        let default_plans = issuers
+            .iter()
+            .map(|i| {
+                let name = i.cfg.default_plan.as_deref()?;
+                plans
+                    .iter()
+                    .find(|p| p.name == name)
+                    .map(crate::apps::jwks::default_plan)
+            })
+            .collect();
+        JwtShared {
             app_claim: s.app_claim.clone(),
             validations: [
                 make(Algorithm::HS256),
                 make(Algorithm::RS256),
                 make(Algorithm::ES256),
             ],
+            issuers: issuers.into(),
+            default_plans,
+            strip: strip.into(),
         }
     }
 
-    fn refuse(token_given: bool) -> Refuse {
-        let mut headers = Fields::new();
-        headers.push(
-            b"www-authenticate",
-            if token_given {
-                b"Bearer realm=\"sluicegate\", error=\"invalid_token\""
-            } else {
-                b"Bearer realm=\"sluicegate\""
-            },
+    /// The one place that decides who a bearer token's caller is: an
+    /// issuer's token (from the cache, else checked with the issuer's
+    /// key set), or a token signed with its app's own key. `Ok` holds the
+    /// issuer's index (`None`: a per-app key) and what the token says.
+    fn identify(
+        &self,
+        token: &str,
+        apps: &Arc<crate::apps::AppTable>,
+    ) -> Result<(Option<usize>, Arc<Verified>), &'static str> {
+        for (i, iss) in self.issuers.iter().enumerate() {
+            if let Some(v) = iss.cached(token.as_bytes()) {
+                return Ok((Some(i), v));
+            }
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|_| "malformed token")?;
+        let claims = payload(token).ok_or("malformed token")?;
+        if !self.issuers.is_empty() {
+            if let Some(iss) = claims.get("iss").and_then(serde_json::Value::as_str) {
+                if let Some(i) = self.issuers.iter().position(|s| s.cfg.issuer == iss) {
+                    let v = self.issuers[i]
+                        .verify(token, &header)
+                        .map_err(TokenError::description)?;
+                    return Ok((Some(i), v));
+                }
+            }
+        }
+        // A per-app key: the claim names the app; the signature (with that
+        // app's key and algorithm) must then vouch for all of it.
+        let id = claims
+            .get(&self.app_claim)
+            .and_then(serde_json::Value::as_str)
+            .ok_or("unknown issuer or app")?;
+        let app = apps.by_id(id).ok_or("unknown issuer or app")?;
+        let key = app.jwt().ok_or("unknown issuer or app")?;
+        let validation = match key.alg {
+            jsonwebtoken::Algorithm::HS256 => &self.validations[0],
+            jsonwebtoken::Algorithm::RS256 => &self.validations[1],
+            _ => &self.validations[2],
+        };
+        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token, &key.key, validation,
+        )
+        .map_err(|e| match e.kind() {
+            jsonwebtoken::errors::ErrorKind::ExpiredSignature => "token expired",
+            _ => "invalid token",
+        })?;
+        let v = Verified::new(data.claims, Some(&self.app_claim), None, &[])
+            .ok_or("the token names no app")?;
+        Ok((None, Arc::new(v)))
+    }
+}
+
+/// The claims of a token, read before its signature is checked (only to
+/// choose the key; nothing else is trusted until verified).
+fn payload(token: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+    use base64::Engine;
+    let payload = token.split('.').nth(1)?;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    serde_json::from_slice(&json).ok()
+}
+
+/// `auth: jwt`: a `Bearer` token in `Authorization`, either from one of
+/// the `jwt.issuers` (checked with the issuer's published keys, whose
+/// algorithm must fit the key, never `none` nor HMAC) or signed with the
+/// key of the app its `app_claim` names (that app's algorithm only); not
+/// expired and already valid (with the configured leeway), with the
+/// right `iss` and `aud`. Any failure: 401 with RFC 6750's
+/// `error="invalid_token"`; a token without the route's `scopes`: 403
+/// `error="insufficient_scope"`. The token's claims go upstream as the
+/// issuer's `claims_to_headers`, and stay readable by later filters
+/// (`Edits::token`).
+pub struct JwtAuth {
+    pub shared: Arc<JwtShared>,
+    scopes: Box<[Box<str>]>,
+    /// The 403's `WWW-Authenticate`, made once.
+    insufficient: Box<[u8]>,
+}
+
+impl Debug for JwtAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwtAuth")
+            .field("shared", &self.shared)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JwtAuth {
+    pub fn new(shared: Arc<JwtShared>, scopes: &[String]) -> JwtAuth {
+        let insufficient = format!(
+            "Bearer realm=\"sluicegate\", error=\"insufficient_scope\", error_description=\"the token lacks a scope the route needs\", scope=\"{}\"",
+            scopes.join(" ")
         );
+        JwtAuth {
+            shared,
+            scopes: scopes.iter().map(|s| s.as_str().into()).collect(),
+            insufficient: insufficient.into_bytes().into(),
+        }
+    }
+
+    fn refuse(description: Option<&str>) -> Refuse {
+        let mut headers = Fields::new();
+        match description {
+            Some(d) => headers.push(
+                b"www-authenticate",
+                format!(
+                    "Bearer realm=\"sluicegate\", error=\"invalid_token\", error_description=\"{d}\""
+                )
+                .as_bytes(),
+            ),
+            None => headers.push(b"www-authenticate", b"Bearer realm=\"sluicegate\""),
+        }
         Refuse {
             answer: Answer::Error(ErrorKind::Unauthorized),
             headers,
         }
     }
 
-    /// The app id a token names, read before its signature is checked
-    /// (only to choose the key; nothing else is trusted until verified).
-    fn claimed_app(&self, token: &str) -> Option<String> {
-        use base64::Engine;
-        let payload = token.split('.').nth(1)?;
-        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload.trim_end_matches('='))
-            .ok()?;
-        let v: serde_json::Value = serde_json::from_slice(&json).ok()?;
-        v.get(&self.app_claim)?.as_str().map(str::to_string)
+    fn forbidden(www: Option<&[u8]>) -> Refuse {
+        let mut headers = Fields::new();
+        if let Some(w) = www {
+            headers.push(b"www-authenticate", w);
+        }
+        Refuse {
+            answer: Answer::Error(ErrorKind::Forbidden),
+            headers,
+        }
     }
 }
 
 impl Filter for JwtAuth {
     fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
         let raw = cx.raw;
-        let auth = cx
-            .head
-            .headers
-            .iter()
-            .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(b"authorization"))
-            .map(|h| crate::proto::bytes::trim(&raw[h.value.clone()]));
+        let shared = &*self.shared;
+        let mut auth = None;
+        // Clients' copies of the headers the gateway sets never go upstream.
+        for h in cx.head.headers.iter_mut() {
+            let name = &raw[h.name.clone()];
+            if name.eq_ignore_ascii_case(b"authorization") {
+                auth = auth.or(Some(crate::proto::bytes::trim(&raw[h.value.clone()])));
+            } else if shared.strip.iter().any(|s| name.eq_ignore_ascii_case(s)) {
+                h.skip = true;
+            }
+        }
         let token = match auth {
             Some(v) if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") => {
                 crate::proto::bytes::trim(&v[7..])
             }
-            _ => return Err(Self::refuse(false)),
+            _ => return Err(Self::refuse(None)),
         };
         let Ok(token) = std::str::from_utf8(token) else {
-            return Err(Self::refuse(true));
+            return Err(Self::refuse(Some("malformed token")));
         };
-        let app = self
-            .claimed_app(token)
-            .and_then(|id| cx.apps.by_id(&id))
-            .ok_or_else(|| Self::refuse(true))?;
-        let Some(key) = app.jwt() else {
-            return Err(Self::refuse(true));
-        };
-        let validation = match key.alg {
-            jsonwebtoken::Algorithm::HS256 => &self.validations[0],
-            jsonwebtoken::Algorithm::RS256 => &self.validations[1],
-            _ => &self.validations[2],
-        };
-        // The claim named the app; the signature (with that app's key and
-        // algorithm) must now vouch for all of it.
-        if jsonwebtoken::decode::<serde_json::Value>(token, &key.key, validation).is_err() {
-            return Err(Self::refuse(true));
+        let (issuer, v) = shared
+            .identify(token, cx.apps)
+            .map_err(|d| Self::refuse(Some(d)))?;
+        if !v.has_scopes(&self.scopes) {
+            return Err(Self::forbidden(Some(&self.insufficient)));
         }
-        admit_app(app, cx, None)
+        for (name, value) in v.headers.iter() {
+            cx.edits.request_headers.push(name, value);
+        }
+        let apps: &'a Arc<crate::apps::AppTable> = cx.apps;
+        let app = apps.by_id(&v.app);
+        let id = v.clone();
+        cx.edits.token = Some(v);
+        if let Some(app) = app {
+            return admit_app(app, cx, None);
+        }
+        // An app the issuer names that is not under `apps`: its default
+        // plan, counted per app id, or refused.
+        let Some(i) = issuer else {
+            return Err(Self::refuse(Some("unknown issuer or app")));
+        };
+        let Some(plan) = shared.default_plans[i].as_ref() else {
+            return Err(Self::forbidden(None));
+        };
+        let state = shared.issuers[i]
+            .default_limits
+            .state_of(id.app.as_bytes(), cx.now);
+        cx.edits
+            .request_headers
+            .push(b"x-app-id", id.app.as_bytes());
+        super::limits::charge_or_refuse(&state, || InFlight::State(state.clone()), plan, cx, || {})
     }
 }
-
 /// Splits `name=value` out of a query (without its `?`): the first value
 /// of `name`, and the query without every `name` parameter (with its `?`,
 /// or empty when nothing is left). Without `name` nothing is copied and

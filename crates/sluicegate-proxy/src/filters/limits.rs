@@ -39,7 +39,7 @@ impl Filter for PlanLimit {
 /// Charges one request to `state` under `plan`: the concurrency guard and
 /// the `RateLimit-*` response headers go into the edits, or the refusal
 /// (429, `Retry-After`, `RateLimit-*`) is returned after `on_refuse` ran.
-fn charge_or_refuse(
+pub(super) fn charge_or_refuse(
     state: &LimitState,
     guard: impl FnOnce() -> InFlight,
     plan: &PlanRt,

@@ -15,7 +15,7 @@ mod limits;
 pub(crate) mod mirror;
 mod policy;
 
-pub use auth::{AppKeyAuth, JwtAuth, MtlsAuth, MtlsIndex};
+pub use auth::{AppKeyAuth, JwtAuth, JwtShared, MtlsAuth, MtlsIndex};
 pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
 pub use policy::{CorsPolicy, HeaderPolicy, IpFilter, PathRewrite, Templated};
 
@@ -62,6 +62,9 @@ pub struct Edits {
     /// The route's CORS policy answers for this request: the upstream's
     /// own `Access-Control-*` headers are dropped.
     pub cors: bool,
+    /// The verified JWT of an `auth: jwt` route: later filters read its
+    /// claims by name (`token.claim("sub")`), with no parsing.
+    pub token: Option<Arc<crate::apps::jwks::Verified>>,
 }
 
 impl Edits {
@@ -76,6 +79,7 @@ impl Edits {
         self.guards.clear();
         self.response_ops = None;
         self.cors = false;
+        self.token = None;
     }
 }
 

@@ -18,7 +18,7 @@ use crate::balance::endpoint::EndpointState;
 use crate::cluster::{GlobalRt, Globals, Holder};
 use crate::filters::{
     AppKeyAuth, CorsPolicy, Filter, Filters, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth,
-    MtlsAuth, MtlsIndex, PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
+    JwtShared, MtlsAuth, MtlsIndex, PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
 };
 use crate::observe::accesslog::Sink;
 use crate::observe::metrics::{RouteMetrics, SplitMetrics};
@@ -160,6 +160,23 @@ fn compile_routes(
     let mut part_order = Vec::new();
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
+    // OpenID Connect issuers: kept (keys, token cache, counters) while
+    // their settings stay the same.
+    let issuers: Vec<Arc<crate::apps::jwks::IssuerState>> = config
+        .jwt
+        .issuers
+        .iter()
+        .map(|c| {
+            reg.jwt_issuers
+                .iter()
+                .find(|s| s.is_for(c, config.jwt.leeway))
+                .cloned()
+                .unwrap_or_else(|| {
+                    Arc::new(crate::apps::jwks::IssuerState::new(c, config.jwt.leeway))
+                })
+        })
+        .collect();
+    let mut jwt_shared: Option<Arc<JwtShared>> = None;
     if config.cache.is_none() {
         // No store configured: the kept one's objects are let go.
         reg.cache_store = None;
@@ -334,7 +351,12 @@ fn compile_routes(
             filters.push(Box::new(PlanLimit));
         }
         if r.auth == Auth::Jwt {
-            filters.push(Box::new(JwtAuth::new(&config.jwt)));
+            let shared = jwt_shared
+                .get_or_insert_with(|| {
+                    Arc::new(JwtShared::new(&config.jwt, issuers.clone(), &config.plans))
+                })
+                .clone();
+            filters.push(Box::new(JwtAuth::new(shared, &r.scopes)));
             filters.push(Box::new(PlanLimit));
         }
         if r.auth == Auth::Mtls {
@@ -413,6 +435,14 @@ fn compile_routes(
     reg.budgets = live_budgets;
     reg.routes = live_routes;
     reg.route_limits = live_route_limits;
+    for old in &reg.jwt_issuers {
+        if !issuers.iter().any(|i| Arc::ptr_eq(i, old)) {
+            old.retired
+                .store(true, std::sync::atomic::Ordering::Release);
+            old.wake.notify_one();
+        }
+    }
+    reg.jwt_issuers = issuers;
     // The mirror service each route's copies are counted under now.
     for (r, rt) in config.routes.iter().zip(&routes) {
         let service = r.mirror.as_ref().map(|m| Arc::from(m.service.as_str()));

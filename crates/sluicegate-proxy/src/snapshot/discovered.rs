@@ -83,6 +83,12 @@ impl Shared {
         true
     }
 
+    /// The `jwt.issuers` in force, for the JWKS plane.
+    pub fn jwt_issuers(&self) -> Vec<Arc<crate::apps::jwks::IssuerState>> {
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        reg.jwt_issuers.clone()
+    }
+
     /// What the DNS discovery plane resolves: the `dns` settings and each
     /// service with names to resolve, from the config in force.
     pub fn discovery_targets(

@@ -282,6 +282,9 @@ pub struct Registry {
         sluicegate_config::CacheStore,
         Arc<crate::cache::store::Store>,
     )>,
+    /// The `jwt.issuers` in force (their keys, token caches and counters
+    /// outlive a snapshot; the JWKS plane follows them).
+    jwt_issuers: Vec<Arc<crate::apps::jwks::IssuerState>>,
 }
 
 #[cfg(test)]

@@ -1,0 +1,322 @@
+//! OpenID Connect issuers end to end, against a real OpenID provider (npm
+//! `oidc-provider`, tools/oidc-provider.mjs, installed by scripts/test-npm)
+//! on loopback: discovery and a direct `jwks_uri`; RS256 and ES256
+//! client-credentials tokens; claims to headers (clients' copies removed);
+//! scopes (403 `insufficient_scope`); `default_plan` against a refused
+//! app; wrong `aud`, `iss`, expired, future `nbf` and `iat`, `alg`
+//! confusion (HS256 keyed with the public key, `none`); a flood of unknown
+//! `kid`s making one JWKS fetch; key rotation; the provider stopped while
+//! the cached keys keep serving.
+
+mod http_common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use http_common::{service, wait_until, Gw};
+use serde_json::{json, Value};
+use sluicegate_testkit::{http_get, http_request, TestUpstream};
+
+/// The provider, killed when dropped.
+struct Idp {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Drop for Idp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Idp {
+    fn start() -> Idp {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = Command::new(root.join("scripts/test-npm"))
+            .output()
+            .expect("run scripts/test-npm");
+        assert!(out.status.success(), "scripts/test-npm failed");
+        let mut child = Command::new("node")
+            .arg(root.join("tools/oidc-provider.mjs"))
+            .arg(root.join("target/npm/node_modules"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start node");
+        let mut line = String::new();
+        let mut r = BufReader::new(child.stdout.take().unwrap());
+        // Bounded: node prints the line or exits (EOF).
+        r.read_line(&mut line).unwrap();
+        let port: u16 = line
+            .trim()
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| panic!("provider said {line:?}"))
+            .parse()
+            .unwrap();
+        Idp {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    fn issuer(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn token(&self, client: &str, scope: &str) -> String {
+        let body = format!(
+            "grant_type=client_credentials&client_id={client}&client_secret={client}-secret&scope={scope}"
+        );
+        let ct = ("Content-Type", "application/x-www-form-urlencoded");
+        let r = http_request(self.addr, "POST", "/token", &[ct], body.as_bytes());
+        assert_eq!(r.status, 200, "{}", r.body_str());
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        v["access_token"].as_str().unwrap().to_string()
+    }
+
+    /// A token the provider signs with its newest RS256 key, with any claims.
+    fn sign(&self, claims: Value, kid: Option<&str>) -> String {
+        let body = json!({ "claims": claims, "kid": kid }).to_string();
+        let r = http_request(self.addr, "POST", "/_test/sign", &[], body.as_bytes());
+        assert_eq!(r.status, 200);
+        r.body_str()
+    }
+
+    fn post(&self, path: &str) {
+        assert_eq!(http_request(self.addr, "POST", path, &[], b"").status, 200);
+    }
+
+    fn jwks_fetches(&self) -> u64 {
+        http_get(self.addr, "/_test/jwks_fetches", &[])
+            .body_str()
+            .parse()
+            .unwrap()
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn gateway(up: &TestUpstream, issuer: &str) -> Gw {
+    Gw::start(&format!(
+        r#"services:
+{}
+routes:
+  - {{ name: api, match: {{ path_prefix: /api }}, service: s, auth: jwt }}
+  - {{ name: write, match: {{ path_prefix: /write }}, service: s, auth: jwt, scopes: ["orders:write", "orders:read"] }}
+plans:
+  free: {{ rate: 1000/s }}
+jwt:
+  issuers:
+    - {issuer}
+apps:
+  - {{ id: rs-app }}
+  - {{ id: es-app }}
+"#,
+        service("s", &[up.addr()], "")
+    ))
+}
+
+fn call(gw: &Gw, path: &str, token: &str, extra: &[(&str, &str)]) -> sluicegate_testkit::Response {
+    let auth = format!("Bearer {token}");
+    let mut h = vec![("Authorization", auth.as_str())];
+    h.extend_from_slice(extra);
+    http_get(gw.addr(), path, &h)
+}
+
+fn assert_invalid(r: &sluicegate_testkit::Response, what: &str) {
+    assert_eq!(r.status, 401, "{what}: {}", r.body_str());
+    let www = r.header("www-authenticate").unwrap_or_default();
+    assert!(
+        www.contains("error=\"invalid_token\"") && www.contains("error_description="),
+        "{what}: {www}"
+    );
+}
+
+#[test]
+fn issuer_tokens_pass_and_bad_ones_are_refused() {
+    let idp = Idp::start();
+    let up = TestUpstream::start();
+    let iss = idp.issuer();
+    let gw = gateway(
+        &up,
+        &format!(
+            "{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api], default_plan: free, claims_to_headers: {{ sub: X-User-Id, email: X-User-Email }} }}"
+        ),
+    );
+    // RS256 and ES256 tokens, with the keys found through discovery (the
+    // first request may come before the first fetch ends).
+    let rs = idp.token("rs-app", "orders:read");
+    let es = idp.token("es-app", "orders:read orders:write");
+    assert!(wait_until(Duration::from_secs(10), || call(
+        &gw,
+        "/api/x",
+        &rs,
+        &[]
+    )
+    .status
+        == 200));
+    for (t, app) in [(&rs, "rs-app"), (&es, "es-app")] {
+        let r = call(
+            &gw,
+            "/api/x",
+            t,
+            &[("X-User-Id", "forged"), ("X-App-Id", "forged")],
+        );
+        assert_eq!(r.status, 200, "{app}: {}", r.body_str());
+        let seen = up.last_request().unwrap();
+        assert_eq!(seen.header("x-app-id"), Some(app));
+        assert_eq!(seen.header_all("x-user-id"), [app]);
+        assert_eq!(seen.header("x-user-email"), Some("svc@example.test"));
+    }
+    // Scopes: all of the route's, else 403 with RFC 6750's parameters.
+    let r = call(&gw, "/write/x", &rs, &[]);
+    assert_eq!(r.status, 403);
+    let www = r.header("www-authenticate").unwrap();
+    assert!(
+        www.contains("error=\"insufficient_scope\"")
+            && www.contains("scope=\"orders:write orders:read\""),
+        "{www}"
+    );
+    assert_eq!(call(&gw, "/write/x", &es, &[]).status, 200);
+    // An app the issuer names that is not under apps: the default plan.
+    let stranger = idp.token("stranger", "orders:read");
+    assert_eq!(call(&gw, "/api/x", &stranger, &[]).status, 200);
+    assert_eq!(
+        up.last_request().unwrap().header("x-app-id"),
+        Some("stranger")
+    );
+    // No token: 401 without an error code.
+    let r = http_get(gw.addr(), "/api/x", &[]);
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Bearer realm=\"sluicegate\"")
+    );
+    // Tokens the provider signs with its real key, but wrong.
+    let good = || json!({ "iss": iss, "aud": "orders-api", "client_id": "rs-app", "exp": now() + 300, "iat": now() });
+    assert_eq!(
+        call(&gw, "/api/x", &idp.sign(good(), None), &[]).status,
+        200
+    );
+    let mut cases = Vec::new();
+    for (what, key, value) in [
+        ("wrong aud", "aud", json!("other-api")),
+        ("wrong iss", "iss", json!("http://127.0.0.1:9/other")),
+        ("expired", "exp", json!(now() - 120)),
+        ("future nbf", "nbf", json!(now() + 120)),
+        ("future iat", "iat", json!(now() + 120)),
+    ] {
+        let mut c = good();
+        c[key] = value;
+        cases.push((what, idp.sign(c, None)));
+    }
+    // alg confusion: the RSA public key (from the JWKS) as an HS256
+    // secret, and alg none, both under the real kid.
+    let jwks: Value = serde_json::from_slice(&http_get(idp.addr, "/jwks", &[]).body).unwrap();
+    let rsa = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kty"] == "RSA")
+        .unwrap();
+    let kid = rsa["kid"].as_str().unwrap();
+    let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    h.kid = Some(kid.to_string());
+    let secret = serde_json::to_vec(rsa).unwrap();
+    let hs = jsonwebtoken::encode(
+        &h,
+        &good(),
+        &jsonwebtoken::EncodingKey::from_secret(&secret),
+    )
+    .unwrap();
+    cases.push(("HS256 with the public key", hs));
+    let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    cases.push((
+        "alg none",
+        format!(
+            "{}.{}.",
+            b64(&json!({ "alg": "none", "kid": kid })),
+            b64(&good())
+        ),
+    ));
+    for (what, t) in &cases {
+        assert_invalid(&call(&gw, "/api/x", t, &[]), what);
+    }
+    // Without default_plan (and keys from jwks_uri directly), the stranger
+    // is refused.
+    let gw2 = gateway(
+        &up,
+        &format!("{{ name: corp, issuer: \"{iss}\", jwks_uri: \"{iss}/jwks\", audiences: [orders-api] }}"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || call(
+        &gw2,
+        "/api/x",
+        &es,
+        &[]
+    )
+    .status
+        == 200));
+    assert_eq!(call(&gw2, "/api/x", &stranger, &[]).status, 403);
+}
+
+#[test]
+fn rotation_unknown_kid_floods_and_a_stopped_provider() {
+    let idp = Idp::start();
+    let up = TestUpstream::start();
+    let iss = idp.issuer();
+    let gw = gateway(
+        &up,
+        &format!("{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api] }}"),
+    );
+    let t1 = idp.token("rs-app", "orders:read");
+    assert!(wait_until(Duration::from_secs(10), || call(
+        &gw,
+        "/api/x",
+        &t1,
+        &[]
+    )
+    .status
+        == 200));
+    // A flood of unknown kids: all refused, one fetch at most.
+    let before = idp.jwks_fetches();
+    let claims =
+        json!({ "iss": iss, "aud": "orders-api", "client_id": "rs-app", "exp": now() + 300 });
+    for i in 0..100 {
+        let t = idp.sign(claims.clone(), Some(&format!("bogus-{i}")));
+        assert_invalid(&call(&gw, "/api/x", &t, &[]), "unknown kid");
+    }
+    assert!(wait_until(Duration::from_secs(5), || idp.jwks_fetches() == before + 1));
+    for i in 100..150 {
+        let t = idp.sign(claims.clone(), Some(&format!("bogus-{i}")));
+        assert_invalid(&call(&gw, "/api/x", &t, &[]), "unknown kid");
+    }
+    assert_eq!(
+        idp.jwks_fetches(),
+        before + 1,
+        "the flood made more fetches"
+    );
+    // Rotation: new keys sign, the old ones stay published. A token of the
+    // new key passes once the refetch its kid asks for has run (asks are
+    // at most one per 10 s per issuer); the old token still passes.
+    idp.post("/_test/rotate");
+    let t2 = idp.token("rs-app", "orders:read");
+    let fresh = || call(&gw, "/api/x", &t2, &[]).status == 200;
+    assert!(!fresh(), "a new kid before its refetch");
+    assert!(wait_until(Duration::from_secs(20), fresh));
+    assert_eq!(call(&gw, "/api/x", &t1, &[]).status, 200);
+    // The provider stops: the keys fetched keep serving (a token never
+    // seen before, so not from the cache).
+    let t3 = idp.token("es-app", "orders:read");
+    drop(idp);
+    assert_eq!(call(&gw, "/api/x", &t3, &[]).status, 200);
+    assert_eq!(call(&gw, "/api/x", &t2, &[]).status, 200);
+}

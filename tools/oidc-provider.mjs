@@ -1,0 +1,118 @@
+// A real OpenID provider for the tests (npm `oidc-provider`), on
+// 127.0.0.1 at a free port: client-credentials tokens as JWTs for the
+// audience `orders-api`, signed RS256 for client `rs-app` and ES256 for
+// `es-app` (and any client `appNN`, ES256, for the benchmark). Prints
+// `listening PORT` once ready. Test-only endpoints:
+//   POST /_test/rotate       new RS256 and ES256 keys sign from now on;
+//                            the previous ones stay published
+//   POST /_test/drop_old     only the newest keys stay published
+//   GET  /_test/jwks_fetches how many times the JWKS was read
+//   POST /_test/sign         signs the JSON body's `claims` with the newest
+//                            RS256 key (or as the body's `kid` says), for
+//                            tokens the provider would never issue (wrong
+//                            aud, expired, unknown kid, ...)
+// Run: node tools/oidc-provider.mjs [NODE_MODULES_DIR]
+import http from 'node:http';
+import { createRequire } from 'node:module';
+import { createPrivateKey, generateKeyPairSync, randomUUID, sign } from 'node:crypto';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const modules = path.resolve(process.argv[2] || 'target/npm/node_modules');
+const require = createRequire(path.join(modules, 'x.js'));
+const { default: Provider } = await import(pathToFileURL(require.resolve('oidc-provider')).href);
+
+function keyPair(kind) {
+  const opts = kind === 'RSA' ? { modulusLength: 2048 } : { namedCurve: 'P-256' };
+  const { privateKey } = generateKeyPairSync(kind === 'RSA' ? 'rsa' : 'ec', opts);
+  const jwk = privateKey.export({ format: 'jwk' });
+  jwk.kid = randomUUID();
+  jwk.use = 'sig';
+  jwk.alg = kind === 'RSA' ? 'RS256' : 'ES256';
+  return jwk;
+}
+
+let generations = [[keyPair('RSA'), keyPair('EC')]];
+let fetches = 0;
+let issuer;
+let current;
+
+function clients() {
+  const list = [
+    { client_id: 'rs-app', client_secret: 'rs-app-secret' },
+    { client_id: 'es-app', client_secret: 'es-app-secret' },
+    { client_id: 'stranger', client_secret: 'stranger-secret' },
+  ];
+  for (let i = 0; i < 100; i++) list.push({ client_id: `app${i}`, client_secret: `app${i}-secret` });
+  return list.map((c) => ({
+    ...c,
+    grant_types: ['client_credentials'],
+    response_types: [],
+    redirect_uris: [],
+    token_endpoint_auth_method: 'client_secret_post',
+  }));
+}
+
+function build() {
+  // The newest keys first: they sign.
+  const keys = generations.slice().reverse().flat();
+  const p = new Provider(issuer, {
+    clients: clients(),
+    jwks: { keys },
+    features: {
+      clientCredentials: { enabled: true },
+      introspection: { enabled: true },
+      devInteractions: { enabled: false },
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => 'urn:orders',
+        useGrantedResource: () => true,
+        getResourceServerInfo: (ctx, resource, client) => ({
+          scope: 'orders:read orders:write',
+          audience: 'orders-api',
+          accessTokenTTL: 300,
+          accessTokenFormat: 'jwt',
+          jwt: { sign: { alg: client.clientId === 'rs-app' ? 'RS256' : 'ES256' } },
+        }),
+      },
+    },
+    extraTokenClaims: () => ({ email: 'svc@example.test' }),
+  });
+  p.use(async (ctx, next) => {
+    if (ctx.path === '/jwks') fetches += 1;
+    await next();
+  });
+  return p.callback();
+}
+
+const server = http.createServer((req, res) => {
+  if (req.url === '/_test/jwks_fetches') {
+    res.end(String(fetches));
+  } else if (req.url === '/_test/sign' && req.method === 'POST') {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      const { claims, kid } = JSON.parse(body);
+      const jwk = generations[generations.length - 1][0];
+      const b64 = (v) => Buffer.from(JSON.stringify(v)).toString('base64url');
+      const input = `${b64({ alg: 'RS256', typ: 'JWT', kid: kid || jwk.kid })}.${b64(claims)}`;
+      const sig = sign('sha256', Buffer.from(input), createPrivateKey({ key: jwk, format: 'jwk' }));
+      res.end(`${input}.${sig.toString('base64url')}`);
+    });
+  } else if (req.url === '/_test/rotate' && req.method === 'POST') {
+    generations.push([keyPair('RSA'), keyPair('EC')]);
+    current = build();
+    res.end('ok');
+  } else if (req.url === '/_test/drop_old' && req.method === 'POST') {
+    generations = generations.slice(-1);
+    current = build();
+    res.end('ok');
+  } else {
+    current(req, res);
+  }
+});
+server.listen(0, '127.0.0.1', () => {
+  issuer = `http://127.0.0.1:${server.address().port}`;
+  current = build();
+  console.log(`listening ${server.address().port}`);
+});
