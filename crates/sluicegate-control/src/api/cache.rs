@@ -1,7 +1,8 @@
 //! The HTTP cache's admin routes: `GET /cache` (the store's use, the
 //! hit ratio of the caching routes, the routes holding the most) and
 //! `POST /cache/purge` (objects removed by key, key prefix, tag and/or
-//! route). Both reach the store through the running snapshot
+//! route; with the config in etcd, also published for the whole fleet,
+//! `etcd/purge.rs`). Both reach the store through the running snapshot
 //! ([`sluicegate_proxy::cache_admin`]), on a blocking thread (a purge
 //! walks every object).
 
@@ -60,8 +61,15 @@ pub(crate) struct RouteUseView {
 /// `POST /cache/purge`'s answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Purged {
-    /// Objects removed.
+    /// Objects removed from this gateway's store.
     pub purged: usize,
+    /// Whether the purge was published to the fleet through etcd (the
+    /// config source is etcd): every gateway then applies it.
+    pub fleet: bool,
+    /// Why publishing failed (with status `503`; this gateway's objects
+    /// are purged all the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// `GET /cache`: `404` when no route caches.
@@ -158,8 +166,10 @@ pub(crate) fn purge_of(body: &Value) -> Result<Purge, Vec<Issue>> {
 }
 
 /// `POST /cache/purge`: removes the objects meeting every condition
-/// given; `{"purged": N}`. A write token's (not a config write:
-/// `admin.read_only` does not refuse it); `404` when no route caches.
+/// given; `{"purged": N, "fleet": F}`, F whether the purge was also
+/// published through etcd for the whole fleet (`503` when that failed).
+/// A write token's (not a config write: `admin.read_only` does not
+/// refuse it); `404` when no route caches.
 async fn purge(State(state): State<AdminState>, JsonBody(body): JsonBody) -> Response {
     let what = match purge_of(&body) {
         Ok(p) => p,
@@ -172,7 +182,31 @@ async fn purge(State(state): State<AdminState>, JsonBody(body): JsonBody) -> Res
     match purged {
         Ok(Some(n)) => {
             tracing::info!(purged = n, "cache: purged through the admin API");
-            Json(Purged { purged: n }).into_response()
+            let Some(etcd) = &state.etcd else {
+                return Json(Purged {
+                    purged: n,
+                    fleet: false,
+                    error: None,
+                })
+                .into_response();
+            };
+            match etcd.fleet.publish(&body).await {
+                Ok(()) => Json(Purged {
+                    purged: n,
+                    fleet: true,
+                    error: None,
+                })
+                .into_response(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache: a purge was not published to the fleet");
+                    let answer = Purged {
+                        purged: n,
+                        fleet: false,
+                        error: Some(e),
+                    };
+                    (StatusCode::SERVICE_UNAVAILABLE, Json(answer)).into_response()
+                }
+            }
         }
         Ok(None) => error(
             StatusCode::NOT_FOUND,
@@ -220,11 +254,12 @@ fn get_cache_doc() {}
     operation_id = "purgeCache",
     request_body = PurgeBody,
     responses(
-        (status = 200, description = "how many were removed", body = Purged),
+        (status = 200, description = "how many were removed here, and whether the purge was published to the fleet (config in etcd)", body = Purged),
         (status = 400, description = "no condition, or one that is not a non-empty string (problems name the field)"),
         (status = 401, description = "no token, or an unknown one"),
         (status = 403, description = "a read token on a write"),
         (status = 404, description = "no route caches"),
+        (status = 503, description = "purged here, but etcd could not be reached to carry the purge to the fleet", body = Purged),
     ),
     security(("bearer" = []))
 )]
