@@ -12,12 +12,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
-use serde_json::Value;
-use sluicegate_proxy::cache_admin::{self, Purge};
+use sluicegate_proxy::cache_admin;
 use utoipa::ToSchema;
 
 use super::common::{problems, JsonBody};
-use crate::history::Issue;
+pub(crate) use crate::purge::purge_of;
 use crate::state::{error, AdminState};
 
 /// Routes listed in `GET /cache`, the most bytes first.
@@ -114,55 +113,6 @@ async fn get_cache(State(state): State<AdminState>) -> Response {
             .collect(),
     };
     Json(view).into_response()
-}
-
-/// Reads a purge body: `{"key"?, "prefix"?, "tag"?, "route"?}`, each a
-/// non-empty string, at least one; problems at their JSON paths.
-pub(crate) fn purge_of(body: &Value) -> Result<Purge, Vec<Issue>> {
-    let issue = |path: &str, message: &str| Issue {
-        path: path.to_string(),
-        message: message.to_string(),
-    };
-    let Value::Object(fields) = body else {
-        return Err(vec![issue(
-            "$",
-            "expected an object with key, prefix, tag and/or route",
-        )]);
-    };
-    let mut out = Purge::default();
-    let mut issues = Vec::new();
-    for (k, v) in fields {
-        let Some(s) = v.as_str().filter(|s| !s.is_empty()) else {
-            if matches!(k.as_str(), "key" | "prefix" | "tag" | "route") {
-                issues.push(issue(&format!("$.{k}"), "expected a non-empty string"));
-            } else {
-                issues.push(issue(
-                    &format!("$.{k}"),
-                    "unknown key (expected key, prefix, tag or route)",
-                ));
-            }
-            continue;
-        };
-        match k.as_str() {
-            "key" => out.key = Some(s.as_bytes().to_vec()),
-            "prefix" => out.prefix = Some(s.as_bytes().to_vec()),
-            "tag" => out.tag = Some(s.as_bytes().to_vec()),
-            "route" => out.route = Some(s.to_string()),
-            other => issues.push(issue(
-                &format!("$.{other}"),
-                "unknown key (expected key, prefix, tag or route)",
-            )),
-        }
-    }
-    let given = [out.key.is_some(), out.prefix.is_some(), out.tag.is_some()];
-    if issues.is_empty() && !given.contains(&true) && out.route.is_none() {
-        issues.push(issue("$", "give key, prefix, tag and/or route"));
-    }
-    if issues.is_empty() {
-        Ok(out)
-    } else {
-        Err(issues)
-    }
 }
 
 /// `POST /cache/purge`: removes the objects meeting every condition
@@ -282,7 +232,7 @@ pub(crate) fn add(doc: &mut utoipa::openapi::OpenApi) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn a_purge_names_at_least_one_condition_each_a_string() {

@@ -20,7 +20,6 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::state::AdminState;
-pub(crate) use cache::purge_of;
 
 /// Largest request body the API reads; over it: `413`.
 pub(crate) const MAX_BODY: usize = 32 * 1024 * 1024;

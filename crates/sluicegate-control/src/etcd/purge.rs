@@ -129,7 +129,7 @@ impl Fleet {
             return Ok(None);
         }
         let purge = v.get("purge").ok_or("no purge")?;
-        crate::api::purge_of(purge).map(Some).map_err(|issues| {
+        crate::purge::purge_of(purge).map(Some).map_err(|issues| {
             issues
                 .iter()
                 .map(|i| format!("{}: {}", i.path, i.message))
