@@ -15,6 +15,7 @@ pub mod http;
 mod live;
 mod persist;
 mod publish;
+mod purge;
 pub mod reload;
 pub mod rollout;
 mod source;

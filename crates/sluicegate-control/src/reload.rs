@@ -47,6 +47,11 @@ impl Reloader {
     }
 
     /// Puts `source` in place of the one in force (started first).
+    /// The gateway's shared state (the running snapshot).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.publisher.shared
+    }
+
     pub(crate) fn set_source(&mut self, mut source: Box<dyn ConfigSource>) {
         source.start(&mut self.publisher);
         self.source = source;

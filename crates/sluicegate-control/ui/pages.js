@@ -1,5 +1,5 @@
-// The read-only pages: the overview (live figures, the chart, the route,
-// service and app tables), the endpoint health grid and the reload history.
+// The read-only pages: the overview (live figures, the chart, the route
+// table with each caching route's hit ratio, the service and app tables), the endpoint health grid and the reload history.
 "use strict";
 
 (() => {
@@ -43,7 +43,13 @@
           el("span", { class: "num" }, fmt.int(n)));
       }),
     );
-    table($("t-routes"), [["route", (r) => r.name], ["service", (r) => r.split ? r.split.map((e) => e.service + " " + e.weight).join(", ") : r.service || "(fixed answer)"], ...traffic], body.routes, "no routes");
+    table($("t-routes"), [
+      ["route", (r) => r.name],
+      ["service", (r) => r.split ? r.split.map((e) => e.service + " " + e.weight).join(", ") : r.service || "(fixed answer)"],
+      ...traffic,
+      // Caching routes only: their lookups answered from memory, since configured.
+      ["cache hits", (r) => (r.cache ? fmt.pct(r.cache.hit_ratio) : ""), "num hit-ratio"],
+    ], body.routes, "no routes");
     table($("t-services"), [
       ["service", (s) => s.name],
       ["endpoints up", (s) => s.endpoints_up + " / " + s.endpoints, "num"],

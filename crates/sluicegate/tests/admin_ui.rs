@@ -2,7 +2,8 @@
 //! (`/usr/bin/chromium`, `/usr/bin/chromedriver`) driven by Selenium from
 //! the test venv (`tests/fixtures/ui/dashboard.py`), against the real
 //! gateway with a test upstream and traffic sent all along. Every page
-//! loads without console errors, the overview's numbers move, a route made
+//! loads without console errors, the overview's numbers move, a caching
+//! route's hit ratio shows in the routes table, a route made
 //! in the config form serves requests, an invalid one shows the API's
 //! error beside its field, a route is edited and another deleted, and each
 //! page's screenshot is written under
@@ -34,6 +35,7 @@ fn traffic(addr: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::Jo
             let _ = try_http_get(addr, "/web/page", &[]);
             let _ = try_http_get(addr, "/hello", &[]);
             let _ = try_http_get(addr, "/keyed/x", &[("X-App-Key", KEY)]);
+            let _ = try_http_get(addr, "/cached/x?header=cache-control:max-age=600", &[]);
             if sent % 10 == 0 {
                 let _ = try_http_get(addr, "/nowhere", &[]);
             }
@@ -60,7 +62,8 @@ fn the_dashboard_in_headless_chromium() {
     let yaml = format!(
         "listen: [\"127.0.0.1:{}\"]\nadmin:\n  listen: \"127.0.0.1:{}\"\n  tokens: [{{ token_file: {}, role: write }}]\nworkers: 1\n\
 services:\n  - name: web\n    endpoints: [\"{}\", \"127.0.0.1:{dead}\"]\n    health: {{ type: tcp, interval: 100ms, timeout: 100ms, unhealthy_after: 1 }}\n  - name: web2\n    endpoints: [\"{}\"]\n\
-routes:\n  - name: web\n    match: {{ path_prefix: /web }}\n    service: web\n  - name: canary\n    match: {{ path_prefix: /canary }}\n    split: [{{ service: web, weight: 80 }}, {{ service: web2, weight: 20 }}]\n    rollout: {{ step: 10, every: 1s, min_requests: 1000000 }}\n  - name: keyed\n    match: {{ path_prefix: /keyed }}\n    service: web\n    auth: app_key\n{}\
+routes:\n  - name: web\n    match: {{ path_prefix: /web }}\n    service: web\n  - name: canary\n    match: {{ path_prefix: /canary }}\n    split: [{{ service: web, weight: 80 }}, {{ service: web2, weight: 20 }}]\n    rollout: {{ step: 10, every: 1s, min_requests: 1000000 }}\n  - name: keyed\n    match: {{ path_prefix: /keyed }}\n    service: web\n    auth: app_key\n  - name: cached\n    match: {{ path_prefix: /cached }}\n    service: web\n    cache: {{}}\n{}\
+cache: {{ memory: 4MiB }}\n\
 plans:\n  basic: {{ rate: 1000/s }}\n\
 apps:\n  - id: shop\n    keys: [\"{KEY}\"]\n    plan: basic\n",
         ports.listen,
@@ -116,6 +119,12 @@ apps:\n  - id: shop\n    keys: [\"{KEY}\"]\n    plan: basic\n",
     // The overview's count moved while traffic ran.
     let o = &seen["overview"];
     assert!(o["total_then"].as_f64() > o["total_first"].as_f64(), "{o}");
+    // The caching route's hit ratio (one miss, then hits); none for
+    // a route that does not cache.
+    let ratio = seen["hit_ratio"].as_str().unwrap();
+    let pct: f64 = ratio.trim_end_matches(" %").parse().unwrap();
+    assert!(pct > 50.0 && pct <= 100.0, "{ratio}");
+    assert_eq!(seen["hit_ratio_plain"], serde_json::json!([""]));
     // The rollout's weight and state in the routes list.
     assert_eq!(seen["rollout"], serde_json::json!(["20% running"]));
     // The dead endpoint is red, the live one green (web2's is not

@@ -4,7 +4,9 @@
 //! fails no request and the gateways resync; a gateway stopped across a
 //! compaction catches up without loss, and one started while etcd is down
 //! serves its cache; an invalid object written with etcdctl is refused and
-//! reported while the last good config stays.
+//! reported while the last good config stays; a cache purge through one
+//! gateway's admin API reaches the other two through etcd within a
+//! second, a malformed purge record skipped.
 
 mod admin_common;
 mod etcd_common;
@@ -427,4 +429,99 @@ fn apps_changed_in_etcd_apply_in_place_keeping_their_plan_state() {
     assert_eq!(resp.status, 200, "{}", resp.body_str());
     assert_eq!(status_with_key(ports, "/api", "key-a5-00000001"), 401);
     assert_eq!(rebuilds(&gw), before, "{}", gw.stderr());
+}
+
+/// The `Cache-Status` of a `GET` of `path` on the gateway.
+fn cache_status(ports: Ports, path: &str) -> String {
+    let r = sluicegate_testkit::http_get(ports.addr(), path, &[]);
+    assert_eq!(r.status, 200, "{path}: {}", r.body_str());
+    r.header("cache-status").unwrap_or("").to_string()
+}
+
+/// The number of objects `GET /cache` reports.
+fn cached_objects(ports: Ports) -> Option<u64> {
+    let r = sluicegate_testkit::try_http_get(ports.admin_addr(), "/cache", &[]).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&r.body_str()).ok()?;
+    v["objects"].as_u64()
+}
+
+#[test]
+fn a_cache_purge_through_one_gateway_reaches_the_fleet_within_a_second() {
+    if skip() {
+        return;
+    }
+    let etcd = Etcd::start().unwrap();
+    let up = sluicegate_testkit::TestUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    // The caching route in etcd; the store and the service come from
+    // each gateway's file, laid under the objects.
+    etcd.ctl(&["put", "/sg/routes/other", &route_json("/other", "o")]);
+    etcd.ctl(&[
+        "put",
+        "/sg/routes/t",
+        r#"{"match":{"path_prefix":"/t"},"service":"web","cache":{"tags_header":"x-tags"}}"#,
+    ]);
+    let all: Vec<(Ports, Gateway)> = (0..3)
+        .map(|_| {
+            let ports = Ports::new();
+            let cache = dir.path().join(format!("cache-{}.json", ports.listen));
+            let yaml = format!(
+                "{}cache: {{ memory: 4MiB }}\nservices:\n{}",
+                config(ports, &etcd, &cache),
+                service("web", &[up.addr().port()]),
+            );
+            (ports, start(ports, &yaml))
+        })
+        .collect();
+    let ports: Vec<Ports> = all.iter().map(|(p, _)| *p).collect();
+    let q = "?size=100&header=cache-control:max-age=600";
+    let tagged = format!("/t/a{q}&header=x-tags:red,%20blue");
+    let plain = format!("/t/u{q}");
+    for p in &ports {
+        assert!(wait_until(Duration::from_secs(10), || serves(
+            *p, "/other", "o"
+        )));
+        for path in [&tagged, &plain] {
+            assert_eq!(cache_status(*p, path), "sluicegate; fwd=miss; stored");
+            assert_eq!(cache_status(*p, path), "sluicegate; hit");
+        }
+    }
+    // A malformed record is skipped (logged), never config, never fatal.
+    etcd.ctl(&["put", "/sg/meta/cache-purge/junk-0", "{not json"]);
+    etcd.ctl(&[
+        "put",
+        "/sg/meta/cache-purge/junk-1",
+        r#"{"origin":"x","purge":{"tag":5}}"#,
+    ]);
+
+    let t0 = Instant::now();
+    let r = admin_common::call(ports[0], "POST", "/cache/purge", &[], r#"{"tag":"blue"}"#);
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    let v: serde_json::Value = serde_json::from_str(&r.body_str()).unwrap();
+    assert_eq!(
+        (v["purged"].as_u64(), v["fleet"].as_bool()),
+        (Some(1), Some(true))
+    );
+    let reached = wait_until(Duration::from_secs(5), || {
+        ports.iter().all(|p| cached_objects(*p) == Some(1))
+    });
+    let took = t0.elapsed();
+    eprintln!("a purge through one gateway reached all three in {took:?}");
+    assert!(reached, "the purge did not reach every gateway");
+    assert!(took < Duration::from_secs(1), "the purge took {took:?}");
+    for p in &ports {
+        assert_eq!(cache_status(*p, &plain), "sluicegate; hit");
+        assert_eq!(cache_status(*p, &tagged), "sluicegate; fwd=miss; stored");
+        assert!(serves(*p, "/other", "o"));
+        assert_eq!(
+            gauge(*p, "sluicegate_etcd_rejected_objects_total"),
+            Some(0.0)
+        );
+    }
+    // The purge keys never became config: an API write still goes through.
+    let resp = admin_common::call(ports[1], "PUT", "/routes/r", &[], &route_json("/r", "r"));
+    assert!(resp.status < 300, "{}", resp.body_str());
+    assert!(wait_until(Duration::from_secs(10), || ports
+        .iter()
+        .all(|p| serves(*p, "/r", "r"))));
 }

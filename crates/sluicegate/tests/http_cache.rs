@@ -409,7 +409,8 @@ fn stale_while_revalidate_answers_at_once_and_refreshes_once() {
 #[test]
 fn a_refresh_revalidates_with_the_validators_and_a_304_keeps_the_body() {
     let up = TestUpstream::start();
-    let gw = start_stale(up.addr(), free_port());
+    let admin_port = free_port();
+    let gw = start_stale(up.addr(), admin_port);
     let stored = "/w/r?size=300&header=cache-control:max-age=1&header=etag:%22v1%22";
     let first = get(&gw, stored, &[]);
     assert_eq!(status_of(&first), STORED);
@@ -441,6 +442,89 @@ fn a_refresh_revalidates_with_the_validators_and_a_304_keeps_the_body() {
     assert_eq!(up.requests_seen(), 2);
     let refresh = up.last_request().expect("the refresh");
     assert_eq!(refresh.header("if-none-match"), Some("\"v1\""));
+    // Counted as a revalidation (and a store).
+    assert_eq!(
+        metric(
+            admin_port,
+            "sluicegate_cache_revalidated_total{route=\"w\"}"
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        metric(admin_port, "sluicegate_cache_stores_total{route=\"w\"}"),
+        Some(2)
+    );
+}
+
+/// A sample of the gateway's `/metrics` (`series` with its labels).
+fn metric(admin: u16, series: &str) -> Option<u64> {
+    let text = http_get(("127.0.0.1", admin), "/metrics", &[]).body_str();
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[test]
+fn the_memory_bound_holds_with_ten_times_its_size_in_keys() {
+    // 1 MiB of store, 10 MiB of distinct answers (4 KiB bodies):
+    // the store never holds more than its bound, evicts, and the keys
+    // just read still hit.
+    let up = TestUpstream::start();
+    let port = free_port();
+    let gw = Gw::start(&format!(
+        "admin: {{ listen: \"127.0.0.1:{port}\" }}\n\
+         cache: {{ memory: 1MiB, max_object: 16KiB }}\n\
+         services:\n{}\
+         routes:\n\
+         \x20 - name: m\n    match: {{ path_prefix: /m }}\n    service: web\n    cache: {{ key: [path, query] }}\n",
+        service("web", &[up.addr()], "")
+    ));
+    let bound = 1024 * 1024;
+    let mut client = KeepAliveClient::connect(gw.addr()).unwrap();
+    let path = |i: usize| format!("/m/{i}?size=4096&header=cache-control:max-age=600");
+    let keys = 10 * bound / 4096;
+    for i in 0..keys {
+        let r = client.get(&path(i)).unwrap();
+        assert_eq!((r.status, r.body.len()), (200, 4096));
+        assert_eq!(status_of(&r), STORED, "{i}");
+        if i % 256 == 255 {
+            let v = json(&http_get(("127.0.0.1", port), "/cache", &[]));
+            let bytes = v["bytes"].as_u64().unwrap();
+            assert!(bytes <= bound as u64, "{bytes} bytes held after {i} keys");
+        }
+    }
+    let v = json(&http_get(("127.0.0.1", port), "/cache", &[]));
+    let (bytes, objects) = (v["bytes"].as_u64().unwrap(), v["objects"].as_u64().unwrap());
+    let evictions = v["evictions"].as_u64().unwrap();
+    eprintln!(
+        "{keys} keys of 4 KiB in 1 MiB: {bytes} bytes, {objects} objects, {evictions} evictions"
+    );
+    assert!(bytes <= bound as u64 && bytes > bound as u64 / 2, "{bytes}");
+    assert_eq!(evictions + objects, keys as u64);
+    // The store's families in /metrics say the same.
+    assert_eq!(
+        metric(port, "sluicegate_cache_memory_bytes"),
+        Some(bound as u64)
+    );
+    assert_eq!(metric(port, "sluicegate_cache_objects"), Some(objects));
+    assert_eq!(metric(port, "sluicegate_cache_bytes"), Some(bytes));
+    assert_eq!(
+        metric(port, "sluicegate_cache_evictions_total"),
+        Some(evictions)
+    );
+    // The last keys stored are still held.
+    let seen = up.requests_seen();
+    for i in keys - 50..keys {
+        let r = client.get(&path(i)).unwrap();
+        assert_eq!(status_of(&r), HIT, "{i}");
+    }
+    assert_eq!(up.requests_seen(), seen);
+    // An early one was evicted.
+    assert_eq!(status_of(&client.get(&path(0)).unwrap()), STORED);
 }
 
 /// An admin API call with a bearer token and a JSON body.

@@ -2,7 +2,11 @@
 //! loopback: parts without dependencies run at once, a dependent one
 //! after; `${part.field}` reaches the right path; an optional part that
 //! fails is null and named in `Sluicegate-Partial`; a required one gives
-//! 502 naming it (not JSON, a timeout, a dead service); over HTTP/2 too.
+//! 502 naming it (not JSON, a timeout, a dead service); over HTTP/2 too;
+//! a part on a service the app may not call is never called (403 naming
+//! a required one, null an optional one), a part's body over
+//! `limits.max_body_bytes` fails it, `HEAD` gets the `GET`'s head, and
+//! the route's and parts' metric lines count them.
 
 mod http_common;
 
@@ -200,4 +204,131 @@ fn a_chain_of_two_takes_both_parts_times() {
         t.elapsed()
     );
     assert_eq!(r.body_str().trim(), r#"{"first":{"n":1},"second":{"n":1}}"#);
+}
+
+/// The sample `series` (with its labels) of the gateway's `/metrics`.
+fn metric(admin: u16, series: &str) -> Option<u64> {
+    let text = sluicegate_testkit::http_get(("127.0.0.1", admin), "/metrics", &[]).body_str();
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[test]
+fn acl_body_bound_head_and_metrics_of_parts() {
+    let (up, seen) = json_upstream();
+    let admin = free_port();
+    const KEY: &str = "aggregate-app-key-0123456789";
+    // A body of 200 digits: valid JSON, over the 128-byte bound.
+    let big = "9".repeat(200);
+    let gw = Gw::start(&format!(
+        r#"admin: {{ listen: "127.0.0.1:{admin}" }}
+limits: {{ max_body_bytes: 128 }}
+services:
+{}{}routes:
+  - name: page
+    match: {{ path: "/page" }}
+    auth: app_key
+    aggregate:
+      - {{ name: main, service: a, path: "/slow/1" }}
+      - {{ name: secret, service: b, path: "/customer/secret" }}
+  - name: soft
+    match: {{ path: "/soft" }}
+    auth: app_key
+    aggregate:
+      - {{ name: main, service: a, path: "/slow/1" }}
+      - {{ name: secret, service: b, path: "/customer/secret", optional: true }}
+  - name: big
+    match: {{ path: "/big" }}
+    aggregate:
+      - {{ name: main, service: a, path: "/slow/1" }}
+      - {{ name: large, service: a, path: "/slow/{big}" }}
+      - {{ name: maybe, service: a, path: "/slow/{big}", optional: true }}
+apps:
+  - id: shop
+    keys: ["{KEY}"]
+    services: [a]
+"#,
+        service("a", &[up], ""),
+        service("b", &[up], ""),
+    ));
+    let key = [("X-App-Key", KEY)];
+
+    // The app may call `a` but not `b`: a required part on `b` is 403
+    // naming it, an optional one null; `b` is never called, and nothing
+    // of it reaches the client.
+    let r = Proto::Http1.get(gw.addr(), "/page", &key);
+    assert_eq!(r.status, 403, "{}", r.body_str());
+    let v = json(&r.body_str());
+    assert_eq!(v["part"], "secret");
+    assert!(!r.body_str().contains("\"customer\""), "{}", r.body_str());
+    let r = Proto::Http1.get(gw.addr(), "/soft", &key);
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    assert_eq!(r.header("sluicegate-partial"), Some("secret"));
+    assert_eq!(
+        json(&r.body_str()),
+        json(r#"{"main":{"n":1},"secret":null}"#)
+    );
+    assert!(!seen.lock().unwrap().iter().any(|p| p.contains("secret")));
+    // Without a key: the route's auth refuses it first.
+    assert_eq!(Proto::Http1.get(gw.addr(), "/page", &[]).status, 401);
+
+    // A part's body over limits.max_body_bytes is a failed part.
+    let r = Proto::Http1.get(gw.addr(), "/big", &[]);
+    assert_eq!(r.status, 502, "{}", r.body_str());
+    assert_eq!(json(&r.body_str())["part"], "large");
+
+    // HEAD: the GET's head (its length), no body.
+    let get = Proto::Http1.get(gw.addr(), "/soft", &key);
+    let mut c = sluicegate_testkit::KeepAliveClient::connect(gw.addr()).unwrap();
+    c.send("HEAD", "/soft", &[("X-App-Key", KEY)], b"").unwrap();
+    let head = c.read_response_for("HEAD").unwrap();
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    assert_eq!(head.header("content-type"), Some("application/json"));
+    assert_eq!(
+        head.header("content-length"),
+        Some(get.body.len().to_string().as_str())
+    );
+
+    // The route's lines and each part's.
+    let counted = http_common::wait_until(Duration::from_secs(5), || {
+        metric(
+            admin,
+            r#"sluicegate_requests_total{route="soft",class="2xx"}"#,
+        ) == Some(3)
+    });
+    assert!(counted, "the route's requests");
+    let part = |route: &str, part: &str, result: &str| {
+        metric(
+            admin,
+            &format!(
+                r#"sluicegate_aggregate_parts_total{{route="{route}",part="{part}",result="{result}"}}"#
+            ),
+        )
+    };
+    assert_eq!(part("soft", "main", "ok"), Some(3));
+    assert_eq!(part("soft", "secret", "failed"), Some(3));
+    assert_eq!(part("soft", "secret", "ok"), Some(0));
+    assert_eq!(part("page", "secret", "failed"), Some(1));
+    assert_eq!(part("big", "large", "failed"), Some(1));
+    assert_eq!(part("big", "maybe", "failed"), Some(1));
+    assert_eq!(
+        metric(
+            admin,
+            r#"sluicegate_requests_total{route="page",class="4xx"}"#
+        ),
+        Some(2)
+    );
+    assert_eq!(
+        metric(
+            admin,
+            r#"sluicegate_aggregate_part_duration_seconds_count{route="soft",part="main"}"#
+        ),
+        Some(3)
+    );
 }

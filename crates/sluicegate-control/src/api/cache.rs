@@ -1,7 +1,8 @@
 //! The HTTP cache's admin routes: `GET /cache` (the store's use, the
 //! hit ratio of the caching routes, the routes holding the most) and
 //! `POST /cache/purge` (objects removed by key, key prefix, tag and/or
-//! route). Both reach the store through the running snapshot
+//! route; with the config in etcd, also published for the whole fleet,
+//! `etcd/purge.rs`). Both reach the store through the running snapshot
 //! ([`sluicegate_proxy::cache_admin`]), on a blocking thread (a purge
 //! walks every object).
 
@@ -11,12 +12,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
-use serde_json::Value;
-use sluicegate_proxy::cache_admin::{self, Purge};
+use sluicegate_proxy::cache_admin;
 use utoipa::ToSchema;
 
 use super::common::{problems, JsonBody};
-use crate::history::Issue;
+pub(crate) use crate::purge::purge_of;
 use crate::state::{error, AdminState};
 
 /// Routes listed in `GET /cache`, the most bytes first.
@@ -60,8 +60,15 @@ pub(crate) struct RouteUseView {
 /// `POST /cache/purge`'s answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Purged {
-    /// Objects removed.
+    /// Objects removed from this gateway's store.
     pub purged: usize,
+    /// Whether the purge was published to the fleet through etcd (the
+    /// config source is etcd): every gateway then applies it.
+    pub fleet: bool,
+    /// Why publishing failed (with status `503`; this gateway's objects
+    /// are purged all the same).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// `GET /cache`: `404` when no route caches.
@@ -108,58 +115,11 @@ async fn get_cache(State(state): State<AdminState>) -> Response {
     Json(view).into_response()
 }
 
-/// Reads a purge body: `{"key"?, "prefix"?, "tag"?, "route"?}`, each a
-/// non-empty string, at least one; problems at their JSON paths.
-pub(crate) fn purge_of(body: &Value) -> Result<Purge, Vec<Issue>> {
-    let issue = |path: &str, message: &str| Issue {
-        path: path.to_string(),
-        message: message.to_string(),
-    };
-    let Value::Object(fields) = body else {
-        return Err(vec![issue(
-            "$",
-            "expected an object with key, prefix, tag and/or route",
-        )]);
-    };
-    let mut out = Purge::default();
-    let mut issues = Vec::new();
-    for (k, v) in fields {
-        let Some(s) = v.as_str().filter(|s| !s.is_empty()) else {
-            if matches!(k.as_str(), "key" | "prefix" | "tag" | "route") {
-                issues.push(issue(&format!("$.{k}"), "expected a non-empty string"));
-            } else {
-                issues.push(issue(
-                    &format!("$.{k}"),
-                    "unknown key (expected key, prefix, tag or route)",
-                ));
-            }
-            continue;
-        };
-        match k.as_str() {
-            "key" => out.key = Some(s.as_bytes().to_vec()),
-            "prefix" => out.prefix = Some(s.as_bytes().to_vec()),
-            "tag" => out.tag = Some(s.as_bytes().to_vec()),
-            "route" => out.route = Some(s.to_string()),
-            other => issues.push(issue(
-                &format!("$.{other}"),
-                "unknown key (expected key, prefix, tag or route)",
-            )),
-        }
-    }
-    let given = [out.key.is_some(), out.prefix.is_some(), out.tag.is_some()];
-    if issues.is_empty() && !given.contains(&true) && out.route.is_none() {
-        issues.push(issue("$", "give key, prefix, tag and/or route"));
-    }
-    if issues.is_empty() {
-        Ok(out)
-    } else {
-        Err(issues)
-    }
-}
-
 /// `POST /cache/purge`: removes the objects meeting every condition
-/// given; `{"purged": N}`. A write token's (not a config write:
-/// `admin.read_only` does not refuse it); `404` when no route caches.
+/// given; `{"purged": N, "fleet": F}`, F whether the purge was also
+/// published through etcd for the whole fleet (`503` when that failed).
+/// A write token's (not a config write: `admin.read_only` does not
+/// refuse it); `404` when no route caches.
 async fn purge(State(state): State<AdminState>, JsonBody(body): JsonBody) -> Response {
     let what = match purge_of(&body) {
         Ok(p) => p,
@@ -172,7 +132,31 @@ async fn purge(State(state): State<AdminState>, JsonBody(body): JsonBody) -> Res
     match purged {
         Ok(Some(n)) => {
             tracing::info!(purged = n, "cache: purged through the admin API");
-            Json(Purged { purged: n }).into_response()
+            let Some(etcd) = &state.etcd else {
+                return Json(Purged {
+                    purged: n,
+                    fleet: false,
+                    error: None,
+                })
+                .into_response();
+            };
+            match etcd.fleet.publish(&body).await {
+                Ok(()) => Json(Purged {
+                    purged: n,
+                    fleet: true,
+                    error: None,
+                })
+                .into_response(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cache: a purge was not published to the fleet");
+                    let answer = Purged {
+                        purged: n,
+                        fleet: false,
+                        error: Some(e),
+                    };
+                    (StatusCode::SERVICE_UNAVAILABLE, Json(answer)).into_response()
+                }
+            }
         }
         Ok(None) => error(
             StatusCode::NOT_FOUND,
@@ -220,11 +204,12 @@ fn get_cache_doc() {}
     operation_id = "purgeCache",
     request_body = PurgeBody,
     responses(
-        (status = 200, description = "how many were removed", body = Purged),
+        (status = 200, description = "how many were removed here, and whether the purge was published to the fleet (config in etcd)", body = Purged),
         (status = 400, description = "no condition, or one that is not a non-empty string (problems name the field)"),
         (status = 401, description = "no token, or an unknown one"),
         (status = 403, description = "a read token on a write"),
         (status = 404, description = "no route caches"),
+        (status = 503, description = "purged here, but etcd could not be reached to carry the purge to the fleet", body = Purged),
     ),
     security(("bearer" = []))
 )]
@@ -247,7 +232,7 @@ pub(crate) fn add(doc: &mut utoipa::openapi::OpenApi) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn a_purge_names_at_least_one_condition_each_a_string() {

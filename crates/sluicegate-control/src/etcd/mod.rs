@@ -5,7 +5,8 @@
 //! file's config is (`apply.rs`; apps alone in place, `apps.rs`), with
 //! the last applied config cached on disk (`cache.rs`), resources read
 //! straight from the objects (`reads.rs`) and admin API writes sent to
-//! etcd as transactions; and the discovery of endpoints registered in
+//! etcd as transactions; cache purges carried to the whole fleet
+//! (`purge.rs`); and the discovery of endpoints registered in
 //! etcd (`discover.rs`).
 
 mod apply;
@@ -15,6 +16,7 @@ mod client;
 pub mod discover;
 mod inbox;
 mod objects;
+mod purge;
 mod reads;
 mod status;
 mod watch;
@@ -49,8 +51,10 @@ pub fn start(
     let status = Arc::new(Status::default());
     let inbox = Arc::new(Inbox::default());
     let client = Arc::new(Mutex::new(None));
+    let shared;
     {
         let mut r = Reloader::locked(reloader);
+        shared = r.shared().clone();
         // The file's document is also the running one until etcd's
         // objects (or the cached ones) are applied.
         let (base, doc) = match r.document() {
@@ -83,6 +87,7 @@ pub fn start(
         status: status.clone(),
         inbox,
         client,
+        shared,
     }));
     status
 }

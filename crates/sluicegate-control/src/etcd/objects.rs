@@ -227,5 +227,7 @@ mod tests {
         assert!(is_object("routes/web") && is_object("settings"));
         assert!(!is_object("routes/") && !is_object("routes/a/b") && !is_object("meta/write"));
         assert!(!is_object("other/x"));
+        assert!(!is_object("meta/cache-purge/0a1b-0"));
+        assert!(super::super::purge::KEYS.starts_with(META));
     }
 }

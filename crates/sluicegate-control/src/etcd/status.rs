@@ -17,6 +17,8 @@ pub struct Status {
     pub last_sync_ms: AtomicU64,
     /// Objects refused because the config they made did not validate.
     pub rejected: AtomicU64,
+    /// Cache purges carried across the fleet (`purge.rs`).
+    pub(crate) fleet: super::purge::Fleet,
 }
 
 impl Status {

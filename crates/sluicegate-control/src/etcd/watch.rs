@@ -3,7 +3,8 @@
 //! revision + 1 with progress notifications, and on a compacted start
 //! revision lists the prefix again at a known revision and watches from
 //! there. Every response is queued and applied under the reloader's lock
-//! before the next is read, so changes apply in order, each once.
+//! before the next is read, so changes apply in order, each once. Fleet
+//! cache purges (`purge.rs`) are applied as they are seen.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -16,6 +17,7 @@ use sluicegate_config::EtcdSource;
 
 use super::client::connect;
 use super::inbox::{Batch, Change, Inbox};
+use super::purge;
 use super::status::Status;
 use crate::reload::Reloader;
 
@@ -36,6 +38,8 @@ pub(crate) struct Watch {
     pub status: Arc<Status>,
     pub inbox: Arc<Inbox>,
     pub client: Arc<Mutex<Option<Client>>>,
+    /// The running snapshot, for fleet cache purges.
+    pub shared: Arc<sluicegate_proxy::Shared>,
 }
 
 /// Why a watch stopped.
@@ -57,6 +61,7 @@ pub(crate) async fn run(w: Watch) {
         let stop = match connect(&w.source.connection).await {
             Ok(client) => {
                 *w.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(client.clone());
+                w.status.fleet.connected(client.clone(), &w.source.prefix);
                 follow(&w, client, &mut list, &mut listed, &mut backoff).await
             }
             Err(e) => Stop::Lost(e),
@@ -133,8 +138,15 @@ async fn follow(
             .iter()
             .filter_map(|ev| {
                 let kv = ev.kv()?;
+                let key = strip(&prefix, kv.key());
+                // A fleet cache purge: applied here; the config ignores
+                // it (`meta/`) but its revision still counts.
+                if key.starts_with(purge::KEYS) && ev.event_type() == EventType::Put {
+                    let rev = kv.mod_revision() as u64;
+                    w.status.fleet.seen(&w.shared, &key, kv.value(), rev);
+                }
                 Some(Change {
-                    key: strip(&prefix, kv.key()),
+                    key,
                     value: (ev.event_type() == EventType::Put).then(|| kv.value().to_vec()),
                     revision: kv.mod_revision() as u64,
                 })

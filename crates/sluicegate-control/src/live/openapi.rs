@@ -4,7 +4,7 @@
 use utoipa::OpenApi;
 
 use super::view::{
-    AppLive, EndpointLive, Endpoints, Live, Point, RouteLive, ServiceLive, SplitShare,
+    AppLive, CacheLive, EndpointLive, Endpoints, Live, Point, RouteLive, ServiceLive, SplitShare,
 };
 use super::window::{Classes, Traffic};
 
@@ -46,6 +46,7 @@ fn live_endpoints() {}
         Endpoints,
         RouteLive,
         SplitShare,
+        CacheLive,
         ServiceLive,
         AppLive,
         EndpointLive,

@@ -41,8 +41,22 @@ pub(crate) struct RouteLive {
     /// On a split route, its services and their weights now.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub split: Vec<SplitShare>,
+    /// On a caching route, its cache's lookups since it was configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheLive>,
     #[serde(flatten)]
     pub traffic: Traffic,
+}
+
+/// A caching route's lookups, since it was configured.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct CacheLive {
+    /// Answered from memory.
+    pub hits: u64,
+    /// Gone upstream.
+    pub misses: u64,
+    /// `hits / (hits + misses)`; `null` before any lookup.
+    pub hit_ratio: Option<f64>,
 }
 
 /// One service of a split route and its weight.
@@ -246,6 +260,11 @@ pub(crate) fn live(now: &Sample, old: Option<&Sample>, history: &[Arc<Sample>]) 
                         weight: e.weight,
                     })
                     .collect(),
+                cache: r.cache.map(|[hits, misses]| CacheLive {
+                    hits,
+                    misses,
+                    hit_ratio: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
+                }),
                 traffic: Traffic::of(&s, o, span),
             }
         })

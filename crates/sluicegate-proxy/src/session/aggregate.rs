@@ -8,7 +8,9 @@
 //! than `limits.max_body_bytes`, the app may not call its service, or a
 //! value its path reads is missing (or not a string or number) or comes
 //! from a failed part. A failed optional part is `null`, named in
-//! `Sluicegate-Partial`; a failed required one answers 502 naming it.
+//! `Sluicegate-Partial`; a failed required one answers 502 naming it, or
+//! 403 naming it when the app may not call its service (the part is
+//! never called: nothing of it reaches the client).
 //! The whole request has the first part's service's `timeouts.request`.
 
 use std::future::Future;
@@ -74,12 +76,15 @@ pub(super) async fn aggregate(
     let max_body = snap.limits.max_body_bytes;
 
     let mut answers: Vec<Answered> = vec![None; agg.parts.len()];
+    // Parts the app may not call (their service's ACL).
+    let mut denied: Vec<bool> = vec![false; agg.parts.len()];
     for level in agg.levels.iter() {
         let mut calls: Vec<Call<'_>> = Vec::new();
         for &i in level.iter() {
             let part = &agg.parts[i];
             let service = snap.service(part.service);
             let allowed = app.as_ref().is_none_or(|a| a.may_call(service.index));
+            denied[i] = !allowed;
             let uri = if allowed {
                 part_uri(part, &bufs.params, &path, &answers)
             } else {
@@ -114,11 +119,15 @@ pub(super) async fn aggregate(
 
     // The answer: every member, or the first required part that failed.
     let mut partial: Vec<&str> = Vec::new();
-    for (part, got) in agg.parts.iter().zip(&answers) {
+    for ((part, got), denied) in agg.parts.iter().zip(&answers).zip(&denied) {
         if got.is_none() {
             if !part.optional {
                 let mut body = Vec::with_capacity(96);
-                let kind = ErrorKind::UpstreamFailed;
+                let kind = if *denied {
+                    ErrorKind::Forbidden
+                } else {
+                    ErrorKind::UpstreamFailed
+                };
                 error_body(&mut body, kind, Some(("part", &part.name)), &bufs.ids.rid);
                 let mut f = Fields::new();
                 f.push(b"content-type", b"application/json");

@@ -27,6 +27,9 @@ pub struct RouteCounts {
     pub upstream_us: u64,
     /// On a split route, each entry in config order; empty otherwise.
     pub split: Vec<SplitEntryCounts>,
+    /// On a caching route, its lookups answered from memory and not
+    /// (`hits`, `misses`); `None` otherwise.
+    pub cache: Option<[u64; 2]>,
 }
 
 /// One service of a split route: its weight now and the cumulative
@@ -167,6 +170,15 @@ pub fn read(snap: &Snapshot, unrouted: [u64; 5]) -> Counts {
                 total_us,
                 upstream_us: m.upstream_us.load(Ordering::Relaxed),
                 split: split_counts(r),
+                cache: match &r.action {
+                    ActionRt::Proxy {
+                        extras: Some(x), ..
+                    } if x.cache.is_some() => Some([
+                        m.cache.hits.load(Ordering::Relaxed),
+                        m.cache.misses.load(Ordering::Relaxed),
+                    ]),
+                    _ => None,
+                },
             }
         })
         .collect();

@@ -197,6 +197,17 @@ impl Shared {
         if let Some(t) = &self.tracer {
             t.render(&mut out);
         }
+        if let Some(store) = super::cache_admin::store(&self.snapshot.load()) {
+            let (bytes, objects) = store.usage();
+            let evictions = store.stats.evictions.load(Ordering::Relaxed);
+            let s = crate::observe::metrics::StoreUse {
+                memory: store.memory,
+                bytes,
+                objects,
+                evictions,
+            };
+            crate::observe::metrics::render_store(&mut out, s);
+        }
         crate::cluster::render_metrics(&mut out);
         let Ok(reg) = self.registry.lock() else {
             return out;

@@ -182,6 +182,7 @@ async fn run(
         fill.whole = true;
         if fill.commit() {
             metrics.cache.stores.fetch_add(1, Relaxed);
+            metrics.cache.revalidated.fetch_add(1, Relaxed);
         }
         return;
     }

@@ -9,6 +9,7 @@
 
 mod aggregate;
 mod apps;
+mod cache;
 mod compress;
 mod global;
 mod mirror;
@@ -18,6 +19,7 @@ mod status;
 
 pub use aggregate::{render_parts, PartMetrics};
 pub use apps::render_apps;
+pub use cache::{render_store, StoreUse};
 pub use compress::CompressMetrics;
 pub(crate) use global::render_listeners;
 pub use global::{render_global, GlobalMetrics};

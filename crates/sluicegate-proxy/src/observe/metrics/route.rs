@@ -65,6 +65,9 @@ pub struct CacheMetrics {
     /// Requests answered with a stale object (`stale_if_error`,
     /// `stale_while_revalidate`).
     pub stale: AtomicU64,
+    /// Stale objects revalidated: a conditional request answered `304`
+    /// (the body kept).
+    pub revalidated: AtomicU64,
 }
 
 impl RouteMetrics {
@@ -153,7 +156,7 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
     render_mirrors(out, routes.clone().map(|r| (&*r.name, &r.mirror)));
     render_compress(out, routes.clone().map(|r| (&*r.name, &r.compress)));
     // Only the routes whose cache saw a request: the others have none.
-    let cache: [Family; 5] = [
+    let cache: [Family; 6] = [
         (
             "sluicegate_cache_hits_total",
             "Requests answered from the cache, by route.",
@@ -178,6 +181,11 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
             "sluicegate_cache_stale_total",
             "Requests answered with a stale object (stale_if_error: the upstream failed or answered 5xx; stale_while_revalidate: while one refresh fetches it), by route.",
             |r| r.cache.stale.load(Ordering::Relaxed),
+        ),
+        (
+            "sluicegate_cache_revalidated_total",
+            "Stale objects revalidated by a conditional request the upstream answered 304 (body kept), by route.",
+            |r| r.cache.revalidated.load(Ordering::Relaxed),
         ),
     ];
     let caching = |r: &&RouteMetrics| {
