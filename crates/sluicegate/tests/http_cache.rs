@@ -443,6 +443,148 @@ fn a_refresh_revalidates_with_the_validators_and_a_304_keeps_the_body() {
     assert_eq!(refresh.header("if-none-match"), Some("\"v1\""));
 }
 
+/// Gets `path` until its answer is no longer a hit (the object went
+/// stale), within 5 s; that answer.
+fn until_stale(gw: &Gw, path: &str, headers: &[(&str, &str)]) -> Response {
+    let mut last = None;
+    let stale = wait_until(Duration::from_secs(5), || {
+        let r = get(gw, path, headers);
+        let hit = status_of(&r) == HIT;
+        last = Some(r);
+        !hit
+    });
+    assert!(stale, "still a hit after 5 s");
+    last.expect("an answer")
+}
+
+#[test]
+fn a_stale_object_is_revalidated_in_the_foreground() {
+    let up = TestUpstream::start();
+    let gw = start_stale(up.addr(), free_port());
+    let stored = "/n/v?size=300&header=cache-control:max-age=1&header=etag:%22v1%22";
+    let first = get(&gw, stored, &[]);
+    assert_eq!(status_of(&first), STORED);
+    // Stale: the request goes upstream with the object's ETag (not the
+    // client's own tag); the 304 (fresh for a minute, a new field)
+    // refreshes the object, whose body answers the client.
+    let not_modified = "/n/v?status=304&header=cache-control:max-age=60&header=x-v:2";
+    let other = [("If-None-Match", "\"v0\"")];
+    let r = until_stale(&gw, not_modified, &other);
+    assert_eq!(
+        (r.status, status_of(&r)),
+        (200, "sluicegate; fwd=stale; fwd-status=304")
+    );
+    assert_eq!(r.body, first.body, "the body kept");
+    assert_eq!(r.header("x-v"), Some("2"));
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    let sent = up.last_request().expect("the revalidation");
+    assert_eq!(sent.header("if-none-match"), Some("\"v1\""));
+    assert_eq!(up.requests_seen(), 2);
+    // Refreshed for a minute: hits, with the 304's fields.
+    let r = get(&gw, not_modified, &[]);
+    assert_eq!(
+        (status_of(&r), r.header("cache-control")),
+        (HIT, Some("max-age=60"))
+    );
+    assert_eq!(r.body, first.body);
+    // The client's no-cache revalidates it too; its own matching tag
+    // gets a 304.
+    let mine = [("Cache-Control", "no-cache"), ("If-None-Match", "\"v1\"")];
+    let r = get(&gw, not_modified, &mine);
+    assert_eq!(
+        (r.status, status_of(&r)),
+        (304, "sluicegate; fwd=request; fwd-status=304")
+    );
+    assert!(r.body.is_empty());
+    assert_eq!(up.requests_seen(), 3);
+
+    // Last-Modified: If-Modified-Since; a 200 replaces the object.
+    let lm = "Sun, 06 Nov 1994 08:49:37 GMT";
+    let encoded = lm.replace(' ', "%20");
+    let stored =
+        format!("/n/lm?size=100&header=cache-control:max-age=1&header=last-modified:{encoded}");
+    assert_eq!(status_of(&get(&gw, &stored, &[])), STORED);
+    let changed = "/n/lm?size=200&header=cache-control:max-age=60&header=x-v:3";
+    let r = until_stale(&gw, changed, &[]);
+    assert_eq!(
+        (r.status, status_of(&r)),
+        (200, "sluicegate; fwd=stale; fwd-status=200; stored")
+    );
+    assert_eq!(r.body.len(), 200);
+    let sent = up.last_request().expect("the revalidation");
+    assert_eq!(sent.header("if-modified-since"), Some(lm));
+    let r = get(&gw, changed, &[]);
+    assert_eq!((status_of(&r), r.body.len()), (HIT, 200));
+
+    // Stored with no-cache: revalidated before each use.
+    let path = "/n/nc?size=50&header=cache-control:no-cache,max-age=60&header=etag:%22n%22";
+    assert_eq!(status_of(&get(&gw, path, &[])), STORED);
+    let before = up.requests_seen();
+    let again = "/n/nc?status=304&header=cache-control:no-cache,max-age=60";
+    for _ in 0..2 {
+        let r = get(&gw, again, &[]);
+        assert_eq!(
+            (r.status, status_of(&r), r.body.len()),
+            (200, "sluicegate; fwd=stale; fwd-status=304", 50)
+        );
+    }
+    assert_eq!(up.requests_seen(), before + 2);
+}
+
+#[test]
+fn the_waiters_of_a_revalidation_get_the_refreshed_object() {
+    let up = TestUpstream::start();
+    let gw = start_stale(up.addr(), free_port());
+    let stored = "/n/w?size=500&header=cache-control:max-age=1&header=etag:%22w%22";
+    let first = get(&gw, stored, &[]);
+    assert_eq!(status_of(&first), STORED);
+    // Stale after its second (a HEAD goes upstream for a stale object
+    // without refreshing it).
+    let stale = wait_until(Duration::from_secs(5), || {
+        status_of(&http_request(gw.addr(), "HEAD", stored, &[], b"")) != HIT
+    });
+    assert!(stale, "still a hit after 5 s");
+    // 20 requests at once: one revalidates (its 304 takes 600 ms), the
+    // others wait for it and get the refreshed object.
+    let before = up.requests_seen();
+    let slow = "/n/w?status=304&delay=600&header=cache-control:max-age=60&header=x-v:2";
+    let barrier = std::sync::Barrier::new(20);
+    let answers: Vec<Response> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..20)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    get(&gw, slow, &[])
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(up.requests_seen(), before + 1, "one revalidation");
+    let mut statuses: Vec<&str> = answers.iter().map(status_of).collect();
+    statuses.sort_unstable();
+    statuses.dedup();
+    for r in &answers {
+        assert_eq!(
+            (r.status, r.header("x-v")),
+            (200, Some("2")),
+            "{statuses:?}"
+        );
+        assert_eq!(r.body, first.body);
+    }
+    let revalidated = "sluicegate; fwd=stale; fwd-status=304";
+    let one = answers
+        .iter()
+        .filter(|r| status_of(r) == revalidated)
+        .count();
+    assert_eq!(one, 1, "{statuses:?}");
+    let coalesced = answers
+        .iter()
+        .filter(|r| status_of(r) == "sluicegate; hit; detail=coalesced")
+        .count();
+    assert!(coalesced > 0, "{statuses:?}");
+}
+
 /// An admin API call with a bearer token and a JSON body.
 fn admin(admin: u16, method: &str, path: &str, token: &str, body: &str) -> Response {
     let auth = format!("Bearer {token}");

@@ -42,6 +42,15 @@ impl Fields {
         self.ends.len()
     }
 
+    /// Keeps the first `n` fields only.
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.ends.len() {
+            let end = n.checked_sub(1).map_or(0, |i| self.ends[i].1 as usize);
+            self.buf.truncate(end);
+            self.ends.truncate(n);
+        }
+    }
+
     /// Adds `name: value`.
     #[inline(always)]
     pub fn push(&mut self, name: &[u8], value: &[u8]) {

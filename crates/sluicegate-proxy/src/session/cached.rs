@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::answer::{answer_consumed, answer_locally, Local};
 use super::peer::Link;
-use crate::cache::fill::{Field, Fill, Fwd, Key, Policy};
+use crate::cache::fill::{Field, Fill, Fwd, Key, Policy, Revalidation};
 use crate::cache::flight::Join;
 use crate::cache::rules::{self, RequestDirectives};
 use crate::cache::store::Object;
@@ -151,7 +151,11 @@ pub(super) async fn lookup(
     let authorization = field(bufs, b"authorization").is_some();
     let metrics = &route.metrics.cache;
     let mut stale = None;
+    // The stored object the request goes upstream past (stale, or one
+    // the request would not take as it is): revalidated when it can be.
+    let stored;
     let fwd = if dirs.no_cache || dirs.max_age == Some(0) {
+        stored = lookup_any(cache, &key, &request_fields);
         Fwd::Request
     } else {
         match fresh(cache, &key, &request_fields, &dirs) {
@@ -159,7 +163,7 @@ pub(super) async fn lookup(
                 metrics.hits.fetch_add(1, Relaxed);
                 return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT).await);
             }
-            Err((fwd, Some(o))) if within(&o, o.stale_while_revalidate) => {
+            Err((Fwd::Stale, Some(o))) if within(&o, o.stale_while_revalidate) => {
                 // Answered stale at once; one refresh (the key's flight
                 // lead) fetches it anew unless one is under way.
                 let hash = cache.store.hash(&key.parts());
@@ -169,7 +173,7 @@ pub(super) async fn lookup(
                         key,
                         request_fields,
                         authorization,
-                        fwd,
+                        Fwd::Stale,
                     ));
                     fill.lead = Some(lead);
                     let down = link.downstream();
@@ -189,7 +193,11 @@ pub(super) async fn lookup(
                 return Cached::Served(serve(link, snap, bufs, o, now, is_head, STALE).await);
             }
             Err((fwd, o)) => {
-                stale = o.filter(|o| within(o, o.stale_if_error));
+                let kept = o
+                    .as_ref()
+                    .filter(|o| fwd == Fwd::Stale && within(o, o.stale_if_error));
+                stale = kept.cloned();
+                stored = o;
                 fwd
             }
         }
@@ -224,8 +232,13 @@ pub(super) async fn lookup(
             authorization,
             fwd,
         )));
+        let revalidation = stored
+            .filter(|o| o.etag.is_some() || o.last_modified.is_some())
+            .filter(|_| field(bufs, b"range").is_none())
+            .map(|o| conditional(bufs, o));
         if let Some(f) = bufs.fill.as_deref_mut() {
             f.lead = lead;
+            f.revalidation = revalidation;
         }
         return Cached::Forward(stale);
     } else {
@@ -278,9 +291,111 @@ fn fresh(
     let young = dirs.max_age.is_none_or(|m| o.age(now).as_secs() <= m);
     match (fresh, young) {
         (true, true) => Ok((o, now)),
-        (true, false) => Err((Fwd::Request, None)),
+        (true, false) => Err((Fwd::Request, Some(o))),
         (false, _) => Err((Fwd::Stale, Some(o))),
     }
+}
+
+/// The stored object for the request (its key, its fields for
+/// `Vary`), fresh or not.
+fn lookup_any(cache: &CacheRt, key: &Key, request_fields: &[Field]) -> Option<Arc<Object>> {
+    let parts = key.parts();
+    let header = |name: &[u8]| {
+        request_fields
+            .iter()
+            .find(|(n, _)| **n == *name)
+            .map(|(_, v)| &v[..])
+    };
+    cache.store.get(cache.store.hash(&parts), &parts, &header)
+}
+
+/// The conditional fields a revalidation of `o` sends.
+const CONDITIONAL: [&[u8]; 2] = [b"if-none-match", b"if-modified-since"];
+
+/// Makes the request conditional on the stored object's validators
+/// (RFC 9111 section 4.3.1): `If-None-Match` from its `ETag`,
+/// `If-Modified-Since` from its `Last-Modified`, in place of the
+/// client's own (set aside: a `304` then says that the stored object is
+/// still good, whatever the client holds; the client's conditional is
+/// judged against that object, as for a hit).
+fn conditional(bufs: &mut Bufs, o: Arc<Object>) -> Box<Revalidation> {
+    let raw = bufs.inb.filled();
+    let mut set_aside = Vec::new();
+    for (i, h) in bufs.req.headers.iter_mut().enumerate() {
+        let name = &raw[h.name.clone()];
+        if !h.skip && CONDITIONAL.iter().any(|c| name.eq_ignore_ascii_case(c)) {
+            h.skip = true;
+            set_aside.push(i);
+        }
+    }
+    let added = &mut bufs.edits.request_headers;
+    let added_from = added.len();
+    if let Some(etag) = &o.etag {
+        added.push(CONDITIONAL[0], etag);
+    }
+    if let Some(lm) = &o.last_modified {
+        added.push(CONDITIONAL[1], lm);
+    }
+    Box::new(Revalidation {
+        object: o,
+        set_aside,
+        added_from,
+    })
+}
+
+/// Gives the request its own conditional fields back, the stored
+/// object's validators taken off: before it is sent elsewhere (a
+/// fallback), whose `304` would not be the cache's to use.
+pub(super) fn unconditional(bufs: &mut Bufs, r: &Revalidation) {
+    for &i in &r.set_aside {
+        if let Some(h) = bufs.req.headers.get_mut(i) {
+            h.skip = false;
+        }
+    }
+    bufs.edits.request_headers.truncate(r.added_from);
+}
+
+/// Answers a request whose revalidation (the stored object's
+/// validators sent upstream in place of the client's) got a `304`: the
+/// object is stored again with the `304`'s fields and its age counted
+/// anew (RFC 9111 section 4.3.4), and answers the client, `Cache-Status:
+/// sluicegate; fwd=stale; fwd-status=304` (`fwd=request` for a
+/// request's `no-cache`), a `304` when the client's own conditional
+/// matches it. Its waiters, if it led the key's fetch, are answered from
+/// the refreshed object.
+#[cold]
+pub(super) async fn revalidated<'s>(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    fill: &mut Fill,
+    un: &Unanswered<'s>,
+) -> Outcome<'s> {
+    let Some(r) = fill.revalidation.take() else {
+        return Outcome::local(502, 0, true);
+    };
+    let raw = bufs.upb.filled();
+    let rid = bufs.ids.rid.name();
+    let fresh: Vec<(&[u8], &[u8])> = bufs
+        .res
+        .headers
+        .iter()
+        .filter(|h| !h.skip)
+        .map(|h| (&raw[h.name.clone()], &raw[h.value.clone()]))
+        .filter(|(n, _)| !n.eq_ignore_ascii_case(rid) && !n.eq_ignore_ascii_case(b"cache-status"))
+        .collect();
+    let o = fill.refreshed(&r.object, &fresh).unwrap_or(r.object);
+    let mut cache_status = b"sluicegate; fwd=".to_vec();
+    cache_status.extend_from_slice(fill.fwd().as_str().as_bytes());
+    cache_status.extend_from_slice(b"; fwd-status=304");
+    let close = (!un.at_hand).then_some(un.close);
+    let now = Instant::now();
+    let mut outcome: Outcome<'s> =
+        serve_as(link, snap, bufs, o, now, false, &cache_status, close).await;
+    outcome.bytes_in = un.bytes_in;
+    outcome.upstream_us = un.upstream_us;
+    outcome.endpoint = un.endpoint;
+    outcome
 }
 
 /// The route's cache settings a fill takes.
