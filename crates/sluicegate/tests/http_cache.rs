@@ -10,7 +10,10 @@
 //! too; a request its route's auth refuses never gets a stored body; and
 //! `stale_if_error` answers a 5xx or a dead upstream with the stale object;
 //! `stale_while_revalidate` answers it at once while one refresh runs,
-//! which revalidates an object with an `ETag` (a `304` keeps its body).
+//! which revalidates an object with an `ETag` (a `304` keeps its body);
+//! a stale object with validators is revalidated in the foreground, its
+//! waiters answered from the refreshed object; and waiters of a fetch
+//! are answered as it arrives (HTTP/1.1 and HTTP/2), cut when it is.
 
 mod http_common;
 
@@ -583,6 +586,202 @@ fn the_waiters_of_a_revalidation_get_the_refreshed_object() {
         .filter(|r| status_of(r) == "sluicegate; hit; detail=coalesced")
         .count();
     assert!(coalesced > 0, "{statuses:?}");
+}
+
+/// An answer read as it came: its status and `Cache-Status`, when its
+/// first body byte came and when it ended, its body, and whether it
+/// ended whole (its length, or its last chunk or stream end).
+#[derive(Debug)]
+struct Timed {
+    status: u16,
+    cache_status: String,
+    first_byte: Option<std::time::Instant>,
+    ended: std::time::Instant,
+    body: Vec<u8>,
+    whole: bool,
+}
+
+const TIMED_MAX: Duration = Duration::from_secs(10);
+
+/// A `GET` over HTTP/1.1 (the connection closing after it), read as it
+/// comes.
+fn h1_timed(addr: std::net::SocketAddr, path: &str) -> Timed {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(TIMED_MAX)).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: cache.test\r\nConnection: close\r\n\r\n");
+    c.write_all(req.as_bytes()).unwrap();
+    let (mut raw, mut buf) = (Vec::new(), [0u8; 16384]);
+    let mut head_end = None;
+    let mut first_byte = None;
+    loop {
+        let n = c.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        if head_end.is_none() {
+            head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+        }
+        if head_end.is_some_and(|h| raw.len() > h) && first_byte.is_none() {
+            first_byte = Some(std::time::Instant::now());
+        }
+    }
+    let ended = std::time::Instant::now();
+    let h = head_end.expect("a head");
+    let head = String::from_utf8_lossy(&raw[..h]).to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    let field = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    let rest = &raw[h..];
+    let (body, whole) = if field("transfer-encoding").as_deref() == Some("chunked") {
+        dechunk(rest)
+    } else {
+        let n: usize = field("content-length").expect("a length").parse().unwrap();
+        (rest.to_vec(), rest.len() == n)
+    };
+    Timed {
+        status,
+        cache_status: field("cache-status").unwrap_or_default(),
+        first_byte,
+        ended,
+        body,
+        whole,
+    }
+}
+
+/// A chunked body's data, and whether its last chunk came.
+fn dechunk(mut rest: &[u8]) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    loop {
+        let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+            return (body, false);
+        };
+        let size = std::str::from_utf8(&rest[..eol]).unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        if n == 0 {
+            return (body, rest[eol..].starts_with(b"\r\n\r\n"));
+        }
+        let Some(data) = rest.get(eol + 2..eol + 2 + n) else {
+            return (body, false);
+        };
+        body.extend_from_slice(data);
+        rest = rest.get(eol + 4 + n..).unwrap_or_default();
+    }
+}
+
+/// A `GET` over HTTP/2 (prior knowledge), read as it comes; a reset
+/// stream ends it not whole.
+fn h2_timed(addr: std::net::SocketAddr, path: &str) -> Timed {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let req = http::Request::get(format!("http://cache.test{path}"))
+            .body(())
+            .unwrap();
+        let (res, _) = client.send_request(req, true).unwrap();
+        let res = tokio::time::timeout(TIMED_MAX, res).await.unwrap().unwrap();
+        let (parts, mut body) = res.into_parts();
+        let (mut data, mut first_byte, mut whole) = (Vec::new(), None, true);
+        while let Some(chunk) = tokio::time::timeout(TIMED_MAX, body.data()).await.unwrap() {
+            let Ok(chunk) = chunk else {
+                whole = false;
+                break;
+            };
+            let _ = body.flow_control().release_capacity(chunk.len());
+            if !chunk.is_empty() && first_byte.is_none() {
+                first_byte = Some(std::time::Instant::now());
+            }
+            data.extend_from_slice(&chunk);
+        }
+        let cache_status = parts.headers.get("cache-status");
+        Timed {
+            status: parts.status.as_u16(),
+            cache_status: cache_status.map_or("", |v| v.to_str().unwrap()).to_string(),
+            first_byte,
+            ended: std::time::Instant::now(),
+            body: data,
+            whole,
+        }
+    })
+}
+
+/// Starts `path` on a thread, waits until the upstream has it (one more
+/// request than `before`), then gets it from 3 HTTP/1.1 and 3 HTTP/2
+/// clients at once: the leader's answer, then the others'.
+fn lead_and_wait(gw: &Gw, up: &TestUpstream, path: &str) -> (Timed, Vec<Timed>) {
+    let before = up.requests_seen();
+    let addr = gw.addr();
+    std::thread::scope(|s| {
+        let leader = s.spawn(|| h1_timed(addr, path));
+        let sent = wait_until(Duration::from_secs(5), || up.requests_seen() > before);
+        assert!(sent, "the leader's request never came upstream");
+        let waiters: Vec<_> = (0..6)
+            .map(|i| {
+                s.spawn(move || match i % 2 {
+                    0 => h1_timed(addr, path),
+                    _ => h2_timed(addr, path),
+                })
+            })
+            .collect();
+        let waiters = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+        (leader.join().unwrap(), waiters)
+    })
+}
+
+#[test]
+fn waiters_are_answered_as_the_fetch_arrives() {
+    let up = TestUpstream::start();
+    let gw = start(&up);
+    // 60,000 bytes: the first 1,000 at once, the rest 1.5 s later; with
+    // a length, then chunked (to HTTP/1.1 waiters chunked, to HTTP/2
+    // ones until the stream's end).
+    for chunked in ["0", "1"] {
+        let path = format!(
+            "/c/streamed-{chunked}?size=60000&first=1000&body_delay=1500&chunked={chunked}&header=cache-control:max-age=60"
+        );
+        let before = up.requests_seen();
+        let (leader, waiters) = lead_and_wait(&gw, &up, &path);
+        assert_eq!(up.requests_seen(), before + 1, "one fetch for all");
+        let body = sluicegate_testkit::upstream::pattern(60000);
+        assert_eq!(leader.cache_status, STORED);
+        assert!(leader.whole && leader.body == body);
+        for w in &waiters {
+            assert_eq!(w.status, 200, "{w:?}");
+            assert_eq!(w.cache_status, "sluicegate; hit; detail=coalesced");
+            assert!(w.whole, "chunked={chunked}: not whole");
+            assert!(w.body == body, "chunked={chunked}: another body");
+            // Its first bytes came well before the rest (1.5 s later).
+            let first = w.first_byte.expect("body bytes");
+            let waited = w.ended.duration_since(first);
+            assert!(
+                waited > Duration::from_millis(700),
+                "chunked={chunked}: the first bytes came {waited:?} before the end"
+            );
+        }
+    }
+
+    // A fetch cut after its head (its upstream closes mid-body): the
+    // waiters that had the head are cut too (the connection closed, the
+    // stream reset), and none goes upstream.
+    let path = "/c/cut?close=mid&body_delay=1000&header=cache-control:max-age=60";
+    let before = up.requests_seen();
+    let (leader, waiters) = lead_and_wait(&gw, &up, path);
+    assert!(!leader.whole);
+    for w in &waiters {
+        assert_eq!(w.status, 200, "{w:?}");
+        assert_eq!(w.cache_status, "sluicegate; hit; detail=coalesced");
+        assert!(!w.whole, "a cut answer looked whole: {w:?}");
+    }
+    assert_eq!(up.requests_seen(), before + 1);
 }
 
 /// An admin API call with a bearer token and a JSON body.

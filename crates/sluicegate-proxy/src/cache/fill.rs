@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::flight::Head;
 pub use super::key::Key;
 use super::rules::{self, ResponseDirectives, ResponseFacts, Storable};
 use super::store::{Object, Parts, Store, VaryValue};
@@ -78,7 +79,11 @@ pub struct Fill {
     fwd: Fwd,
     /// The object to be, once its head was judged storable.
     pending: Option<Parts>,
+    /// The body's copy, when no request waits for it (otherwise it is
+    /// the lead's, for the waiters to read as well).
     body: Vec<u8>,
+    /// How much of the body was copied.
+    got: u64,
     /// The body's length, when its head gave it: the object is stored as
     /// soon as the last byte is copied, before it is written to the
     /// client (whose next request may then hit).
@@ -117,6 +122,7 @@ impl Fill {
             fwd,
             pending: None,
             body: Vec::new(),
+            got: 0,
             expected: None,
             whole: false,
             stored: false,
@@ -260,8 +266,23 @@ impl Fill {
             route: p.route.clone(),
         });
         self.expected = length;
+        if let (Some(lead), Some(p)) = (&self.lead, &self.pending) {
+            lead.head(Head {
+                status,
+                fields: p.fields.clone(),
+                length,
+                etag: p.etag.clone(),
+                last_modified: p.last_modified.clone(),
+                initial_age: p.initial_age,
+                arrived: p.stored,
+                vary: p.vary.clone(),
+            });
+        }
         if let Some(n) = length {
-            self.body.reserve_exact(n as usize);
+            match &self.lead {
+                Some(lead) => lead.reserve(n as usize),
+                None => self.body.reserve_exact(n as usize),
+            }
             if n == 0 {
                 self.whole = true;
                 self.commit();
@@ -281,14 +302,19 @@ impl Fill {
         if self.pending.is_none() {
             return;
         }
-        if (self.body.len() + data.len()) as u64 > self.policy.store.max_object {
+        if self.got + data.len() as u64 > self.policy.store.max_object {
+            // Past the bound: not kept, and the waiters' answers are cut.
             self.pending = None;
             self.body = Vec::new();
             self.lead = None;
             return;
         }
-        self.body.extend_from_slice(data);
-        if self.expected == Some(self.body.len() as u64) {
+        self.got += data.len() as u64;
+        match &self.lead {
+            Some(lead) => lead.push(data),
+            None => self.body.extend_from_slice(data),
+        }
+        if self.expected == Some(self.got) {
             self.whole = true;
             self.commit();
         }
@@ -303,7 +329,10 @@ impl Fill {
         let Some(mut p) = self.pending.take() else {
             return self.stored;
         };
-        p.body = Bytes::from(std::mem::take(&mut self.body));
+        p.body = match &self.lead {
+            Some(lead) => lead.whole(),
+            None => Bytes::from(std::mem::take(&mut self.body)),
+        };
         let parts = self.key.parts();
         self.object = self.policy.store.insert(self.hash, &parts, p);
         self.stored = self.object.is_some();

@@ -20,14 +20,18 @@ use std::time::{Duration, Instant};
 use super::answer::{answer_consumed, answer_locally, Local};
 use super::peer::Link;
 use crate::cache::fill::{Field, Fill, Fwd, Key, Policy, Revalidation};
-use crate::cache::flight::Join;
+use crate::cache::flight::{Head, Join, Read, Waiter};
 use crate::cache::rules::{self, RequestDirectives};
 use crate::cache::store::Object;
+use crate::proto;
+use crate::proto::codec::BodyKind;
 use crate::proto::fields::Fields;
-use crate::proto::response::Head;
+use crate::proto::response::{self, bodiless, Answer, What};
 use crate::route::target::{strip_port, Target};
 use crate::snapshot::cache::{CacheRt, KeyPart};
 use crate::snapshot::{RouteRt, Snapshot};
+use crate::transport::io::write_all_by;
+use crate::upstream::body::client_write_failed;
 use crate::upstream::forward::Outcome;
 use crate::upstream::handback::Unanswered;
 use crate::upstream::refresh;
@@ -209,10 +213,23 @@ pub(super) async fn lookup(
         let hash = cache.store.hash(&key.parts());
         match cache.store.flights.join(hash, &key) {
             Join::Lead(l) => lead = Some(l),
-            Join::Wait(mut rx) => {
-                let done = rx.wait_for(|done| *done);
+            Join::Wait(mut waiter) => {
+                // Answered from the fetch as it arrives, once its head
+                // was judged storable (and varies as this request does).
                 let wait = link.worker.deadlines.after(WAIT_MAX).or_shutdown();
-                let _ = wait.bound(done).await;
+                let head = wait.bound(waiter.head()).await.ok().flatten();
+                let header = |name: &[u8]| {
+                    request_fields
+                        .iter()
+                        .find(|(n, _)| **n == *name)
+                        .map(|(_, v)| &v[..])
+                };
+                if let Some(head) = head.filter(|h| h.varies_as(&header)) {
+                    metrics.hits.fetch_add(1, Relaxed);
+                    metrics.coalesced.fetch_add(1, Relaxed);
+                    let streamed = streamed(link, snap, bufs, waiter, head);
+                    return Cached::Served(Box::pin(streamed).await);
+                }
                 if let Ok((o, now)) = fresh(cache, &key, &request_fields, &dirs) {
                     metrics.hits.fetch_add(1, Relaxed);
                     metrics.coalesced.fetch_add(1, Relaxed);
@@ -438,9 +455,26 @@ async fn serve_as(
     cache_status: &[u8],
     close: Option<bool>,
 ) -> Outcome<'static> {
+    let fields = answer_fields(bufs, &o.fields, o.age(now), cache_status);
+    let not_modified = not_modified(bufs, &o.etag, &o.last_modified);
+    let (status, body): (u16, &[u8]) = match not_modified && o.status == 200 {
+        true => (304, &[]),
+        false => (o.status, &o.body),
+    };
+    let fixed = Local::Fixed(proto::response::Head::Fields(status, &fields), body);
+    match close {
+        None => answer_locally(link, snap, bufs, fixed, is_head).await,
+        Some(close) => answer_consumed(link, snap, bufs, fixed, is_head, close).await,
+    }
+}
+
+/// The fields of an answer from memory: the stored ones (`stored`, as
+/// HTTP/1.1 lines) less those the route's header ops drop, its `Age`
+/// and `Cache-Status`.
+fn answer_fields(bufs: &Bufs, stored: &[u8], age: Duration, cache_status: &[u8]) -> Fields {
     let mut fields = Fields::new();
     let ops = bufs.edits.response_ops.as_deref();
-    for line in o.fields.split(|&b| b == b'\n') {
+    for line in stored.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
@@ -450,28 +484,164 @@ async fn serve_as(
             fields.push(name, value);
         }
     }
-    let age = o.age(now).as_secs();
+    let age = age.as_secs();
     fields.push(b"age", itoa::Buffer::new().format(age).as_bytes());
     fields.push(b"cache-status", cache_status);
-    let not_modified = match (field(bufs, b"if-none-match"), &o.etag) {
+    fields
+}
+
+/// Whether the request's validators match an answer's (`If-None-Match`
+/// by weak comparison, else `If-Modified-Since`).
+fn not_modified(bufs: &Bufs, etag: &Option<Box<[u8]>>, lm: &Option<Box<[u8]>>) -> bool {
+    match (field(bufs, b"if-none-match"), etag) {
         (Some(inm), Some(etag)) => rules::none_match(inm, etag),
         (Some(_), None) => false,
-        (None, _) => match (field(bufs, b"if-modified-since"), &o.last_modified) {
+        (None, _) => match (field(bufs, b"if-modified-since"), lm) {
             (Some(ims), Some(lm)) => {
                 matches!((rules::http_date(ims), rules::http_date(lm)), (Some(i), Some(l)) if l <= i)
             }
             _ => false,
         },
-    };
-    let (status, body): (u16, &[u8]) = match not_modified && o.status == 200 {
-        true => (304, &[]),
-        false => (o.status, &o.body),
-    };
-    let fixed = Local::Fixed(Head::Fields(status, &fields), body);
-    match close {
-        None => answer_locally(link, snap, bufs, fixed, is_head).await,
-        Some(close) => answer_consumed(link, snap, bufs, fixed, is_head, close).await,
     }
+}
+
+/// A chunk's size line (`1a2b\r\n`).
+fn chunk_line(out: &mut Vec<u8>, n: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (usize::BITS - n.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        out.push(HEX[(n >> (i * 4)) & 15]);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How much of the body a waiter copies at a time.
+const PIECE: usize = 64 * 1024;
+
+/// Answers a `GET` that waited for another request's fetch of its key
+/// from that fetch as it arrives (`Cache-Status: sluicegate; hit;
+/// detail=coalesced`): its head (`head`, judged storable), then its body
+/// copied from the fetch's shared buffer as it grows, `waiter` woken
+/// each time (a `304` instead when the request's validators match). A
+/// fetch cut after the head went (past `max_object`, its upstream gone)
+/// ends the answer cut: the connection closes, an HTTP/2 stream is
+/// reset.
+async fn streamed(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    mut waiter: Waiter,
+    head: Arc<Head>,
+) -> Outcome<'static> {
+    let age = head.initial_age + head.arrived.elapsed();
+    let fields = answer_fields(bufs, &head.fields, age, COALESCED);
+    if head.status == 200 && not_modified(bufs, &head.etag, &head.last_modified) {
+        let fixed = Local::Fixed(proto::response::Head::Fields(304, &fields), &[]);
+        return answer_locally(link, snap, bufs, fixed, false).await;
+    }
+    let framing = bufs.req_framing;
+    let http10 = bufs.req.minor == 0;
+    let h2 = link.client.h2();
+    let length = head.length.filter(|_| !bodiless(head.status));
+    let no_body = bodiless(head.status) || length == Some(0);
+    // A request with a body of its own (unusual for a `GET`): not read,
+    // the connection closes after the answer.
+    let mut close = framing.close
+        || framing.body != BodyKind::None
+        || link.worker.shutting_down()
+        || (length.is_none() && http10 && h2.is_none() && !no_body);
+    let chunked = length.is_none() && !http10 && h2.is_none() && !no_body;
+    let ops = bufs
+        .edits
+        .response_ops
+        .as_ref()
+        .map_or(&proto::fields::NONE, |o| &o.fields);
+    let answer = Answer {
+        what: What::Streamed {
+            head: proto::response::Head::Fields(head.status, &fields),
+            edits: &bufs.edits.response_headers,
+            ops,
+            length: if no_body { Some(0) } else { length },
+        },
+        rid: &bufs.ids.rid,
+        close,
+        head_only: false,
+        http10,
+    };
+    let rendered = response::render(&answer, h2, &mut bufs.out);
+    bufs.inb.consume(framing.len);
+    let mut outcome = Outcome::local(head.status, 0, close);
+    if rendered.is_err() {
+        outcome.close = true;
+        return outcome;
+    }
+    let client_write = snap.timeouts.client_write;
+    let mut sent = 0usize;
+    let ended_whole = loop {
+        if no_body {
+            break true;
+        }
+        let out = &mut bufs.out;
+        let read = waiter.read(sent, PIECE, |data| {
+            if chunked {
+                chunk_line(out, data.len());
+            }
+            out.extend_from_slice(data);
+            if chunked {
+                out.extend_from_slice(b"\r\n");
+            }
+        });
+        match read {
+            Read::Data(n) => sent += n,
+            Read::Whole => {
+                if chunked {
+                    bufs.out.extend_from_slice(b"0\r\n\r\n");
+                }
+                break true;
+            }
+            Read::Cut => break false,
+            Read::Pending => {}
+        }
+        if !bufs.out.is_empty() {
+            let wait = link.worker.deadlines.after(client_write);
+            if let Err(e) = write_all_by(link.client, &bufs.out, wait).await {
+                client_write_failed(link.worker, &e);
+                outcome.close = true;
+                return outcome;
+            }
+            bufs.out.clear();
+        }
+        if read == Read::Pending {
+            let wait = link.worker.deadlines.after(WAIT_MAX).or_shutdown();
+            if wait.bound(waiter.changed()).await.is_err() {
+                break false;
+            }
+        }
+    };
+    outcome.bytes_out = sent as u64;
+    if !ended_whole {
+        // Cut: the client must not take it for the whole answer.
+        if let Some(x) = h2 {
+            x.cancel();
+        }
+        outcome.close = true;
+        return outcome;
+    }
+    if !bufs.out.is_empty() {
+        let wait = link.worker.deadlines.after(client_write);
+        if let Err(e) = write_all_by(link.client, &bufs.out, wait).await {
+            client_write_failed(link.worker, &e);
+            outcome.close = true;
+            return outcome;
+        }
+        bufs.out.clear();
+    }
+    if let (Some(x), None) = (h2, length) {
+        x.finish();
+    }
+    close |= outcome.close;
+    outcome.close = close;
+    outcome
 }
 
 /// Answers a `GET` whose forward failed or answered 5xx (`un`; its
@@ -510,5 +680,21 @@ pub(super) fn ended(route: &RouteRt, fill: Option<Box<Fill>>) {
         if f.commit() {
             route.metrics.cache.stores.fetch_add(1, Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn chunk_lines_are_hex() {
+        let line = |n| {
+            let mut out = Vec::new();
+            super::chunk_line(&mut out, n);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(line(0), "0\r\n");
+        assert_eq!(line(10), "a\r\n");
+        assert_eq!(line(0x1a2b), "1a2b\r\n");
+        assert_eq!(line(65536), "10000\r\n");
     }
 }
