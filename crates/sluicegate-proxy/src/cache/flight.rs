@@ -309,6 +309,8 @@ mod tests {
         assert_eq!(w.read(3, 10, |d| got.extend_from_slice(d)), Read::Data(3));
         assert_eq!(w.read(6, 10, |_| {}), Read::Whole);
         assert_eq!(got, b"abcdef");
+        drop(lead);
+        assert_eq!(w.read(6, 10, |_| {}), Read::Whole, "still whole once ended");
         assert!(flights.is_empty());
 
         // Cut after its head: a waiter that sent some reads the cut; one

@@ -113,6 +113,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn truncate_keeps_the_first_fields() {
+        let mut f = Fields::default();
+        f.push(b"a", b"1");
+        f.push(b"b", b"2");
+        f.truncate(5);
+        assert_eq!(f.len(), 2);
+        f.truncate(1);
+        let mut out = Vec::new();
+        f.write_h1(&mut out);
+        assert_eq!(out, b"a: 1\r\n");
+        f.push(b"c", b"3");
+        assert_eq!(f.get(b"c"), Some(&b"3"[..]));
+        f.truncate(0);
+        assert!(f.is_empty());
+    }
+
+    #[test]
     fn fields_keep_their_order_and_are_written_as_h1_lines() {
         let mut f = Fields::default();
         assert!(f.is_empty());
