@@ -19,7 +19,6 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::key::Key;
-use super::store::VaryValue;
 
 /// The fetches in flight of one store.
 #[derive(Debug, Default)]
@@ -59,8 +58,9 @@ pub struct Head {
     /// Its age when it arrived, and when that was.
     pub initial_age: Duration,
     pub arrived: Instant,
-    /// The fields its `Vary` names, with the leading request's values.
-    pub vary: Box<[VaryValue]>,
+    /// The fields its `Vary` names (lower case), with the leading
+    /// request's values (as the store keeps them).
+    pub vary: Box<[(Box<[u8]>, Box<[u8]>)]>,
 }
 
 impl Head {
