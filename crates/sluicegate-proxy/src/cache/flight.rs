@@ -45,6 +45,9 @@ struct Progress {
     ended: bool,
 }
 
+/// A field `Vary` names and a request's value of it.
+pub type Varying = (Box<[u8]>, Box<[u8]>);
+
 /// The head of an answer being fetched, as a waiter answers with it.
 #[derive(Debug)]
 pub struct Head {
@@ -60,7 +63,7 @@ pub struct Head {
     pub arrived: Instant,
     /// The fields its `Vary` names (lower case), with the leading
     /// request's values (as the store keeps them).
-    pub vary: Box<[(Box<[u8]>, Box<[u8]>)]>,
+    pub vary: Box<[Varying]>,
 }
 
 impl Head {
