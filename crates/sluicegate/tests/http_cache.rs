@@ -13,7 +13,8 @@
 //! which revalidates an object with an `ETag` (a `304` keeps its body);
 //! a stale object with validators is revalidated in the foreground, its
 //! waiters answered from the refreshed object; and waiters of a fetch
-//! are answered as it arrives (HTTP/1.1 and HTTP/2), cut when it is.
+//! are answered as it arrives (HTTP/1.1 and HTTP/2), cut when it is;
+//! the request's `max-stale`, `min-fresh` and `only-if-cached` are read.
 
 mod http_common;
 
@@ -586,6 +587,59 @@ fn the_waiters_of_a_revalidation_get_the_refreshed_object() {
         .filter(|r| status_of(r) == "sluicegate; hit; detail=coalesced")
         .count();
     assert!(coalesced > 0, "{statuses:?}");
+}
+
+#[test]
+fn the_request_s_max_stale_min_fresh_and_only_if_cached() {
+    let up = TestUpstream::start();
+    let gw = start_stale(up.addr(), free_port());
+    let head_until_stale = |path: &str| {
+        let stale = wait_until(Duration::from_secs(5), || {
+            status_of(&http_request(gw.addr(), "HEAD", path, &[], b"")) != HIT
+        });
+        assert!(stale, "{path}: still a hit after 5 s");
+    };
+    let stored = "/n/ms?size=10&header=cache-control:max-age=1";
+    assert_eq!(status_of(&get(&gw, stored, &[])), STORED);
+    let must = "/n/mr?size=10&header=cache-control:max-age=1,must-revalidate";
+    assert_eq!(status_of(&get(&gw, must, &[])), STORED);
+    head_until_stale(stored);
+    head_until_stale(must);
+    let before = up.requests_seen();
+    // max-stale: the stale object answers, with or without a bound.
+    for cc in ["max-stale", "max-stale=3600", "only-if-cached, max-stale"] {
+        let r = get(&gw, stored, &[("Cache-Control", cc)]);
+        assert_eq!(
+            (r.status, status_of(&r)),
+            (200, "sluicegate; hit; detail=stale"),
+            "{cc}"
+        );
+        assert_eq!(r.body.len(), 10);
+    }
+    // only-if-cached: a 504 for what is stale or not stored, never
+    // upstream.
+    for path in [stored, "/n/nothing-here"] {
+        let r = get(&gw, path, &[("Cache-Control", "only-if-cached")]);
+        assert_eq!(
+            (r.status, status_of(&r)),
+            (504, "sluicegate; detail=only-if-cached"),
+            "{path}"
+        );
+    }
+    assert_eq!(up.requests_seen(), before, "none went upstream");
+    // must-revalidate: never served stale, whatever the request takes.
+    let r = get(&gw, must, &[("Cache-Control", "max-stale")]);
+    assert_eq!(status_of(&r), "sluicegate; fwd=stale; stored");
+    assert_eq!(up.requests_seen(), before + 1);
+    // min-fresh: a fresh object that will not stay fresh long enough
+    // goes upstream.
+    let minute = "/n/mf?size=10&header=cache-control:max-age=60";
+    assert_eq!(status_of(&get(&gw, minute, &[])), STORED);
+    let r = get(&gw, minute, &[("Cache-Control", "min-fresh=10")]);
+    assert_eq!(status_of(&r), HIT);
+    let r = get(&gw, minute, &[("Cache-Control", "min-fresh=3600")]);
+    assert_eq!(status_of(&r), "sluicegate; fwd=request; stored");
+    assert_eq!(up.requests_seen(), before + 3);
 }
 
 /// An answer read as it came: its status and `Cache-Status`, when its

@@ -165,7 +165,15 @@ pub(super) async fn lookup(
         match fresh(cache, &key, &request_fields, &dirs) {
             Ok((o, now)) => {
                 metrics.hits.fetch_add(1, Relaxed);
-                return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT).await);
+                // Stale, when the request's `max-stale` took it so.
+                let status = match o.fresh(now) {
+                    Ok(_) => HIT,
+                    Err(_) => {
+                        metrics.stale.fetch_add(1, Relaxed);
+                        STALE
+                    }
+                };
+                return Cached::Served(serve(link, snap, bufs, o, now, is_head, status).await);
             }
             Err((Fwd::Stale, Some(o))) if within(&o, o.stale_while_revalidate) => {
                 // Answered stale at once; one refresh (the key's flight
@@ -206,6 +214,12 @@ pub(super) async fn lookup(
             }
         }
     };
+    if dirs.only_if_cached {
+        // Nothing stored that it takes, and it may not go upstream (RFC
+        // 9111 section 5.2.1.7).
+        metrics.misses.fetch_add(1, Relaxed);
+        return Cached::Served(only_if_cached(link, snap, bufs, is_head).await);
+    }
     // Coalescing: the first miss for a key fetches it, the others wait
     // for that fetch, then look up again.
     let mut lead = None;
@@ -304,13 +318,42 @@ fn fresh(
         .get(hash, &parts, &header)
         .ok_or((Fwd::Miss, None))?;
     let now = Instant::now();
-    let fresh = o.fresh(now).is_ok() && !o.no_cache;
     let young = dirs.max_age.is_none_or(|m| o.age(now).as_secs() <= m);
-    match (fresh, young) {
-        (true, true) => Ok((o, now)),
-        (true, false) => Err((Fwd::Request, Some(o))),
-        (false, _) => Err((Fwd::Stale, Some(o))),
+    match o.fresh(now) {
+        Ok(left) if !o.no_cache => {
+            // Fresh, but maybe not as fresh as the request asks.
+            let enough = dirs.min_fresh.is_none_or(|m| left.as_secs() >= m);
+            match young && enough {
+                true => Ok((o, now)),
+                false => Err((Fwd::Request, Some(o))),
+            }
+        }
+        Ok(_) => Err((Fwd::Stale, Some(o))),
+        Err(stale_by) => {
+            // The request takes it stale (`max-stale`), unless it must
+            // be revalidated (RFC 9111 section 4.2.4).
+            let taken = dirs.max_stale.is_some_and(|m| stale_by.as_secs() <= m);
+            match taken && young && !o.must_revalidate && !o.no_cache {
+                true => Ok((o, now)),
+                false => Err((Fwd::Stale, Some(o))),
+            }
+        }
     }
+}
+
+/// A `504` for a request with `only-if-cached` that nothing stored
+/// answers: `Cache-Status: sluicegate; detail=only-if-cached`.
+#[cold]
+async fn only_if_cached(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    is_head: bool,
+) -> Outcome<'static> {
+    let mut fields = Fields::new();
+    fields.push(b"cache-status", b"sluicegate; detail=only-if-cached");
+    let fixed = Local::Fixed(proto::response::Head::Fields(504, &fields), &[]);
+    answer_locally(link, snap, bufs, fixed, is_head).await
 }
 
 /// The stored object for the request (its key, its fields for
