@@ -9,7 +9,12 @@
 //! `stale_if_error` window keeps it, for the lifecycle to answer with
 //! when the forward hands its failure or 5xx back; a stale object within
 //! its `stale_while_revalidate` window answers at once while one refresh
-//! ([`crate::upstream::refresh`]) fetches it anew. Only routes with a
+//! ([`crate::upstream::refresh`]) fetches it anew. A request that goes
+//! upstream past a stored object with validators revalidates it: its
+//! validators replace the client's, and the `304` the forward hands back
+//! refreshes it and answers from it. A miss that waits for another's
+//! fetch of its key is answered from that fetch as it arrives (its head,
+//! then its body from the flight's shared buffer). Only routes with a
 //! `cache` come here.
 
 use std::net::IpAddr;
