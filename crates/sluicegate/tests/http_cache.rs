@@ -10,7 +10,11 @@
 //! too; a request its route's auth refuses never gets a stored body; and
 //! `stale_if_error` answers a 5xx or a dead upstream with the stale object;
 //! `stale_while_revalidate` answers it at once while one refresh runs,
-//! which revalidates an object with an `ETag` (a `304` keeps its body).
+//! which revalidates an object with an `ETag` (a `304` keeps its body);
+//! a stale object with validators is revalidated in the foreground, its
+//! waiters answered from the refreshed object; and waiters of a fetch
+//! are answered as it arrives (HTTP/1.1 and HTTP/2), cut when it is;
+//! the request's `max-stale`, `min-fresh` and `only-if-cached` are read.
 
 mod http_common;
 
@@ -525,6 +529,397 @@ fn the_memory_bound_holds_with_ten_times_its_size_in_keys() {
     assert_eq!(up.requests_seen(), seen);
     // An early one was evicted.
     assert_eq!(status_of(&client.get(&path(0)).unwrap()), STORED);
+}
+
+/// Gets `path` until its answer is no longer a hit (the object went
+/// stale), within 5 s; that answer.
+fn until_stale(gw: &Gw, path: &str, headers: &[(&str, &str)]) -> Response {
+    let mut last = None;
+    let stale = wait_until(Duration::from_secs(5), || {
+        let r = get(gw, path, headers);
+        let hit = status_of(&r) == HIT;
+        last = Some(r);
+        !hit
+    });
+    assert!(stale, "still a hit after 5 s");
+    last.expect("an answer")
+}
+
+#[test]
+fn a_stale_object_is_revalidated_in_the_foreground() {
+    let up = TestUpstream::start();
+    let gw = start_stale(up.addr(), free_port());
+    let stored = "/n/v?size=300&header=cache-control:max-age=1&header=etag:%22v1%22";
+    let first = get(&gw, stored, &[]);
+    assert_eq!(status_of(&first), STORED);
+    // Stale: the request goes upstream with the object's ETag (not the
+    // client's own tag); the 304 (fresh for a minute, a new field)
+    // refreshes the object, whose body answers the client.
+    let not_modified = "/n/v?status=304&header=cache-control:max-age=60&header=x-v:2";
+    let other = [("If-None-Match", "\"v0\"")];
+    let r = until_stale(&gw, not_modified, &other);
+    assert_eq!(
+        (r.status, status_of(&r)),
+        (200, "sluicegate; fwd=stale; fwd-status=304")
+    );
+    assert_eq!(r.body, first.body, "the body kept");
+    assert_eq!(r.header("x-v"), Some("2"));
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    let sent = up.last_request().expect("the revalidation");
+    assert_eq!(sent.header("if-none-match"), Some("\"v1\""));
+    assert_eq!(up.requests_seen(), 2);
+    // Refreshed for a minute: hits, with the 304's fields.
+    let r = get(&gw, not_modified, &[]);
+    assert_eq!(
+        (status_of(&r), r.header("cache-control")),
+        (HIT, Some("max-age=60"))
+    );
+    assert_eq!(r.body, first.body);
+    // The client's no-cache revalidates it too; its own matching tag
+    // gets a 304.
+    let mine = [("Cache-Control", "no-cache"), ("If-None-Match", "\"v1\"")];
+    let r = get(&gw, not_modified, &mine);
+    assert_eq!(
+        (r.status, status_of(&r)),
+        (304, "sluicegate; fwd=request; fwd-status=304")
+    );
+    assert!(r.body.is_empty());
+    assert_eq!(up.requests_seen(), 3);
+
+    // Last-Modified: If-Modified-Since; a 200 replaces the object.
+    let lm = "Sun, 06 Nov 1994 08:49:37 GMT";
+    let encoded = lm.replace(' ', "%20");
+    let stored =
+        format!("/n/lm?size=100&header=cache-control:max-age=1&header=last-modified:{encoded}");
+    assert_eq!(status_of(&get(&gw, &stored, &[])), STORED);
+    let changed = "/n/lm?size=200&header=cache-control:max-age=60&header=x-v:3";
+    let r = until_stale(&gw, changed, &[]);
+    assert_eq!(
+        (r.status, status_of(&r)),
+        (200, "sluicegate; fwd=stale; fwd-status=200; stored")
+    );
+    assert_eq!(r.body.len(), 200);
+    let sent = up.last_request().expect("the revalidation");
+    assert_eq!(sent.header("if-modified-since"), Some(lm));
+    let r = get(&gw, changed, &[]);
+    assert_eq!((status_of(&r), r.body.len()), (HIT, 200));
+
+    // Stored with no-cache: revalidated before each use.
+    let path = "/n/nc?size=50&header=cache-control:no-cache,max-age=60&header=etag:%22n%22";
+    assert_eq!(status_of(&get(&gw, path, &[])), STORED);
+    let before = up.requests_seen();
+    let again = "/n/nc?status=304&header=cache-control:no-cache,max-age=60";
+    for _ in 0..2 {
+        let r = get(&gw, again, &[]);
+        assert_eq!(
+            (r.status, status_of(&r), r.body.len()),
+            (200, "sluicegate; fwd=stale; fwd-status=304", 50)
+        );
+    }
+    assert_eq!(up.requests_seen(), before + 2);
+}
+
+#[test]
+fn the_waiters_of_a_revalidation_get_the_refreshed_object() {
+    let up = TestUpstream::start();
+    let gw = start_stale(up.addr(), free_port());
+    let stored = "/n/w?size=500&header=cache-control:max-age=1&header=etag:%22w%22";
+    let first = get(&gw, stored, &[]);
+    assert_eq!(status_of(&first), STORED);
+    // Stale after its second (a HEAD goes upstream for a stale object
+    // without refreshing it).
+    let stale = wait_until(Duration::from_secs(5), || {
+        status_of(&http_request(gw.addr(), "HEAD", stored, &[], b"")) != HIT
+    });
+    assert!(stale, "still a hit after 5 s");
+    // 20 requests at once: one revalidates (its 304 takes 600 ms), the
+    // others wait for it and get the refreshed object.
+    let before = up.requests_seen();
+    let slow = "/n/w?status=304&delay=600&header=cache-control:max-age=60&header=x-v:2";
+    let barrier = std::sync::Barrier::new(20);
+    let answers: Vec<Response> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..20)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    get(&gw, slow, &[])
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(up.requests_seen(), before + 1, "one revalidation");
+    let mut statuses: Vec<&str> = answers.iter().map(status_of).collect();
+    statuses.sort_unstable();
+    statuses.dedup();
+    for r in &answers {
+        assert_eq!(
+            (r.status, r.header("x-v")),
+            (200, Some("2")),
+            "{statuses:?}"
+        );
+        assert_eq!(r.body, first.body);
+    }
+    let revalidated = "sluicegate; fwd=stale; fwd-status=304";
+    let one = answers
+        .iter()
+        .filter(|r| status_of(r) == revalidated)
+        .count();
+    assert_eq!(one, 1, "{statuses:?}");
+    let coalesced = answers
+        .iter()
+        .filter(|r| status_of(r) == "sluicegate; hit; detail=coalesced")
+        .count();
+    assert!(coalesced > 0, "{statuses:?}");
+}
+
+#[test]
+fn the_request_s_max_stale_min_fresh_and_only_if_cached() {
+    let up = TestUpstream::start();
+    let gw = start_stale(up.addr(), free_port());
+    let head_until_stale = |path: &str| {
+        let stale = wait_until(Duration::from_secs(5), || {
+            status_of(&http_request(gw.addr(), "HEAD", path, &[], b"")) != HIT
+        });
+        assert!(stale, "{path}: still a hit after 5 s");
+    };
+    let stored = "/n/ms?size=10&header=cache-control:max-age=1";
+    assert_eq!(status_of(&get(&gw, stored, &[])), STORED);
+    let must = "/n/mr?size=10&header=cache-control:max-age=1,must-revalidate";
+    assert_eq!(status_of(&get(&gw, must, &[])), STORED);
+    head_until_stale(stored);
+    head_until_stale(must);
+    let before = up.requests_seen();
+    // max-stale: the stale object answers, with or without a bound.
+    for cc in ["max-stale", "max-stale=3600", "only-if-cached, max-stale"] {
+        let r = get(&gw, stored, &[("Cache-Control", cc)]);
+        assert_eq!(
+            (r.status, status_of(&r)),
+            (200, "sluicegate; hit; detail=stale"),
+            "{cc}"
+        );
+        assert_eq!(r.body.len(), 10);
+    }
+    // only-if-cached: a 504 for what is stale or not stored, never
+    // upstream.
+    for path in [stored, "/n/nothing-here"] {
+        let r = get(&gw, path, &[("Cache-Control", "only-if-cached")]);
+        assert_eq!(
+            (r.status, status_of(&r)),
+            (504, "sluicegate; detail=only-if-cached"),
+            "{path}"
+        );
+    }
+    assert_eq!(up.requests_seen(), before, "none went upstream");
+    // must-revalidate: never served stale, whatever the request takes.
+    let r = get(&gw, must, &[("Cache-Control", "max-stale")]);
+    assert_eq!(status_of(&r), "sluicegate; fwd=stale; stored");
+    assert_eq!(up.requests_seen(), before + 1);
+    // min-fresh: a fresh object that will not stay fresh long enough
+    // goes upstream.
+    let minute = "/n/mf?size=10&header=cache-control:max-age=60";
+    assert_eq!(status_of(&get(&gw, minute, &[])), STORED);
+    let r = get(&gw, minute, &[("Cache-Control", "min-fresh=10")]);
+    assert_eq!(status_of(&r), HIT);
+    let r = get(&gw, minute, &[("Cache-Control", "min-fresh=3600")]);
+    assert_eq!(status_of(&r), "sluicegate; fwd=request; stored");
+    assert_eq!(up.requests_seen(), before + 3);
+}
+
+/// An answer read as it came: its status and `Cache-Status`, when its
+/// first body byte came and when it ended, its body, and whether it
+/// ended whole (its length, or its last chunk or stream end).
+#[derive(Debug)]
+struct Timed {
+    status: u16,
+    cache_status: String,
+    first_byte: Option<std::time::Instant>,
+    ended: std::time::Instant,
+    body: Vec<u8>,
+    whole: bool,
+}
+
+const TIMED_MAX: Duration = Duration::from_secs(10);
+
+/// A `GET` over HTTP/1.1 (the connection closing after it), read as it
+/// comes.
+fn h1_timed(addr: std::net::SocketAddr, path: &str) -> Timed {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(TIMED_MAX)).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: cache.test\r\nConnection: close\r\n\r\n");
+    c.write_all(req.as_bytes()).unwrap();
+    let (mut raw, mut buf) = (Vec::new(), [0u8; 16384]);
+    let mut head_end = None;
+    let mut first_byte = None;
+    loop {
+        let n = c.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        if head_end.is_none() {
+            head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+        }
+        if head_end.is_some_and(|h| raw.len() > h) && first_byte.is_none() {
+            first_byte = Some(std::time::Instant::now());
+        }
+    }
+    let ended = std::time::Instant::now();
+    let h = head_end.expect("a head");
+    let head = String::from_utf8_lossy(&raw[..h]).to_ascii_lowercase();
+    let status = head[9..12].parse().unwrap();
+    let field = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    let rest = &raw[h..];
+    let (body, whole) = if field("transfer-encoding").as_deref() == Some("chunked") {
+        dechunk(rest)
+    } else {
+        let n: usize = field("content-length").expect("a length").parse().unwrap();
+        (rest.to_vec(), rest.len() == n)
+    };
+    Timed {
+        status,
+        cache_status: field("cache-status").unwrap_or_default(),
+        first_byte,
+        ended,
+        body,
+        whole,
+    }
+}
+
+/// A chunked body's data, and whether its last chunk came.
+fn dechunk(mut rest: &[u8]) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    loop {
+        let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+            return (body, false);
+        };
+        let size = std::str::from_utf8(&rest[..eol]).unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        if n == 0 {
+            return (body, rest[eol..].starts_with(b"\r\n\r\n"));
+        }
+        let Some(data) = rest.get(eol + 2..eol + 2 + n) else {
+            return (body, false);
+        };
+        body.extend_from_slice(data);
+        rest = rest.get(eol + 4 + n..).unwrap_or_default();
+    }
+}
+
+/// A `GET` over HTTP/2 (prior knowledge), read as it comes; a reset
+/// stream ends it not whole.
+fn h2_timed(addr: std::net::SocketAddr, path: &str) -> Timed {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let req = http::Request::get(format!("http://cache.test{path}"))
+            .body(())
+            .unwrap();
+        let (res, _) = client.send_request(req, true).unwrap();
+        let res = tokio::time::timeout(TIMED_MAX, res).await.unwrap().unwrap();
+        let (parts, mut body) = res.into_parts();
+        let (mut data, mut first_byte, mut whole) = (Vec::new(), None, true);
+        while let Some(chunk) = tokio::time::timeout(TIMED_MAX, body.data()).await.unwrap() {
+            let Ok(chunk) = chunk else {
+                whole = false;
+                break;
+            };
+            let _ = body.flow_control().release_capacity(chunk.len());
+            if !chunk.is_empty() && first_byte.is_none() {
+                first_byte = Some(std::time::Instant::now());
+            }
+            data.extend_from_slice(&chunk);
+        }
+        let cache_status = parts.headers.get("cache-status");
+        Timed {
+            status: parts.status.as_u16(),
+            cache_status: cache_status.map_or("", |v| v.to_str().unwrap()).to_string(),
+            first_byte,
+            ended: std::time::Instant::now(),
+            body: data,
+            whole,
+        }
+    })
+}
+
+/// Starts `path` on a thread, waits until the upstream has it (one more
+/// request than `before`), then gets it from 3 HTTP/1.1 and 3 HTTP/2
+/// clients at once: the leader's answer, then the others'.
+fn lead_and_wait(gw: &Gw, up: &TestUpstream, path: &str) -> (Timed, Vec<Timed>) {
+    let before = up.requests_seen();
+    let addr = gw.addr();
+    std::thread::scope(|s| {
+        let leader = s.spawn(|| h1_timed(addr, path));
+        let sent = wait_until(Duration::from_secs(5), || up.requests_seen() > before);
+        assert!(sent, "the leader's request never came upstream");
+        let waiters: Vec<_> = (0..6)
+            .map(|i| {
+                s.spawn(move || match i % 2 {
+                    0 => h1_timed(addr, path),
+                    _ => h2_timed(addr, path),
+                })
+            })
+            .collect();
+        let waiters = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+        (leader.join().unwrap(), waiters)
+    })
+}
+
+#[test]
+fn waiters_are_answered_as_the_fetch_arrives() {
+    let up = TestUpstream::start();
+    let gw = start(&up);
+    // 60,000 bytes: the first 1,000 at once, the rest 1.5 s later; with
+    // a length, then chunked (to HTTP/1.1 waiters chunked, to HTTP/2
+    // ones until the stream's end).
+    for chunked in ["0", "1"] {
+        let path = format!(
+            "/c/streamed-{chunked}?size=60000&first=1000&body_delay=1500&chunked={chunked}&header=cache-control:max-age=60"
+        );
+        let before = up.requests_seen();
+        let (leader, waiters) = lead_and_wait(&gw, &up, &path);
+        assert_eq!(up.requests_seen(), before + 1, "one fetch for all");
+        let body = sluicegate_testkit::upstream::pattern(60000);
+        assert_eq!(leader.cache_status, STORED);
+        assert!(leader.whole && leader.body == body);
+        for w in &waiters {
+            assert_eq!(w.status, 200, "{w:?}");
+            assert_eq!(w.cache_status, "sluicegate; hit; detail=coalesced");
+            assert!(w.whole, "chunked={chunked}: not whole");
+            assert!(w.body == body, "chunked={chunked}: another body");
+            // Its first bytes came well before the rest (1.5 s later).
+            let first = w.first_byte.expect("body bytes");
+            let waited = w.ended.duration_since(first);
+            assert!(
+                waited > Duration::from_millis(700),
+                "chunked={chunked}: the first bytes came {waited:?} before the end"
+            );
+        }
+    }
+
+    // A fetch cut after its head (its upstream closes mid-body): the
+    // waiters that had the head are cut too (the connection closed, the
+    // stream reset), and none goes upstream.
+    let path = "/c/cut?close=mid&body_delay=1000&header=cache-control:max-age=60";
+    let before = up.requests_seen();
+    let (leader, waiters) = lead_and_wait(&gw, &up, path);
+    assert!(!leader.whole);
+    for w in &waiters {
+        assert_eq!(w.status, 200, "{w:?}");
+        assert_eq!(w.cache_status, "sluicegate; hit; detail=coalesced");
+        assert!(!w.whole, "a cut answer looked whole: {w:?}");
+    }
+    assert_eq!(up.requests_seen(), before + 1);
 }
 
 /// An admin API call with a bearer token and a JSON body.

@@ -367,26 +367,6 @@ const STEPS: &[Step] = &[
 /// explained in docs/cache.md, "Compared with nginx and Varnish").
 const KNOWN: &[(&str, &str, &str)] = &[
     (
-        "etag: expired, revalidated",
-        "nginx",
-        "Sluicegate refetches a stale object whole in the foreground (a 200, a new body); nginx revalidates it (a 304 keeps the old body)",
-    ),
-    (
-        "etag: hit after revalidation",
-        "nginx",
-        "the body Sluicegate refetched is the newer one",
-    ),
-    (
-        "etag: expired, revalidated",
-        "varnish",
-        "Sluicegate refetches a stale object whole in the foreground; Varnish revalidates it within its keep",
-    ),
-    (
-        "etag: hit after revalidation",
-        "varnish",
-        "the body Sluicegate refetched is the newer one",
-    ),
-    (
         "authorization, public: again",
         "varnish",
         "Varnish's built-in VCL passes every request with Authorization, whatever the answer says",

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::flight::Head;
 pub use super::key::Key;
 use super::rules::{self, ResponseDirectives, ResponseFacts, Storable};
-use super::store::{Parts, Store, VaryValue};
+use super::store::{Object, Parts, Store, VaryValue};
 
 /// A request's field: its name in lower case, its value trimmed.
 pub type Field = (Box<[u8]>, Box<[u8]>);
@@ -31,13 +32,28 @@ pub enum Fwd {
 }
 
 impl Fwd {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Fwd::Miss => "miss",
             Fwd::Stale => "stale",
             Fwd::Request => "request",
         }
     }
+}
+
+/// A stored object revalidated in the foreground: the request goes
+/// upstream with the object's validators in place of the client's, and a
+/// `304` refreshes the object ([`Fill::refreshed`]). What the request's
+/// head lent for it, to be given back if another service is asked
+/// instead (a fallback's).
+#[derive(Debug)]
+pub struct Revalidation {
+    pub object: Arc<Object>,
+    /// The client's conditional fields set aside (their places in the
+    /// request's head).
+    pub set_aside: Vec<usize>,
+    /// How many fields the filters had added before the validators.
+    pub added_from: usize,
 }
 
 /// How the store is used by one route (its `cache`, by value).
@@ -63,7 +79,11 @@ pub struct Fill {
     fwd: Fwd,
     /// The object to be, once its head was judged storable.
     pending: Option<Parts>,
+    /// The body's copy, when no request waits for it (otherwise it is
+    /// the lead's, for the waiters to read as well).
     body: Vec<u8>,
+    /// How much of the body was copied.
+    got: u64,
     /// The body's length, when its head gave it: the object is stored as
     /// soon as the last byte is copied, before it is written to the
     /// client (whose next request may then hit).
@@ -78,6 +98,10 @@ pub struct Fill {
     /// The lead of the key's flight, when others wait for this fetch:
     /// let go once the answer is stored or judged not storable.
     pub lead: Option<super::flight::Lead>,
+    /// The stored object it revalidates, when it does.
+    pub revalidation: Option<Box<Revalidation>>,
+    /// The object it stored.
+    pub object: Option<Arc<Object>>,
 }
 
 impl Fill {
@@ -98,11 +122,14 @@ impl Fill {
             fwd,
             pending: None,
             body: Vec::new(),
+            got: 0,
             expected: None,
             whole: false,
             stored: false,
             invalidate: false,
             lead: None,
+            revalidation: None,
+            object: None,
         }
     }
 
@@ -194,7 +221,10 @@ impl Fill {
             }
         }
         facts.cc = cc;
-        let fwd = self.fwd.as_str();
+        let fwd = match self.revalidation {
+            None => std::borrow::Cow::Borrowed(self.fwd.as_str()),
+            Some(_) => format!("{}; fwd-status={status}", self.fwd.as_str()).into(),
+        };
         let fresh_for = match rules::storable(&facts, self.authorization, self.policy.default_ttl) {
             Storable::No(why) => return format!("sluicegate; fwd={fwd}; detail={why}"),
             Storable::Yes(d) => d,
@@ -236,8 +266,23 @@ impl Fill {
             route: p.route.clone(),
         });
         self.expected = length;
+        if let (Some(lead), Some(p)) = (&self.lead, &self.pending) {
+            lead.head(Head {
+                status,
+                fields: p.fields.clone(),
+                length,
+                etag: p.etag.clone(),
+                last_modified: p.last_modified.clone(),
+                initial_age: p.initial_age,
+                arrived: p.stored,
+                vary: p.vary.clone(),
+            });
+        }
         if let Some(n) = length {
-            self.body.reserve_exact(n as usize);
+            match &self.lead {
+                Some(lead) => lead.reserve(n as usize),
+                None => self.body.reserve_exact(n as usize),
+            }
             if n == 0 {
                 self.whole = true;
                 self.commit();
@@ -257,14 +302,19 @@ impl Fill {
         if self.pending.is_none() {
             return;
         }
-        if (self.body.len() + data.len()) as u64 > self.policy.store.max_object {
+        if self.got + data.len() as u64 > self.policy.store.max_object {
+            // Past the bound: not kept, and the waiters' answers are cut.
             self.pending = None;
             self.body = Vec::new();
             self.lead = None;
             return;
         }
-        self.body.extend_from_slice(data);
-        if self.expected == Some(self.body.len() as u64) {
+        self.got += data.len() as u64;
+        match &self.lead {
+            Some(lead) => lead.push(data),
+            None => self.body.extend_from_slice(data),
+        }
+        if self.expected == Some(self.got) {
             self.whole = true;
             self.commit();
         }
@@ -279,12 +329,80 @@ impl Fill {
         let Some(mut p) = self.pending.take() else {
             return self.stored;
         };
-        p.body = Bytes::from(std::mem::take(&mut self.body));
+        p.body = match &self.lead {
+            Some(lead) => lead.whole(),
+            None => Bytes::from(std::mem::take(&mut self.body)),
+        };
         let parts = self.key.parts();
-        self.stored = self.policy.store.insert(self.hash, &parts, p).is_some();
+        self.object = self.policy.store.insert(self.hash, &parts, p);
+        self.stored = self.object.is_some();
         self.lead = None;
         self.stored
     }
+
+    /// Why the request went upstream.
+    pub fn fwd(&self) -> Fwd {
+        self.fwd
+    }
+
+    /// Stores `stale` again as a `304` to its validators refreshed it:
+    /// its body kept, its fields updated by the `304`'s `fresh` ones
+    /// (each replacing the stored ones of its name, but for the framing
+    /// and hop-by-hop fields; RFC 9111 section 4.3.4), its age counted
+    /// anew. The stored object, or `None` when the update made it one
+    /// not to store.
+    pub fn refreshed(&mut self, stale: &Object, fresh: &[(&[u8], &[u8])]) -> Option<Arc<Object>> {
+        let fields = updated(&stale.fields, fresh);
+        let fields: Vec<(&[u8], &[u8], bool)> =
+            fields.iter().map(|(n, v)| (&n[..], &v[..], true)).collect();
+        let length = stale.body.len() as u64;
+        self.judge(stale.status, &fields, Some(length));
+        if length > 0 {
+            self.push(&stale.body);
+        }
+        self.whole = true;
+        self.commit();
+        self.object.clone()
+    }
+}
+
+/// Fields a `304` does not update (RFC 9111 section 3.2): the framing
+/// and the connection's own.
+const NOT_UPDATED: &[&[u8]] = &[
+    b"content-length",
+    b"transfer-encoding",
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"te",
+    b"trailer",
+    b"upgrade",
+];
+
+/// A stored object's fields (`stored`, as HTTP/1.1 lines) updated by a
+/// `304`'s (`fresh`): each field the `304` carries replaces the stored
+/// ones of its name (ASCII case-insensitive), but [`NOT_UPDATED`].
+pub fn updated(stored: &[u8], fresh: &[(&[u8], &[u8])]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let fresh: Vec<(&[u8], &[u8])> = fresh
+        .iter()
+        .filter(|(n, _)| !NOT_UPDATED.iter().any(|x| n.eq_ignore_ascii_case(x)))
+        .copied()
+        .collect();
+    let mut fields = Vec::new();
+    for line in stored.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if !fresh.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+            fields.push((name.to_vec(), value.to_vec()));
+        }
+    }
+    for (name, value) in fresh {
+        fields.push((name.to_vec(), value.trim_ascii().to_vec()));
+    }
+    fields
 }
 
 #[cfg(test)]
@@ -343,6 +461,33 @@ mod tests {
         );
         let de = |n: &[u8]| (n == b"accept-language").then_some(b"de".as_slice());
         assert!(store.get(h, key, &de).is_none());
+    }
+
+    #[test]
+    fn a_304_s_fields_replace_the_stored_ones_of_their_name() {
+        let stored = b"Cache-Control: max-age=1\r\nETag: \"a\"\r\nX-V: 1\r\nContent-Length: 5\r\n";
+        let fresh: &[(&[u8], &[u8])] = &[
+            (b"cache-control", b"max-age=60"),
+            (b"x-v", b"2"),
+            (b"content-length", b"0"),
+        ];
+        let got = updated(stored, fresh);
+        let text: Vec<String> = got
+            .iter()
+            .map(|(n, v)| {
+                let (n, v) = (String::from_utf8_lossy(n), String::from_utf8_lossy(v));
+                format!("{n}={v}")
+            })
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "ETag=\"a\"",
+                "Content-Length=5",
+                "cache-control=max-age=60",
+                "x-v=2"
+            ]
+        );
     }
 
     #[test]

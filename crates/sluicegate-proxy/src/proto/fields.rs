@@ -42,6 +42,15 @@ impl Fields {
         self.ends.len()
     }
 
+    /// Keeps the first `n` fields only.
+    pub fn truncate(&mut self, n: usize) {
+        if n < self.ends.len() {
+            let end = n.checked_sub(1).map_or(0, |i| self.ends[i].1 as usize);
+            self.buf.truncate(end);
+            self.ends.truncate(n);
+        }
+    }
+
     /// Adds `name: value`.
     #[inline(always)]
     pub fn push(&mut self, name: &[u8], value: &[u8]) {
@@ -102,6 +111,23 @@ impl Fields {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncate_keeps_the_first_fields() {
+        let mut f = Fields::default();
+        f.push(b"a", b"1");
+        f.push(b"b", b"2");
+        f.truncate(5);
+        assert_eq!(f.len(), 2);
+        f.truncate(1);
+        let mut out = Vec::new();
+        f.write_h1(&mut out);
+        assert_eq!(out, b"a: 1\r\n");
+        f.push(b"c", b"3");
+        assert_eq!(f.get(b"c"), Some(&b"3"[..]));
+        f.truncate(0);
+        assert!(f.is_empty());
+    }
 
     #[test]
     fn fields_keep_their_order_and_are_written_as_h1_lines() {

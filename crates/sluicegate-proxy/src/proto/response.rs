@@ -255,6 +255,9 @@ pub trait Sink {
     fn keep_alive(&mut self);
     /// The head is whole; `body` follows (none for HEAD).
     fn end(&mut self, body: &[u8]);
+    /// The body, of a length not known yet, runs until its end (chunked,
+    /// over HTTP/1.1).
+    fn until_end(&mut self);
 }
 
 /// The HTTP/1.1 encoder: the answer as text appended to the write buffer.
@@ -295,6 +298,9 @@ impl Sink for Text<'_> {
     #[inline]
     fn close(&mut self) {
         self.0.extend_from_slice(b"connection: close\r\n");
+    }
+    fn until_end(&mut self) {
+        self.0.extend_from_slice(b"transfer-encoding: chunked\r\n");
     }
     #[inline]
     fn keep_alive(&mut self) {
@@ -364,6 +370,9 @@ impl Sink for Fielded<'_> {
             n => AnswerBody::Length(n),
         };
     }
+    fn until_end(&mut self) {
+        self.body = AnswerBody::UntilEnd;
+    }
     // A stream ends with its answer; its connection is not its to close.
     fn close(&mut self) {}
     fn keep_alive(&mut self) {}
@@ -405,6 +414,17 @@ pub enum What<'a> {
         edits: &'a Fields,
         ops: &'a Fields,
         body: &'a [u8],
+    },
+    /// A head whose body follows, written by the caller as it comes (the
+    /// cache's answer to a request that waited for another's fetch):
+    /// `length` when known; otherwise chunked over HTTP/1.1, until the
+    /// close for an HTTP/1.0 client (whose connection must close), until
+    /// the stream's end over HTTP/2.
+    Streamed {
+        head: Head<'a>,
+        edits: &'a Fields,
+        ops: &'a Fields,
+        length: Option<u64>,
     },
 }
 
@@ -463,6 +483,31 @@ impl Answer<'_> {
                 }
                 self.connection(out, true);
                 out.end(if self.head_only || no_body { &[] } else { body });
+            }
+            What::Streamed {
+                head,
+                edits,
+                ops,
+                length,
+            } => {
+                match head {
+                    Head::Fixed(h) => out.fixed(h),
+                    Head::Fields(status, fields) => {
+                        out.status(*status);
+                        out.fields(fields);
+                    }
+                }
+                out.fields(edits);
+                out.request_id(self.rid);
+                out.fields(ops);
+                match length {
+                    _ if bodiless(head.status()) => {}
+                    Some(n) => out.length(*n),
+                    None if self.http10 => {}
+                    None => out.until_end(),
+                }
+                self.connection(out, true);
+                out.end(&[]);
             }
         }
     }

@@ -305,6 +305,7 @@ fn render_local(
             };
             (status, len, None)
         }
+        What::Streamed { head, .. } => (head.status(), 0, None),
         What::Error { kind, grpc, .. } => (
             kind.status(),
             bufs.out.len(),

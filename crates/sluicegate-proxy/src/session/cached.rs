@@ -9,10 +9,16 @@
 //! `stale_if_error` window keeps it, for the lifecycle to answer with
 //! when the forward hands its failure or 5xx back; a stale object within
 //! its `stale_while_revalidate` window answers at once while one refresh
-//! ([`crate::upstream::refresh`]) fetches it anew. On a route that also
+//! ([`crate::upstream::refresh`]) fetches it anew. A request that goes
+//! upstream past a stored object with validators revalidates it: its
+//! validators replace the client's, and the `304` the forward hands back
+//! refreshes it and answers from it. A miss that waits for another's
+//! fetch of its key is answered from that fetch as it arrives (its head,
+//! then its body from the flight's shared buffer). On a route that also
 //! compresses, a hit is answered in the coding the client takes, from a
 //! coded copy kept with the object (made by the first hit that needs it,
-//! [`Coder`]). Only routes with a `cache` come here.
+//! [`Coder`]); a waiter streamed from a fetch gets the answer uncoded.
+//! Only routes with a `cache` come here.
 
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -21,19 +27,22 @@ use std::time::{Duration, Instant};
 
 use super::answer::{answer_consumed, answer_locally, Local};
 use super::peer::Link;
-use crate::cache::fill::{Field, Fill, Fwd, Key, Policy};
-use crate::cache::flight::Join;
+use crate::cache::fill::{Field, Fill, Fwd, Key, Policy, Revalidation};
+use crate::cache::flight::{Head, Join, Read, Waiter};
 use crate::cache::rules::{self, RequestDirectives};
 use crate::cache::store::{Object, Store};
 use crate::filters::compress::CompressRt;
 use crate::observe::metrics::CompressMetrics;
+use crate::proto;
 use crate::proto::codec::BodyKind;
 use crate::proto::compress::{merge_vary, weak_etag, Encoding, Flush, Recode};
 use crate::proto::fields::Fields;
-use crate::proto::response::Head;
+use crate::proto::response::{self, bodiless, Answer, What};
 use crate::route::target::{strip_port, Target};
 use crate::snapshot::cache::{CacheRt, KeyPart};
 use crate::snapshot::{RouteRt, Snapshot};
+use crate::transport::io::write_all_by;
+use crate::upstream::body::client_write_failed;
 use crate::upstream::forward::Outcome;
 use crate::upstream::handback::Unanswered;
 use crate::upstream::refresh;
@@ -159,15 +168,27 @@ pub(super) async fn lookup(
     let authorization = field(bufs, b"authorization").is_some();
     let metrics = &route.metrics.cache;
     let mut stale = None;
+    // The stored object the request goes upstream past (stale, or one
+    // the request would not take as it is): revalidated when it can be.
+    let stored;
     let fwd = if dirs.no_cache || dirs.max_age == Some(0) {
+        stored = lookup_any(cache, &key, &request_fields);
         Fwd::Request
     } else {
         match fresh(cache, &key, &request_fields, &dirs) {
             Ok((o, now)) => {
                 metrics.hits.fetch_add(1, Relaxed);
-                return Cached::Served(serve(link, snap, bufs, o, now, is_head, HIT, coder).await);
+                // Stale, when the request's `max-stale` took it so.
+                let status = match o.fresh(now) {
+                    Ok(_) => HIT,
+                    Err(_) => {
+                        metrics.stale.fetch_add(1, Relaxed);
+                        STALE
+                    }
+                };
+                return Cached::Served(serve(link, snap, bufs, o, now, is_head, status, coder).await);
             }
-            Err((fwd, Some(o))) if within(&o, o.stale_while_revalidate) => {
+            Err((Fwd::Stale, Some(o))) if within(&o, o.stale_while_revalidate) => {
                 // Answered stale at once; one refresh (the key's flight
                 // lead) fetches it anew unless one is under way.
                 let hash = cache.store.hash(&key.parts());
@@ -177,7 +198,7 @@ pub(super) async fn lookup(
                         key,
                         request_fields,
                         authorization,
-                        fwd,
+                        Fwd::Stale,
                     ));
                     fill.lead = Some(lead);
                     let down = link.downstream();
@@ -199,11 +220,21 @@ pub(super) async fn lookup(
                 );
             }
             Err((fwd, o)) => {
-                stale = o.filter(|o| within(o, o.stale_if_error));
+                let kept = o
+                    .as_ref()
+                    .filter(|o| fwd == Fwd::Stale && within(o, o.stale_if_error));
+                stale = kept.cloned();
+                stored = o;
                 fwd
             }
         }
     };
+    if dirs.only_if_cached {
+        // Nothing stored that it takes, and it may not go upstream (RFC
+        // 9111 section 5.2.1.7).
+        metrics.misses.fetch_add(1, Relaxed);
+        return Cached::Served(only_if_cached(link, snap, bufs, is_head).await);
+    }
     // Coalescing: the first miss for a key fetches it, the others wait
     // for that fetch, then look up again.
     let mut lead = None;
@@ -211,10 +242,23 @@ pub(super) async fn lookup(
         let hash = cache.store.hash(&key.parts());
         match cache.store.flights.join(hash, &key) {
             Join::Lead(l) => lead = Some(l),
-            Join::Wait(mut rx) => {
-                let done = rx.wait_for(|done| *done);
+            Join::Wait(mut waiter) => {
+                // Answered from the fetch as it arrives, once its head
+                // was judged storable (and varies as this request does).
                 let wait = link.worker.deadlines.after(WAIT_MAX).or_shutdown();
-                let _ = wait.bound(done).await;
+                let head = wait.bound(waiter.head()).await.ok().flatten();
+                let header = |name: &[u8]| {
+                    request_fields
+                        .iter()
+                        .find(|(n, _)| **n == *name)
+                        .map(|(_, v)| &v[..])
+                };
+                if let Some(head) = head.filter(|h| h.varies_as(&header)) {
+                    metrics.hits.fetch_add(1, Relaxed);
+                    metrics.coalesced.fetch_add(1, Relaxed);
+                    let streamed = streamed(link, snap, bufs, waiter, head);
+                    return Cached::Served(Box::pin(streamed).await);
+                }
                 if let Ok((o, now)) = fresh(cache, &key, &request_fields, &dirs) {
                     metrics.hits.fetch_add(1, Relaxed);
                     metrics.coalesced.fetch_add(1, Relaxed);
@@ -234,8 +278,13 @@ pub(super) async fn lookup(
             authorization,
             fwd,
         )));
+        let revalidation = stored
+            .filter(|o| o.etag.is_some() || o.last_modified.is_some())
+            .filter(|_| field(bufs, b"range").is_none())
+            .map(|o| conditional(bufs, o));
         if let Some(f) = bufs.fill.as_deref_mut() {
             f.lead = lead;
+            f.revalidation = revalidation;
         }
         return Cached::Forward(stale);
     } else {
@@ -284,13 +333,145 @@ fn fresh(
         .get(hash, &parts, &header)
         .ok_or((Fwd::Miss, None))?;
     let now = Instant::now();
-    let fresh = o.fresh(now).is_ok() && !o.no_cache;
     let young = dirs.max_age.is_none_or(|m| o.age(now).as_secs() <= m);
-    match (fresh, young) {
-        (true, true) => Ok((o, now)),
-        (true, false) => Err((Fwd::Request, None)),
-        (false, _) => Err((Fwd::Stale, Some(o))),
+    match o.fresh(now) {
+        Ok(left) if !o.no_cache => {
+            // Fresh, but maybe not as fresh as the request asks.
+            let enough = dirs.min_fresh.is_none_or(|m| left.as_secs() >= m);
+            match young && enough {
+                true => Ok((o, now)),
+                false => Err((Fwd::Request, Some(o))),
+            }
+        }
+        Ok(_) => Err((Fwd::Stale, Some(o))),
+        Err(stale_by) => {
+            // The request takes it stale (`max-stale`), unless it must
+            // be revalidated (RFC 9111 section 4.2.4).
+            let taken = dirs.max_stale.is_some_and(|m| stale_by.as_secs() <= m);
+            match taken && young && !o.must_revalidate && !o.no_cache {
+                true => Ok((o, now)),
+                false => Err((Fwd::Stale, Some(o))),
+            }
+        }
     }
+}
+
+/// A `504` for a request with `only-if-cached` that nothing stored
+/// answers: `Cache-Status: sluicegate; detail=only-if-cached`.
+#[cold]
+async fn only_if_cached(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    is_head: bool,
+) -> Outcome<'static> {
+    let mut fields = Fields::new();
+    fields.push(b"cache-status", b"sluicegate; detail=only-if-cached");
+    let fixed = Local::Fixed(proto::response::Head::Fields(504, &fields), &[]);
+    answer_locally(link, snap, bufs, fixed, is_head).await
+}
+
+/// The stored object for the request (its key, its fields for
+/// `Vary`), fresh or not.
+fn lookup_any(cache: &CacheRt, key: &Key, request_fields: &[Field]) -> Option<Arc<Object>> {
+    let parts = key.parts();
+    let header = |name: &[u8]| {
+        request_fields
+            .iter()
+            .find(|(n, _)| **n == *name)
+            .map(|(_, v)| &v[..])
+    };
+    cache.store.get(cache.store.hash(&parts), &parts, &header)
+}
+
+/// The conditional fields a revalidation of `o` sends.
+const CONDITIONAL: [&[u8]; 2] = [b"if-none-match", b"if-modified-since"];
+
+/// Makes the request conditional on the stored object's validators
+/// (RFC 9111 section 4.3.1): `If-None-Match` from its `ETag`,
+/// `If-Modified-Since` from its `Last-Modified`, in place of the
+/// client's own (set aside: a `304` then says that the stored object is
+/// still good, whatever the client holds; the client's conditional is
+/// judged against that object, as for a hit).
+fn conditional(bufs: &mut Bufs, o: Arc<Object>) -> Box<Revalidation> {
+    let raw = bufs.inb.filled();
+    let mut set_aside = Vec::new();
+    for (i, h) in bufs.req.headers.iter_mut().enumerate() {
+        let name = &raw[h.name.clone()];
+        if !h.skip && CONDITIONAL.iter().any(|c| name.eq_ignore_ascii_case(c)) {
+            h.skip = true;
+            set_aside.push(i);
+        }
+    }
+    let added = &mut bufs.edits.request_headers;
+    let added_from = added.len();
+    if let Some(etag) = &o.etag {
+        added.push(CONDITIONAL[0], etag);
+    }
+    if let Some(lm) = &o.last_modified {
+        added.push(CONDITIONAL[1], lm);
+    }
+    Box::new(Revalidation {
+        object: o,
+        set_aside,
+        added_from,
+    })
+}
+
+/// Gives the request its own conditional fields back, the stored
+/// object's validators taken off: before it is sent elsewhere (a
+/// fallback), whose `304` would not be the cache's to use.
+pub(super) fn unconditional(bufs: &mut Bufs, r: &Revalidation) {
+    for &i in &r.set_aside {
+        if let Some(h) = bufs.req.headers.get_mut(i) {
+            h.skip = false;
+        }
+    }
+    bufs.edits.request_headers.truncate(r.added_from);
+}
+
+/// Answers a request whose revalidation (the stored object's
+/// validators sent upstream in place of the client's) got a `304`: the
+/// object is stored again with the `304`'s fields and its age counted
+/// anew (RFC 9111 section 4.3.4), and answers the client, `Cache-Status:
+/// sluicegate; fwd=stale; fwd-status=304` (`fwd=request` for a
+/// request's `no-cache`), a `304` when the client's own conditional
+/// matches it. Its waiters, if it led the key's fetch, are answered from
+/// the refreshed object.
+#[cold]
+pub(super) async fn revalidated<'s>(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    fill: &mut Fill,
+    un: &Unanswered<'s>,
+    coder: Option<Coder<'_>>,
+) -> Outcome<'s> {
+    let Some(r) = fill.revalidation.take() else {
+        return Outcome::local(502, 0, true);
+    };
+    let raw = bufs.upb.filled();
+    let rid = bufs.ids.rid.name();
+    let fresh: Vec<(&[u8], &[u8])> = bufs
+        .res
+        .headers
+        .iter()
+        .filter(|h| !h.skip)
+        .map(|h| (&raw[h.name.clone()], &raw[h.value.clone()]))
+        .filter(|(n, _)| !n.eq_ignore_ascii_case(rid) && !n.eq_ignore_ascii_case(b"cache-status"))
+        .collect();
+    let o = fill.refreshed(&r.object, &fresh).unwrap_or(r.object);
+    let mut cache_status = b"sluicegate; fwd=".to_vec();
+    cache_status.extend_from_slice(fill.fwd().as_str().as_bytes());
+    cache_status.extend_from_slice(b"; fwd-status=304");
+    let close = (!un.at_hand).then_some(un.close);
+    let now = Instant::now();
+    let mut outcome: Outcome<'s> =
+        serve_as(link, snap, bufs, o, now, false, &cache_status, close, coder).await;
+    outcome.bytes_in = un.bytes_in;
+    outcome.upstream_us = un.upstream_us;
+    outcome.endpoint = un.endpoint;
+    outcome
 }
 
 /// The route's cache settings a fill takes.
@@ -415,17 +596,7 @@ async fn serve_as(
     close: Option<bool>,
     coder: Option<Coder<'_>>,
 ) -> Outcome<'static> {
-    let not_modified = match (field(bufs, b"if-none-match"), &o.etag) {
-        (Some(inm), Some(etag)) => rules::none_match(inm, etag),
-        (Some(_), None) => false,
-        (None, _) => match (field(bufs, b"if-modified-since"), &o.last_modified) {
-            (Some(ims), Some(lm)) => {
-                matches!((rules::http_date(ims), rules::http_date(lm)), (Some(i), Some(l)) if l <= i)
-            }
-            _ => false,
-        },
-    };
-    let not_modified = not_modified && o.status == 200;
+    let not_modified = not_modified(bufs, &o.etag, &o.last_modified) && o.status == 200;
     // The representation: as stored, or coded (from the copy kept with
     // the object, made now if there is none; not for a 304).
     let mut recode = coder.map_or(Recode::Keep, |c| c.recode(&o, bufs));
@@ -487,7 +658,7 @@ async fn serve_as(
         true => (304, &[]),
         false => (o.status, body),
     };
-    let fixed = Local::Fixed(Head::Fields(status, &fields), body);
+    let fixed = Local::Fixed(proto::response::Head::Fields(status, &fields), body);
     match close {
         None => answer_locally(link, snap, bufs, fixed, is_head).await,
         Some(close) => answer_consumed(link, snap, bufs, fixed, is_head, close).await,
@@ -507,6 +678,182 @@ fn rewritten(name: &[u8], recode: Recode) -> bool {
                 || name.eq_ignore_ascii_case(b"accept-ranges")
         }
     }
+}
+
+/// The fields of an answer from memory: the stored ones (`stored`, as
+/// HTTP/1.1 lines) less those the route's header ops drop, its `Age`
+/// and `Cache-Status`.
+fn answer_fields(bufs: &Bufs, stored: &[u8], age: Duration, cache_status: &[u8]) -> Fields {
+    let mut fields = Fields::new();
+    let ops = bufs.edits.response_ops.as_deref();
+    for line in stored.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if !ops.is_some_and(|o| o.drops(name)) {
+            fields.push(name, value);
+        }
+    }
+    let age = age.as_secs();
+    fields.push(b"age", itoa::Buffer::new().format(age).as_bytes());
+    fields.push(b"cache-status", cache_status);
+    fields
+}
+
+/// Whether the request's validators match an answer's (`If-None-Match`
+/// by weak comparison, else `If-Modified-Since`).
+fn not_modified(bufs: &Bufs, etag: &Option<Box<[u8]>>, lm: &Option<Box<[u8]>>) -> bool {
+    match (field(bufs, b"if-none-match"), etag) {
+        (Some(inm), Some(etag)) => rules::none_match(inm, etag),
+        (Some(_), None) => false,
+        (None, _) => match (field(bufs, b"if-modified-since"), lm) {
+            (Some(ims), Some(lm)) => {
+                matches!((rules::http_date(ims), rules::http_date(lm)), (Some(i), Some(l)) if l <= i)
+            }
+            _ => false,
+        },
+    }
+}
+
+/// A chunk's size line (`1a2b\r\n`).
+fn chunk_line(out: &mut Vec<u8>, n: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (usize::BITS - n.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        out.push(HEX[(n >> (i * 4)) & 15]);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How much of the body a waiter copies at a time.
+const PIECE: usize = 64 * 1024;
+
+/// Answers a `GET` that waited for another request's fetch of its key
+/// from that fetch as it arrives (`Cache-Status: sluicegate; hit;
+/// detail=coalesced`): its head (`head`, judged storable), then its body
+/// copied from the fetch's shared buffer as it grows, `waiter` woken
+/// each time (a `304` instead when the request's validators match). A
+/// fetch cut after the head went (past `max_object`, its upstream gone)
+/// ends the answer cut: the connection closes, an HTTP/2 stream is
+/// reset.
+async fn streamed(
+    link: Link<'_>,
+    snap: &Snapshot,
+    bufs: &mut Bufs,
+    mut waiter: Waiter,
+    head: Arc<Head>,
+) -> Outcome<'static> {
+    let age = head.initial_age + head.arrived.elapsed();
+    let fields = answer_fields(bufs, &head.fields, age, COALESCED);
+    if head.status == 200 && not_modified(bufs, &head.etag, &head.last_modified) {
+        let fixed = Local::Fixed(proto::response::Head::Fields(304, &fields), &[]);
+        return answer_locally(link, snap, bufs, fixed, false).await;
+    }
+    let framing = bufs.req_framing;
+    let http10 = bufs.req.minor == 0;
+    let h2 = link.client.h2();
+    let length = head.length.filter(|_| !bodiless(head.status));
+    let no_body = bodiless(head.status) || length == Some(0);
+    // A request with a body of its own (unusual for a `GET`): not read,
+    // the connection closes after the answer.
+    let mut close = framing.close
+        || framing.body != BodyKind::None
+        || link.worker.shutting_down()
+        || (length.is_none() && http10 && h2.is_none() && !no_body);
+    let chunked = length.is_none() && !http10 && h2.is_none() && !no_body;
+    let ops = bufs
+        .edits
+        .response_ops
+        .as_ref()
+        .map_or(&proto::fields::NONE, |o| &o.fields);
+    let answer = Answer {
+        what: What::Streamed {
+            head: proto::response::Head::Fields(head.status, &fields),
+            edits: &bufs.edits.response_headers,
+            ops,
+            length: if no_body { Some(0) } else { length },
+        },
+        rid: &bufs.ids.rid,
+        close,
+        head_only: false,
+        http10,
+    };
+    let rendered = response::render(&answer, h2, &mut bufs.out);
+    bufs.inb.consume(framing.len);
+    let mut outcome = Outcome::local(head.status, 0, close);
+    if rendered.is_err() {
+        outcome.close = true;
+        return outcome;
+    }
+    let client_write = snap.timeouts.client_write;
+    let mut sent = 0usize;
+    let ended_whole = loop {
+        if no_body {
+            break true;
+        }
+        let out = &mut bufs.out;
+        let read = waiter.read(sent, PIECE, |data| {
+            if chunked {
+                chunk_line(out, data.len());
+            }
+            out.extend_from_slice(data);
+            if chunked {
+                out.extend_from_slice(b"\r\n");
+            }
+        });
+        match read {
+            Read::Data(n) => sent += n,
+            Read::Whole => {
+                if chunked {
+                    bufs.out.extend_from_slice(b"0\r\n\r\n");
+                }
+                break true;
+            }
+            Read::Cut => break false,
+            Read::Pending => {}
+        }
+        if !bufs.out.is_empty() {
+            let wait = link.worker.deadlines.after(client_write);
+            if let Err(e) = write_all_by(link.client, &bufs.out, wait).await {
+                client_write_failed(link.worker, &e);
+                outcome.close = true;
+                return outcome;
+            }
+            bufs.out.clear();
+        }
+        if read == Read::Pending {
+            let wait = link.worker.deadlines.after(WAIT_MAX).or_shutdown();
+            if wait.bound(waiter.changed()).await.is_err() {
+                break false;
+            }
+        }
+    };
+    outcome.bytes_out = sent as u64;
+    if !ended_whole {
+        // Cut: the client must not take it for the whole answer.
+        if let Some(x) = h2 {
+            x.cancel();
+        }
+        outcome.close = true;
+        return outcome;
+    }
+    if !bufs.out.is_empty() {
+        let wait = link.worker.deadlines.after(client_write);
+        if let Err(e) = write_all_by(link.client, &bufs.out, wait).await {
+            client_write_failed(link.worker, &e);
+            outcome.close = true;
+            return outcome;
+        }
+        bufs.out.clear();
+    }
+    if let (Some(x), None) = (h2, length) {
+        x.finish();
+    }
+    close |= outcome.close;
+    outcome.close = close;
+    outcome
 }
 
 /// Answers a `GET` whose forward failed or answered 5xx (`un`; its
@@ -547,5 +894,21 @@ pub(super) fn ended(route: &RouteRt, fill: Option<Box<Fill>>) {
         if f.commit() {
             route.metrics.cache.stores.fetch_add(1, Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn chunk_lines_are_hex() {
+        let line = |n| {
+            let mut out = Vec::new();
+            super::chunk_line(&mut out, n);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(line(0), "0\r\n");
+        assert_eq!(line(10), "a\r\n");
+        assert_eq!(line(0x1a2b), "1a2b\r\n");
+        assert_eq!(line(65536), "10000\r\n");
     }
 }

@@ -341,6 +341,7 @@ pub(super) async fn exchange(
                         failures: true,
                         statuses: f.statuses,
                         whole_only: matches!(f.answer, FallbackAnswerRt::Service(_)),
+                        not_modified: false,
                     },
                     None => HandBack::NONE,
                 };
@@ -357,10 +358,13 @@ pub(super) async fn exchange(
                 });
                 // A stale object to answer with: every failure and 5xx
                 // is handed back for it.
-                let hand_back = match stale {
+                let mut hand_back = match stale {
                     Some(_) => HandBack::STALE,
                     None => hand_back,
                 };
+                // A revalidation's 304 comes back for the cache.
+                hand_back.not_modified =
+                    bufs.fill.as_ref().is_some_and(|f| f.revalidation.is_some());
                 let mark = bufs.inb.mark();
                 let cx = forward::Request {
                     worker: down.worker,
@@ -380,12 +384,32 @@ pub(super) async fn exchange(
                 let forwarded = forward::forward(cx, bufs).await;
                 // Filled by the relay, if anything: no fallback's answer
                 // is stored in its place.
-                let fill = if cache.is_some() {
+                let mut fill = if cache.is_some() {
                     bufs.fill.take()
                 } else {
                     None
                 };
                 let outcome = match (forwarded, fallback, stale) {
+                    (Ended::Unanswered(un), ..)
+                        if hand_back.not_modified
+                            && un.cause == Cause::UpstreamStatus
+                            && bufs.res.status == 304 =>
+                    {
+                        if un.at_hand {
+                            bufs.inb.rewind(mark);
+                        }
+                        let coder = cache
+                            .as_deref()
+                            .and_then(|c| cached::coder(route, c, compress.map(|k| k.rt)));
+                        match fill.as_deref_mut() {
+                            Some(f) => {
+                                route.metrics.cache.revalidated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let served = cached::revalidated(link, snap, bufs, f, &un, coder);
+                                Box::pin(served).await
+                            }
+                            None => Outcome::local(502, 0, true),
+                        }
+                    }
                     (Ended::Unanswered(un), _, Some(o)) => {
                         primary = Some(un.kind.status());
                         if un.at_hand {
@@ -402,6 +426,9 @@ pub(super) async fn exchange(
                         Box::pin(served).await
                     }
                     (Ended::Unanswered(un), Some(fb), None) => {
+                        if let Some(r) = fill.as_ref().and_then(|f| f.revalidation.as_deref()) {
+                            cached::unconditional(bufs, r);
+                        }
                         // The split's entry failed, whatever answers
                         // instead: its counters (the rollout's input)
                         // take the error it would have answered.

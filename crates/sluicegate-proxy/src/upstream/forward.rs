@@ -372,6 +372,10 @@ pub async fn forward<'s>(cx: Request<'_, 's>, bufs: &mut Bufs) -> Ended<'s> {
     {
         return Ended::Unanswered(status_back(&call, at, up, upstream_us, bufs));
     }
+    if bufs.res.status == 304 && cx.hand_back.not_modified {
+        // The cache's own conditional request: its caller answers.
+        return Ended::Unanswered(status_back(&call, at, up, upstream_us, bufs));
+    }
     if bufs.res.status == 101 {
         return Ended::Done(upgraded(&call, down, at, up, upstream_us, bufs).await);
     }

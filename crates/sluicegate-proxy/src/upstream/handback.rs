@@ -27,6 +27,10 @@ pub struct HandBack {
     /// Statuses are handed back only for a request still whole (a
     /// fallback that sends it again); otherwise they are relayed.
     pub whole_only: bool,
+    /// A `304` is handed back instead of relayed: the request carries
+    /// the cache's own validators (a foreground revalidation), and the
+    /// client is answered from the refreshed object.
+    pub not_modified: bool,
 }
 
 impl HandBack {
@@ -34,6 +38,7 @@ impl HandBack {
         failures: false,
         statuses: 0,
         whole_only: false,
+        not_modified: false,
     };
 
     /// What a cached route with a stale object to serve
@@ -42,6 +47,7 @@ impl HandBack {
         failures: true,
         statuses: (1u128 << 100) - 1,
         whole_only: false,
+        not_modified: false,
     };
 
     /// Whether an upstream answer of `status` is handed back.
@@ -158,6 +164,7 @@ mod tests {
             failures: true,
             statuses: (1u128 << 100) - 1,
             whole_only: false,
+            not_modified: false,
         };
         assert!(all.takes(500) && all.takes(503) && all.takes(599));
         assert!(!all.takes(499) && !all.takes(200) && !all.takes(600));

@@ -173,14 +173,12 @@ async fn run(
         return;
     };
     if res.status() == 304 {
-        let fields = updated(&stale.fields, res.fields());
-        let fields: Vec<(&[u8], &[u8], bool)> =
-            fields.iter().map(|(n, v)| (&n[..], &v[..], true)).collect();
-        let length = stale.body.len() as u64;
-        fill.judge(stale.status, &fields, Some(length));
-        fill.push(&stale.body);
-        fill.whole = true;
-        if fill.commit() {
+        let fresh: Vec<(&[u8], &[u8])> = res
+            .fields()
+            .iter()
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+            .collect();
+        if fill.refreshed(&stale, &fresh).is_some() {
             metrics.cache.stores.fetch_add(1, Relaxed);
             metrics.cache.revalidated.fetch_add(1, Relaxed);
         }
@@ -206,52 +204,5 @@ async fn run(
     }
     if fill.commit() {
         metrics.cache.stores.fetch_add(1, Relaxed);
-    }
-}
-
-/// A stale object's fields (`stored`, as HTTP/1.1 lines) updated by a
-/// `304`'s (`fresh`: its fields but the hop-by-hop and framing ones):
-/// each field the `304` carries replaces the object's of that name (RFC
-/// 9111 section 4.3.4).
-fn updated(stored: &[u8], fresh: &http::HeaderMap) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut fields = Vec::new();
-    for line in stored.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            continue;
-        };
-        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
-        if !fresh.contains_key(std::str::from_utf8(name).unwrap_or("")) {
-            fields.push((name.to_vec(), value.to_vec()));
-        }
-    }
-    for (name, value) in fresh {
-        fields.push((name.as_str().as_bytes().to_vec(), value.as_bytes().to_vec()));
-    }
-    fields
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_304_s_fields_replace_the_stored_ones_of_their_name() {
-        let mut h = http::HeaderMap::new();
-        h.insert("cache-control", "max-age=60".parse().unwrap());
-        h.insert("x-v", "2".parse().unwrap());
-        let stored = b"cache-control: max-age=1\r\netag: \"a\"\r\nx-v: 1\r\n";
-        let got = updated(stored, &h);
-        let text: Vec<String> = got
-            .iter()
-            .map(|(n, v)| {
-                format!(
-                    "{}={}",
-                    String::from_utf8_lossy(n),
-                    String::from_utf8_lossy(v)
-                )
-            })
-            .collect();
-        assert_eq!(text, ["etag=\"a\"", "cache-control=max-age=60", "x-v=2"]);
     }
 }

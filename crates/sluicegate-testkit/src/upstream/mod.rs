@@ -11,6 +11,7 @@
 //! | `status=N` | reply with status N (no body for 1xx/204/304 and HEAD) |
 //! | `delay=MS` | sleep before sending the response head |
 //! | `body_delay=MS` | send the head, sleep, then send the body |
+//! | `first=N` | with `body_delay`, send the body's first N bytes with the head |
 //! | `close=1` | reply with `Connection: close`, then close |
 //! | `close=before` | read the request, close without replying |
 //! | `close=mid` | head with `Content-Length: 100`, 10 body bytes, close |

@@ -29,6 +29,9 @@ pub(crate) struct Plan {
     pub(crate) status: u16,
     pub(crate) delay: Option<Duration>,
     pub(crate) body_delay: Option<Duration>,
+    /// `first=N`: with `body_delay`, the body's first N bytes go with the
+    /// head, the rest after the delay.
+    pub(crate) first: usize,
     pub(crate) close: Close,
     pub(crate) chunked: bool,
     pub(crate) size: Option<usize>,
@@ -44,6 +47,7 @@ impl Plan {
             status: 200,
             delay: None,
             body_delay: None,
+            first: 0,
             close: Close::No,
             chunked: false,
             size: None,
@@ -62,6 +66,7 @@ impl Plan {
                 }
                 "delay" => plan.delay = millis(),
                 "body_delay" => plan.body_delay = millis(),
+                "first" => plan.first = value.parse().unwrap_or(0),
                 "idle_close_ms" => plan.idle_close = millis(),
                 "close" => {
                     plan.close = match value.as_str() {
@@ -155,14 +160,23 @@ pub(crate) fn respond(
         write_flush(out, &first)?;
         return Ok(keep);
     }
+    let early = plan.first.min(body.len());
+    let (early, late) = body.split_at(early);
+    if plan.chunked && !early.is_empty() {
+        first.extend_from_slice(format!("{:x}\r\n", early.len()).as_bytes());
+        first.extend_from_slice(early);
+        first.extend_from_slice(b"\r\n");
+    } else {
+        first.extend_from_slice(early);
+    }
     write_flush(out, &first)?;
     if let Some(d) = plan.body_delay {
         thread::sleep(d);
     }
     if plan.chunked {
-        write_chunks(out, &body)?;
+        write_chunks(out, late)?;
     } else {
-        write_flush(out, &body)?;
+        write_flush(out, late)?;
     }
     Ok(keep)
 }
