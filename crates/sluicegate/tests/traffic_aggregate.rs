@@ -332,3 +332,84 @@ apps:
         Some(3)
     );
 }
+
+/// One admin API request with a JSON body.
+fn admin_call(admin: u16, method: &str, path: &str, body: &str) -> sluicegate_testkit::Response {
+    let mut c = sluicegate_testkit::KeepAliveClient::connect(("127.0.0.1", admin)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Connection", "close"),
+    ];
+    c.send(method, path, &headers, body.as_bytes()).unwrap();
+    c.read_response_for(method).unwrap()
+}
+
+#[test]
+fn an_aggregate_route_through_the_admin_api() {
+    let (up, _seen) = json_upstream();
+    let admin = free_port();
+    let gw = Gw::start(&format!(
+        r#"admin: {{ listen: "127.0.0.1:{admin}" }}
+services:
+{}routes:
+  - name: hello
+    match: {{ path: "/hello" }}
+    respond: {{ status: 200, body: "hi" }}
+"#,
+        service("a", &[up], ""),
+    ));
+    // Created through the API, it serves at once.
+    let route = serde_json::json!({
+        "match": { "path": "/api/orders/{id:int}" },
+        "aggregate": [
+            { "name": "order", "service": "a", "path": "/order/${id}" },
+            { "name": "customer", "service": "a", "path": "/customer/${order.customer_id}" },
+            { "name": "recs", "service": "a", "path": "/missing", "optional": true, "timeout": "300ms" }
+        ]
+    });
+    let r = admin_call(admin, "PUT", "/routes/orders", &route.to_string());
+    assert_eq!(r.status, 201, "{}", r.body_str());
+    let got = Proto::Http1.get(gw.addr(), "/api/orders/5", &[]);
+    assert_eq!(got.status, 200, "{}", got.body_str());
+    assert_eq!(got.header("sluicegate-partial"), Some("recs"));
+    assert_eq!(
+        json(&got.body_str()),
+        json(r#"{"order":{"customer_id":"c/5","items":[{"id":7}]},"customer":{"customer":"c%2F5"},"recs":null}"#)
+    );
+    // The API reads it back as it was written.
+    let back = admin_call(admin, "GET", "/routes/orders", "");
+    let back = json(&back.body_str());
+    assert_eq!(back["aggregate"][1]["path"], "/customer/${order.customer_id}");
+    assert_eq!(back["aggregate"][2]["optional"], true);
+
+    // Refused with the field named, and the running route stays: a part
+    // on an unknown service, one naming a part that does not exist, and
+    // a parameter the template does not have.
+    for (bad, field) in [
+        (
+            serde_json::json!([{ "name": "x", "service": "nope", "path": "/x" }]),
+            "aggregate[0].service",
+        ),
+        (
+            serde_json::json!([{ "name": "x", "service": "a", "path": "/x/${ghost.id}" }]),
+            "aggregate[0].path",
+        ),
+        (
+            serde_json::json!([{ "name": "x", "service": "a", "path": "/x/${nope}" }]),
+            "aggregate[0].path",
+        ),
+    ] {
+        let body = serde_json::json!({
+            "match": { "path": "/api/orders/{id:int}" },
+            "aggregate": bad,
+        });
+        let r = admin_call(admin, "PUT", "/routes/orders", &body.to_string());
+        assert_eq!(r.status, 400, "{}", r.body_str());
+        let problems = json(&r.body_str());
+        let path = problems["problems"][0]["path"].as_str().unwrap_or("");
+        assert!(path.ends_with(field), "{path} for {bad}: {}", r.body_str());
+        let still = Proto::Http1.get(gw.addr(), "/api/orders/6", &[]);
+        assert_eq!(still.status, 200, "{}", still.body_str());
+    }
+}
