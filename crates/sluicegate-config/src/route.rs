@@ -253,6 +253,14 @@ fn route<'n>(
         None => Some(None),
         Some(n) => crate::apps::route_limit(cx, n, path.key("limit"), template).map(Some),
     };
+    // A limit per app counts authenticated apps: the route must have some.
+    if let (Some(Some(l)), Some(Auth::None), Some(n)) = (&limit, auth, f.get("limit")) {
+        if l.per.after_auth() {
+            let limit_path = path.key("limit");
+            let msg = "per: app needs auth (app_key, jwt or mtls) on the route";
+            cx.at(n.pos, limit_path.key("per"), msg);
+        }
+    }
     let mut ops = |key: &str| match f.get(key) {
         None => Some(HeaderOps::default()),
         Some(n) => crate::policy::header_ops(cx, n, path.key(key)),
