@@ -81,10 +81,7 @@ fn mistakes_name_the_field() {
         "/u/{id}",
         "    limit: { rate: 5/s, per: \"param:id\", scope: global }\n",
     ));
-    assert!(
-        all.iter().all(|e| e.contains("cluster.redis")),
-        "{all:?}"
-    );
+    assert!(all.iter().all(|e| e.contains("cluster.redis")), "{all:?}");
 }
 
 #[test]
