@@ -279,7 +279,9 @@ fn in_turn(nodes: &[Node], count: usize) -> usize {
     let mut ok = 0;
     for i in 0..count {
         let k = i % clients.len();
-        let r = clients[k].request("GET", "/x", &[("X-App-Key", KEY)], b"").unwrap();
+        let r = clients[k]
+            .request("GET", "/x", &[("X-App-Key", KEY)], b"")
+            .unwrap();
         match r.status {
             200 => ok += 1,
             429 => {}
@@ -300,7 +302,9 @@ fn at_once(nodes: &[Node], count: usize) -> usize {
             thread::spawn(move || {
                 let mut c = KeepAliveClient::connect(("127.0.0.1", port)).unwrap();
                 start.wait();
-                c.request("GET", "/x", &[("X-App-Key", KEY)], b"").unwrap().status
+                c.request("GET", "/x", &[("X-App-Key", KEY)], b"")
+                    .unwrap()
+                    .status
             })
         })
         .collect();
@@ -386,7 +390,9 @@ fn a_global_limit_per_header_on_two_gateways() {
         let tenant = i % 2;
         let node = (i / 2) % 2;
         let t = ["acme", "globex"][tenant];
-        let r = clients[node].request("GET", "/x", &[("X-Tenant", t)], b"").unwrap();
+        let r = clients[node]
+            .request("GET", "/x", &[("X-Tenant", t)], b"")
+            .unwrap();
         match r.status {
             200 => ok[tenant] += 1,
             429 => {}
@@ -395,7 +401,10 @@ fn a_global_limit_per_header_on_two_gateways() {
         thread::sleep(Duration::from_millis(5));
     }
     for (t, n) in ok.iter().enumerate() {
-        assert!((18..=22).contains(n), "tenant {t}: {n} admitted of 20 ({ok:?})");
+        assert!(
+            (18..=22).contains(n),
+            "tenant {t}: {n} admitted of 20 ({ok:?})"
+        );
     }
     // One bucket per tenant in Redis, none per gateway.
     let buckets = redis.cli(&["--scan", "--pattern", "sg:{rk:t:header:x-tenant:*"]);
