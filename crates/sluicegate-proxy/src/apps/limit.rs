@@ -409,12 +409,22 @@ impl<K: std::hash::Hash + Eq + Copy> KeyedLimits<K> {
         map.entry(key).or_default().clone()
     }
 
-    /// Every key's counters now, added to `out` (the Redis plane's pass
-    /// over a global limit's keys; locks each shard once, briefly).
-    pub(crate) fn each(&self, out: &mut Vec<(K, Arc<LimitState>)>) {
+    /// The counters of every key for which `pick` holds, added to `out`
+    /// (the Redis plane's pass over a global limit's keys: `pick` reads a
+    /// few atomics, so a key at rest costs no reference count; locks each
+    /// shard once, briefly).
+    pub(crate) fn each(
+        &self,
+        pick: impl Fn(&LimitState) -> bool,
+        out: &mut Vec<(K, Arc<LimitState>)>,
+    ) {
         for shard in self.shards.iter() {
             let map = shard.lock().unwrap_or_else(|e| e.into_inner());
-            out.extend(map.iter().map(|(k, s)| (*k, s.clone())));
+            out.extend(
+                map.iter()
+                    .filter(|(_, s)| pick(s))
+                    .map(|(k, s)| (*k, s.clone())),
+            );
         }
     }
 

@@ -128,7 +128,7 @@ impl Globals {
         let mut found = Vec::new();
         for g in &self.keyed {
             found.clear();
-            g.table.each(&mut found);
+            g.table.each(|_| true, &mut found);
             for (_, s) in &found {
                 f(s);
             }

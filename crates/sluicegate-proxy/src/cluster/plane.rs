@@ -361,14 +361,12 @@ async fn give_back(
         let mut found = Vec::new();
         for g in &snap.keyed {
             found.clear();
-            g.table.each(&mut found);
+            // Only keys holding tokens of Redis's (not just credit).
+            let holds = |s: &LimitState| {
+                s.lease.rate.load(Ordering::Relaxed) > s.lease.owed.load(Ordering::Relaxed)
+            };
+            g.table.each(holds, &mut found);
             for (key, state) in &found {
-                let lease = &state.lease;
-                if lease.rate.load(Ordering::Relaxed) <= lease.owed.load(Ordering::Relaxed) {
-                    lease.rate.store(0, Ordering::Relaxed);
-                    lease.owed.store(0, Ordering::Relaxed);
-                    continue;
-                }
                 let redis_key = g.redis_key(*key);
                 let (t, _) = give_back_one(conn, scripts, &redis_key, state, &g.plan, 0).await?;
                 tokens += t;
@@ -534,20 +532,18 @@ async fn lease_keyed(
     let n = STATE.instances.load(Ordering::Relaxed).max(1);
     for g in &snap.keyed {
         found.clear();
-        g.table.each(found);
+        g.table.each(|s| !at_rest(&s.lease, &g.plan, n), found);
         for (key, state) in found.iter() {
-            let lease = &state.lease;
-            let id = (g.prefix.clone(), *key);
-            if at_rest(lease, &g.plan, n) {
-                kkeys.remove(&id);
-                continue;
-            }
-            let ks = kkeys.entry(id).or_insert_with(|| KeyState::new(now));
+            let ks = kkeys
+                .entry((g.prefix.clone(), *key))
+                .or_insert_with(|| KeyState::new(now));
             let redis_key = g.redis_key(*key);
             lease_one(conn, scripts, &redis_key, state, &g.plan, ks, n, now).await?;
         }
     }
     found.clear();
+    // Keys at rest are forgotten here (not visited in this pass).
+    kkeys.retain(|_, ks| ks.visited == now);
     Ok(())
 }
 
