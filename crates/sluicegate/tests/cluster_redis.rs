@@ -335,6 +335,13 @@ fn a_global_quota_holds_exactly_under_concurrent_requests() {
     let redis = RedisServer::start();
     let nodes = quota_nodes(&redis);
     assert_eq!(at_once(&nodes, 60), 20);
+    // Requests found their lease empty and waited for Redis (and are
+    // counted), since nothing is admitted on credit.
+    let waited: f64 = nodes
+        .iter()
+        .map(|n| n.metric("sluicegate_cluster_quota_waits_total").unwrap())
+        .sum();
+    assert!(waited >= 3.0, "{waited} waited");
     // What is left of Redis's counter: the whole quota, used.
     let used: Vec<String> = redis
         .cli(&["--scan", "--pattern", "sg:*:q:*"])
