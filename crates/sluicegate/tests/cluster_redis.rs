@@ -378,11 +378,15 @@ routes:
 
 /// Two gateways, one limit per tenant header counted in Redis: each
 /// tenant gets about its 20 across both (a credit of one request per
-/// instance at most beyond), independently of the other tenant.
+/// instance at most beyond), independently of the other tenant. And a
+/// global limit per client address.
 #[test]
 fn a_global_limit_per_header_on_two_gateways() {
     let redis = RedisServer::start();
-    let routes = "  - name: t\n    match: { path_prefix: / }\n    respond: { status: 200 }\n    \
+    let routes =
+        "  - name: ip\n    match: { path_prefix: /ip }\n    respond: { status: 200 }\n    \
+                  limit: { rate: 5/h, scope: global }\n  \
+                  - name: t\n    match: { path_prefix: / }\n    respond: { status: 200 }\n    \
                   limit: { rate: 20/h, per: \"header:x-tenant\", scope: global }\n";
     let nodes: Vec<Node> = (0..2).map(|_| start_routes(&redis.url(), routes)).collect();
     for n in &nodes {
@@ -416,6 +420,14 @@ fn a_global_limit_per_header_on_two_gateways() {
     // One bucket per tenant in Redis, none per gateway.
     let buckets = redis.cli(&["--scan", "--pattern", "sg:{rk:t:header:x-tenant:*"]);
     assert_eq!(buckets.lines().count(), 2, "{buckets}");
+    // Per client address, globally too: one client over both gateways.
+    let mut ok = 0;
+    for i in 0..60 {
+        let r = clients[i % 2].request("GET", "/ip", &[], b"").unwrap();
+        ok += usize::from(r.status == 200);
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!((5..=7).contains(&ok), "{ok} admitted of 5 for one address");
 }
 
 #[test]

@@ -446,6 +446,7 @@ pub const ABSENT: u128 = 0;
 impl KeyedLimits<u128> {
     /// The counters of a value (a parameter as routed, a header's value,
     /// an app's id), or of the shared "absent" key for `None`.
+    #[cfg(test)]
     pub fn state_of(&self, value: Option<&[u8]>, now: Instant) -> Arc<LimitState> {
         self.state(self.key_of(value), now)
     }

@@ -124,14 +124,28 @@ pub enum KeySource {
     Header(Box<[u8]>),
     /// The authenticated app's id (the filter runs after `auth`).
     App,
+    /// The client's address (its octets): a `per: client_ip` limit with
+    /// `scope: global` (a local one has its own table by address).
+    ClientIp,
 }
 
 impl KeySource {
+    /// The request's key in `table`.
+    #[inline]
+    pub fn key(&self, table: &ParamLimits, cx: &ReqCx<'_>) -> u128 {
+        match (self, cx.client) {
+            (KeySource::ClientIp, std::net::IpAddr::V4(a)) => table.key_of(Some(&a.octets())),
+            (KeySource::ClientIp, std::net::IpAddr::V6(a)) => table.key_of(Some(&a.octets())),
+            _ => table.key_of(self.value(cx)),
+        }
+    }
+
     /// The request's value, or `None` (counted under the shared "absent"
     /// key).
     #[inline]
     pub fn value<'c>(&self, cx: &'c ReqCx<'_>) -> Option<&'c [u8]> {
         match self {
+            KeySource::ClientIp => None,
             KeySource::Param(index) => cx.params.get(cx.path, *index),
             KeySource::Header(name) => {
                 let raw = cx.raw;
@@ -158,7 +172,9 @@ impl Filter for RouteLimiter {
         let state = match &self.counters {
             RouteCounters::Route(s) => s.clone(),
             RouteCounters::ClientIp(t) => t.state(cx.client, cx.now),
-            RouteCounters::Keyed { table, source, .. } => table.state_of(source.value(cx), cx.now),
+            RouteCounters::Keyed { table, source, .. } => {
+                table.state(source.key(table, cx), cx.now)
+            }
         };
         charge_or_refuse(
             &state,

@@ -310,9 +310,9 @@ fn compile_routes(
             let global = l.scope == sluicegate_config::Scope::Global;
             let counters = match (reg.route_limits.get(&r.name), &l.per) {
                 (Some(c @ RouteCounters::Route(_)), LimitKey::Route) => c.clone(),
-                (Some(c @ RouteCounters::ClientIp(_)), LimitKey::ClientIp) => c.clone(),
+                (Some(c @ RouteCounters::ClientIp(_)), LimitKey::ClientIp) if !global => c.clone(),
                 (_, LimitKey::Route) => RouteCounters::Route(Arc::default()),
-                (_, LimitKey::ClientIp) => RouteCounters::ClientIp(Arc::default()),
+                (_, LimitKey::ClientIp) if !global => RouteCounters::ClientIp(Arc::default()),
                 (old, per) => keyed_counters(old, &r.matcher, per, global)
                     .ok_or_else(|| format!("route {}: limit.per names no parameter", r.name))?,
             };
@@ -338,7 +338,7 @@ fn compile_routes(
                         table: table.clone(),
                         plan: plan.clone(),
                     }),
-                    // Refused by validation: a client's counters stay local.
+                    // A global limit per client is keyed (above).
                     RouteCounters::ClientIp(_) => {}
                 }
             }
@@ -508,7 +508,8 @@ fn compile_routes(
     })
 }
 
-/// A keyed route limit's counters (per parameter, header or app): the
+/// A keyed route limit's counters (per parameter, header, app, or client
+/// address with `scope: global`): the
 /// table of the route's last snapshot when it counted by the same key with
 /// the same scope (a global table's keys are the fleet's), else a new one.
 /// `None` when `per` names no parameter of the route's template.
@@ -531,7 +532,8 @@ fn keyed_counters(
             format!("header:{h}").into(),
         ),
         LimitKey::App => (KeySource::App, "app".into()),
-        LimitKey::ClientIp | LimitKey::Route => return None,
+        LimitKey::ClientIp => (KeySource::ClientIp, "client_ip".into()),
+        LimitKey::Route => return None,
     };
     let table = match old {
         Some(RouteCounters::Keyed { table, name: n, .. })
