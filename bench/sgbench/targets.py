@@ -351,7 +351,8 @@ def haproxy_maxconn(cfg_path):
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
                     tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
-                    mirror=False, split=False, template=False, compress=False, cache=False):
+                    mirror=False, split=False, template=False, compress=False, cache=False,
+                    limit=None):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -369,7 +370,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     splits 50/50 between the two (`split_by: random`). With `template`, the
     route matches TEMPLATE instead of every path. With `compress`, the
     route compresses answers in gzip at level `fast` (gzip 1). With `cache`,
-    a store of 256 MiB and the route's `cache: {}` (the default key)."""
+    a store of 256 MiB and the route's `cache: {}` (the default key). With
+    `limit` (a `per` value), the route has a limit of that `per` never reached."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -410,6 +412,7 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         + ("    mirror: { service: shadow, percent: 100 }\n" if mirror else "")
         + ("    compress: { algorithms: [gzip], level: fast }\n" if compress else "")
         + ("    cache: {}\n" if cache else "")
+        + (f"    limit: {{ rate: 1000000000/s, per: {limit} }}\n" if limit else "")
     )
     if not auth:
         return text

@@ -53,43 +53,7 @@ pub(crate) fn route_limit(
         .and_then(|n| reader::int_in(cx, n, path.key("concurrency"), 1, 1_000_000_000));
     let per = match f.get("per") {
         None => Some(LimitKey::ClientIp),
-        Some(n) => {
-            let p = path.key("per");
-            match reader::scalar(cx, n, p, "client_ip, route or param:NAME") {
-                Some("client_ip") => Some(LimitKey::ClientIp),
-                Some("route") => Some(LimitKey::Route),
-                Some(other) if other.starts_with("param:") => {
-                    let name = &other["param:".len()..];
-                    let index = template.and_then(|t| t.param_index(name));
-                    if index.is_none() {
-                        let why = match template {
-                            None => {
-                                "needs match.path to be a template with that parameter".to_string()
-                            }
-                            Some(t) => format!(
-                                "{} is not a parameter of match.path {}",
-                                quote(name),
-                                quote(&t.text)
-                            ),
-                        };
-                        cx.at(n.pos, p, format_args!("{}: {why}", quote(other)));
-                    }
-                    index.map(LimitKey::Param)
-                }
-                Some(other) => {
-                    cx.at(
-                        n.pos,
-                        p,
-                        format_args!(
-                            "expected client_ip, route or param:NAME, found {}",
-                            quote(other)
-                        ),
-                    );
-                    None
-                }
-                None => None,
-            }
-        }
+        Some(n) => limit_key(cx, n, path.key("per"), template),
     };
     if f.get("burst").is_some() && f.get("rate").is_none() {
         cx.at(f.pos, path, "burst needs a rate");
@@ -98,8 +62,7 @@ pub(crate) fn route_limit(
         cx.at(f.pos, path, "a limit needs rate or concurrency");
         return None;
     }
-    let by_route = per == Some(LimitKey::Route);
-    let (scope, on_failure) = crate::cluster::route_scope(cx, &f, path, by_route);
+    let (scope, on_failure) = crate::cluster::route_scope(cx, &f, path);
     Some(RouteLimit {
         rate,
         burst: burst.or(rate.map(|r| r.count)),
@@ -108,6 +71,69 @@ pub(crate) fn route_limit(
         scope,
         on_failure,
     })
+}
+
+/// What `limit.per` means.
+const PER_EXPECTED: &str = "client_ip, route, app, header:NAME, claim:NAME or param:NAME";
+
+/// Decodes a route limit's `per`: `client_ip`, `route`, `app`,
+/// `header:NAME`, `claim:NAME` (a claim of the verified token) or
+/// `param:NAME` (a parameter of the route's `template`).
+fn limit_key(
+    cx: &mut Cx,
+    n: &Node,
+    p: Path<'_>,
+    template: Option<&crate::PathTemplate>,
+) -> Option<LimitKey> {
+    let text = reader::scalar(cx, n, p, PER_EXPECTED)?;
+    let (kind, name) = match text.split_once(':') {
+        Some((k, v)) => (k, Some(v)),
+        None => (text, None),
+    };
+    match (kind, name) {
+        ("client_ip", None) => Some(LimitKey::ClientIp),
+        ("route", None) => Some(LimitKey::Route),
+        ("app", None) => Some(LimitKey::App),
+        ("header", Some(name)) => {
+            if !reader::is_token(name) {
+                let msg = format_args!("{}: {} is not a header name", quote(text), quote(name));
+                cx.at(n.pos, p, msg);
+                return None;
+            }
+            Some(LimitKey::Header(name.to_ascii_lowercase()))
+        }
+        ("claim", Some(name)) => {
+            if name.is_empty() {
+                cx.at(
+                    n.pos,
+                    p,
+                    format_args!("{}: the claim's name is empty", quote(text)),
+                );
+                return None;
+            }
+            Some(LimitKey::Claim(name.to_string()))
+        }
+        ("param", Some(name)) => {
+            let index = template.and_then(|t| t.param_index(name));
+            if index.is_none() {
+                let why = match template {
+                    None => "needs match.path to be a template with that parameter".to_string(),
+                    Some(t) => format!(
+                        "{} is not a parameter of match.path {}",
+                        quote(name),
+                        quote(&t.text)
+                    ),
+                };
+                cx.at(n.pos, p, format_args!("{}: {why}", quote(text)));
+            }
+            index.map(LimitKey::Param)
+        }
+        _ => {
+            let msg = format_args!("expected {PER_EXPECTED}, found {}", quote(text));
+            cx.at(n.pos, p, msg);
+            None
+        }
+    }
 }
 
 /// Shortest and longest app key accepted.

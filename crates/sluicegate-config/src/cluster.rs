@@ -98,24 +98,13 @@ pub(crate) fn plan_scope(cx: &mut Cx, f: &Fields<'_>, path: Path<'_>) -> (Scope,
     out
 }
 
-/// A route limit's `scope` and `on_failure`: global only for one set of
-/// counters per route, and only for a rate.
-pub(crate) fn route_scope(
-    cx: &mut Cx,
-    f: &Fields<'_>,
-    path: Path<'_>,
-    per_route: bool,
-) -> (Scope, OnFailure) {
+/// A route limit's `scope` and `on_failure`: global (with any `per`) only
+/// for a rate.
+pub(crate) fn route_scope(cx: &mut Cx, f: &Fields<'_>, path: Path<'_>) -> (Scope, OnFailure) {
     let out = scope(cx, f, path);
-    if out.0 == Scope::Global {
-        if !per_route {
-            let msg = "scope: global needs per: route (per client IP stays local)";
-            cx.at(f.pos, path, msg);
-        }
-        if f.get("rate").is_none() {
-            let msg = "scope: global needs a rate (concurrency is per process)";
-            cx.at(f.pos, path, msg);
-        }
+    if out.0 == Scope::Global && f.get("rate").is_none() {
+        let msg = "scope: global needs a rate (concurrency is per process)";
+        cx.at(f.pos, path, msg);
     }
     out
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{Action, Auth, HeaderOps, PathMatch, Route};
+use crate::model::{Action, Auth, HeaderOps, LimitKey, PathMatch, Route};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
@@ -254,6 +254,24 @@ fn route<'n>(
         None => Some(None),
         Some(n) => crate::apps::route_limit(cx, n, path.key("limit"), template).map(Some),
     };
+    // A limit per app counts authenticated apps: the route must have some.
+    if let (Some(Some(l)), Some(Auth::None), Some(n)) = (&limit, auth, f.get("limit")) {
+        if l.per.after_auth() {
+            let limit_path = path.key("limit");
+            let msg = match l.per {
+                LimitKey::Claim(_) => "per: claim:NAME needs auth: jwt on the route",
+                _ => "per: app needs auth (app_key, jwt or mtls) on the route",
+            };
+            cx.at(n.pos, limit_path.key("per"), msg);
+        }
+    }
+    // A limit per claim reads the verified token: only `auth: jwt` has one.
+    if let (Some(Some(l)), Some(a), Some(n)) = (&limit, auth, f.get("limit")) {
+        if matches!(l.per, LimitKey::Claim(_)) && !matches!(a, Auth::None | Auth::Jwt) {
+            let msg = "per: claim:NAME needs auth: jwt on the route";
+            cx.at(n.pos, path.key("limit").key("per"), msg);
+        }
+    }
     let mut ops = |key: &str| match f.get(key) {
         None => Some(HeaderOps::default()),
         Some(n) => crate::policy::header_ops(cx, n, path.key(key)),

@@ -463,6 +463,54 @@ fn route_limits_per_client_ip_and_per_route() {
     );
 }
 
+/// A route limit per header value (before auth: no key needed) and one
+/// per app (after auth: a request without a valid key is a 401, never a
+/// 429, and counts for no app).
+#[test]
+fn route_limits_per_header_and_per_app() {
+    let (orders, other) = (TestUpstream::start(), TestUpstream::start());
+    let third = "  - id: third\n    keys: [\"key-cccc-0123456789\"]";
+    let mut yaml = config(&orders, &other, "  free: { concurrency: 1000 }", third);
+    yaml = yaml.replace(
+        "  - name: open\n    match: { path_prefix: /open }\n    service: orders\n",
+        "  - name: open\n    match: { path_prefix: /open }\n    service: orders\n    \
+         limit: { rate: 1/h, burst: 2, per: \"header:X-Tenant\" }\n",
+    );
+    yaml = yaml.replace(
+        "    service: other\n    auth: app_key\n",
+        "    service: other\n    auth: app_key\n    limit: { rate: 1/h, burst: 1, per: app }\n",
+    );
+    let gw = Gw::start(&yaml);
+    let get = |path: &str, headers: &[(&str, &str)]| http_get(gw.addr(), path, headers).status;
+    // Two per tenant, whatever the field name's case.
+    for t in ["acme", "globex"] {
+        assert_eq!(get("/open", &[("x-tenant", t)]), 200);
+        assert_eq!(get("/open", &[("X-TENANT", t)]), 200);
+        assert_eq!(get("/open", &[("X-Tenant", t)]), 429, "tenant {t}");
+    }
+    // Several copies: the first counts.
+    let two = [("X-Tenant", "initech"), ("X-Tenant", "acme")];
+    assert_eq!(get("/open", &two), 200);
+    assert_eq!(get("/open", &two), 200);
+    assert_eq!(get("/open", &two), 429);
+    // No header: one shared "absent" key, not any tenant's.
+    assert_eq!(get("/open", &[]), 200);
+    assert_eq!(get("/open", &[("X-Other", "1")]), 200);
+    assert_eq!(get("/open", &[]), 429);
+    // Per app, after auth.
+    assert_eq!(get("/other", &[("X-App-Key", KEY_B)]), 200);
+    assert_eq!(get("/other", &[("X-App-Key", KEY_B)]), 429);
+    // Another app has its own counters.
+    assert_eq!(get("/other", &[("X-App-Key", "key-cccc-0123456789")]), 200);
+    assert_eq!(get("/other", &[("X-App-Key", "key-cccc-0123456789")]), 429);
+    assert_eq!(get("/other", &[("X-App-Key", "key-zzzz-0123456789")]), 401);
+    assert_eq!(get("/other", &[]), 401);
+    // An app auth refuses (shop-web may not call `other`) is never
+    // counted: 403 each time, not 429.
+    assert_eq!(get("/other", &[("X-App-Key", KEY_A)]), 403);
+    assert_eq!(get("/other", &[("X-App-Key", KEY_A)]), 403);
+}
+
 #[test]
 fn ip_allow_and_deny_globally_and_per_route() {
     ip_rules(Proto::Http1);

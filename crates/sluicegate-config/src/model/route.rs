@@ -13,13 +13,16 @@ pub struct RouteLimit {
     pub burst: Option<u64>,
     pub concurrency: Option<u64>,
     pub per: LimitKey,
-    /// `global` only with `per: route`.
+    /// `global`: counted across the fleet in Redis (needs a rate), with
+    /// any `per`.
     pub scope: Scope,
     pub on_failure: OnFailure,
 }
 
-/// Whose requests a route limit counts together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Whose requests a route limit counts together. The keyed ones
+/// (`Param`, `Header`, `App`) count each value apart, and requests without
+/// the value together under one "absent" key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum LimitKey {
     /// Each client IP address has its own counters.
     #[default]
@@ -29,6 +32,24 @@ pub enum LimitKey {
     /// `param:NAME`: each value of the route's path parameter NAME (its
     /// index in the template here) has its own counters.
     Param(usize),
+    /// `header:NAME` (lower-cased here): each value of the request's first
+    /// field named NAME has its own counters.
+    Header(String),
+    /// `app`: each authenticated app has its own counters (the limit then
+    /// runs after `auth`).
+    App,
+    /// `claim:NAME`: each value of the verified token's claim NAME has its
+    /// own counters (the route has `auth: jwt`; the limit runs after it).
+    Claim(String),
+}
+
+impl LimitKey {
+    /// Whether the key is known only once the caller is authenticated:
+    /// such a limit runs after `auth` (and before the app's plan), the
+    /// others before it (so they also bound key guessing).
+    pub fn after_auth(&self) -> bool {
+        matches!(self, LimitKey::App | LimitKey::Claim(_))
+    }
 }
 
 /// How a route authenticates the calling app.

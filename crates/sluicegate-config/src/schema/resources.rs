@@ -331,8 +331,8 @@ pub(super) fn route() -> S {
                             "rate" => pattern("Steady rate: N/s, N/min, N/h or N/day.", RATE).into(),
                             "burst" => int("Requests at once above the rate; only with rate.", 1, Some(1_000_000_000)).into(),
                             "concurrency" => int("Requests in flight at once.", 1, Some(1_000_000_000)).into(),
-                            "per" => with_default(pattern("Counters per client address (client_ip), one set for the route (route), or per value of a parameter of the route's path template (param:NAME).", r"^(client_ip|route|param:[A-Za-z_][A-Za-z0-9_]*)$"), json!("client_ip")),
-                            "scope" => with_default(choice("local: per process; global: across the fleet (per: route and a rate).", &["local", "global"]), json!("local")),
+                            "per" => with_default(pattern("Counters per client address (client_ip), one set for the route (route), per authenticated app (app; runs after auth), per value of a request header (header:NAME; its first copy), per value of a claim of the verified token (claim:NAME; auth: jwt routes; runs after auth) or per value of a parameter of the route's path template (param:NAME). Requests without the value share one set.", r"^(client_ip|route|app|header:[!#$%&'*+.^_`|~0-9A-Za-z-]+|claim:.+|param:[A-Za-z_][A-Za-z0-9_]*)$"), json!("client_ip")),
+                            "scope" => with_default(choice("local: per process; global: across the fleet, in Redis (needs a rate).", &["local", "global"]), json!("local")),
                             "on_failure" => with_default(choice("A global limit while Redis is unreachable.", &["local", "deny"]), json!("local")),
                             _ => return None,
                         })

@@ -230,8 +230,56 @@ fn route_limits() {
         [
             "12:12: routes[0].limit: burst needs a rate",
             "12:12: routes[0].limit: a limit needs rate or concurrency",
-            "12:29: routes[0].limit.per: expected client_ip, route or param:NAME, found \"everyone\"",
+            "12:29: routes[0].limit.per: expected client_ip, route, app, header:NAME, claim:NAME or param:NAME, found \"everyone\"",
         ]
+    );
+}
+
+#[test]
+fn route_limits_per_header_and_app() {
+    let limit = |per: &str, auth: &str| {
+        BASE.replace(
+            "    auth: app_key\n",
+            &format!("    auth: {auth}\n    limit: {{ rate: 10/s, per: \"{per}\" }}\n"),
+        )
+    };
+    let c = ok(&limit("header:X-Tenant", "app_key"));
+    let per = &c.routes[0].limit.as_ref().unwrap().per;
+    assert_eq!(*per, LimitKey::Header("x-tenant".into()));
+    assert!(!per.after_auth());
+    let c = ok(&limit("app", "app_key"));
+    assert_eq!(c.routes[0].limit.as_ref().unwrap().per, LimitKey::App);
+    assert!(LimitKey::App.after_auth());
+    assert_eq!(
+        errors(&limit("app", "none")),
+        ["12:12: routes[0].limit.per: per: app needs auth (app_key, jwt or mtls) on the route"]
+    );
+    assert_eq!(
+        errors(&limit("header:x y", "app_key")),
+        ["12:31: routes[0].limit.per: \"header:x y\": \"x y\" is not a header name"]
+    );
+    let c = ok(&limit("claim:https://example.com/tenant", "jwt"));
+    let per = &c.routes[0].limit.as_ref().unwrap().per;
+    assert_eq!(*per, LimitKey::Claim("https://example.com/tenant".into()));
+    assert!(per.after_auth());
+    assert_eq!(
+        errors(&limit("claim:tenant", "app_key")),
+        ["12:12: routes[0].limit.per: per: claim:NAME needs auth: jwt on the route"]
+    );
+    assert_eq!(
+        errors(&limit("claim:tenant", "none")),
+        ["12:12: routes[0].limit.per: per: claim:NAME needs auth: jwt on the route"]
+    );
+    assert_eq!(
+        errors(&limit("claim:", "jwt")),
+        ["12:31: routes[0].limit.per: \"claim:\": the claim's name is empty"]
+    );
+    // JSON (the admin API and etcd) says the same.
+    let doc = crate::Document::from_yaml(&limit("header:x-tenant", "app_key")).unwrap();
+    let c = crate::Document::from_json(&doc.to_json()).decode().unwrap();
+    assert_eq!(
+        c.routes[0].limit.as_ref().unwrap().per,
+        LimitKey::Header("x-tenant".into())
     );
 }
 

@@ -105,9 +105,15 @@ fn mistakes_are_named() {
         "    auth: app_key\n",
         "    auth: app_key\n    limit: { rate: 50/s, scope: global }\n",
     );
+    // Any per may be global; it needs a rate.
+    assert!(crate::parse(&format!("{per_ip}{redis}")).is_ok());
+    let conc_only = BASE.replace(
+        "    auth: app_key\n",
+        "    auth: app_key\n    limit: { concurrency: 5, per: \"header:x-tenant\", scope: global }\n",
+    );
     assert_eq!(
-        errors(&format!("{per_ip}{redis}")),
-        ["10:12: routes[0].limit: scope: global needs per: route (per client IP stays local)"]
+        errors(&format!("{conc_only}{redis}")),
+        ["10:12: routes[0].limit: scope: global needs a rate (concurrency is per process)"]
     );
     assert_eq!(
         errors(&format!("{BASE}cluster: {{ redis: {{ url: \"http://r\" }} }}\n")),

@@ -325,10 +325,14 @@ impl LimitState {
 
     /// Nothing in flight and the rate bucket full again (no quota used):
     /// forgetting this state changes nothing for its client.
+    /// A global limit's state is at rest once it holds none of Redis's
+    /// tokens (only its credit, or nothing).
     fn is_idle(&self, now_ns: u64) -> bool {
         self.tat.load(Ordering::Relaxed) <= now_ns
             && self.in_flight.load(Ordering::Relaxed) == 0
             && self.quota.load(Ordering::Relaxed) == 0
+            && self.lease.rate.load(Ordering::Relaxed) <= self.lease.owed.load(Ordering::Relaxed)
+            && self.lease.asked.load(Ordering::Relaxed) == 0
     }
 }
 
@@ -348,14 +352,18 @@ type KeyMap<K> = HashMap<K, Arc<LimitState>, RandomState>;
 pub struct KeyedLimits<K> {
     shards: Box<[Mutex<KeyMap<K>>]>,
     pick: RandomState,
+    /// Keys are the same in every instance of the fleet (a global limit's
+    /// keys name its Redis buckets): a value's key is the first 128 bits
+    /// of its SHA-256, not a hash keyed per process.
+    fleet: bool,
 }
 
 /// Counters per client IP address.
 pub type ClientLimits = KeyedLimits<IpAddr>;
 
-/// Counters per value of a path parameter, keyed by a 128-bit keyed hash
-/// of the value: the same memory per key as an address, whatever the
-/// value's length, and nothing allocated for a new one.
+/// Counters per value (of a path parameter, a header, an app's id), keyed
+/// by a 128-bit hash of the value: the same memory per key as an address,
+/// whatever the value's length, and nothing allocated for a new one.
 pub type ParamLimits = KeyedLimits<u128>;
 
 impl<K> Default for KeyedLimits<K> {
@@ -365,7 +373,24 @@ impl<K> Default for KeyedLimits<K> {
                 .map(|_| Mutex::new(HashMap::default()))
                 .collect(),
             pick: RandomState::new(),
+            fleet: false,
         }
+    }
+}
+
+impl<K> KeyedLimits<K> {
+    /// A table whose keys are the same in every instance (for a global
+    /// limit; see [`KeyedLimits::key_of`]).
+    pub fn for_fleet() -> Self {
+        KeyedLimits {
+            fleet: true,
+            ..KeyedLimits::default()
+        }
+    }
+
+    /// Whether keys are the same in every instance.
+    pub fn is_fleet(&self) -> bool {
+        self.fleet
     }
 }
 
@@ -384,6 +409,25 @@ impl<K: std::hash::Hash + Eq + Copy> KeyedLimits<K> {
         map.entry(key).or_default().clone()
     }
 
+    /// The counters of every key for which `pick` holds, added to `out`
+    /// (the Redis plane's pass over a global limit's keys: `pick` reads a
+    /// few atomics, so a key at rest costs no reference count; locks each
+    /// shard once, briefly).
+    pub(crate) fn each(
+        &self,
+        pick: impl Fn(&LimitState) -> bool,
+        out: &mut Vec<(K, Arc<LimitState>)>,
+    ) {
+        for shard in self.shards.iter() {
+            let map = shard.lock().unwrap_or_else(|e| e.into_inner());
+            out.extend(
+                map.iter()
+                    .filter(|(_, s)| pick(s))
+                    .map(|(k, s)| (*k, s.clone())),
+            );
+        }
+    }
+
     #[cfg(test)]
     /// Keys with counters now.
     pub fn len(&self) -> usize {
@@ -394,12 +438,36 @@ impl<K: std::hash::Hash + Eq + Copy> KeyedLimits<K> {
     }
 }
 
+/// The key of requests that do not carry the value a table counts by (no
+/// such header, no app): one shared set of counters. No value maps to it
+/// but by a 2^-128 chance.
+pub const ABSENT: u128 = 0;
+
 impl KeyedLimits<u128> {
-    /// The counters of a parameter's value (its bytes as routed).
-    pub fn state_of(&self, value: &[u8], now: Instant) -> Arc<LimitState> {
-        let lo = self.pick.hash_one((0u8, value));
-        let hi = self.pick.hash_one((1u8, value));
-        self.state(u128::from(hi) << 64 | u128::from(lo), now)
+    /// The counters of a value (a parameter as routed, a header's value,
+    /// an app's id), or of the shared "absent" key for `None`.
+    #[cfg(test)]
+    pub fn state_of(&self, value: Option<&[u8]>, now: Instant) -> Arc<LimitState> {
+        self.state(self.key_of(value), now)
+    }
+
+    /// A value's 128-bit key: hashed with this table's own random key, or
+    /// for a fleet table with SHA-256 (the same everywhere, and still no
+    /// two values a client can choose to share counters).
+    #[inline]
+    pub fn key_of(&self, value: Option<&[u8]>) -> u128 {
+        let Some(value) = value else { return ABSENT };
+        let key = if self.fleet {
+            let d = ring::digest::digest(&ring::digest::SHA256, value);
+            let mut b = [0u8; 16];
+            b.copy_from_slice(&d.as_ref()[..16]);
+            u128::from_be_bytes(b)
+        } else {
+            let lo = self.pick.hash_one((0u8, value));
+            let hi = self.pick.hash_one((1u8, value));
+            u128::from(hi) << 64 | u128::from(lo)
+        };
+        key.max(1)
     }
 }
 
@@ -556,6 +624,38 @@ mod tests {
         assert!(t.len() < SHARDS * SWEEP_AT, "idle clients were swept");
         // The busy client still has no token: it was not forgotten.
         assert!(t.state(busy, now).admit(&p, now, || w).is_err());
+    }
+
+    #[test]
+    fn keyed_values_and_the_absent_key() {
+        let (a, b) = (ParamLimits::default(), ParamLimits::default());
+        // A process's own keys differ from another's; a fleet's agree.
+        assert_ne!(a.key_of(Some(b"acme")), b.key_of(Some(b"acme")));
+        let (f, g) = (ParamLimits::for_fleet(), ParamLimits::for_fleet());
+        assert_eq!(f.key_of(Some(b"acme")), g.key_of(Some(b"acme")));
+        assert_ne!(f.key_of(Some(b"acme")), f.key_of(Some(b"acme2")));
+        // Requests without the value share one key, no value's.
+        for t in [&a, &f] {
+            assert_eq!(t.key_of(None), ABSENT);
+            assert_ne!(t.key_of(Some(b"")), ABSENT);
+        }
+        let p = plan(Some((1, 3600)), Some(1), None, None);
+        let now = Instant::now();
+        let w = SystemTime::now();
+        a.state_of(None, now).admit(&p, now, || w).unwrap();
+        assert!(a.state_of(None, now).admit(&p, now, || w).is_err());
+        a.state_of(Some(b"x"), now).admit(&p, now, || w).unwrap();
+    }
+
+    #[test]
+    fn a_key_holding_leased_tokens_is_not_forgotten() {
+        let s = LimitState::default();
+        let now_ns = mono_ns(Instant::now());
+        assert!(s.is_idle(now_ns));
+        s.lease.rate.store(3, Ordering::Relaxed);
+        assert!(!s.is_idle(now_ns), "tokens of Redis's are held");
+        s.lease.owed.store(3, Ordering::Relaxed);
+        assert!(s.is_idle(now_ns), "only credit is held");
     }
 
     #[test]

@@ -4,22 +4,34 @@
 //! task on the main runtime) leases them from Redis in batches with atomic
 //! scripts (`scripts`), refills ahead of the demand and returns what is not
 //! used. While Redis is unreachable each limit follows its `on_failure`.
+//!
+//! A rate may overshoot by a bounded amount (the credit below); a quota
+//! never does: its units are spent only once Redis has granted them, its
+//! leases shrink to one unit near its end, and a request that finds the
+//! lease empty before the quota is known to be spent waits for the plane
+//! ([`quota_wait`], at most [`QUOTA_WAIT`]).
 
 mod plane;
 mod scripts;
 
 pub use plane::{spawn, Plane};
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use tokio::sync::Notify;
+
 use sluicegate_config::OnFailure;
 
 use crate::apps::lease::Lease;
-use crate::apps::limit::{window_of, Charged, LimitState, PlanRt, Refusal};
+use crate::apps::limit::{window_of, Charged, LimitState, ParamLimits, PlanRt, Refusal};
 use crate::apps::AppTable;
+
+/// A wait a filter awaits (the filters' `Wait`).
+pub(crate) type Waiting<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 
 /// What the workers read of the plane's view of Redis.
 #[derive(Debug)]
@@ -37,6 +49,32 @@ pub(crate) struct ClusterState {
     /// Redis was unreachable.
     fallback_local: AtomicU64,
     fallback_denied: AtomicU64,
+    /// Requests waiting for the plane at the end of a quota, and how many
+    /// waited in all.
+    waiting: AtomicU64,
+    waited: AtomicU64,
+}
+
+/// Wakes the requests waiting for quota units after each pass of the
+/// plane (and when Redis is lost).
+static QUOTA_NEWS: Notify = Notify::const_new();
+
+/// Longest wait of a request for Redis at the end of a quota: past it the
+/// request is refused (429) unless Redis is known to be unreachable (then
+/// `on_failure` decides). Covers a call (500 ms) and a first connection.
+pub const QUOTA_WAIT: Duration = Duration::from_secs(2);
+
+thread_local! {
+    /// The state whose quota unit the last [`quota_wait`] on this thread
+    /// took for its request: that request's filter runs right after the
+    /// wait, on the same thread, with no await between, and charges it.
+    static PREPAID: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether the unit of `state`'s quota was taken by a wait (and clears it).
+fn take_prepaid(state: &LimitState) -> bool {
+    let me = state as *const LimitState as usize;
+    PREPAID.with(|p| p.replace(0) == me)
 }
 
 pub(crate) static STATE: ClusterState = ClusterState {
@@ -47,6 +85,8 @@ pub(crate) static STATE: ClusterState = ClusterState {
     errors: AtomicU64::new(0),
     fallback_local: AtomicU64::new(0),
     fallback_denied: AtomicU64::new(0),
+    waiting: AtomicU64::new(0),
+    waited: AtomicU64::new(0),
 };
 
 /// The global limits of a snapshot, with the apps table their app slots
@@ -55,9 +95,46 @@ pub(crate) static STATE: ClusterState = ClusterState {
 pub struct Globals {
     pub(crate) apps: Option<Arc<AppTable>>,
     pub(crate) list: Vec<GlobalRt>,
+    /// Route limits counted per key (app, header, parameter) across the
+    /// fleet: a bucket per key in Redis, leased per key.
+    pub(crate) keyed: Vec<KeyedGlobal>,
+}
+
+/// A route limit per key with `scope: global`: its keys' counters, and the
+/// start of their Redis keys (the key in hex and `}` follow, so each key
+/// is its own Redis Cluster slot).
+#[derive(Debug, Clone)]
+pub(crate) struct KeyedGlobal {
+    pub prefix: Arc<str>,
+    pub table: Arc<ParamLimits>,
+    pub plan: PlanRt,
+}
+
+impl KeyedGlobal {
+    /// The Redis key of `key`'s bucket.
+    pub(crate) fn redis_key(&self, key: u128) -> String {
+        format!("{}{key:032x}}}", self.prefix)
+    }
 }
 
 impl Globals {
+    /// Runs `f` on the counters of every global limit, keyed ones too.
+    pub(crate) fn each_state(&self, mut f: impl FnMut(&LimitState)) {
+        for g in &self.list {
+            if let Some(s) = self.state(g) {
+                f(s);
+            }
+        }
+        let mut found = Vec::new();
+        for g in &self.keyed {
+            found.clear();
+            g.table.each(|_| true, &mut found);
+            for (_, s) in &found {
+                f(s);
+            }
+        }
+    }
+
     /// The counters of limit `g`.
     pub(crate) fn state<'a>(&'a self, g: &'a GlobalRt) -> Option<&'a LimitState> {
         match &g.holder {
@@ -95,17 +172,28 @@ pub(crate) fn admit(
     now: Instant,
     wall: impl FnOnce() -> SystemTime,
 ) -> Result<(bool, Charged), Refusal> {
+    let lease = &state.lease;
+    // A unit a wait took for this request (given back if it is refused).
+    let prepaid = plan.quota.is_some() && take_prepaid(state);
+    let unpay = || {
+        if prepaid {
+            lease.quota.fetch_add(1, Ordering::Relaxed);
+        }
+    };
     if !STATE.redis_up.load(Ordering::Relaxed) {
+        unpay();
         return fallback(state, plan, on_failure, now, wall);
     }
     // Concurrency stays per process.
-    let (slot, _) = state.admit_parts(None, None, plan.concurrency, now, wall_never)?;
-    let lease = &state.lease;
+    let (slot, _) = state
+        .admit_parts(None, None, plan.concurrency, now, wall_never)
+        .inspect_err(|_| unpay())?;
     lease.asked.fetch_add(1, Ordering::Relaxed);
     let refuse = |r: Refusal| {
         if slot {
             state.unadmit_slot();
         }
+        unpay();
         Err(r)
     };
     let mut charged = Charged::default();
@@ -126,16 +214,22 @@ pub(crate) fn admit(
         };
     }
     if let Some((limit, w)) = plan.quota {
-        if !Lease::spend(&lease.quota) {
+        if !prepaid && !Lease::spend_exact(&lease.quota) {
             if plan.rate.is_some() {
                 lease.rate.fetch_add(1, Ordering::Relaxed);
             }
-            let (_, left) = window_of(wall(), w);
+            let (win, left) = window_of(wall(), w);
+            // Spent (as Redis said), or not granted in time: then soon.
+            let spent = lease.seen(win) == Some(0);
             return refuse(Refusal {
-                retry_after: Duration::from_secs(left),
+                retry_after: Duration::from_secs(if spent { left } else { 1 }),
                 limit,
                 reset: left,
-                what: "quota exhausted",
+                what: if spent {
+                    "quota exhausted"
+                } else {
+                    "quota not granted by redis in time"
+                },
             });
         }
         if plan.rate.is_none() {
@@ -148,6 +242,63 @@ pub(crate) fn admit(
         }
     }
     Ok((slot, charged))
+}
+
+/// What a request charged to a global quota waits for before it is
+/// charged: nothing while the lease holds units or the quota is known to
+/// be spent (the common cases: no wait, no clock but a quota's), else
+/// for the plane to lease from Redis, at most [`QUOTA_WAIT`]. A unit it
+/// takes is handed to the request's [`admit`] (same thread, no await
+/// between).
+pub(crate) fn quota_wait<'a>(state: &'a LimitState, plan: &PlanRt) -> Option<Waiting<'a>> {
+    let (_, w) = plan.quota?;
+    plan.global?;
+    let lease = &state.lease;
+    if lease.quota.load(Ordering::Relaxed) > 0 || !STATE.redis_up.load(Ordering::Relaxed) {
+        return None;
+    }
+    if lease.seen(window_of(SystemTime::now(), w).0) == Some(0) {
+        return None;
+    }
+    Some(Box::pin(async move {
+        /// Counts the request out of the waiting ones however it ends.
+        struct Out;
+        impl Drop for Out {
+            fn drop(&mut self) {
+                STATE.waiting.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        STATE.waiting.fetch_add(1, Ordering::Relaxed);
+        STATE.waited.fetch_add(1, Ordering::Relaxed);
+        let _out = Out;
+        let deadline = tokio::time::Instant::now() + QUOTA_WAIT;
+        loop {
+            let news = QUOTA_NEWS.notified();
+            tokio::pin!(news);
+            news.as_mut().enable();
+            if Lease::spend_exact(&lease.quota) {
+                PREPAID.with(|p| p.set(state as *const LimitState as usize));
+                return;
+            }
+            let spent = lease.seen(window_of(SystemTime::now(), w).0) == Some(0);
+            if spent || !STATE.redis_up.load(Ordering::Relaxed) {
+                return;
+            }
+            // Demand the plane sees (it leases for what is asked).
+            lease.asked.fetch_add(1, Ordering::Relaxed);
+            if tokio::time::timeout_at(deadline, news).await.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+/// Wakes the requests waiting at the end of a quota (the plane leased,
+/// learnt the quota is spent, or lost Redis).
+pub(crate) fn quota_news() {
+    if STATE.waiting.load(Ordering::Relaxed) > 0 {
+        QUOTA_NEWS.notify_waiters();
+    }
 }
 
 /// A concurrency-only check never reads the wall clock.
@@ -179,9 +330,12 @@ fn fallback(
         .rate
         .map(|(interval, burst)| (interval.saturating_mul(n), (burst / n).max(1)));
     let quota = plan.quota.map(|(limit, w)| {
-        // What was left of the quota when last seen, shared (plus one).
-        let share = state.lease.quota_share.load(Ordering::Relaxed);
-        (share.checked_sub(1).unwrap_or((limit / n).max(1)), w)
+        // What was left of the quota when last seen, shared.
+        let share = state
+            .lease
+            .seen_any()
+            .map_or((limit / n).max(1), |left| left / n);
+        (share, w)
     });
     let out = state.admit_parts(rate, quota, plan.concurrency, now, wall);
     if out.is_ok() {
@@ -210,11 +364,14 @@ pub(crate) fn render_metrics(out: &mut String) {
          # HELP sluicegate_cluster_fallback_requests_total Requests under a global limit while Redis was unreachable, by on_failure mode.\n\
          # TYPE sluicegate_cluster_fallback_requests_total counter\n\
          sluicegate_cluster_fallback_requests_total{{mode=\"local\"}} {}\n\
-         sluicegate_cluster_fallback_requests_total{{mode=\"deny\"}} {}\n",
+         sluicegate_cluster_fallback_requests_total{{mode=\"deny\"}} {}\n\
+         # HELP sluicegate_cluster_quota_waits_total Requests that waited for Redis at the end of a global quota.\n\
+         # TYPE sluicegate_cluster_quota_waits_total counter\nsluicegate_cluster_quota_waits_total {}\n",
         get(&STATE.instances),
         get(&STATE.calls),
         get(&STATE.errors),
         get(&STATE.fallback_local),
         get(&STATE.fallback_denied),
+        get(&STATE.waited),
     );
 }

@@ -13,9 +13,9 @@ use sluicegate_config::RedisConfig;
 use tokio::sync::watch;
 
 use super::scripts::Scripts;
-use super::{GlobalRt, Globals, STATE};
+use super::{Globals, STATE};
 use crate::apps::lease::Lease;
-use crate::apps::limit::window_of;
+use crate::apps::limit::{window_of, LimitState, PlanRt};
 
 /// How often the plane looks at every lease.
 const TICK: Duration = Duration::from_millis(10);
@@ -128,6 +128,25 @@ struct KeyState {
     quota_next: Instant,
 }
 
+impl KeyState {
+    fn new(now: Instant) -> KeyState {
+        KeyState {
+            demand: 0.0,
+            counted: 0,
+            since: now,
+            visited: now,
+            last_demand: now - IDLE,
+            rate_next: now,
+            window: 0,
+            quota_next: now,
+        }
+    }
+}
+
+/// What the plane remembers of the keys of route limits per key: by the
+/// limit's Redis prefix and the key. Forgotten when a key is at rest.
+type KeyedStates = HashMap<(Arc<str>, u128), KeyState>;
+
 /// The plane of a process: started once (with or without `cluster.redis`),
 /// told of each config applied, and stopped after the workers have drained,
 /// when it gives back what this process holds.
@@ -183,11 +202,7 @@ async fn run(
                 let end = serve(&globals, &c, &me, &scripts, &mut cfg, &mut stop).await;
                 // Whatever was leased from that Redis is void for the next.
                 let snap = globals();
-                for g in &snap.list {
-                    if let Some(s) = snap.state(g) {
-                        s.lease.reset();
-                    }
-                }
+                snap.each_state(|s| s.lease.reset());
                 end
             }
             None => {
@@ -237,7 +252,9 @@ async fn serve(
     stop: &mut watch::Receiver<bool>,
 ) -> End {
     let mut keys: HashMap<Arc<str>, KeyState> = HashMap::new();
+    let mut kkeys: KeyedStates = HashMap::new();
     let mut known: Option<Arc<Globals>> = None;
+    let mut found = Vec::new();
     loop {
         let conn = tokio::select! {
             c = connect(cfg) => c,
@@ -281,6 +298,9 @@ async fn serve(
                 let live: std::collections::HashSet<&str> =
                     snap.list.iter().map(|g| &*g.key).collect();
                 keys.retain(|k, _| live.contains(&**k));
+                let live_keyed: std::collections::HashSet<&str> =
+                    snap.keyed.iter().map(|g| &*g.prefix).collect();
+                kkeys.retain(|(p, _), _| live_keyed.contains(&**p));
                 // Limits never used yet get their credit, as idle ones do.
                 let n = STATE.instances.load(Ordering::Relaxed).max(1);
                 for g in &snap.list {
@@ -296,7 +316,14 @@ async fn serve(
                 }
                 known = Some(snap.clone());
             }
-            if let Err(e) = lease_all(&mut conn, scripts, &snap, &mut keys, now).await {
+            let pass = lease_all(&mut conn, scripts, &snap, &mut keys, now).await;
+            let pass = match pass {
+                Ok(()) => lease_keyed(&mut conn, scripts, &snap, &mut kkeys, &mut found, now).await,
+                Err(e) => Err(e),
+            };
+            // Requests waiting at the end of a quota look again.
+            super::quota_news();
+            if let Err(e) = pass {
                 break e;
             }
         };
@@ -326,26 +353,23 @@ async fn give_back(
             let Some(state) = snap.state(g) else {
                 continue;
             };
-            let lease = &state.lease;
-            if let Some((interval, burst)) = g.plan.rate {
-                let held = lease.rate.swap(0, Ordering::Relaxed);
-                let spare = held - lease.owed.swap(0, Ordering::Relaxed);
-                if spare > 0 {
-                    let mut inv = scripts.take.key(&*g.key);
-                    inv.arg(interval as f64 / 1000.0).arg(burst).arg(-spare);
-                    conn.call::<i64>(&inv).await?;
-                    tokens += spare;
-                }
-            }
-            if let Some((limit, w)) = g.plan.quota {
-                let held = lease.quota.swap(0, Ordering::Relaxed);
-                let win = keys.get(&g.key).map(|k| k.window).unwrap_or(0);
-                if held > 0 && win == window_of(SystemTime::now(), w).0 {
-                    let mut inv = scripts.quota.key(format!("{}:q:{win}", g.key));
-                    inv.arg(limit).arg(-held).arg(0);
-                    conn.call::<(i64, i64)>(&inv).await?;
-                    units += held;
-                }
+            let win = keys.get(&g.key).map(|k| k.window).unwrap_or(0);
+            let (t, u) = give_back_one(conn, scripts, &g.key, state, &g.plan, win).await?;
+            tokens += t;
+            units += u;
+        }
+        let mut found = Vec::new();
+        for g in &snap.keyed {
+            found.clear();
+            // Only keys holding tokens of Redis's (not just credit).
+            let holds = |s: &LimitState| {
+                s.lease.rate.load(Ordering::Relaxed) > s.lease.owed.load(Ordering::Relaxed)
+            };
+            g.table.each(holds, &mut found);
+            for (key, state) in &found {
+                let redis_key = g.redis_key(*key);
+                let (t, _) = give_back_one(conn, scripts, &redis_key, state, &g.plan, 0).await?;
+                tokens += t;
             }
         }
         // The others count one instance fewer at once (their shares grow).
@@ -363,6 +387,41 @@ async fn give_back(
     }
 }
 
+/// Gives back what one limit holds of Redis's: its rate tokens, and its
+/// quota units of window `win` (if that is still the window now);
+/// returns how many of each.
+async fn give_back_one(
+    conn: &mut Conn,
+    scripts: &Scripts,
+    key: &str,
+    state: &LimitState,
+    plan: &PlanRt,
+    win: u64,
+) -> Result<(i64, i64), String> {
+    let lease = &state.lease;
+    let (mut tokens, mut units) = (0, 0);
+    if let Some((interval, burst)) = plan.rate {
+        let held = lease.rate.swap(0, Ordering::Relaxed);
+        let spare = held - lease.owed.swap(0, Ordering::Relaxed);
+        if spare > 0 {
+            let mut inv = scripts.take.key(key);
+            inv.arg(interval as f64 / 1000.0).arg(burst).arg(-spare);
+            conn.call::<i64>(&inv).await?;
+            tokens = spare;
+        }
+    }
+    if let Some((limit, w)) = plan.quota {
+        let held = lease.quota.swap(0, Ordering::Relaxed);
+        if held > 0 && win == window_of(SystemTime::now(), w).0 {
+            let mut inv = scripts.quota.key(format!("{key}:q:{win}"));
+            inv.arg(limit).arg(-held).arg(0);
+            conn.call::<(i64, i64)>(&inv).await?;
+            units = held;
+        }
+    }
+    Ok((tokens, units))
+}
+
 /// Tops a rate lease's credit up to this instance's share of the burst:
 /// tokens in the counter not taken from Redis, which the next lease
 /// repays first. At most `burst / n` owed at a time, so the fleet admits
@@ -376,9 +435,25 @@ fn grant_credit(lease: &Lease, burst: u64, n: u64) {
     }
 }
 
-/// The quota units an idle instance keeps: what it leases at most at once.
-fn reserve(limit: u64, n: u64) -> i64 {
-    (limit / (10 * n)).max(1) as i64
+/// The most quota units one lease takes: a tenth of this instance's
+/// share of the quota while much is left, shrinking with what is left in
+/// Redis (`left`) down to one unit per call near the end, so that units
+/// do not sit in one instance while another refuses.
+fn quota_cap(limit: u64, left: u64, n: u64) -> i64 {
+    kept(limit, left, n).max(1)
+}
+
+/// The quota units an idle instance keeps (units of Redis's, so the quota
+/// stays exact; the first requests after a pause need not wait): none
+/// near the end, where they go back for the busy instances to use.
+fn kept(limit: u64, left: u64, n: u64) -> i64 {
+    (limit / (10 * n)).min(left / (4 * n)) as i64
+}
+
+/// What is left of a quota in Redis as last seen (all of it when not
+/// known).
+fn left_of(lease: &Lease, limit: u64) -> u64 {
+    lease.seen_any().unwrap_or(limit)
 }
 
 /// Redis answered: leases are back in force.
@@ -394,11 +469,8 @@ fn back(cfg: &RedisConfig) {
 /// Redis is lost: every global limit follows its `on_failure` from now.
 fn lost(globals: &Globals, err: &str) {
     if STATE.redis_up.swap(false, Ordering::Relaxed) {
-        for g in &globals.list {
-            if let Some(s) = globals.state(g) {
-                s.reset_counts();
-            }
-        }
+        globals.each_state(|s| s.reset_counts());
+        super::quota_news();
         tracing::warn!(
             error = %err,
             instances = STATE.instances.load(Ordering::Relaxed),
@@ -406,6 +478,18 @@ fn lost(globals: &Globals, err: &str) {
              (local: this instance's share of each limit; deny: refused) until it is back"
         );
     }
+}
+
+/// Nothing to do for a limit (most limits, most of the time): nothing
+/// asked, nothing held of Redis's but a quota's small reserve, a rate's
+/// credit granted; no lookup, no clock.
+fn at_rest(lease: &Lease, plan: &PlanRt, n: u64) -> bool {
+    let owed = lease.owed.load(Ordering::Relaxed);
+    let rate_rest = plan.rate.is_none() || (owed > 0 && lease.rate.load(Ordering::Relaxed) <= owed);
+    let kept = plan.quota.map_or(0, |(l, _)| kept(l, left_of(lease, l), n));
+    lease.asked.load(Ordering::Relaxed) == 0
+        && rate_rest
+        && lease.quota.load(Ordering::Relaxed) <= kept
 }
 
 /// One pass over every global limit of the snapshot.
@@ -421,47 +505,59 @@ async fn lease_all(
         let Some(state) = snap.state(g) else {
             continue;
         };
-        // At rest (most limits, most of the time): nothing asked, nothing
-        // held of Redis's but a quota's small reserve, a rate's credit
-        // granted; nothing to do, no lookup, no clock.
-        let lease = &state.lease;
-        let owed = lease.owed.load(Ordering::Relaxed);
-        let rate_rest =
-            g.plan.rate.is_none() || (owed > 0 && lease.rate.load(Ordering::Relaxed) <= owed);
-        let kept = g.plan.quota.map_or(0, |(l, _)| reserve(l, n));
-        if lease.asked.load(Ordering::Relaxed) == 0
-            && rate_rest
-            && lease.quota.load(Ordering::Relaxed) <= kept
-        {
+        if at_rest(&state.lease, &g.plan, n) {
             continue;
         }
-        let ks = keys.entry(g.key.clone()).or_insert_with(|| KeyState {
-            demand: 0.0,
-            counted: 0,
-            since: now,
-            visited: now,
-            last_demand: now - IDLE,
-            rate_next: now,
-            window: 0,
-            quota_next: now,
-        });
-        lease_one(conn, scripts, snap, g, ks, n, now).await?;
+        let ks = keys
+            .entry(g.key.clone())
+            .or_insert_with(|| KeyState::new(now));
+        lease_one(conn, scripts, &g.key, state, &g.plan, ks, n, now).await?;
     }
     Ok(())
 }
 
-async fn lease_one(
+/// One pass over the keys of every route limit per key: a key whose
+/// counters are at rest costs a few loads (and its memory here is
+/// dropped); one in use is leased like any other limit. A key never used
+/// before starts on its one request of credit, which the first lease
+/// repays.
+async fn lease_keyed(
     conn: &mut Conn,
     scripts: &Scripts,
     snap: &Globals,
-    g: &GlobalRt,
+    kkeys: &mut KeyedStates,
+    found: &mut Vec<(u128, Arc<LimitState>)>,
+    now: Instant,
+) -> Result<(), String> {
+    let n = STATE.instances.load(Ordering::Relaxed).max(1);
+    for g in &snap.keyed {
+        found.clear();
+        g.table.each(|s| !at_rest(&s.lease, &g.plan, n), found);
+        for (key, state) in found.iter() {
+            let ks = kkeys
+                .entry((g.prefix.clone(), *key))
+                .or_insert_with(|| KeyState::new(now));
+            let redis_key = g.redis_key(*key);
+            lease_one(conn, scripts, &redis_key, state, &g.plan, ks, n, now).await?;
+        }
+    }
+    found.clear();
+    // Keys at rest are forgotten here (not visited in this pass).
+    kkeys.retain(|_, ks| ks.visited == now);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn lease_one(
+    conn: &mut Conn,
+    scripts: &Scripts,
+    key: &str,
+    state: &LimitState,
+    plan: &PlanRt,
     ks: &mut KeyState,
     n: u64,
     now: Instant,
 ) -> Result<(), String> {
-    let Some(state) = snap.state(g) else {
-        return Ok(());
-    };
     let lease = &state.lease;
     let asked = lease.asked.swap(0, Ordering::Relaxed);
     ks.counted += asked;
@@ -479,7 +575,7 @@ async fn lease_one(
     ks.visited = now;
     let demand = ks.demand.max(asked as f64 / dt);
     let idle = now.duration_since(ks.last_demand) >= IDLE;
-    if let Some((interval, burst)) = g.plan.rate {
+    if let Some((interval, burst)) = plan.rate {
         let interval_us = interval as f64 / 1000.0;
         let level = lease.rate.load(Ordering::Relaxed);
         let owed = lease.owed.load(Ordering::Relaxed);
@@ -489,7 +585,7 @@ async fn lease_one(
             // What is held of Redis's goes back, so the others may use it.
             if real > 0 {
                 lease.rate.fetch_sub(real, Ordering::Relaxed);
-                let mut inv = scripts.take.key(&*g.key);
+                let mut inv = scripts.take.key(key);
                 inv.arg(interval_us).arg(burst).arg(-real);
                 conn.call::<i64>(&inv).await?;
             }
@@ -502,7 +598,7 @@ async fn lease_one(
             let target = (demand * HORIZON).ceil().clamp(1.0, cap) as i64;
             if real <= 0 || real < (target + 1) / 2 {
                 let want = (target - real).max(1);
-                let mut inv = scripts.take.key(&*g.key);
+                let mut inv = scripts.take.key(key);
                 inv.arg(interval_us).arg(burst).arg(want);
                 let got: i64 = conn.call(&inv).await?;
                 // The credit is repaid first: those tokens are in the
@@ -524,19 +620,18 @@ async fn lease_one(
             }
         }
     }
-    if let Some((limit, w)) = g.plan.quota {
+    if let Some((limit, w)) = plan.quota {
         let wall = SystemTime::now();
         let (win, left) = window_of(wall, w);
         if ks.window != win {
-            // Units of a past window are worth nothing now (a debt taken
-            // on credit before the first lease stays to be repaid).
+            // Units of a past window are worth nothing now.
             if ks.window != 0 {
                 lease.quota.store(0, Ordering::Relaxed);
             }
             ks.window = win;
             ks.quota_next = now;
         }
-        let key = format!("{}:q:{win}", g.key);
+        let qkey = format!("{key}:q:{win}");
         let expire_at = wall
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -544,32 +639,31 @@ async fn lease_one(
             + left
             + 60;
         let level = lease.quota.load(Ordering::Relaxed);
+        let in_redis = lease.seen(win).unwrap_or(limit);
         if idle {
-            // A small reserve stays (units of Redis's, so the quota stays
-            // exact): the first requests after a pause are admitted at
-            // once. It goes back at stop.
-            let spare = level - reserve(limit, n);
+            // A small reserve stays, none near the end; the rest goes
+            // back for the others. The reserve goes back at stop.
+            let spare = level - kept(limit, in_redis, n);
             if spare > 0 {
                 lease.quota.fetch_sub(spare, Ordering::Relaxed);
-                let mut inv = scripts.quota.key(&key);
+                let mut inv = scripts.quota.key(&qkey);
                 inv.arg(limit).arg(-spare).arg(expire_at);
-                conn.call::<(i64, i64)>(&inv).await?;
+                let (_, used): (i64, i64) = conn.call(&inv).await?;
+                lease.set_seen(win, limit.saturating_sub(used.max(0) as u64));
             }
         } else if now >= ks.quota_next {
-            let cap = reserve(limit, n) as f64;
+            let cap = quota_cap(limit, in_redis, n) as f64;
             let target = (demand * HORIZON).ceil().clamp(1.0, cap) as i64;
             if level <= 0 || level < (target + 1) / 2 {
                 let want = (target - level).max(1);
-                let mut inv = scripts.quota.key(&key);
+                let mut inv = scripts.quota.key(&qkey);
                 inv.arg(limit).arg(want).arg(expire_at);
                 let (got, used): (i64, i64) = conn.call(&inv).await?;
                 lease.quota.fetch_add(got, Ordering::Relaxed);
-                let left_units = limit.saturating_sub(used.max(0) as u64);
-                // Stored plus one: zero means not known yet.
-                let share = left_units / n + 1;
-                lease.quota_share.store(share, Ordering::Relaxed);
+                lease.set_seen(win, limit.saturating_sub(used.max(0) as u64));
                 if got < want {
-                    // Used up (others may give units back): look again later.
+                    // Used up (others may give units back): look again
+                    // later; till then requests are refused at once.
                     ks.quota_next = now + Duration::from_secs(1);
                 }
             }

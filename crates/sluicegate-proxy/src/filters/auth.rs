@@ -456,9 +456,8 @@ impl Filter for JwtAuth {
         let Some(plan) = shared.default_plans[i].as_ref() else {
             return Err(Self::forbidden(None));
         };
-        let state = shared.issuers[i]
-            .default_limits
-            .state_of(id.app.as_bytes(), cx.now);
+        let limits = &shared.issuers[i].default_limits;
+        let state = limits.state(limits.key_of(Some(id.app.as_bytes())), cx.now);
         cx.edits
             .request_headers
             .push(b"x-app-id", id.app.as_bytes());

@@ -1,11 +1,12 @@
 //! Limit filters: an app's plan, and a route's own limit (per client IP,
-//! per route, or per value of a path parameter); both answer 429 with `Retry-After` and `RateLimit-*`.
+//! per route, or per value of a key: a path parameter, a header, the
+//! app); both answer 429 with `Retry-After` and `RateLimit-*`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::{Answer, Filter, InFlight, Refuse, ReqCx};
+use super::{Answer, Filter, InFlight, Refuse, ReqCx, Wait};
 use crate::apps::limit::{ClientLimits, LimitState, ParamLimits, PlanRt};
 use crate::proto::fields::Fields;
 use crate::proto::response::ErrorKind;
@@ -14,9 +15,24 @@ use crate::proto::response::ErrorKind;
 /// concurrency. Over a limit: 429 with `Retry-After` and `RateLimit-*`;
 /// under it, `RateLimit-*` go on the response.
 #[derive(Debug)]
-pub struct PlanLimit;
+pub struct PlanLimit {
+    /// Some plan has a global quota: a request near its end may wait for
+    /// Redis (see `crate::cluster::quota_wait`).
+    pub waits: bool,
+}
 
 impl Filter for PlanLimit {
+    fn waits(&self) -> bool {
+        self.waits
+    }
+
+    fn wait<'a>(&'a self, cx: &ReqCx<'a>) -> Option<Wait<'a>> {
+        let app = cx.app?;
+        let charge = app.charge_for(cx.service.unwrap_or(u32::MAX))?;
+        let state = &app.table.slot(charge.slot).limit;
+        crate::cluster::quota_wait(state, charge.plan)
+    }
+
     fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
         let Some(app) = cx.app else { return Ok(()) };
         let Some(charge) = app.charge_for(cx.service.unwrap_or(u32::MAX)) else {
@@ -89,13 +105,88 @@ pub enum RouteCounters {
     Route(Arc<LimitState>),
     /// A set per client IP address.
     ClientIp(Arc<ClientLimits>),
-    /// A set per value of the path parameter `index` of the route's
-    /// template (called `name`, by which a reload keeps the table).
-    Param {
+    /// A set per value of `source` (`name` is its spelling in `per`, by
+    /// which a reload keeps the table).
+    Keyed {
         table: Arc<ParamLimits>,
-        index: usize,
+        source: KeySource,
         name: Arc<str>,
     },
+}
+
+/// Where a keyed route limit reads its key from: the one place a new
+/// source (a token claim, say) is added.
+#[derive(Debug, Clone)]
+pub enum KeySource {
+    /// The path parameter at this index of the route's template.
+    Param(usize),
+    /// The first field of this name (lower-case), its value trimmed.
+    Header(Box<[u8]>),
+    /// The authenticated app's id (the filter runs after `auth`).
+    App,
+    /// The client's address (its octets): a `per: client_ip` limit with
+    /// `scope: global` (a local one has its own table by address).
+    ClientIp,
+    /// The verified token's claim of this name (the filter runs after
+    /// `auth: jwt`): a string as it is, an integer or a boolean as its
+    /// JSON text; other values (objects, arrays, null) count as absent.
+    Claim(Box<str>),
+}
+
+impl KeySource {
+    /// The request's key in `table`.
+    #[inline]
+    pub fn key(&self, table: &ParamLimits, cx: &ReqCx<'_>) -> u128 {
+        match (self, cx.client) {
+            (KeySource::ClientIp, std::net::IpAddr::V4(a)) => table.key_of(Some(&a.octets())),
+            (KeySource::ClientIp, std::net::IpAddr::V6(a)) => table.key_of(Some(&a.octets())),
+            (KeySource::Claim(name), _) => {
+                use serde_json::Value;
+                let claim = cx.edits.token.as_ref().and_then(|t| t.claim(name));
+                match claim {
+                    Some(Value::String(s)) => table.key_of(Some(s.as_bytes())),
+                    Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
+                        (Some(i), _) => {
+                            table.key_of(Some(itoa::Buffer::new().format(i).as_bytes()))
+                        }
+                        (None, Some(u)) => {
+                            table.key_of(Some(itoa::Buffer::new().format(u).as_bytes()))
+                        }
+                        _ => table.key_of(Some(n.to_string().as_bytes())),
+                    },
+                    Some(Value::Bool(b)) => table.key_of(Some(if *b { b"true" } else { b"false" })),
+                    _ => table.key_of(None),
+                }
+            }
+            _ => table.key_of(self.value(cx)),
+        }
+    }
+
+    /// The request's value, or `None` (counted under the shared "absent"
+    /// key).
+    #[inline]
+    pub fn value<'c>(&self, cx: &'c ReqCx<'_>) -> Option<&'c [u8]> {
+        match self {
+            KeySource::ClientIp => None,
+            KeySource::Param(index) => cx.params.get(cx.path, *index),
+            KeySource::Header(name) => {
+                let raw = cx.raw;
+                cx.head
+                    .headers
+                    .iter()
+                    .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(name))
+                    .map(|h| crate::proto::bytes::trim(&raw[h.value.clone()]))
+            }
+            KeySource::App => cx.app.map(|a| a.id().as_bytes()),
+            KeySource::Claim(name) => cx
+                .edits
+                .token
+                .as_ref()
+                .and_then(|t| t.claim(name))
+                .and_then(|v| v.as_str())
+                .map(str::as_bytes),
+        }
+    }
 }
 
 /// A route's own `limit`, for every caller: 429 like a plan.
@@ -110,9 +201,8 @@ impl Filter for RouteLimiter {
         let state = match &self.counters {
             RouteCounters::Route(s) => s.clone(),
             RouteCounters::ClientIp(t) => t.state(cx.client, cx.now),
-            RouteCounters::Param { table, index, .. } => {
-                let value = cx.params.get(cx.path, *index).unwrap_or_default();
-                table.state_of(value, cx.now)
+            RouteCounters::Keyed { table, source, .. } => {
+                table.state(source.key(table, cx), cx.now)
             }
         };
         charge_or_refuse(

@@ -16,7 +16,7 @@ pub(crate) mod mirror;
 mod policy;
 
 pub use auth::{AppKeyAuth, JwtAuth, JwtShared, MtlsAuth, MtlsIndex};
-pub use limits::{PlanLimit, RouteCounters, RouteLimiter};
+pub use limits::{KeySource, PlanLimit, RouteCounters, RouteLimiter};
 pub use policy::{CorsPolicy, HeaderPolicy, IpFilter, PathRewrite, Templated};
 
 use std::fmt::Debug;

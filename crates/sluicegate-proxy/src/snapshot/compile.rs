@@ -15,10 +15,10 @@ use crate::apps::AppTable;
 use crate::balance::balancer::BalancerState;
 use crate::balance::budget::RetryBudget;
 use crate::balance::endpoint::EndpointState;
-use crate::cluster::{GlobalRt, Globals, Holder};
+use crate::cluster::{GlobalRt, Globals, Holder, KeyedGlobal};
 use crate::filters::{
     AppKeyAuth, CorsPolicy, Filter, Filters, HeaderOpsRt, HeaderPolicy, IpFilter, JwtAuth,
-    JwtShared, MtlsAuth, MtlsIndex, PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
+    JwtShared, KeySource, MtlsAuth, MtlsIndex, PathRewrite, PlanLimit, RouteCounters, RouteLimiter,
 };
 use crate::observe::accesslog::Sink;
 use crate::observe::metrics::{RouteMetrics, SplitMetrics};
@@ -153,6 +153,14 @@ fn compile_routes(
     let mut live_routes = HashMap::new();
     let mut live_route_limits = HashMap::new();
     let mut globals = Vec::new();
+    let mut keyed_globals = Vec::new();
+    // A plan with a global quota may have to wait for Redis near the
+    // quota's end: the routes that charge plans then run their filters
+    // with awaits (the others never do).
+    let plans_wait = config
+        .plans
+        .iter()
+        .any(|p| p.scope == sluicegate_config::Scope::Global && p.quota.is_some());
     let mut route_order = Vec::new();
     let mut live_splits = HashMap::new();
     let mut split_order = Vec::new();
@@ -311,14 +319,18 @@ fn compile_routes(
         if !r.ip.is_empty() {
             filters.push(Box::new(IpFilter(r.ip.clone())));
         }
-        // The route's own limit first: it also bounds key guessing.
+        // The route's own limit first: it also bounds key guessing. A
+        // limit per app (known after auth) runs after auth, before the
+        // app's plan (so a request it refuses spends none of the plan).
+        let mut late_limit: Option<Box<dyn Filter>> = None;
         if let Some(l) = &r.limit {
-            let counters = match (reg.route_limits.get(&r.name), l.per) {
+            let global = l.scope == sluicegate_config::Scope::Global;
+            let counters = match (reg.route_limits.get(&r.name), &l.per) {
                 (Some(c @ RouteCounters::Route(_)), LimitKey::Route) => c.clone(),
-                (Some(c @ RouteCounters::ClientIp(_)), LimitKey::ClientIp) => c.clone(),
+                (Some(c @ RouteCounters::ClientIp(_)), LimitKey::ClientIp) if !global => c.clone(),
                 (_, LimitKey::Route) => RouteCounters::Route(Arc::default()),
-                (_, LimitKey::ClientIp) => RouteCounters::ClientIp(Arc::default()),
-                (old, LimitKey::Param(index)) => param_counters(old, &r.matcher, index)
+                (_, LimitKey::ClientIp) if !global => RouteCounters::ClientIp(Arc::default()),
+                (old, per) => keyed_counters(old, &r.matcher, per, global)
                     .ok_or_else(|| format!("route {}: limit.per names no parameter", r.name))?,
             };
             live_route_limits.insert(r.name.clone(), counters.clone());
@@ -331,24 +343,40 @@ fn compile_routes(
                 scope: l.scope,
                 on_failure: l.on_failure,
             });
-            if let (Some(_), RouteCounters::Route(state)) = (plan.global, &counters) {
-                globals.push(GlobalRt {
-                    key: format!("sg:{{route:{}}}", r.name).into(),
-                    holder: Holder::Route(state.clone()),
-                    plan: plan.clone(),
-                });
+            if plan.global.is_some() {
+                match &counters {
+                    RouteCounters::Route(state) => globals.push(GlobalRt {
+                        key: format!("sg:{{route:{}}}", r.name).into(),
+                        holder: Holder::Route(state.clone()),
+                        plan: plan.clone(),
+                    }),
+                    RouteCounters::Keyed { table, name, .. } => keyed_globals.push(KeyedGlobal {
+                        prefix: format!("sg:{{rk:{}:{name}:", r.name).into(),
+                        table: table.clone(),
+                        plan: plan.clone(),
+                    }),
+                    // A global limit per client is keyed (above).
+                    RouteCounters::ClientIp(_) => {}
+                }
             }
-            filters.push(Box::new(RouteLimiter { plan, counters }));
+            let filter = Box::new(RouteLimiter { plan, counters });
+            if l.per.after_auth() {
+                late_limit = Some(filter);
+            } else {
+                filters.push(filter);
+            }
         }
         // Preflights carry no credentials: answered before auth.
         if let Some(c) = &r.cors {
             filters.push(Box::new(CorsPolicy::new(c)));
         }
+        let plan_limit = || Box::new(PlanLimit { waits: plans_wait });
         if r.auth == Auth::AppKey {
             filters.push(Box::new(AppKeyAuth {
                 sources: app_key_sources.clone(),
             }));
-            filters.push(Box::new(PlanLimit));
+            filters.extend(late_limit.take());
+            filters.push(plan_limit());
         }
         if r.auth == Auth::Jwt {
             let shared = jwt_shared
@@ -357,14 +385,16 @@ fn compile_routes(
                 })
                 .clone();
             filters.push(Box::new(JwtAuth::new(shared, &r.scopes)));
-            filters.push(Box::new(PlanLimit));
+            filters.extend(late_limit.take());
+            filters.push(plan_limit());
         }
         if r.auth == Auth::Mtls {
             let index = mtls_index
                 .get_or_insert_with(|| Arc::new(MtlsIndex::new(&config.apps)))
                 .clone();
             filters.push(Box::new(MtlsAuth { index }));
-            filters.push(Box::new(PlanLimit));
+            filters.extend(late_limit.take());
+            filters.push(plan_limit());
         }
         // Last, so a policy can also drop what an earlier filter left.
         let template = match &r.matcher.path {
@@ -484,6 +514,7 @@ fn compile_routes(
     let globals = Arc::new(Globals {
         apps: (!globals.is_empty()).then(|| apps.clone()),
         list: globals,
+        keyed: keyed_globals,
     });
     Ok(Snapshot {
         globals,
@@ -507,23 +538,51 @@ fn compile_routes(
     })
 }
 
-/// A route limit's counters per value of parameter `index` of the route's
-/// template: the table of the route's last snapshot when it counted by
-/// the parameter of the same name, else a new one.
-fn param_counters(
+/// A keyed route limit's counters (per parameter, header, app, or client
+/// address with `scope: global`): the
+/// table of the route's last snapshot when it counted by the same key with
+/// the same scope (a global table's keys are the fleet's), else a new one.
+/// `None` when `per` names no parameter of the route's template.
+fn keyed_counters(
     old: Option<&RouteCounters>,
     m: &sluicegate_config::Match,
-    index: usize,
+    per: &LimitKey,
+    global: bool,
 ) -> Option<RouteCounters> {
-    let sluicegate_config::PathMatch::Template(t) = &m.path else {
-        return None;
+    let (source, name): (KeySource, Arc<str>) = match per {
+        LimitKey::Param(index) => {
+            let sluicegate_config::PathMatch::Template(t) = &m.path else {
+                return None;
+            };
+            let name = t.params().nth(*index)?;
+            (KeySource::Param(*index), format!("param:{name}").into())
+        }
+        LimitKey::Header(h) => (
+            KeySource::Header(h.as_bytes().into()),
+            format!("header:{h}").into(),
+        ),
+        LimitKey::App => (KeySource::App, "app".into()),
+        LimitKey::Claim(c) => (
+            KeySource::Claim(c.as_str().into()),
+            format!("claim:{c}").into(),
+        ),
+        LimitKey::ClientIp => (KeySource::ClientIp, "client_ip".into()),
+        LimitKey::Route => return None,
     };
-    let name: Arc<str> = t.params().nth(index)?.into();
     let table = match old {
-        Some(RouteCounters::Param { table, name: n, .. }) if *n == name => table.clone(),
+        Some(RouteCounters::Keyed { table, name: n, .. })
+            if *n == name && table.is_fleet() == global =>
+        {
+            table.clone()
+        }
+        _ if global => Arc::new(crate::apps::limit::ParamLimits::for_fleet()),
         _ => Arc::default(),
     };
-    Some(RouteCounters::Param { table, index, name })
+    Some(RouteCounters::Keyed {
+        table,
+        source,
+        name,
+    })
 }
 
 /// A route's `request_headers` compiled; on a template route, the `set`
@@ -576,7 +635,11 @@ mod tests {
 
     fn table(reg: &Registry) -> (Arc<crate::apps::limit::ParamLimits>, usize) {
         match reg.route_limits.get("b") {
-            Some(RouteCounters::Param { table, index, .. }) => (table.clone(), *index),
+            Some(RouteCounters::Keyed {
+                table,
+                source: KeySource::Param(index),
+                ..
+            }) => (table.clone(), *index),
             other => panic!("{other:?}"),
         }
     }

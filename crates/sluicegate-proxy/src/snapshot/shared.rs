@@ -61,6 +61,8 @@ fn changed_globals(
     Arc::new(Globals {
         apps: any_app.then(|| table.clone()),
         list,
+        // Routes (and so their limits per key) are the same.
+        keyed: cur.globals.keyed.clone(),
     })
 }
 

@@ -78,7 +78,7 @@ fn charge_route(shared: &Shared, name: &str, ip: &str) -> bool {
     let state = match reg.route_limits.get(name).unwrap() {
         RouteCounters::Route(s) => s.clone(),
         RouteCounters::ClientIp(t) => t.state(ip.parse().unwrap(), now),
-        RouteCounters::Param { table, .. } => table.state_of(ip.as_bytes(), now),
+        RouteCounters::Keyed { table, .. } => table.state_of(Some(ip.as_bytes()), now),
     };
     state.try_admit(&route_plan(), now, SystemTime::now).is_ok()
 }
