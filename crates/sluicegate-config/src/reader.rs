@@ -78,7 +78,7 @@ impl Cx {
 }
 
 /// Most keys a schema mapping may have (the top level has twenty-one).
-const MAX_FIELDS: usize = 24;
+const MAX_FIELDS: usize = 32;
 
 /// A schema mapping's values by key, after unknown and duplicate keys were
 /// reported. Null values count as absent.

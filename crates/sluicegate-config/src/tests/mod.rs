@@ -2,6 +2,7 @@
 
 mod aggregate;
 mod apps;
+mod authz;
 mod cache;
 mod cluster;
 mod compress;
@@ -206,6 +207,8 @@ fn full_example_parses_to_the_expected_model() {
                 cache: None,
                 rollout: None,
                 compress: None,
+                forward_auth: None,
+                ext_authz: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -236,6 +239,8 @@ fn full_example_parses_to_the_expected_model() {
                 cache: None,
                 rollout: None,
                 compress: None,
+                forward_auth: None,
+                ext_authz: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -266,6 +271,8 @@ fn full_example_parses_to_the_expected_model() {
                 cache: None,
                 rollout: None,
                 compress: None,
+                forward_auth: None,
+                ext_authz: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -296,6 +303,8 @@ fn full_example_parses_to_the_expected_model() {
                 cache: None,
                 rollout: None,
                 compress: None,
+                forward_auth: None,
+                ext_authz: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],
