@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sluicegate_config::{Action, Auth, Config, LimitKey, Plan};
 
+use super::authz::{AuthService, AuthzRt, DecisionCache, ExtAuthzRt, ForwardAuthRt};
 use super::split::SplitRt;
 use super::{ActionRt, Registry, RouteRt, ServiceRt, Snapshot};
 use crate::apps::limit::PlanRt;
@@ -158,6 +159,8 @@ fn compile_routes(
     let mut split_order = Vec::new();
     let mut live_parts = HashMap::new();
     let mut part_order = Vec::new();
+    let mut live_auth_caches = HashMap::new();
+    let mut live_endpoints = live_endpoints;
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
     if config.cache.is_none() {
@@ -233,6 +236,13 @@ fn compile_routes(
                         }
                         (None, _) => None,
                     },
+                    authz: authz(
+                        r,
+                        &services,
+                        reg,
+                        &mut live_endpoints,
+                        &mut live_auth_caches,
+                    )?,
                 }
                 .boxed(),
                 split: match split {
@@ -413,6 +423,7 @@ fn compile_routes(
     reg.budgets = live_budgets;
     reg.routes = live_routes;
     reg.route_limits = live_route_limits;
+    reg.auth_caches = live_auth_caches;
     // The mirror service each route's copies are counted under now.
     for (r, rt) in config.routes.iter().zip(&routes) {
         let service = r.mirror.as_ref().map(|m| Arc::from(m.service.as_str()));
@@ -475,6 +486,143 @@ fn compile_routes(
             .as_ref()
             .map(|t| crate::observe::trace::Sampler::new(t.ratio)),
     })
+}
+
+/// The route's `forward_auth` and `ext_authz`, compiled: a URL with an
+/// address gets a one-endpoint service of the route's own (its endpoint
+/// kept in the registry like a service's, under `forward_auth:ROUTE`),
+/// whose timeouts are the check's; the decision cache is kept while the
+/// route's `forward_auth` stays the same.
+fn authz(
+    r: &sluicegate_config::Route,
+    services: &HashMap<&str, Arc<ServiceRt>>,
+    reg: &mut Registry,
+    live_endpoints: &mut HashMap<(String, String, usize), Arc<EndpointState>>,
+    live_caches: &mut HashMap<String, (sluicegate_config::ForwardAuth, Arc<DecisionCache>)>,
+) -> Result<Option<Box<AuthzRt>>, String> {
+    use sluicegate_config::{AuthTarget, UpstreamProtocol};
+    let index = |name: &str, what: &str| {
+        services
+            .get(name)
+            .map(|s| s.index)
+            .ok_or_else(|| format!("route {}: {what}: unknown service {name}", r.name))
+    };
+    let header = |name: &String| {
+        http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("route {}: bad header name {name}", r.name))
+    };
+    let forward = match r.forward_auth.as_deref() {
+        None => None,
+        Some(f) => {
+            let service = match &f.target {
+                AuthTarget::Service(name) => AuthService::Named(index(name, "forward_auth")?),
+                AuthTarget::Address { addr, https } => {
+                    let name = format!("forward_auth:{}", r.name);
+                    let svc = sluicegate_config::Service {
+                        name: name.clone(),
+                        endpoints: vec![sluicegate_config::Endpoint {
+                            name: addr.to_string(),
+                            addr: *addr,
+                            weight: 1,
+                        }],
+                        discovery: Default::default(),
+                        balance: sluicegate_config::Balance::RoundRobin,
+                        hash_key: sluicegate_config::HashKey::ClientIp,
+                        max_connections_per_endpoint: 1024,
+                        timeouts: sluicegate_config::UpstreamTimeouts {
+                            connect: f.timeout,
+                            response_header: f.timeout,
+                            response_body: f.timeout,
+                            request: f.timeout,
+                            ..Default::default()
+                        },
+                        health: None,
+                        retries: sluicegate_config::Retries {
+                            attempts: 1,
+                            ..Default::default()
+                        },
+                        breaker: None,
+                        ejection: None,
+                        forwarded_headers: true,
+                        tls: https.then(sluicegate_config::UpstreamTls::default),
+                        protocol: UpstreamProtocol::Http1,
+                    };
+                    let m = super::members::build(&svc, &[], reg);
+                    for (key, state) in m.keys.into_iter().zip(&m.eps) {
+                        live_endpoints.insert(key, state.clone());
+                    }
+                    let tls = match &svc.tls {
+                        None => None,
+                        Some(t) => Some(Arc::new(
+                            UpstreamTlsRt::new(t, svc.protocol)
+                                .map_err(|e| format!("route {}: forward_auth.url: {e}", r.name))?,
+                        )),
+                    };
+                    AuthService::Own(Arc::new(ServiceRt {
+                        name: name.into(),
+                        index: u32::MAX,
+                        endpoints: m.eps,
+                        balancer: m.balancer,
+                        timeouts: svc.timeouts.clone(),
+                        health: None,
+                        retries: RetryBudget::with_tokens(
+                            svc.retries.clone(),
+                            RetryBudget::fresh_tokens(),
+                        ),
+                        forwarded_headers: true,
+                        tls,
+                        protocol: svc.protocol,
+                    }))
+                }
+            };
+            let cache = if f.cache.is_zero() {
+                None
+            } else {
+                let kept = match reg.auth_caches.get(&r.name) {
+                    Some((cfg, c)) if cfg == f => c.clone(),
+                    _ => Arc::new(DecisionCache::new(f.cache)),
+                };
+                live_caches.insert(r.name.clone(), (f.clone(), kept.clone()));
+                Some(kept)
+            };
+            Some(ForwardAuthRt {
+                service,
+                path: http::uri::PathAndQuery::try_from(f.path.as_str())
+                    .map_err(|_| format!("route {}: forward_auth.url: bad path", r.name))?,
+                request_headers: f
+                    .request_headers
+                    .iter()
+                    .map(header)
+                    .collect::<Result<_, _>>()?,
+                response_headers: f
+                    .response_headers
+                    .iter()
+                    .map(header)
+                    .collect::<Result<_, _>>()?,
+                timeout: f.timeout,
+                on_error: f.on_error,
+                cache,
+            })
+        }
+    };
+    let ext = match &r.ext_authz {
+        None => None,
+        Some(e) => {
+            let i = index(&e.service, "ext_authz")?;
+            if !services[e.service.as_str()].protocol.http2() {
+                return Err(format!(
+                    "route {}: ext_authz: service {} must speak HTTP/2 (protocol: h2c or h2) for gRPC",
+                    r.name, e.service
+                ));
+            }
+            Some(ExtAuthzRt {
+                service: i,
+                timeout: e.timeout,
+                on_error: e.on_error,
+            })
+        }
+    };
+    Ok((forward.is_some() || ext.is_some()).then(|| Box::new(AuthzRt { forward, ext })))
 }
 
 /// A route limit's counters per value of parameter `index` of the route's
