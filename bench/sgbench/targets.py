@@ -45,7 +45,13 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
                "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
                "sluicegate-tls", "haproxy-tls", "nginx-tls",
                "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
-               "sluicegate-mirror", "sluicegate-split", "sluicegate-template")
+               "sluicegate-mirror", "sluicegate-split", "sluicegate-template",
+               "sluicegate-fauth")
+# sluicegate-fauth (run only when named) is the sluicegate target with the
+# route's `forward_auth` asking the upstream itself (GET /test.html, a 200)
+# with `cache: 60s`: every request after the first is allowed from the
+# decision cache, so `--pair sluicegate,sluicegate-fauth` gives what forward
+# auth with the cache on costs against no forward auth.
 # sluicegate-mirror (run only when named) is the sluicegate target with the
 # route's `mirror` copying every request (100%) to a second service on the
 # same upstream: `--pair sluicegate,sluicegate-mirror` gives what mirroring
@@ -80,7 +86,7 @@ TRACE_TARGETS = {"sluicegate-trace0": 0.0, "sluicegate-trace1": 0.01,
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
                         if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global",
                                      "sluicegate-mirror", "sluicegate-split",
-                                     "sluicegate-template")
+                                     "sluicegate-template", "sluicegate-fauth")
                         and t not in TRACE_TARGETS)
 # The targets terminating TLS: the TLS scenarios run these and only these,
 # the plain scenarios never do. The peers' TLS configs are the shared
@@ -265,7 +271,8 @@ def haproxy_maxconn(cfg_path):
 
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
                     tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
-                    mirror=False, split=False, template=False, compress=False):
+                    mirror=False, split=False, template=False, compress=False,
+                    fauth=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -282,7 +289,9 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     With `split`, a second service over the same upstream, and the route
     splits 50/50 between the two (`split_by: random`). With `template`, the
     route matches TEMPLATE instead of every path. With `compress`, the
-    route compresses answers in gzip at level `fast` (gzip 1)."""
+    route compresses answers in gzip at level `fast` (gzip 1). With `fauth`,
+    the route's `forward_auth` asks the upstream (GET /test.html) and caches
+    its decision for 60 s."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -321,6 +330,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
            if split else "    service: upstream\n")
         + ("    mirror: { service: shadow, percent: 100 }\n" if mirror else "")
         + ("    compress: { algorithms: [gzip], level: fast }\n" if compress else "")
+        + (f'    forward_auth: {{ url: "http://127.0.0.1:{upstream_port}/test.html", '
+           "request_headers: [authorization], cache: 60s }\n" if fauth else "")
     )
     if not auth:
         return text
@@ -678,7 +689,8 @@ class Launcher:
                                                  trace, mirror=name == "sluicegate-mirror",
                                                  split=name == "sluicegate-split",
                                                  template=name == "sluicegate-template",
-                                                 compress=compress))
+                                                 compress=compress,
+                                                 fauth=name == "sluicegate-fauth"))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]
