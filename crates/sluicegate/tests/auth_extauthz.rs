@@ -11,7 +11,6 @@ mod venv_common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 
 use http_common::{service, Gw};
 use sluicegate_testkit::{free_port, http_get, TestUpstream};
@@ -54,9 +53,8 @@ struct World {
     gw: Gw,
 }
 
-fn world() -> &'static World {
-    static W: OnceLock<World> = OnceLock::new();
-    W.get_or_init(|| {
+fn world() -> World {
+    {
         let authz = Authz::start();
         let up = TestUpstream::start();
         let authz_addr = std::net::SocketAddr::from(([127, 0, 0, 1], authz.port));
@@ -79,7 +77,7 @@ fn world() -> &'static World {
             up,
             gw,
         }
-    })
+    }
 }
 
 fn seen(up: &TestUpstream, target: &str) -> Vec<(String, String)> {
@@ -101,7 +99,7 @@ fn values(headers: &[(String, String)], name: &str) -> Vec<String> {
 
 #[test]
 fn an_allowed_request_gets_the_servers_header_edits() {
-    let w = world();
+    let w = &world();
     let r = http_get(
         w.gw.addr(),
         "/ea/echo/ok?x=1",
@@ -124,7 +122,7 @@ fn an_allowed_request_gets_the_servers_header_edits() {
 
 #[test]
 fn denials_carry_the_servers_status_headers_and_body() {
-    let w = world();
+    let w = &world();
     let before = w.up.requests_seen();
     let r = http_get(w.gw.addr(), "/ea/echo/no", &[("authorization", "Bearer teapot")]);
     assert_eq!(r.status, 418);
@@ -138,7 +136,7 @@ fn denials_carry_the_servers_status_headers_and_body() {
 
 #[test]
 fn a_slow_server_follows_on_error() {
-    let w = world();
+    let w = &world();
     let r = http_get(w.gw.addr(), "/strict/echo/s", &[("authorization", "Bearer slow")]);
     assert_eq!(r.status, 503, "{}", r.body_str());
     let r = http_get(

@@ -12,7 +12,6 @@ mod http_common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use http_common::{service, wait_until, Gw};
@@ -61,10 +60,9 @@ struct World {
     gw: Gw,
 }
 
-/// One auth service, upstream and gateway for every test here.
-fn world() -> &'static World {
-    static W: OnceLock<World> = OnceLock::new();
-    W.get_or_init(|| {
+/// An auth service, an upstream and a gateway, for one test.
+fn world() -> World {
+    {
         let auth = Auth::start();
         let up = TestUpstream::start();
         let url = format!("http://127.0.0.1:{}/check", auth.port);
@@ -83,7 +81,7 @@ fn world() -> &'static World {
         );
         let gw = Gw::start(&rest);
         World { auth, up, gw }
-    })
+    }
 }
 
 /// The upstream's last request's value of `name`, if it had one.
@@ -97,7 +95,7 @@ fn upstream_header(up: &TestUpstream, name: &str) -> Option<String> {
 
 #[test]
 fn an_allowed_request_carries_the_services_headers_and_not_the_clients() {
-    let w = world();
+    let w = &world();
     let r = http_get(
         w.gw.addr(),
         "/fa/echo/allowed?q=1",
@@ -131,7 +129,7 @@ fn an_allowed_request_carries_the_services_headers_and_not_the_clients() {
 
 #[test]
 fn denials_reach_the_client_as_the_service_sent_them() {
-    let w = world();
+    let w = &world();
     let before = w.up.requests_seen();
     let r = http_get(w.gw.addr(), "/fa/echo/x", &[("authorization", "Bearer nobody")]);
     assert_eq!(r.status, 401);
@@ -149,7 +147,7 @@ fn denials_reach_the_client_as_the_service_sent_them() {
 
 #[test]
 fn the_cache_saves_the_services_hits_until_it_expires() {
-    let w = world();
+    let w = &world();
     let token = "Bearer good-cached";
     for _ in 0..5 {
         let r = http_get(w.gw.addr(), "/cached/echo/c", &[("authorization", token)]);
@@ -180,7 +178,7 @@ fn the_cache_saves_the_services_hits_until_it_expires() {
 
 #[test]
 fn a_slow_service_follows_on_error() {
-    let w = world();
+    let w = &world();
     let r = http_get(
         w.gw.addr(),
         "/strict/echo/s",
@@ -209,7 +207,7 @@ fn a_slow_service_follows_on_error() {
 
 #[test]
 fn an_http2_client_is_checked_the_same_way() {
-    let w = world();
+    let w = &world();
     let r = Proto::H2c.get(
         w.gw.addr(),
         "/fa/echo/h2",
