@@ -24,7 +24,10 @@ struct Authz {
 impl Authz {
     fn start() -> Authz {
         let port = free_port();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/extauthz/server.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/extauthz/server.py"
+        );
         let mut child = Command::new(venv_common::python())
             .arg(script)
             .arg(port.to_string())
@@ -124,20 +127,36 @@ fn an_allowed_request_gets_the_servers_header_edits() {
 fn denials_carry_the_servers_status_headers_and_body() {
     let w = &world();
     let before = w.up.requests_seen();
-    let r = http_get(w.gw.addr(), "/ea/echo/no", &[("authorization", "Bearer teapot")]);
+    let r = http_get(
+        w.gw.addr(),
+        "/ea/echo/no",
+        &[("authorization", "Bearer teapot")],
+    );
     assert_eq!(r.status, 418);
     assert_eq!(r.header("x-why"), Some("tea"));
     assert_eq!(r.body_str(), "short and stout");
     // UNAUTHENTICATED without a denied_response: 403, as Envoy answers.
-    let r = http_get(w.gw.addr(), "/ea/echo/no", &[("authorization", "Bearer nobody")]);
+    let r = http_get(
+        w.gw.addr(),
+        "/ea/echo/no",
+        &[("authorization", "Bearer nobody")],
+    );
     assert_eq!(r.status, 403);
-    assert_eq!(w.up.requests_seen(), before, "a denied request went upstream");
+    assert_eq!(
+        w.up.requests_seen(),
+        before,
+        "a denied request went upstream"
+    );
 }
 
 #[test]
 fn a_slow_server_follows_on_error() {
     let w = &world();
-    let r = http_get(w.gw.addr(), "/strict/echo/s", &[("authorization", "Bearer slow")]);
+    let r = http_get(
+        w.gw.addr(),
+        "/strict/echo/s",
+        &[("authorization", "Bearer slow")],
+    );
     assert_eq!(r.status, 503, "{}", r.body_str());
     let r = http_get(
         w.gw.addr(),

@@ -25,7 +25,10 @@ struct Auth {
 
 impl Auth {
     fn start() -> Auth {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/forward_auth.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/forward_auth.py"
+        );
         let mut child = Command::new("python3")
             .arg(script)
             .stdout(Stdio::piped())
@@ -106,13 +109,12 @@ fn an_allowed_request_carries_the_services_headers_and_not_the_clients() {
         ],
     );
     assert_eq!(r.status, 200, "{}", r.body_str());
-    let seen = w
-        .up
-        .last_requests()
-        .into_iter()
-        .rev()
-        .find(|s| s.target == "/echo/allowed?q=1")
-        .expect("the upstream got the request");
+    let seen =
+        w.up.last_requests()
+            .into_iter()
+            .rev()
+            .find(|s| s.target == "/echo/allowed?q=1")
+            .expect("the upstream got the request");
     let values = |name: &str| -> Vec<String> {
         seen.headers
             .iter()
@@ -131,18 +133,30 @@ fn an_allowed_request_carries_the_services_headers_and_not_the_clients() {
 fn denials_reach_the_client_as_the_service_sent_them() {
     let w = &world();
     let before = w.up.requests_seen();
-    let r = http_get(w.gw.addr(), "/fa/echo/x", &[("authorization", "Bearer nobody")]);
+    let r = http_get(
+        w.gw.addr(),
+        "/fa/echo/x",
+        &[("authorization", "Bearer nobody")],
+    );
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"test\""));
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert_eq!(r.body_str(), "{\"error\":\"who are you\"}");
-    let r = http_get(w.gw.addr(), "/fa/echo/x", &[("authorization", "Bearer login-1")]);
+    let r = http_get(
+        w.gw.addr(),
+        "/fa/echo/x",
+        &[("authorization", "Bearer login-1")],
+    );
     assert_eq!(r.status, 302);
     assert_eq!(r.header("location"), Some("/login?back=1"));
     // No credentials at all: the service decides that too.
     let r = http_get(w.gw.addr(), "/fa/echo/x", &[]);
     assert_eq!(r.status, 401);
-    assert_eq!(w.up.requests_seen(), before, "a denied request went upstream");
+    assert_eq!(
+        w.up.requests_seen(),
+        before,
+        "a denied request went upstream"
+    );
 }
 
 #[test]
@@ -152,7 +166,10 @@ fn the_cache_saves_the_services_hits_until_it_expires() {
     for _ in 0..5 {
         let r = http_get(w.gw.addr(), "/cached/echo/c", &[("authorization", token)]);
         assert_eq!(r.status, 200);
-        assert_eq!(upstream_header(&w.up, "x-user-id").as_deref(), Some("alice"));
+        assert_eq!(
+            upstream_header(&w.up, "x-user-id").as_deref(),
+            Some("alice")
+        );
     }
     // Two workers may each have asked once before the first answer was
     // cached... but they share one cache: one or two asks, not five.
@@ -191,15 +208,17 @@ fn a_slow_service_follows_on_error() {
         &[("authorization", "Bearer slow-2"), ("x-user-id", "mallory")],
     );
     assert_eq!(r.status, 200, "{}", r.body_str());
-    let seen = w
-        .up
-        .last_requests()
-        .into_iter()
-        .rev()
-        .find(|s| s.target == "/echo/lenient")
-        .expect("the upstream got the request");
+    let seen =
+        w.up.last_requests()
+            .into_iter()
+            .rev()
+            .find(|s| s.target == "/echo/lenient")
+            .expect("the upstream got the request");
     assert!(
-        !seen.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("x-user-id")),
+        !seen
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("x-user-id")),
         "{:?}",
         seen.headers
     );
@@ -214,13 +233,12 @@ fn an_http2_client_is_checked_the_same_way() {
         &[("authorization", "Bearer good-h2"), ("x-tenant", "forged")],
     );
     assert_eq!(r.status, 200);
-    let seen = w
-        .up
-        .last_requests()
-        .into_iter()
-        .rev()
-        .find(|s| s.target == "/echo/h2")
-        .expect("the upstream got the request");
+    let seen =
+        w.up.last_requests()
+            .into_iter()
+            .rev()
+            .find(|s| s.target == "/echo/h2")
+            .expect("the upstream got the request");
     let tenant: Vec<_> = seen
         .headers
         .iter()
@@ -228,7 +246,11 @@ fn an_http2_client_is_checked_the_same_way() {
         .collect();
     assert_eq!(tenant.len(), 1);
     assert_eq!(tenant[0].1, "t1");
-    let r = Proto::H2c.get(w.gw.addr(), "/fa/echo/h2", &[("authorization", "Bearer no-h2")]);
+    let r = Proto::H2c.get(
+        w.gw.addr(),
+        "/fa/echo/h2",
+        &[("authorization", "Bearer no-h2")],
+    );
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"test\""));
 }

@@ -33,36 +33,33 @@ use bytes::Bytes;
 use sluicegate_config::OnAuthError;
 
 use super::answer::{answer_locally, Local};
+use super::extauthz::{origin, Verdict};
 use super::req::Req;
 use crate::proto::fields::{self, Fields};
 use crate::proto::response::{ErrorKind, Head};
 use crate::route::target::Target;
-use crate::snapshot::authz::{AuthService, AuthzRt, Decision, ForwardAuthRt};
-use crate::upstream::client::{self, Event, Options, Origin, Response};
+use crate::snapshot::authz::{AuthzRt, Decision, ForwardAuthRt};
+use crate::snapshot::ServiceRt;
+use crate::upstream::client::{self, Event, Response};
 use crate::upstream::forward::Outcome;
 use crate::worker::Bufs;
 
 /// Longest denial body passed on to the client.
 pub(crate) const MAX_DENIAL_BODY: usize = 64 * 1024;
 
-/// What a check came to.
-pub(super) enum Verdict {
-    Decided(Arc<Decision>),
-    /// The service could not answer: `on_error` decides.
-    Failed,
-}
-
 /// Runs the route's checks on the request in `bufs`: `None` when it goes
 /// on (the checks' header edits applied), else the answer written for it.
+/// `own`: the route's own forward-auth service, for a URL with an address.
 pub(super) async fn authorize(
     rq: &Req<'_>,
     rt: &AuthzRt,
+    own: Option<&Arc<ServiceRt>>,
     bufs: &mut Bufs,
     client: IpAddr,
     target: &Target,
 ) -> Option<Outcome<'static>> {
     if let Some(f) = &rt.forward {
-        let verdict = forward(rq, f, bufs, client, target).await;
+        let verdict = forward(rq, f, own, bufs, client, target).await;
         let removed = &f.response_headers;
         if let Some(o) = apply(rq, bufs, verdict, f.on_error, removed).await {
             return Some(o);
@@ -146,26 +143,12 @@ fn remove(bufs: &mut Bufs, names: &[http::HeaderName]) {
     }
 }
 
-/// The facts of the client's request a check is made on behalf of.
-pub(super) fn origin(rq: &Req<'_>, bufs: &Bufs, client: IpAddr, target: &Target) -> Options {
-    let down = rq.link.downstream();
-    Options {
-        origin: Some(Origin::of(
-            &down,
-            client,
-            bufs.inb.filled(),
-            &bufs.req,
-            target,
-        )),
-        ..Options::default()
-    }
-}
-
 /// Asks the forward-auth service about the request in `bufs` (or its
 /// cache).
 async fn forward(
     rq: &Req<'_>,
     f: &ForwardAuthRt,
+    own: Option<&Arc<ServiceRt>>,
     bufs: &Bufs,
     client: IpAddr,
     target: &Target,
@@ -224,9 +207,10 @@ async fn forward(
     };
     let opts = origin(rq, bufs, client, target);
     let (worker, snap) = (rq.link.worker, rq.snap);
-    let service = match &f.service {
-        AuthService::Named(i) => snap.service(*i),
-        AuthService::Own(s) => s,
+    let service = match (f.service, own) {
+        (Some(i), _) => snap.service(i),
+        (None, Some(s)) => s,
+        (None, None) => return Verdict::Failed,
     };
     let call = async {
         let res = client::send_with(worker, snap, service, check, &opts)

@@ -23,12 +23,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use prost::Message;
 
-use super::authz::origin;
 use super::req::Req;
 use crate::proto::fields::Fields;
 use crate::route::target::Target;
 use crate::snapshot::authz::{Decision, ExtAuthzRt};
-use crate::upstream::client::{self, Event};
+use crate::upstream::client::{self, Event, Options, Origin};
 use crate::worker::Bufs;
 
 /// The check's path.
@@ -36,7 +35,27 @@ const CHECK: &str = "/envoy.service.auth.v3.Authorization/Check";
 /// Longest answer read.
 const MAX_ANSWER: usize = 256 * 1024;
 
-use super::authz::Verdict;
+/// What a check came to (an `ext_authz` or a `forward_auth` one).
+pub(super) enum Verdict {
+    Decided(Arc<Decision>),
+    /// The service could not answer: `on_error` decides.
+    Failed,
+}
+
+/// The facts of the client's request a check is made on behalf of.
+pub(super) fn origin(rq: &Req<'_>, bufs: &Bufs, client: IpAddr, target: &Target) -> Options {
+    let down = rq.link.downstream();
+    Options {
+        origin: Some(Origin::of(
+            &down,
+            client,
+            bufs.inb.filled(),
+            &bufs.req,
+            target,
+        )),
+        ..Options::default()
+    }
+}
 
 /// `envoy.service.auth.v3.CheckRequest`.
 #[derive(Clone, PartialEq, Message)]

@@ -286,11 +286,13 @@ pub(super) async fn exchange(
                     compress,
                     cache,
                     authz,
+                    auth_service,
                 } = extras.as_deref().unwrap_or(&NO_EXTRAS);
                 // External authorization: after the filters, before all
                 // else the action does.
                 if let Some(a) = authz {
-                    let run = super::authz::authorize(&rq, a, bufs, client, &target);
+                    let own = auth_service.as_ref();
+                    let run = super::authz::authorize(&rq, a, own, bufs, client, &target);
                     if let Some(answered) = Box::pin(run).await {
                         break 'proxy answered;
                     }

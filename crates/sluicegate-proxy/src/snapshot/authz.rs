@@ -23,7 +23,6 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use sluicegate_config::OnAuthError;
 
-use super::ServiceRt;
 use crate::proto::fields::Fields;
 
 /// Maps a decision cache is split in.
@@ -38,20 +37,13 @@ pub struct AuthzRt {
     pub ext: Option<ExtAuthzRt>,
 }
 
-/// The service a check goes to.
-#[derive(Debug)]
-pub enum AuthService {
-    /// A configured service, by its place in the snapshot (discovery may
-    /// replace it).
-    Named(u32),
-    /// The route's own one-endpoint service, for a URL with an address.
-    Own(Arc<ServiceRt>),
-}
-
 /// `forward_auth` compiled.
 #[derive(Debug)]
 pub struct ForwardAuthRt {
-    pub service: AuthService,
+    /// A configured service, by its place in the snapshot (discovery may
+    /// replace it); `None`: the route's own one-endpoint service, for a
+    /// URL with an address (`ProxyExtras::auth_service`).
+    pub service: Option<u32>,
     /// The check's path and query.
     pub path: http::uri::PathAndQuery,
     pub request_headers: Box<[HeaderName]>,

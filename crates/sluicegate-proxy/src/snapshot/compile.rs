@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use sluicegate_config::{Action, Auth, Config, LimitKey, Plan};
 
-use super::authz::{AuthService, AuthzRt, DecisionCache, ExtAuthzRt, ForwardAuthRt};
+use super::authz::{AuthzRt, DecisionCache, ExtAuthzRt, ForwardAuthRt};
 use super::split::SplitRt;
 use super::{ActionRt, Registry, RouteRt, ServiceRt, Snapshot};
 use crate::apps::limit::PlanRt;
@@ -189,62 +189,66 @@ fn compile_routes(
                 upgrade: super::Upgrades::new(
                     r.upgrade.iter().map(|u| u.as_str().into()).collect(),
                 ),
-                extras: super::ProxyExtras {
-                    fault: r
-                        .fault
-                        .as_ref()
-                        .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
-                    mirror: match &r.mirror {
-                        None => None,
-                        Some(m) => {
-                            let index = services
-                                .get(m.service.as_str())
-                                .map(|s| s.index)
-                                .ok_or_else(|| {
-                                    format!(
-                                        "route {}: mirror: unknown service {}",
-                                        r.name, m.service
-                                    )
-                                })?;
-                            let rt = crate::filters::mirror::MirrorRt::new(m, index);
-                            Some(Box::new(rt))
-                        }
-                    },
-                    fallback: match &r.fallback {
-                        None => None,
-                        Some(f) => Some(Box::new(
-                            super::fallback::FallbackRt::new(f, |n| {
-                                services.get(n).map(|s| s.index)
-                            })
-                            .map_err(|e| format!("route {}: {e}", r.name))?,
-                        )),
-                    },
-                    compress: r
-                        .compress
-                        .as_ref()
-                        .map(|c| Box::new(crate::filters::compress::CompressRt::new(c))),
-                    cache: match (&r.cache, &config.cache) {
-                        (Some(c), Some(store)) => {
-                            let store = super::cache::store_for(store, &mut reg.cache_store);
-                            Some(Box::new(super::cache::CacheRt::new(c, store)))
-                        }
-                        (Some(_), None) => {
-                            return Err(format!(
-                                "route {}: cache without the top-level cache",
-                                r.name
-                            ))
-                        }
-                        (None, _) => None,
-                    },
-                    authz: authz(
+                extras: {
+                    let (authz, auth_service) = authz(
                         r,
                         &services,
                         reg,
                         &mut live_endpoints,
                         &mut live_auth_caches,
-                    )?,
-                }
-                .boxed(),
+                    )?;
+                    super::ProxyExtras {
+                        fault: r
+                            .fault
+                            .as_ref()
+                            .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
+                        mirror: match &r.mirror {
+                            None => None,
+                            Some(m) => {
+                                let index = services
+                                    .get(m.service.as_str())
+                                    .map(|s| s.index)
+                                    .ok_or_else(|| {
+                                        format!(
+                                            "route {}: mirror: unknown service {}",
+                                            r.name, m.service
+                                        )
+                                    })?;
+                                let rt = crate::filters::mirror::MirrorRt::new(m, index);
+                                Some(Box::new(rt))
+                            }
+                        },
+                        fallback: match &r.fallback {
+                            None => None,
+                            Some(f) => Some(Box::new(
+                                super::fallback::FallbackRt::new(f, |n| {
+                                    services.get(n).map(|s| s.index)
+                                })
+                                .map_err(|e| format!("route {}: {e}", r.name))?,
+                            )),
+                        },
+                        compress: r
+                            .compress
+                            .as_ref()
+                            .map(|c| Box::new(crate::filters::compress::CompressRt::new(c))),
+                        cache: match (&r.cache, &config.cache) {
+                            (Some(c), Some(store)) => {
+                                let store = super::cache::store_for(store, &mut reg.cache_store);
+                                Some(Box::new(super::cache::CacheRt::new(c, store)))
+                            }
+                            (Some(_), None) => {
+                                return Err(format!(
+                                    "route {}: cache without the top-level cache",
+                                    r.name
+                                ))
+                            }
+                            (None, _) => None,
+                        },
+                        authz,
+                        auth_service,
+                    }
+                    .boxed()
+                },
                 split: match split {
                     None => None,
                     Some(sp) => {
@@ -499,7 +503,7 @@ fn authz(
     reg: &mut Registry,
     live_endpoints: &mut HashMap<(String, String, usize), Arc<EndpointState>>,
     live_caches: &mut HashMap<String, (sluicegate_config::ForwardAuth, Arc<DecisionCache>)>,
-) -> Result<Option<Box<AuthzRt>>, String> {
+) -> Result<(Option<Box<AuthzRt>>, Option<Arc<ServiceRt>>), String> {
     use sluicegate_config::{AuthTarget, UpstreamProtocol};
     let index = |name: &str, what: &str| {
         services
@@ -511,11 +515,12 @@ fn authz(
         http::HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| format!("route {}: bad header name {name}", r.name))
     };
+    let mut own = None;
     let forward = match r.forward_auth.as_deref() {
         None => None,
         Some(f) => {
             let service = match &f.target {
-                AuthTarget::Service(name) => AuthService::Named(index(name, "forward_auth")?),
+                AuthTarget::Service(name) => Some(index(name, "forward_auth")?),
                 AuthTarget::Address { addr, https } => {
                     let name = format!("forward_auth:{}", r.name);
                     let svc = sluicegate_config::Service {
@@ -558,7 +563,7 @@ fn authz(
                                 .map_err(|e| format!("route {}: forward_auth.url: {e}", r.name))?,
                         )),
                     };
-                    AuthService::Own(Arc::new(ServiceRt {
+                    own = Some(Arc::new(ServiceRt {
                         name: name.into(),
                         index: u32::MAX,
                         endpoints: m.eps,
@@ -572,7 +577,8 @@ fn authz(
                         forwarded_headers: true,
                         tls,
                         protocol: svc.protocol,
-                    }))
+                    }));
+                    None
                 }
             };
             let cache = if f.cache.is_zero() {
@@ -622,7 +628,8 @@ fn authz(
             })
         }
     };
-    Ok((forward.is_some() || ext.is_some()).then(|| Box::new(AuthzRt { forward, ext })))
+    let rt = (forward.is_some() || ext.is_some()).then(|| Box::new(AuthzRt { forward, ext }));
+    Ok((rt, own))
 }
 
 /// A route limit's counters per value of parameter `index` of the route's

@@ -111,6 +111,9 @@ pub struct ProxyExtras {
     pub cache: Option<Box<cache::CacheRt>>,
     /// The route's `forward_auth` and `ext_authz`.
     pub authz: Option<Box<authz::AuthzRt>>,
+    /// The one-endpoint service a `forward_auth` URL with an address
+    /// names.
+    pub auth_service: Option<Arc<ServiceRt>>,
 }
 
 impl ProxyExtras {
@@ -122,6 +125,7 @@ impl ProxyExtras {
         compress: None,
         cache: None,
         authz: None,
+        auth_service: None,
     };
 
     /// Boxed, or `None` when the route sets none of them.
