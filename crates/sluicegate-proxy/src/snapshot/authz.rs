@@ -79,6 +79,9 @@ pub enum Decision {
     },
 }
 
+/// One shard: decisions by question, with when they expire.
+type Shard = Mutex<HashMap<u128, (Instant, Arc<Decision>)>>;
+
 /// Recent decisions by the keyed hash of what was asked.
 pub struct DecisionCache {
     ttl: Duration,
@@ -86,7 +89,7 @@ pub struct DecisionCache {
         std::collections::hash_map::RandomState,
         std::collections::hash_map::RandomState,
     ),
-    shards: Box<[Mutex<HashMap<u128, (Instant, Arc<Decision>)>>]>,
+    shards: Box<[Shard]>,
 }
 
 impl std::fmt::Debug for DecisionCache {
@@ -132,7 +135,7 @@ impl DecisionCache {
         Question(self.keys.0.build_hasher(), self.keys.1.build_hasher())
     }
 
-    fn shard(&self, key: u128) -> &Mutex<HashMap<u128, (Instant, Arc<Decision>)>> {
+    fn shard(&self, key: u128) -> &Shard {
         &self.shards[(key as usize) % SHARDS]
     }
 

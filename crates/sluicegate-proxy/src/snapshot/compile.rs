@@ -492,6 +492,9 @@ fn compile_routes(
     })
 }
 
+/// A route's checks, and its own forward-auth service if it has one.
+type RouteAuthz = (Option<Box<AuthzRt>>, Option<Arc<ServiceRt>>);
+
 /// The route's `forward_auth` and `ext_authz`, compiled: a URL with an
 /// address gets a one-endpoint service of the route's own (its endpoint
 /// kept in the registry like a service's, under `forward_auth:ROUTE`),
@@ -503,7 +506,7 @@ fn authz(
     reg: &mut Registry,
     live_endpoints: &mut HashMap<(String, String, usize), Arc<EndpointState>>,
     live_caches: &mut HashMap<String, (sluicegate_config::ForwardAuth, Arc<DecisionCache>)>,
-) -> Result<(Option<Box<AuthzRt>>, Option<Arc<ServiceRt>>), String> {
+) -> Result<RouteAuthz, String> {
     use sluicegate_config::{AuthTarget, UpstreamProtocol};
     let index = |name: &str, what: &str| {
         services
