@@ -48,7 +48,7 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
                "sluicegate-tls", "haproxy-tls", "nginx-tls",
                "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
                "sluicegate-mirror", "sluicegate-split", "sluicegate-template",
-               "sluicegate-cache", "nginx-cache", "varnish")
+               "sluicegate-cache", "nginx-cache", "varnish", "sluicegate-fauth")
 # The caching targets (issue 33), which run in the cache scenarios (and
 # sluicegate-cache and nginx-cache in gzip) and only there: sluicegate-cache
 # is the sluicegate target with a store (`cache: { memory: 256MiB }`) and
@@ -69,6 +69,11 @@ CACHE_PATH = "/cache/1k"
 CACHE_JSON_PATH = "/cache/10k.json"
 SLOW_PATH = "/cache/slow/0"
 CACHE_BODY = b"x" * 1023 + b"\n"
+# sluicegate-fauth (run only when named) is the sluicegate target with the
+# route's `forward_auth` asking the upstream itself (GET /test.html, a 200)
+# with `cache: 60s`: every request after the first is allowed from the
+# decision cache, so `--pair sluicegate,sluicegate-fauth` gives what forward
+# auth with the cache on costs against no forward auth.
 # sluicegate-mirror (run only when named) is the sluicegate target with the
 # route's `mirror` copying every request (100%) to a second service on the
 # same upstream: `--pair sluicegate,sluicegate-mirror` gives what mirroring
@@ -103,7 +108,7 @@ TRACE_TARGETS = {"sluicegate-trace0": 0.0, "sluicegate-trace1": 0.01,
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
                         if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global",
                                      "sluicegate-mirror", "sluicegate-split",
-                                     "sluicegate-template")
+                                     "sluicegate-template", "sluicegate-fauth")
                         and t not in TRACE_TARGETS)
 # The targets terminating TLS: the TLS scenarios run these and only these,
 # the plain scenarios never do. The peers' TLS configs are the shared
@@ -352,7 +357,7 @@ def haproxy_maxconn(cfg_path):
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
                     tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
                     mirror=False, split=False, template=False, compress=False, cache=False,
-                    limit=None):
+                    limit=None, fauth=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -371,7 +376,9 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     route matches TEMPLATE instead of every path. With `compress`, the
     route compresses answers in gzip at level `fast` (gzip 1). With `cache`,
     a store of 256 MiB and the route's `cache: {}` (the default key). With
-    `limit` (a `per` value), the route has a limit of that `per` never reached."""
+    `limit` (a `per` value), the route has a limit of that `per` never
+    reached. With `fauth`, the route's `forward_auth` asks the upstream (GET
+    /test.html) and caches its decision for 60 s."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -413,6 +420,8 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
         + ("    compress: { algorithms: [gzip], level: fast }\n" if compress else "")
         + ("    cache: {}\n" if cache else "")
         + (f"    limit: {{ rate: 1000000000/s, per: {limit} }}\n" if limit else "")
+        + (f'    forward_auth: {{ url: "http://127.0.0.1:{upstream_port}/test.html", '
+           "request_headers: [authorization], cache: 60s }\n" if fauth else "")
     )
     if not auth:
         return text
@@ -817,7 +826,8 @@ class Launcher:
                                                  split=name == "sluicegate-split",
                                                  template=name == "sluicegate-template",
                                                  compress=compress,
-                                                 cache=name == "sluicegate-cache"))
+                                                 cache=name == "sluicegate-cache",
+                                                 fauth=name == "sluicegate-fauth"))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]

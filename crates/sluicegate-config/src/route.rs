@@ -9,6 +9,7 @@ use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node, Pos};
 
 pub(crate) mod aggregate;
+pub(crate) mod authz;
 pub(crate) mod compress;
 pub(crate) mod fallback;
 pub(crate) mod fault;
@@ -47,6 +48,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "aggregate",
     "compress",
     "scopes",
+    "forward_auth",
+    "ext_authz",
 ];
 
 pub(crate) const RESPOND_KEYS: &[&str] = &["status", "body", "headers"];
@@ -392,6 +395,31 @@ fn route<'n>(
         None => Some(Vec::new()),
         Some(n) => scopes(cx, n, path.key("scopes"), auth == Some(Auth::Jwt)),
     };
+    let forward_auth = match f.get("forward_auth") {
+        None => Some(None),
+        Some(n) if not_proxy => {
+            cx.at(
+                n.pos,
+                path.key("forward_auth"),
+                "only applies to routes with a service",
+            );
+            None
+        }
+        Some(n) => authz::forward_auth(cx, n, path.key("forward_auth"), services)
+            .map(|a| Some(Box::new(a))),
+    };
+    let ext_authz = match f.get("ext_authz") {
+        None => Some(None),
+        Some(n) if not_proxy => {
+            cx.at(
+                n.pos,
+                path.key("ext_authz"),
+                "only applies to routes with a service",
+            );
+            None
+        }
+        Some(n) => authz::ext_authz(cx, n, path.key("ext_authz"), services).map(Some),
+    };
     Some(Route {
         name: name?.to_string(),
         matcher: matcher?,
@@ -411,6 +439,8 @@ fn route<'n>(
         rollout: rollout?,
         compress: compress?,
         scopes: scopes?,
+        forward_auth: forward_auth?,
+        ext_authz: ext_authz?,
     })
 }
 

@@ -36,10 +36,19 @@ impl Drop for Idp {
 impl Idp {
     fn start() -> Idp {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let out = Command::new(root.join("scripts/test-npm"))
-            .output()
-            .expect("run scripts/test-npm");
-        assert!(out.status.success(), "scripts/test-npm failed");
+        // Once per test binary: two tests running `npm ci` into the same
+        // folder at once would trip over each other on a fresh checkout.
+        static NPM: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let installed = *NPM.get_or_init(|| {
+            let out = Command::new(root.join("scripts/test-npm"))
+                .output()
+                .expect("run scripts/test-npm");
+            if !out.status.success() {
+                eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+            }
+            out.status.success()
+        });
+        assert!(installed, "scripts/test-npm failed");
         let mut child = Command::new("node")
             .arg(root.join("tools/oidc-provider.mjs"))
             .arg(root.join("target/npm/node_modules"))

@@ -96,6 +96,10 @@ pub struct Route {
     pub compress: Option<Compress>,
     /// Scopes the route's JWT must hold, all of them (`scopes`).
     pub scopes: Vec<String>,
+    /// An HTTP authorization service asked before forwarding.
+    pub forward_auth: Option<Box<ForwardAuth>>,
+    /// An Envoy ext_authz gRPC service asked before forwarding.
+    pub ext_authz: Option<ExtAuthz>,
 }
 
 /// `compress: true` or `{ algorithms, min_size, types, level }`: answers
@@ -490,4 +494,55 @@ pub enum SplitBy {
     /// A parameter of the route's path template, by its place in the
     /// template, as routed (escapes kept).
     Param(usize),
+}
+
+/// What an external authorization check does when its service cannot
+/// answer (a timeout, a refused connection, an answer it cannot read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnAuthError {
+    /// The request is answered 503 (gRPC: UNAVAILABLE).
+    #[default]
+    Deny,
+    /// The request goes on, without what a check would have added.
+    Allow,
+}
+
+/// Where a `forward_auth` check is sent: the URL's host is an IP address
+/// (a one-endpoint service of the route's own) or a service's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthTarget {
+    Address {
+        addr: std::net::SocketAddr,
+        https: bool,
+    },
+    Service(String),
+}
+
+/// A route's `forward_auth`: every request is first asked about at `url`
+/// (as nginx's `auth_request` and Traefik's `forwardAuth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardAuth {
+    /// As written.
+    pub url: String,
+    pub target: AuthTarget,
+    /// The check's path and query (from the URL), `/` at least.
+    pub path: String,
+    /// Request headers sent along (lower case, each once).
+    pub request_headers: Vec<String>,
+    /// Headers of a 2xx answer copied onto the request upstream (lower
+    /// case, each once); clients' own copies are removed.
+    pub response_headers: Vec<String>,
+    /// How long a decision is reused; zero: never.
+    pub cache: Duration,
+    pub timeout: Duration,
+    pub on_error: OnAuthError,
+}
+
+/// A route's `ext_authz`: Envoy's `Authorization/Check` (v3) over gRPC to
+/// a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtAuthz {
+    pub service: String,
+    pub timeout: Duration,
+    pub on_error: OnAuthError,
 }

@@ -422,6 +422,8 @@ pub(super) fn route() -> S {
                     },
                 ),
                 "cache" => cache(),
+                "forward_auth" => forward_auth(),
+                "ext_authz" => ext_authz(),
                 "fallback_on" => list(
                     "Upstream statuses answered by the fallback too (needs fallback): 5xx, or single statuses from 500 to 599.",
                     any_of(
@@ -432,6 +434,63 @@ pub(super) fn route() -> S {
                         ],
                     ),
                 ),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A route's `forward_auth`: an HTTP service asked about each request.
+fn forward_auth() -> S {
+    object(
+        "Each request is first asked about with a GET to url (after auth): a 2xx answer lets it through with response_headers copied onto it, any other answer goes to the client as the service sent it (only with service).",
+        route::authz::FORWARD_AUTH_KEYS,
+        &["url"],
+        |k| {
+            Some(match k {
+                "url" => pattern(
+                    "http:// or https://, then an IP address (IPv6 in brackets) with an optional port, or a service's name; then the path and query.",
+                    r"^[Hh][Tt][Tt][Pp][Ss]?://[^\s@#]+$",
+                )
+                .into(),
+                "request_headers" => ArrayBuilder::new()
+                    .description(Some("Request headers sent to the service, besides X-Forwarded-Method, -Uri, -Host, -Proto and -For."))
+                    .items(ArrayItemsOf(pattern("A header name.", "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$").into()))
+                    .unique_items(true)
+                    .default(Some(json!(["authorization", "cookie"])))
+                    .into(),
+                "response_headers" => ArrayBuilder::new()
+                    .description(Some("Headers of a 2xx answer copied onto the request upstream; the client's own copies are removed first."))
+                    .items(ArrayItemsOf(pattern("A header name.", "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$").into()))
+                    .unique_items(true)
+                    .default(Some(json!([])))
+                    .into(),
+                "cache" => any_of(
+                    "How long a decision (allow or deny) is reused for the same request headers, method, URI, host and client; 0: never. At most 24h.",
+                    vec![
+                        r("Duration"),
+                        pattern("Zero: no cache.", "^0+([a-zµ]*)$").into(),
+                    ],
+                ),
+                "timeout" => dur("Longest wait for the service's whole answer.", Some("1s")),
+                "on_error" => with_default(choice("When the service cannot answer in time: deny (503) or allow (without the copied headers).", &["deny", "allow"]), json!("deny")),
+                _ => return None,
+            })
+        },
+    )
+}
+
+/// A route's `ext_authz`: Envoy's gRPC Authorization/Check (v3).
+fn ext_authz() -> S {
+    object(
+        "Each request is first checked by Envoy's envoy.service.auth.v3.Authorization/Check over gRPC (the service must speak HTTP/2: protocol h2c or h2); only with service.",
+        route::authz::EXT_AUTHZ_KEYS,
+        &["service"],
+        |k| {
+            Some(match k {
+                "service" => name("The service that answers the checks."),
+                "timeout" => dur("Longest wait for the check's answer.", Some("1s")),
+                "on_error" => with_default(choice("When the service cannot answer in time: deny (503) or allow.", &["deny", "allow"]), json!("deny")),
                 _ => return None,
             })
         },

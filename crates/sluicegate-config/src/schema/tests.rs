@@ -81,6 +81,14 @@ fn every_decoder_key_has_a_schema_and_no_other_key_is_allowed() {
     assert_eq!(props(&route["fault"]), sorted(route::fault::FAULT_KEYS));
     assert_eq!(props(&route["mirror"]), sorted(route::mirror::MIRROR_KEYS));
     assert_eq!(
+        props(&route["forward_auth"]),
+        sorted(route::authz::FORWARD_AUTH_KEYS)
+    );
+    assert_eq!(
+        props(&route["ext_authz"]),
+        sorted(route::authz::EXT_AUTHZ_KEYS)
+    );
+    assert_eq!(
         props(&route["aggregate"]["items"]),
         sorted(route::aggregate::PART_KEYS)
     );

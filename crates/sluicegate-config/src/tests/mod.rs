@@ -2,6 +2,7 @@
 
 mod aggregate;
 mod apps;
+mod authz;
 mod cache;
 mod cluster;
 mod compress;
@@ -207,6 +208,8 @@ fn full_example_parses_to_the_expected_model() {
                 rollout: None,
                 compress: None,
                 scopes: Vec::new(),
+                forward_auth: None,
+                ext_authz: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -238,6 +241,8 @@ fn full_example_parses_to_the_expected_model() {
                 rollout: None,
                 compress: None,
                 scopes: Vec::new(),
+                forward_auth: None,
+                ext_authz: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -269,6 +274,8 @@ fn full_example_parses_to_the_expected_model() {
                 rollout: None,
                 compress: None,
                 scopes: Vec::new(),
+                forward_auth: None,
+                ext_authz: None,
                 upgrade: vec!["websocket".to_string()],
             },
             Route {
@@ -300,6 +307,8 @@ fn full_example_parses_to_the_expected_model() {
                 rollout: None,
                 compress: None,
                 scopes: Vec::new(),
+                forward_auth: None,
+                ext_authz: None,
                 upgrade: vec!["websocket".to_string()],
             },
         ],

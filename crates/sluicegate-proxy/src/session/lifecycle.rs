@@ -285,7 +285,18 @@ pub(super) async fn exchange(
                     fallback,
                     compress,
                     cache,
+                    authz,
+                    auth_service,
                 } = extras.as_deref().unwrap_or(&NO_EXTRAS);
+                // External authorization: after the filters, before all
+                // else the action does.
+                if let Some(a) = authz {
+                    let own = auth_service.as_ref();
+                    let run = super::authz::authorize(&rq, a, own, bufs, client, &target);
+                    if let Some(answered) = Box::pin(run).await {
+                        break 'proxy answered;
+                    }
+                }
                 let strip = if *strip_prefix { found.prefix_len } else { 0 };
                 let service_index = match split {
                     None => *service,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sluicegate_config::{Action, Auth, Config, LimitKey, Plan};
 
+use super::authz::{AuthzRt, DecisionCache, ExtAuthzRt, ForwardAuthRt};
 use super::split::SplitRt;
 use super::{ActionRt, Registry, RouteRt, ServiceRt, Snapshot};
 use crate::apps::limit::PlanRt;
@@ -166,6 +167,8 @@ fn compile_routes(
     let mut split_order = Vec::new();
     let mut live_parts = HashMap::new();
     let mut part_order = Vec::new();
+    let mut live_auth_caches = HashMap::new();
+    let mut live_endpoints = live_endpoints;
     let app_key_sources = Arc::new(config.app_key.clone());
     let mut mtls_index: Option<Arc<MtlsIndex>> = None;
     // OpenID Connect issuers: kept (keys, token cache, counters) while
@@ -211,55 +214,66 @@ fn compile_routes(
                 upgrade: super::Upgrades::new(
                     r.upgrade.iter().map(|u| u.as_str().into()).collect(),
                 ),
-                extras: super::ProxyExtras {
-                    fault: r
-                        .fault
-                        .as_ref()
-                        .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
-                    mirror: match &r.mirror {
-                        None => None,
-                        Some(m) => {
-                            let index = services
-                                .get(m.service.as_str())
-                                .map(|s| s.index)
-                                .ok_or_else(|| {
-                                    format!(
-                                        "route {}: mirror: unknown service {}",
-                                        r.name, m.service
-                                    )
-                                })?;
-                            let rt = crate::filters::mirror::MirrorRt::new(m, index);
-                            Some(Box::new(rt))
-                        }
-                    },
-                    fallback: match &r.fallback {
-                        None => None,
-                        Some(f) => Some(Box::new(
-                            super::fallback::FallbackRt::new(f, |n| {
-                                services.get(n).map(|s| s.index)
-                            })
-                            .map_err(|e| format!("route {}: {e}", r.name))?,
-                        )),
-                    },
-                    compress: r
-                        .compress
-                        .as_ref()
-                        .map(|c| Box::new(crate::filters::compress::CompressRt::new(c))),
-                    cache: match (&r.cache, &config.cache) {
-                        (Some(c), Some(store)) => {
-                            let store = super::cache::store_for(store, &mut reg.cache_store);
-                            Some(Box::new(super::cache::CacheRt::new(c, store)))
-                        }
-                        (Some(_), None) => {
-                            return Err(format!(
-                                "route {}: cache without the top-level cache",
-                                r.name
-                            ))
-                        }
-                        (None, _) => None,
-                    },
-                }
-                .boxed(),
+                extras: {
+                    let (authz, auth_service) = authz(
+                        r,
+                        &services,
+                        reg,
+                        &mut live_endpoints,
+                        &mut live_auth_caches,
+                    )?;
+                    super::ProxyExtras {
+                        fault: r
+                            .fault
+                            .as_ref()
+                            .map(|f| Box::new(crate::filters::fault::FaultRt::new(f))),
+                        mirror: match &r.mirror {
+                            None => None,
+                            Some(m) => {
+                                let index = services
+                                    .get(m.service.as_str())
+                                    .map(|s| s.index)
+                                    .ok_or_else(|| {
+                                        format!(
+                                            "route {}: mirror: unknown service {}",
+                                            r.name, m.service
+                                        )
+                                    })?;
+                                let rt = crate::filters::mirror::MirrorRt::new(m, index);
+                                Some(Box::new(rt))
+                            }
+                        },
+                        fallback: match &r.fallback {
+                            None => None,
+                            Some(f) => Some(Box::new(
+                                super::fallback::FallbackRt::new(f, |n| {
+                                    services.get(n).map(|s| s.index)
+                                })
+                                .map_err(|e| format!("route {}: {e}", r.name))?,
+                            )),
+                        },
+                        compress: r
+                            .compress
+                            .as_ref()
+                            .map(|c| Box::new(crate::filters::compress::CompressRt::new(c))),
+                        cache: match (&r.cache, &config.cache) {
+                            (Some(c), Some(store)) => {
+                                let store = super::cache::store_for(store, &mut reg.cache_store);
+                                Some(Box::new(super::cache::CacheRt::new(c, store)))
+                            }
+                            (Some(_), None) => {
+                                return Err(format!(
+                                    "route {}: cache without the top-level cache",
+                                    r.name
+                                ))
+                            }
+                            (None, _) => None,
+                        },
+                        authz,
+                        auth_service,
+                    }
+                    .boxed()
+                },
                 split: match split {
                     None => None,
                     Some(sp) => {
@@ -473,6 +487,7 @@ fn compile_routes(
         }
     }
     reg.jwt_issuers = issuers;
+    reg.auth_caches = live_auth_caches;
     // The mirror service each route's copies are counted under now.
     for (r, rt) in config.routes.iter().zip(&routes) {
         let service = r.mirror.as_ref().map(|m| Arc::from(m.service.as_str()));
@@ -536,6 +551,149 @@ fn compile_routes(
             .as_ref()
             .map(|t| crate::observe::trace::Sampler::new(t.ratio)),
     })
+}
+
+/// A route's checks, and its own forward-auth service if it has one.
+type RouteAuthz = (Option<Box<AuthzRt>>, Option<Arc<ServiceRt>>);
+
+/// The route's `forward_auth` and `ext_authz`, compiled: a URL with an
+/// address gets a one-endpoint service of the route's own (its endpoint
+/// kept in the registry like a service's, under `forward_auth:ROUTE`),
+/// whose timeouts are the check's; the decision cache is kept while the
+/// route's `forward_auth` stays the same.
+fn authz(
+    r: &sluicegate_config::Route,
+    services: &HashMap<&str, Arc<ServiceRt>>,
+    reg: &mut Registry,
+    live_endpoints: &mut HashMap<(String, String, usize), Arc<EndpointState>>,
+    live_caches: &mut HashMap<String, (sluicegate_config::ForwardAuth, Arc<DecisionCache>)>,
+) -> Result<RouteAuthz, String> {
+    use sluicegate_config::{AuthTarget, UpstreamProtocol};
+    let index = |name: &str, what: &str| {
+        services
+            .get(name)
+            .map(|s| s.index)
+            .ok_or_else(|| format!("route {}: {what}: unknown service {name}", r.name))
+    };
+    let header = |name: &String| {
+        http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("route {}: bad header name {name}", r.name))
+    };
+    let mut own = None;
+    let forward = match r.forward_auth.as_deref() {
+        None => None,
+        Some(f) => {
+            let service = match &f.target {
+                AuthTarget::Service(name) => Some(index(name, "forward_auth")?),
+                AuthTarget::Address { addr, https } => {
+                    let name = format!("forward_auth:{}", r.name);
+                    let svc = sluicegate_config::Service {
+                        name: name.clone(),
+                        endpoints: vec![sluicegate_config::Endpoint {
+                            name: addr.to_string(),
+                            addr: *addr,
+                            weight: 1,
+                        }],
+                        discovery: Default::default(),
+                        balance: sluicegate_config::Balance::RoundRobin,
+                        hash_key: sluicegate_config::HashKey::ClientIp,
+                        max_connections_per_endpoint: 1024,
+                        timeouts: sluicegate_config::UpstreamTimeouts {
+                            connect: f.timeout,
+                            response_header: f.timeout,
+                            response_body: f.timeout,
+                            request: f.timeout,
+                            ..Default::default()
+                        },
+                        health: None,
+                        retries: sluicegate_config::Retries {
+                            attempts: 1,
+                            ..Default::default()
+                        },
+                        breaker: None,
+                        ejection: None,
+                        forwarded_headers: true,
+                        tls: https.then(sluicegate_config::UpstreamTls::default),
+                        protocol: UpstreamProtocol::Http1,
+                    };
+                    let m = super::members::build(&svc, &[], reg);
+                    for (key, state) in m.keys.into_iter().zip(&m.eps) {
+                        live_endpoints.insert(key, state.clone());
+                    }
+                    let tls = match &svc.tls {
+                        None => None,
+                        Some(t) => Some(Arc::new(
+                            UpstreamTlsRt::new(t, svc.protocol)
+                                .map_err(|e| format!("route {}: forward_auth.url: {e}", r.name))?,
+                        )),
+                    };
+                    own = Some(Arc::new(ServiceRt {
+                        name: name.into(),
+                        index: u32::MAX,
+                        endpoints: m.eps,
+                        balancer: m.balancer,
+                        timeouts: svc.timeouts.clone(),
+                        health: None,
+                        retries: RetryBudget::with_tokens(
+                            svc.retries.clone(),
+                            RetryBudget::fresh_tokens(),
+                        ),
+                        forwarded_headers: true,
+                        tls,
+                        protocol: svc.protocol,
+                    }));
+                    None
+                }
+            };
+            let cache = if f.cache.is_zero() {
+                None
+            } else {
+                let kept = match reg.auth_caches.get(&r.name) {
+                    Some((cfg, c)) if cfg == f => c.clone(),
+                    _ => Arc::new(DecisionCache::new(f.cache)),
+                };
+                live_caches.insert(r.name.clone(), (f.clone(), kept.clone()));
+                Some(kept)
+            };
+            Some(ForwardAuthRt {
+                service,
+                path: http::uri::PathAndQuery::try_from(f.path.as_str())
+                    .map_err(|_| format!("route {}: forward_auth.url: bad path", r.name))?,
+                request_headers: f
+                    .request_headers
+                    .iter()
+                    .map(header)
+                    .collect::<Result<_, _>>()?,
+                response_headers: f
+                    .response_headers
+                    .iter()
+                    .map(header)
+                    .collect::<Result<_, _>>()?,
+                timeout: f.timeout,
+                on_error: f.on_error,
+                cache,
+            })
+        }
+    };
+    let ext = match &r.ext_authz {
+        None => None,
+        Some(e) => {
+            let i = index(&e.service, "ext_authz")?;
+            if !services[e.service.as_str()].protocol.http2() {
+                return Err(format!(
+                    "route {}: ext_authz: service {} must speak HTTP/2 (protocol: h2c or h2) for gRPC",
+                    r.name, e.service
+                ));
+            }
+            Some(ExtAuthzRt {
+                service: i,
+                timeout: e.timeout,
+                on_error: e.on_error,
+            })
+        }
+    };
+    let rt = (forward.is_some() || ext.is_some()).then(|| Box::new(AuthzRt { forward, ext }));
+    Ok((rt, own))
 }
 
 /// A keyed route limit's counters (per parameter, header, app, or client

@@ -16,6 +16,7 @@
 //! admin plane.
 
 pub mod aggregate;
+pub mod authz;
 pub mod cache;
 pub mod cache_admin;
 pub mod carry;
@@ -108,6 +109,11 @@ pub struct ProxyExtras {
     pub compress: Option<Box<crate::filters::compress::CompressRt>>,
     /// The route's `cache`.
     pub cache: Option<Box<cache::CacheRt>>,
+    /// The route's `forward_auth` and `ext_authz`.
+    pub authz: Option<Box<authz::AuthzRt>>,
+    /// The one-endpoint service a `forward_auth` URL with an address
+    /// names.
+    pub auth_service: Option<Arc<ServiceRt>>,
 }
 
 impl ProxyExtras {
@@ -118,6 +124,8 @@ impl ProxyExtras {
         fallback: None,
         compress: None,
         cache: None,
+        authz: None,
+        auth_service: None,
     };
 
     /// Boxed, or `None` when the route sets none of them.
@@ -126,7 +134,8 @@ impl ProxyExtras {
             || self.mirror.is_some()
             || self.fallback.is_some()
             || self.compress.is_some()
-            || self.cache.is_some();
+            || self.cache.is_some()
+            || self.authz.is_some();
         any.then(|| Box::new(self))
     }
 }
@@ -285,6 +294,9 @@ pub struct Registry {
     /// The `jwt.issuers` in force (their keys, token caches and counters
     /// outlive a snapshot; the JWKS plane follows them).
     jwt_issuers: Vec<Arc<crate::apps::jwks::IssuerState>>,
+    /// Each route's forward-auth decisions, and the settings they were
+    /// made under: kept while those stay the same.
+    auth_caches: HashMap<String, (sluicegate_config::ForwardAuth, Arc<authz::DecisionCache>)>,
 }
 
 #[cfg(test)]

@@ -1,0 +1,256 @@
+//! `forward_auth` on the real binary, against a small auth service on
+//! loopback (`tests/fixtures/forward_auth.py`, which decides by the
+//! Authorization header and counts its hits per value): an allowed
+//! request goes upstream with the service's headers copied (a client's
+//! forged copies removed); denials (401 with WWW-Authenticate and a body,
+//! 302 with Location) reach the client as sent; the decision cache saves
+//! the service's hits until it expires; a slow service follows on_error
+//! (deny: 503, allow: through without the copied headers); an HTTP/2
+//! client is checked the same way.
+
+mod http_common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use http_common::{service, wait_until, Gw};
+use sluicegate_testkit::{http_get, Proto, TestUpstream};
+
+/// The auth service; killed on drop.
+struct Auth {
+    child: Child,
+    port: u16,
+}
+
+impl Auth {
+    fn start() -> Auth {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/forward_auth.py"
+        );
+        let mut child = Command::new("python3")
+            .arg(script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the auth service");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        let _ = BufReader::new(out).read_line(&mut line);
+        let port = line.trim().parse().expect("the auth service's port");
+        Auth { child, port }
+    }
+
+    /// How many checks it answered for this Authorization value.
+    fn hits(&self, auth: &str) -> usize {
+        let q = auth.replace(' ', "%20");
+        let r = http_get(("127.0.0.1", self.port), &format!("/hits?auth={q}"), &[]);
+        r.body_str().trim().parse().unwrap()
+    }
+}
+
+impl Drop for Auth {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct World {
+    auth: Auth,
+    up: TestUpstream,
+    gw: Gw,
+}
+
+/// An auth service, an upstream and a gateway, for one test.
+fn world() -> World {
+    {
+        let auth = Auth::start();
+        let up = TestUpstream::start();
+        let url = format!("http://127.0.0.1:{}/check", auth.port);
+        let route = |name: &str, extra: &str| {
+            format!(
+                "  - name: {name}\n    match: {{ path_prefix: /{name} }}\n    strip_prefix: true\n    service: s\n    forward_auth: {{ url: \"{url}\", response_headers: [x-user-id, x-tenant]{extra} }}\n"
+            )
+        };
+        let rest = format!(
+            "services:\n{}routes:\n{}{}{}{}",
+            service("s", &[up.addr()], ""),
+            route("fa", ""),
+            route("cached", ", cache: 300ms"),
+            route("strict", ", timeout: 200ms, on_error: deny"),
+            route("lenient", ", timeout: 200ms, on_error: allow"),
+        );
+        let gw = Gw::start(&rest);
+        World { auth, up, gw }
+    }
+}
+
+/// The upstream's last request's value of `name`, if it had one.
+fn upstream_header(up: &TestUpstream, name: &str) -> Option<String> {
+    let r = up.last_request()?;
+    r.headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
+}
+
+#[test]
+fn an_allowed_request_carries_the_services_headers_and_not_the_clients() {
+    let w = &world();
+    let r = http_get(
+        w.gw.addr(),
+        "/fa/echo/allowed?q=1",
+        &[
+            ("authorization", "Bearer good-1"),
+            ("x-user-id", "mallory"),
+            ("x-tenant", "forged"),
+        ],
+    );
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    let seen =
+        w.up.last_requests()
+            .into_iter()
+            .rev()
+            .find(|s| s.target == "/echo/allowed?q=1")
+            .expect("the upstream got the request");
+    let values = |name: &str| -> Vec<String> {
+        seen.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(values("x-user-id"), ["alice"]);
+    assert_eq!(values("x-tenant"), ["t1"]);
+    // Only the listed headers are copied.
+    assert!(values("x-seen-uri").is_empty());
+    assert_eq!(w.auth.hits("Bearer good-1"), 1);
+}
+
+#[test]
+fn denials_reach_the_client_as_the_service_sent_them() {
+    let w = &world();
+    let before = w.up.requests_seen();
+    let r = http_get(
+        w.gw.addr(),
+        "/fa/echo/x",
+        &[("authorization", "Bearer nobody")],
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"test\""));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.body_str(), "{\"error\":\"who are you\"}");
+    let r = http_get(
+        w.gw.addr(),
+        "/fa/echo/x",
+        &[("authorization", "Bearer login-1")],
+    );
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/login?back=1"));
+    // No credentials at all: the service decides that too.
+    let r = http_get(w.gw.addr(), "/fa/echo/x", &[]);
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        w.up.requests_seen(),
+        before,
+        "a denied request went upstream"
+    );
+}
+
+#[test]
+fn the_cache_saves_the_services_hits_until_it_expires() {
+    let w = &world();
+    let token = "Bearer good-cached";
+    for _ in 0..5 {
+        let r = http_get(w.gw.addr(), "/cached/echo/c", &[("authorization", token)]);
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            upstream_header(&w.up, "x-user-id").as_deref(),
+            Some("alice")
+        );
+    }
+    // Two workers may each have asked once before the first answer was
+    // cached... but they share one cache: one or two asks, not five.
+    let first = w.auth.hits(token);
+    assert!((1..=2).contains(&first), "{first} hits");
+    // Another URI is another question.
+    let r = http_get(w.gw.addr(), "/cached/echo/d", &[("authorization", token)]);
+    assert_eq!(r.status, 200);
+    assert_eq!(w.auth.hits(token), first + 1);
+    // Denials are cached too.
+    let deny = "Bearer nobody-cached";
+    for _ in 0..3 {
+        let r = http_get(w.gw.addr(), "/cached/echo/c", &[("authorization", deny)]);
+        assert_eq!(r.status, 401);
+    }
+    assert_eq!(w.auth.hits(deny), 1);
+    // Past 300 ms the service is asked again.
+    assert!(wait_until(Duration::from_secs(5), || {
+        let r = http_get(w.gw.addr(), "/cached/echo/c", &[("authorization", token)]);
+        r.status == 200 && w.auth.hits(token) > first + 1
+    }));
+}
+
+#[test]
+fn a_slow_service_follows_on_error() {
+    let w = &world();
+    let r = http_get(
+        w.gw.addr(),
+        "/strict/echo/s",
+        &[("authorization", "Bearer slow-1")],
+    );
+    assert_eq!(r.status, 503, "{}", r.body_str());
+    let r = http_get(
+        w.gw.addr(),
+        "/lenient/echo/lenient",
+        &[("authorization", "Bearer slow-2"), ("x-user-id", "mallory")],
+    );
+    assert_eq!(r.status, 200, "{}", r.body_str());
+    let seen =
+        w.up.last_requests()
+            .into_iter()
+            .rev()
+            .find(|s| s.target == "/echo/lenient")
+            .expect("the upstream got the request");
+    assert!(
+        !seen
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("x-user-id")),
+        "{:?}",
+        seen.headers
+    );
+}
+
+#[test]
+fn an_http2_client_is_checked_the_same_way() {
+    let w = &world();
+    let r = Proto::H2c.get(
+        w.gw.addr(),
+        "/fa/echo/h2",
+        &[("authorization", "Bearer good-h2"), ("x-tenant", "forged")],
+    );
+    assert_eq!(r.status, 200);
+    let seen =
+        w.up.last_requests()
+            .into_iter()
+            .rev()
+            .find(|s| s.target == "/echo/h2")
+            .expect("the upstream got the request");
+    let tenant: Vec<_> = seen
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("x-tenant"))
+        .collect();
+    assert_eq!(tenant.len(), 1);
+    assert_eq!(tenant[0].1, "t1");
+    let r = Proto::H2c.get(
+        w.gw.addr(),
+        "/fa/echo/h2",
+        &[("authorization", "Bearer no-h2")],
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"test\""));
+}
