@@ -338,6 +338,8 @@ pub struct IssuerState {
     pub retired: AtomicBool,
     /// Counters of unknown apps under `default_plan`, by app id.
     pub default_limits: ParamLimits,
+    /// With `introspection`: how the issuer's opaque tokens are checked.
+    pub introspect: Option<Arc<super::introspect::Introspector>>,
 }
 
 impl std::fmt::Debug for IssuerState {
@@ -384,6 +386,7 @@ impl IssuerState {
             asks: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             default_limits: ParamLimits::default(),
+            introspect: super::introspect::Introspector::new(cfg).map(Arc::new),
         }
     }
 

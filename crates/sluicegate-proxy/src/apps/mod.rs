@@ -17,6 +17,7 @@
 //! counters (`slot`) in the pool of slots (`pool`) that outlives tables.
 
 mod build;
+pub mod introspect;
 pub mod jwks;
 mod keys;
 pub(crate) mod lease;
