@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Map, Value};
 use sluicegate_config::JwtIssuer;
 
-use super::jwks::Verified;
+use super::verified::Verified;
 
 /// How long an introspection call (connect, TLS, answer) may take; the
 /// requests waiting for it are answered 503 after that.

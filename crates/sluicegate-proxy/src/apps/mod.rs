@@ -27,6 +27,7 @@ mod pool;
 mod slab;
 mod slot;
 pub(crate) mod table;
+pub mod verified;
 
 pub use build::{AppChange, DeltaError};
 pub use pool::SlotPool;
