@@ -16,8 +16,13 @@
 //                            RS256 key (or as the body's `kid` says), for
 //                            tokens the provider would never issue (wrong
 //                            aud, expired, unknown kid, ...)
-// Run: node tools/oidc-provider.mjs [NODE_MODULES_DIR]
+// With CERT and KEY (PEM files), the same provider also listens over
+// HTTPS, and its issuer is the HTTPS address: it prints `listening PORT
+// TLS_PORT` (the plain port still serves every endpoint).
+// Run: node tools/oidc-provider.mjs [NODE_MODULES_DIR [CERT KEY]]
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import { createRequire } from 'node:module';
 import { createPrivateKey, generateKeyPairSync, randomUUID, sign } from 'node:crypto';
 import path from 'node:path';
@@ -113,7 +118,7 @@ function build() {
 // must not end the provider.
 process.stdout.on('error', () => {});
 
-const server = http.createServer((req, res) => {
+function handle(req, res) {
   if (req.url === '/_test/jwks_fetches') {
     res.end(String(fetches));
   } else if (req.url === '/_test/introspections') {
@@ -140,9 +145,24 @@ const server = http.createServer((req, res) => {
   } else {
     current(req, res);
   }
-});
+}
+
+const server = http.createServer(handle);
 server.listen(0, '127.0.0.1', () => {
-  issuer = `http://127.0.0.1:${server.address().port}`;
-  current = build();
-  console.log(`listening ${server.address().port}`);
+  const port = server.address().port;
+  if (!process.argv[3]) {
+    issuer = `http://127.0.0.1:${port}`;
+    current = build();
+    console.log(`listening ${port}`);
+    return;
+  }
+  const tls = https.createServer(
+    { cert: readFileSync(process.argv[3]), key: readFileSync(process.argv[4]) },
+    handle,
+  );
+  tls.listen(0, '127.0.0.1', () => {
+    issuer = `https://127.0.0.1:${tls.address().port}`;
+    current = build();
+    console.log(`listening ${port} ${tls.address().port}`);
+  });
 });

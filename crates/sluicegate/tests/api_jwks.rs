@@ -10,10 +10,13 @@
 //! keep serving; gRPC refusals (UNAUTHENTICATED, PERMISSION_DENIED);
 //! introspection of opaque tokens (active, revoked, unknown, the answers
 //! cache counted by the provider, concurrent requests making one call,
-//! the token's expiry bounding the cache, 503 with the provider down).
+//! the token's expiry bounding the cache, 503 with the provider down);
+//! an HTTPS issuer signed by a private CA, trusted through `ca_file`.
 
 mod grpc_common;
 mod http_common;
+mod ops_common;
+mod tls_common;
 mod venv_common;
 
 use std::io::{BufRead, BufReader};
@@ -29,7 +32,10 @@ use sluicegate_testkit::{http_get, http_request, TestUpstream};
 /// The provider, killed when dropped.
 struct Idp {
     child: Child,
+    /// The plain HTTP port (every endpoint, test-only ones too).
     addr: SocketAddr,
+    /// The tokens' `iss`: this address, or the HTTPS one.
+    issuer: String,
 }
 
 impl Drop for Idp {
@@ -41,6 +47,11 @@ impl Drop for Idp {
 
 impl Idp {
     fn start() -> Idp {
+        Idp::start_with(&[])
+    }
+
+    /// With a certificate and key: also over HTTPS, the issuer there.
+    fn start_with(tls: &[&std::path::Path]) -> Idp {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let out = Command::new(root.join("scripts/test-npm"))
             .output()
@@ -49,6 +60,7 @@ impl Idp {
         let mut child = Command::new("node")
             .arg(root.join("tools/oidc-provider.mjs"))
             .arg(root.join("target/npm/node_modules"))
+            .args(tls)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -57,20 +69,27 @@ impl Idp {
         let mut r = BufReader::new(child.stdout.take().unwrap());
         // Bounded: node prints the line or exits (EOF).
         r.read_line(&mut line).unwrap();
-        let port: u16 = line
+        let ports: Vec<u16> = line
             .trim()
             .strip_prefix("listening ")
             .unwrap_or_else(|| panic!("provider said {line:?}"))
-            .parse()
-            .unwrap();
+            .split(' ')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let addr = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+        let issuer = match ports.get(1) {
+            Some(p) => format!("https://127.0.0.1:{p}"),
+            None => format!("http://{addr}"),
+        };
         Idp {
             child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            addr,
+            issuer,
         }
     }
 
     fn issuer(&self) -> String {
-        format!("http://{}", self.addr)
+        self.issuer.clone()
     }
 
     fn token(&self, client: &str, scope: &str) -> String {
@@ -524,4 +543,44 @@ fn opaque_tokens_are_introspected_and_the_answers_cached() {
     let r = call(&gw, "/api/x", &unseen, &[]);
     assert_eq!(r.status, 503, "{}", r.body_str());
     assert_eq!(call(&gw, "/api/x", &t, &[]).status, 200);
+}
+
+#[test]
+fn an_https_issuer_is_trusted_through_its_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    tls_common::make_ca(d, "ca", "Test IdP CA");
+    tls_common::make_leaf(
+        d,
+        "ca",
+        "idp",
+        "127.0.0.1",
+        Some("IP:127.0.0.1"),
+        "serverAuth",
+    );
+    let idp = Idp::start_with(&[&d.join("idp.pem"), &d.join("idp.key")]);
+    let up = TestUpstream::start();
+    let iss = idp.issuer();
+    assert!(iss.starts_with("https://"), "{iss}");
+    let entry = |extra: &str| {
+        format!(
+            "{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api]{extra} }}"
+        )
+    };
+    let trusting = gateway(
+        &up,
+        &entry(&format!(", ca_file: \"{}\"", d.join("ca.pem").display())),
+    );
+    let other = gateway(&up, &entry(""));
+    let t = idp.token("es-app", "orders:read");
+    assert!(wait_until(Duration::from_secs(10), || call(
+        &trusting,
+        "/api/x",
+        &t,
+        &[]
+    )
+    .status
+        == 200));
+    // Without the CA, the issuer's certificate is not trusted: no keys.
+    assert_invalid(&call(&other, "/api/x", &t, &[]), "an untrusted issuer");
 }
