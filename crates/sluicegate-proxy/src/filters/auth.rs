@@ -297,13 +297,15 @@ impl JwtShared {
     ) -> Result<(Option<usize>, Arc<Verified>), &'static str> {
         // A token that is not a JWT: the introspecting issuer's answer,
         // which the filter's wait has asked for.
-        if let (Some(i), false) = (self.introspect, token.contains('.')) {
-            let intro = self.issuers[i].introspect.as_ref().expect("introspects");
-            return match intro.cached(token.as_bytes()) {
-                Some(Known::Active(v)) => Ok((Some(i), v)),
-                Some(Known::Inactive) => Err("inactive token"),
-                None => Err(INTROSPECTION_DOWN),
-            };
+        if let Some(i) = self.introspect {
+            if !token.contains('.') {
+                let intro = self.issuers[i].introspect.as_ref().expect("introspects");
+                return match intro.cached(token.as_bytes()) {
+                    Some(Known::Active(v)) => Ok((Some(i), v)),
+                    Some(Known::Inactive) => Err("inactive token"),
+                    None => Err(INTROSPECTION_DOWN),
+                };
+            }
         }
         for (i, iss) in self.issuers.iter().enumerate() {
             if let Some(v) = iss.cached(token.as_bytes()) {
