@@ -86,16 +86,23 @@ TLS_SCENARIOS = tuple(s for s, spec in SCENARIOS.items() if spec.get("tls"))
 TLSLOAD = Path(__file__).resolve().parent / "tlsload.py"
 
 
-def command(scenario, url, duration, ab_duration, cafile=None, data=None):
+def command(scenario, url, duration, ab_duration, cafile=None, data=None, script=None):
     """The load generator's argv. `data`: the file h2load posts (the gRPC
-    scenario's request message, targets.Launcher.grpc_request)."""
+    scenario's request message, targets.Launcher.grpc_request). `script`:
+    the target's own wrk script (sluicegate-jwks's token pool), which only
+    a wrk scenario without a script of its own can run."""
     spec = SCENARIOS[scenario]
+    if script and (spec["tool"] != "wrk" or spec.get("script")):
+        raise procs.HarnessError(f"{scenario}: this target's load is a wrk script, "
+                                 "which this scenario cannot run")
     if spec["tool"] == "wrk":
         headers = []
         for h in spec.get("headers", ()):
             headers += ["-H", h]
         if spec.get("script"):
             headers += ["-s", str(Path(__file__).resolve().parent / spec["script"])]
+        if script:
+            headers += ["-s", script]
         return ["wrk", "-t1", f"-c{spec['conns']}", f"-d{duration}s", "--latency",
                 *headers, url]
     if spec["tool"] == "h2load":

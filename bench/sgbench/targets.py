@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import grpc
+from . import grpc, jwks
 from .procs import HarnessError
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -43,7 +43,8 @@ PACKAGES = {
 # a service has by default, to measure what they cost. nginx-log (run only when
 # named) is the reference nginx with a buffered JSON access log, the like-for-like
 # peer of sluicegate-log.
-ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-global",
+ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "sluicegate-jwks",
+               "sluicegate-global",
                "sluicegate-busy", "sluicegate-fwd", "haproxy", "nginx", "nginx-log",
                "sluicegate-tls", "haproxy-tls", "nginx-tls",
                "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
@@ -95,6 +96,13 @@ TEMPLATE = ("/{p1}/{p2:int}/{p3:alpha}/{p4:uuid}/{p5:hex}/{p6:uint}/{p7:alnum}/{
 TEMPLATE_PATH = ("/bench/42/alpha/123e4567-e89b-12d3-a456-426614174000/beef/7/abc123/x"
                  "/-5/beta/v2/y/cafe/99/z9/w/100/gamma/00000000-0000-0000-0000-000000000000"
                  "/test.html")
+# sluicegate-jwks (run only when named) is sluicegate-auth with the route's
+# `auth: jwt` instead of `app_key`: an OpenID Connect issuer whose key set
+# (one ES256 key) the upstream nginx serves at jwks.JWKS_PATH, and a load
+# of jwks.TOKENS tokens of jwks.TOKEN_APPS of the same 1,000 apps, sent in
+# turn by a wrk script (sgbench/jwks.py); `--pair
+# sluicegate-auth,sluicegate-jwks` gives what the issuer's tokens cost
+# against app keys.
 # sluicegate-global (run only when named) is sluicegate-auth with the plan
 # `scope: global`, its leases taken from a redis-server the harness starts on
 # the load generator's CPU.
@@ -107,6 +115,7 @@ TRACE_TARGETS = {"sluicegate-trace0": 0.0, "sluicegate-trace1": 0.01,
                  "sluicegate-trace100": 1.0}
 DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
                         if t not in ("sluicegate-fwd", "nginx-log", "sluicegate-global",
+                                     "sluicegate-jwks",
                                      "sluicegate-mirror", "sluicegate-split",
                                      "sluicegate-template", "sluicegate-fauth")
                         and t not in TRACE_TARGETS)
@@ -357,7 +366,7 @@ def haproxy_maxconn(cfg_path):
 def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, forwarded=False,
                     tls=None, protocol=None, admin_port=None, redis_port=None, trace=None,
                     mirror=False, split=False, template=False, compress=False, cache=False,
-                    limit=None, fauth=False):
+                    limit=None, fauth=False, jwt=False):
     """The generated config. With `auth`, the route needs an app key and
     charges a plan whose limits are never reached, so the run measures what
     authentication and plan accounting cost. `busy_poll` sets that key.
@@ -378,7 +387,9 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     a store of 256 MiB and the route's `cache: {}` (the default key). With
     `limit` (a `per` value), the route has a limit of that `per` never
     reached. With `fauth`, the route's `forward_auth` asks the upstream (GET
-    /test.html) and caches its decision for 60 s."""
+    /test.html) and caches its decision for 60 s. With
+    `jwt` (and `auth`), the route's `auth: jwt` with the sgbench issuer,
+    its keys served by the upstream (sgbench/jwks.py)."""
     listen = f'["127.0.0.1:{port}"]'
     if tls:
         listen = (f'[{{ addr: "127.0.0.1:{port}", tls: {{ certificates: '
@@ -432,20 +443,21 @@ def sluicegate_yaml(port, upstream_port, access, auth=False, busy_poll=None, for
     if redis_port:
         scope = ", scope: global"
         cluster = f'cluster: {{ redis: {{ url: "redis://127.0.0.1:{redis_port}" }} }}\n'
-    return (text + "    auth: app_key\n"
-            "plans:\n  bench: { rate: 1000000000/s, quota: 1000000000000/day, concurrency: 100000"
+    return (text + f"    auth: {'jwt' if jwt else 'app_key'}\n"
+            + (jwks.gateway_yaml(upstream_port) if jwt else "")
+            + "plans:\n  bench: { rate: 1000000000/s, quota: 1000000000000/day, concurrency: 100000"
             + scope + " }\n"
             + cluster + "apps:\n" + apps)
 
 
-def http_get(port, path="/test.html", timeout=2.0, cafile=None):
+def http_get(port, path="/test.html", timeout=2.0, cafile=None, headers=None):
     if cafile:
         conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout,
                                            context=client_context(cafile))
     else:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -507,7 +519,8 @@ class Target:
 
 def wait_ready(target, procs_to_watch, timeout=20.0):
     """Poll until GET /test.html answers; fail if it answers non-200 or a
-    process exits first."""
+    process exits first. A target whose requests carry a token (its
+    extra["headers"]) may answer 401 until it has its issuer's keys."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -518,9 +531,14 @@ def wait_ready(target, procs_to_watch, timeout=20.0):
                     f"before answering; log tail:\n{p.log_tail()}"
                 )
         try:
-            status, body = http_get(target.port, target.path, cafile=target.cafile)
+            status, body = http_get(target.port, target.path, cafile=target.cafile,
+                                    headers=target.extra.get("headers"))
         except OSError as e:
             last = e
+            time.sleep(0.1)
+            continue
+        if status == 401 and target.extra.get("headers"):
+            last = "401: the issuer's keys not fetched yet?"
             time.sleep(0.1)
             continue
         if status != 200:
@@ -559,6 +577,20 @@ class Launcher:
         self._grpc_request = None
         # Every target's load requests TEMPLATE_PATH (sluicegate-template runs).
         self.template_path = False
+        # sluicegate-jwks: the dir whose jwks.json the upstream serves, and
+        # the key and tokens, made on first use (jwks.Material).
+        self.jwks_dir = None
+        self._jwks = None
+
+    def jwks(self):
+        """The sgbench issuer's key (its JWKS written where the upstream
+        serves it) and token pool, made on first use."""
+        if self._jwks is None:
+            if self.jwks_dir is None:
+                raise HarnessError("sluicegate-jwks: the upstream was started without "
+                                   "its JWKS location")
+            self._jwks = jwks.Material(self.jwks_dir, os.path.join(self.jwks_dir, "jwks.json"))
+        return self._jwks
 
     def tls_files(self):
         """The run's certificate and key, made on first use in a temp dir
@@ -626,7 +658,10 @@ class Launcher:
             if len(lines) != 1:
                 raise HarnessError(f"{template}: expected one listen line to add a location to")
             # The cache scenarios' answers: 1 KiB, and the same document,
-            # each with a lifetime of an hour.
+            # each with a lifetime of an hour. sluicegate-jwks's key set
+            # (written by jwks.Material when that target starts).
+            if self.jwks_dir is None:
+                self.jwks_dir = self.reg.tmpdir("sgbench-jwks-")
             Path(conf).write_text(text.replace(
                 lines[0], lines[0] + f"        location = {JSON_PATH} "
                 "{ default_type application/json; root " + d + "; }\n"
@@ -635,6 +670,9 @@ class Launcher:
                 f'return 200 "{CACHE_BODY[:-1].decode()}\\n"; }}\n'
                 f"        location = {CACHE_JSON_PATH} {{ default_type application/json; "
                 f'alias {d}{JSON_PATH}; '
+                'add_header Cache-Control "max-age=3600"; }\n'
+                f"        location = {jwks.JWKS_PATH} {{ default_type application/json; "
+                f'alias {self.jwks_dir}/jwks.json; '
                 'add_header Cache-Control "max-age=3600"; }\n'))
         if gzip_on:
             # The proxy compresses JSON answers with gzip at level 1 (its
@@ -800,9 +838,14 @@ class Launcher:
                 access = os.path.join(d, "access.log")
                 extra["access_log"] = access
             cfg = os.path.join(d, "sluicegate.yaml")
-            auth = name in ("sluicegate-auth", "sluicegate-global")
-            if auth:
+            auth = name in ("sluicegate-auth", "sluicegate-global", "sluicegate-jwks")
+            if auth and name != "sluicegate-jwks":
                 path = f"/~{AUTH_KEY}/test.html"
+            if name == "sluicegate-jwks":
+                tokens = self.jwks()
+                # Readiness checks send the first token; the load, the pool.
+                extra["headers"] = {"Authorization": tokens.header().split(": ", 1)[1]}
+                extra["wrk_script"] = tokens.lua
             redis_port = None
             redis_proc = None
             if name == "sluicegate-global":
@@ -827,7 +870,8 @@ class Launcher:
                                                  template=name == "sluicegate-template",
                                                  compress=compress,
                                                  cache=name == "sluicegate-cache",
-                                                 fauth=name == "sluicegate-fauth"))
+                                                 fauth=name == "sluicegate-fauth",
+                                                 jwt=name == "sluicegate-jwks"))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]

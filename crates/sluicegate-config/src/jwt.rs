@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{AppJwt, JwksSource, JwtAlg, JwtIssuer, JwtKey, JwtSettings};
+use crate::model::{AppJwt, Introspection, JwksSource, JwtAlg, JwtIssuer, JwtKey, JwtSettings};
 use crate::reader::{self, fields, Cx, Path};
 use crate::yaml::{quote, Node};
 
@@ -27,7 +27,14 @@ pub(crate) const ISSUER_KEYS: &[&str] = &[
     "default_plan",
     "claims_to_headers",
     "ca_file",
+    "introspection",
 ];
+
+pub(crate) const INTROSPECTION_KEYS: &[&str] =
+    &["client_id", "client_secret_file", "cache", "endpoint"];
+
+/// `cache` of an issuer's `introspection` when not given.
+pub const DEFAULT_INTROSPECTION_CACHE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Decodes an app's `jwt`: the algorithm and one key source (files are
 /// read now, so a missing file is a config error with its line).
@@ -145,9 +152,25 @@ pub(crate) fn jwt_settings(
         if let Some(items) = reader::list(cx, n, p, "a list of issuers") {
             let mut names = HashMap::new();
             let mut isses = HashMap::new();
+            let mut introspecting: Option<usize> = None;
             for (i, item) in items.iter().enumerate() {
                 let ip = p.index(i);
                 if let Some(iss) = issuer(cx, item, ip, plans, &mut names) {
+                    // An opaque token names no issuer: it is sent to the
+                    // one issuer that introspects, never to several.
+                    if iss.introspection.is_some() {
+                        if let Some(first) = introspecting {
+                            cx.at(
+                                item.pos,
+                                ip.key("introspection"),
+                                format_args!(
+                                    "only one issuer may have introspection (issuers[{first}] has it)"
+                                ),
+                            );
+                            continue;
+                        }
+                        introspecting = Some(i);
+                    }
                     let given = |first| {
                         format!(
                             "another issuer has the same issuer {} (first at {first})",
@@ -335,7 +358,12 @@ fn issuer<'n>(
             }
         }
     };
+    let introspection = match f.get("introspection") {
+        None => Some(None),
+        Some(n) => introspection(cx, n, path.key("introspection"), discovery).map(Some),
+    };
     Some(JwtIssuer {
+        introspection: introspection?,
         name: name?.to_string(),
         issuer: iss?,
         jwks: jwks?,
@@ -344,5 +372,69 @@ fn issuer<'n>(
         default_plan: default_plan?,
         claims_to_headers: claims_to_headers?,
         ca_pem: ca_pem?,
+    })
+}
+
+/// Decodes an issuer's `introspection` (the secret file is read now).
+fn introspection(
+    cx: &mut Cx,
+    node: &Node,
+    path: Path<'_>,
+    discovery: bool,
+) -> Option<Introspection> {
+    let f = fields(cx, node, path, "introspection", INTROSPECTION_KEYS)?;
+    let client_id = f
+        .require(cx, path, "client_id")
+        .and_then(|n| reader::string(cx, n, path.key("client_id")))
+        .map(str::to_string);
+    let client_secret = f.require(cx, path, "client_secret_file").and_then(|n| {
+        let p = path.key("client_secret_file");
+        let file = reader::file_path(cx, n, p)?;
+        match std::fs::read_to_string(&file) {
+            Ok(s) if !s.trim_end_matches(['\r', '\n']).is_empty() => {
+                Some(s.trim_end_matches(['\r', '\n']).to_string())
+            }
+            Ok(_) => {
+                cx.at(n.pos, p, "the file is empty");
+                None
+            }
+            Err(e) => {
+                cx.at(
+                    n.pos,
+                    p,
+                    format_args!("cannot read {}: {e}", quote(&file.to_string_lossy())),
+                );
+                None
+            }
+        }
+    });
+    let mut cache = DEFAULT_INTROSPECTION_CACHE;
+    reader::duration_field(cx, &f, path, "cache", &mut cache);
+    let endpoint = match f.get("endpoint") {
+        None if discovery => Some(None),
+        None => {
+            cx.at(
+                f.pos,
+                path,
+                "missing endpoint (or the issuer's discovery: true)",
+            );
+            None
+        }
+        Some(n) => {
+            let p = path.key("endpoint");
+            let s = reader::string(cx, n, p)?;
+            if is_url(s) {
+                Some(Some(s.to_string()))
+            } else {
+                cx.at(n.pos, p, "expected an http:// or https:// URL");
+                None
+            }
+        }
+    };
+    Some(Introspection {
+        client_id: client_id?,
+        client_secret: client_secret?,
+        cache,
+        endpoint: endpoint?,
     })
 }

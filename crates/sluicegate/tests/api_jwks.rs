@@ -5,10 +5,19 @@
 //! scopes (403 `insufficient_scope`); `default_plan` against a refused
 //! app; wrong `aud`, `iss`, expired, future `nbf` and `iat`, `alg`
 //! confusion (HS256 keyed with the public key, `none`); a flood of unknown
-//! `kid`s making one JWKS fetch; key rotation; the provider stopped while
-//! the cached keys keep serving.
+//! `kid`s making one JWKS fetch; key rotation, and an old token refused
+//! once its key leaves the set; the provider stopped while the cached keys
+//! keep serving; gRPC refusals (UNAUTHENTICATED, PERMISSION_DENIED);
+//! introspection of opaque tokens (active, revoked, unknown, the answers
+//! cache counted by the provider, concurrent requests making one call,
+//! the token's expiry bounding the cache, 503 with the provider down);
+//! an HTTPS issuer signed by a private CA, trusted through `ca_file`.
 
+mod grpc_common;
 mod http_common;
+mod ops_common;
+mod tls_common;
+mod venv_common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -23,7 +32,10 @@ use sluicegate_testkit::{http_get, http_request, TestUpstream};
 /// The provider, killed when dropped.
 struct Idp {
     child: Child,
+    /// The plain HTTP port (every endpoint, test-only ones too).
     addr: SocketAddr,
+    /// The tokens' `iss`: this address, or the HTTPS one.
+    issuer: String,
 }
 
 impl Drop for Idp {
@@ -35,6 +47,11 @@ impl Drop for Idp {
 
 impl Idp {
     fn start() -> Idp {
+        Idp::start_with(&[])
+    }
+
+    /// With a certificate and key: also over HTTPS, the issuer there.
+    fn start_with(tls: &[&std::path::Path]) -> Idp {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         // Once per test binary: two tests running `npm ci` into the same
         // folder at once would trip over each other on a fresh checkout.
@@ -52,6 +69,7 @@ impl Idp {
         let mut child = Command::new("node")
             .arg(root.join("tools/oidc-provider.mjs"))
             .arg(root.join("target/npm/node_modules"))
+            .args(tls)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -60,20 +78,27 @@ impl Idp {
         let mut r = BufReader::new(child.stdout.take().unwrap());
         // Bounded: node prints the line or exits (EOF).
         r.read_line(&mut line).unwrap();
-        let port: u16 = line
+        let ports: Vec<u16> = line
             .trim()
             .strip_prefix("listening ")
             .unwrap_or_else(|| panic!("provider said {line:?}"))
-            .parse()
-            .unwrap();
+            .split(' ')
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let addr = SocketAddr::from(([127, 0, 0, 1], ports[0]));
+        let issuer = match ports.get(1) {
+            Some(p) => format!("https://127.0.0.1:{p}"),
+            None => format!("http://{addr}"),
+        };
         Idp {
             child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            addr,
+            issuer,
         }
     }
 
     fn issuer(&self) -> String {
-        format!("http://{}", self.addr)
+        self.issuer.clone()
     }
 
     fn token(&self, client: &str, scope: &str) -> String {
@@ -100,10 +125,29 @@ impl Idp {
     }
 
     fn jwks_fetches(&self) -> u64 {
-        http_get(self.addr, "/_test/jwks_fetches", &[])
-            .body_str()
-            .parse()
-            .unwrap()
+        self.count("/_test/jwks_fetches")
+    }
+
+    fn introspections(&self) -> u64 {
+        self.count("/_test/introspections")
+    }
+
+    fn count(&self, path: &str) -> u64 {
+        http_get(self.addr, path, &[]).body_str().parse().unwrap()
+    }
+
+    /// Revokes a token of `client` at the provider.
+    fn revoke(&self, client: &str, token: &str) {
+        let body = format!("token={token}&client_id={client}&client_secret={client}-secret");
+        let ct = ("Content-Type", "application/x-www-form-urlencoded");
+        let r = http_request(
+            self.addr,
+            "POST",
+            "/token/revocation",
+            &[ct],
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.body_str());
     }
 }
 
@@ -129,6 +173,8 @@ jwt:
 apps:
   - {{ id: rs-app }}
   - {{ id: es-app }}
+  - {{ id: opaque-app }}
+  - {{ id: opaque-short }}
 "#,
         service("s", &[up.addr()], "")
     ))
@@ -322,10 +368,228 @@ fn rotation_unknown_kid_floods_and_a_stopped_provider() {
     assert!(!fresh(), "a new kid before its refetch");
     assert!(wait_until(Duration::from_secs(20), fresh));
     assert_eq!(call(&gw, "/api/x", &t1, &[]).status, 200);
+    // Only the new keys stay published: once a refetch (asked by an
+    // unknown kid, at most one per 10 s) sees that, the old token (in the
+    // verified-token cache) is refused and the new one still passes.
+    idp.post("/_test/drop_old");
+    let bogus = idp.sign(claims.clone(), Some("bogus-after-drop"));
+    assert!(wait_until(Duration::from_secs(20), || {
+        call(&gw, "/api/x", &bogus, &[]);
+        call(&gw, "/api/x", &t1, &[]).status == 401
+    }));
+    assert_invalid(&call(&gw, "/api/x", &t1, &[]), "a dropped key");
+    assert_eq!(call(&gw, "/api/x", &t2, &[]).status, 200);
     // The provider stops: the keys fetched keep serving (a token never
     // seen before, so not from the cache).
     let t3 = idp.token("es-app", "orders:read");
     drop(idp);
     assert_eq!(call(&gw, "/api/x", &t3, &[]).status, 200);
     assert_eq!(call(&gw, "/api/x", &t2, &[]).status, 200);
+}
+
+/// One gRPC unary call's status through `port` (fixtures/grpc/client.py,
+/// bounded), with `metadata` as `key=value`.
+fn grpc_code(port: u16, metadata: &[&str]) -> String {
+    let out = Command::new(venv_common::python())
+        .arg(grpc_common::fixture("client.py"))
+        .arg(port.to_string())
+        .arg("unary")
+        .args(metadata)
+        .args(["--timeout", "10"])
+        .output()
+        .expect("run the gRPC client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "bad client output {text:?}: {e}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    v["code"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn grpc_calls_are_refused_with_grpc_statuses() {
+    let idp = Idp::start();
+    let server = grpc_common::Server::start();
+    let iss = idp.issuer();
+    let gw = Gw::start(&format!(
+        r#"services:
+{}
+routes:
+  - {{ name: echo, match: {{ path_prefix: /test.Echo/ }}, service: g, auth: jwt, scopes: ["orders:write"] }}
+jwt:
+  issuers:
+    - {{ name: corp, issuer: "{iss}", discovery: true, audiences: [orders-api] }}
+apps:
+  - {{ id: rs-app }}
+  - {{ id: es-app }}
+"#,
+        service("g", &[server.addr()], "    protocol: h2c\n")
+    ));
+    let p = gw.port;
+    let reader = format!(
+        "authorization=Bearer {}",
+        idp.token("rs-app", "orders:read")
+    );
+    let writer = format!(
+        "authorization=Bearer {}",
+        idp.token("es-app", "orders:read orders:write")
+    );
+    assert!(wait_until(Duration::from_secs(10), || grpc_code(
+        p,
+        &[&writer]
+    ) == "OK"));
+    assert_eq!(grpc_code(p, &[]), "UNAUTHENTICATED");
+    assert_eq!(
+        grpc_code(p, &["authorization=Bearer not.a.token"]),
+        "UNAUTHENTICATED"
+    );
+    assert_eq!(grpc_code(p, &[&reader]), "PERMISSION_DENIED");
+}
+
+/// A gateway whose issuer introspects opaque tokens as the provider's
+/// client `gateway`, answers kept for `cache`.
+fn introspecting_gateway(up: &TestUpstream, idp: &Idp, dir: &std::path::Path, cache: &str) -> Gw {
+    let secret = dir.join("gateway-secret.txt");
+    std::fs::write(&secret, "gateway-secret\n").unwrap();
+    let iss = idp.issuer();
+    gateway(
+        up,
+        &format!(
+            "{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api], claims_to_headers: {{ email: X-User-Email }}, \
+             introspection: {{ client_id: gateway, client_secret_file: \"{}\", cache: {cache} }} }}",
+            secret.display()
+        ),
+    )
+}
+
+#[test]
+fn opaque_tokens_are_introspected_and_the_answers_cached() {
+    let idp = Idp::start();
+    let up = TestUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = introspecting_gateway(&up, &idp, dir.path(), "60s");
+    let t = idp.token("opaque-app", "orders:read");
+    assert!(!t.contains('.'), "not an opaque token: {t}");
+    // The endpoint comes from discovery, read with the first key fetch:
+    // until then, 503 (the authorization server could not be asked).
+    assert!(wait_until(Duration::from_secs(10), || call(
+        &gw,
+        "/api/x",
+        &t,
+        &[]
+    )
+    .status
+        == 200));
+    let seen = up.last_request().unwrap();
+    assert_eq!(seen.header("x-app-id"), Some("opaque-app"));
+    assert_eq!(seen.header("x-user-email"), Some("svc@example.test"));
+    assert_eq!(
+        seen.header("authorization"),
+        Some(format!("Bearer {t}").as_str())
+    );
+    // Cached: more requests, no more introspection.
+    let n = idp.introspections();
+    for _ in 0..5 {
+        assert_eq!(call(&gw, "/api/x", &t, &[]).status, 200);
+    }
+    assert_eq!(idp.introspections(), n);
+    // Its scopes are the answer's: orders:read only.
+    let r = call(&gw, "/write/x", &t, &[]);
+    assert_eq!(r.status, 403);
+    assert!(r
+        .header("www-authenticate")
+        .unwrap()
+        .contains("insufficient_scope"));
+    // Concurrent requests with a token never seen: one introspection.
+    let fresh = idp.token("opaque-app", "orders:read");
+    let n = idp.introspections();
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let all: Vec<_> = (0..16)
+            .map(|_| s.spawn(|| call(&gw, "/api/x", &fresh, &[]).status))
+            .collect();
+        all.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(statuses, [200; 16]);
+    assert_eq!(idp.introspections(), n + 1);
+    // An unknown token and a revoked one: 401 invalid_token; the inactive
+    // answer is cached too.
+    let n = idp.introspections();
+    assert_invalid(
+        &call(&gw, "/api/x", "no-such-token", &[]),
+        "unknown opaque token",
+    );
+    assert_invalid(
+        &call(&gw, "/api/x", "no-such-token", &[]),
+        "unknown opaque token",
+    );
+    assert_eq!(idp.introspections(), n + 1);
+    let revoked = idp.token("opaque-app", "orders:read");
+    idp.revoke("opaque-app", &revoked);
+    assert_invalid(&call(&gw, "/api/x", &revoked, &[]), "revoked opaque token");
+    // A token living 2 s, under a 60 s cache: refused once it has expired
+    // (the cached answer ends with the token), after asking again.
+    let short = idp.token("opaque-short", "orders:read");
+    assert_eq!(call(&gw, "/api/x", &short, &[]).status, 200);
+    let n = idp.introspections();
+    assert!(wait_until(Duration::from_secs(10), || call(
+        &gw,
+        "/api/x",
+        &short,
+        &[]
+    )
+    .status
+        == 401));
+    assert!(
+        idp.introspections() > n,
+        "the expired token was not asked about again"
+    );
+    // The provider down: a token not cached gets 503 (not a bad token's
+    // 401), a cached one still passes.
+    let unseen = idp.token("opaque-app", "orders:read");
+    drop(idp);
+    let r = call(&gw, "/api/x", &unseen, &[]);
+    assert_eq!(r.status, 503, "{}", r.body_str());
+    assert_eq!(call(&gw, "/api/x", &t, &[]).status, 200);
+}
+
+#[test]
+fn an_https_issuer_is_trusted_through_its_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    tls_common::make_ca(d, "ca", "Test IdP CA");
+    tls_common::make_leaf(
+        d,
+        "ca",
+        "idp",
+        "127.0.0.1",
+        Some("IP:127.0.0.1"),
+        "serverAuth",
+    );
+    let idp = Idp::start_with(&[&d.join("idp.pem"), &d.join("idp.key")]);
+    let up = TestUpstream::start();
+    let iss = idp.issuer();
+    assert!(iss.starts_with("https://"), "{iss}");
+    let entry = |extra: &str| {
+        format!(
+            "{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api]{extra} }}"
+        )
+    };
+    let trusting = gateway(
+        &up,
+        &entry(&format!(", ca_file: \"{}\"", d.join("ca.pem").display())),
+    );
+    let other = gateway(&up, &entry(""));
+    let t = idp.token("es-app", "orders:read");
+    assert!(wait_until(Duration::from_secs(10), || call(
+        &trusting,
+        "/api/x",
+        &t,
+        &[]
+    )
+    .status
+        == 200));
+    // Without the CA, the issuer's certificate is not trusted: no keys.
+    assert_invalid(&call(&other, "/api/x", &t, &[]), "an untrusted issuer");
 }

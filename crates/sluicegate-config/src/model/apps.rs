@@ -50,6 +50,31 @@ pub struct JwtIssuer {
     /// PEM CA bundle (read at load) trusted for the issuer's HTTPS, beside
     /// the system's roots.
     pub ca_pem: Option<Vec<u8>>,
+    /// RFC 7662 introspection of the tokens that are not JWTs.
+    pub introspection: Option<Introspection>,
+}
+
+/// An issuer's `introspection`: how opaque tokens are checked.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Introspection {
+    /// Sent with `client_secret` as HTTP Basic credentials.
+    pub client_id: String,
+    /// Read from `client_secret_file` at load (trailing newline removed).
+    pub client_secret: String,
+    /// How long an answer is kept at most (never past the token's `exp`).
+    pub cache: Duration,
+    /// The endpoint; `None`: discovery's `introspection_endpoint`.
+    pub endpoint: Option<String>,
+}
+
+impl std::fmt::Debug for Introspection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Introspection")
+            .field("client_id", &self.client_id)
+            .field("cache", &self.cache)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for JwtSettings {

@@ -247,6 +247,20 @@ pub(super) fn top(k: &str) -> Option<S> {
                                     .additional_properties(Some(AdditionalProperties::RefOr(pattern("A header name.", TOKEN).into())))
                                     .into(),
                                 "ca_file" => file("PEM CA bundle trusted for the issuer's HTTPS, beside the system's roots."),
+                                "introspection" => object(
+                                    "RFC 7662 introspection of the bearer tokens that are not JWTs (one issuer at most).",
+                                    jwt::INTROSPECTION_KEYS,
+                                    &["client_id", "client_secret_file"],
+                                    |k| {
+                                        Some(match k {
+                                            "client_id" => string("The gateway's client id at the issuer (HTTP Basic).").into(),
+                                            "client_secret_file" => file("File holding the client's secret."),
+                                            "cache" => dur("How long an answer (active or not) is kept at most; never past the token's exp.", Some("60s")),
+                                            "endpoint" => pattern("The introspection endpoint's http(s) URL (default: discovery's introspection_endpoint).", "^https?://[^/\\s]").into(),
+                                            _ => return None,
+                                        })
+                                    },
+                                ),
                                 _ => return None,
                             })
                         },

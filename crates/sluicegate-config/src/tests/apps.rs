@@ -524,6 +524,77 @@ jwt:
 }
 
 #[test]
+fn jwt_issuer_introspection() {
+    let dir = std::env::temp_dir().join(format!("sg-cfg-introspect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("secret.txt");
+    std::fs::write(&secret, "gw-secret\n").unwrap();
+    std::fs::write(dir.join("empty.txt"), "").unwrap();
+    let s = secret.display();
+    let c = ok(&with(&format!(
+        "jwt:
+  issuers:
+    - name: corp
+      issuer: https://idp.test
+      discovery: true
+      audiences: [api]
+      introspection: {{ client_id: gateway, client_secret_file: {s}, cache: 30s }}
+    - {{ name: other, issuer: \"https://o\", jwks_uri: \"https://o/k\", audiences: [a] }}
+"
+    )));
+    let i = c.jwt.issuers[0].introspection.as_ref().unwrap();
+    assert_eq!(i.client_id, "gateway");
+    assert_eq!(i.client_secret, "gw-secret");
+    assert_eq!(i.cache, Duration::from_secs(30));
+    assert_eq!(i.endpoint, None);
+    assert!(c.jwt.issuers[1].introspection.is_none());
+    // The secret never shows in the config's debug form.
+    assert!(!format!("{c:?}").contains("gw-secret"));
+    let c = ok(&with(&format!(
+        "jwt:
+  issuers:
+    - {{ name: a, issuer: \"https://a\", jwks_uri: \"https://a/k\", audiences: [x], introspection: {{ client_id: g, client_secret_file: {s}, endpoint: \"https://a/i\" }} }}
+"
+    )));
+    let i = c.jwt.issuers[0].introspection.as_ref().unwrap();
+    assert_eq!(i.endpoint.as_deref(), Some("https://a/i"));
+    assert_eq!(i.cache, crate::jwt::DEFAULT_INTROSPECTION_CACHE);
+    let e = dir.join("empty.txt");
+    let e = e.display();
+    let all = errors(&with(&format!(
+        "jwt:
+  issuers:
+    - {{ name: a, issuer: \"https://a\", discovery: true, audiences: [x], introspection: {{ client_id: g, client_secret_file: {s} }} }}
+    - {{ name: b, issuer: \"https://b\", discovery: true, audiences: [x], introspection: {{ client_id: g, client_secret_file: {s} }} }}
+    - {{ name: c, issuer: \"https://c\", jwks_uri: \"https://c/k\", audiences: [x], introspection: {{ client_id: g, client_secret_file: {s} }} }}
+    - {{ name: d, issuer: \"https://d\", discovery: true, audiences: [x], introspection: {{ client_secret_file: {e}, endpoint: nope }} }}
+"
+    )));
+    assert_eq!(all.len(), 5, "{all:#?}");
+    assert!(all[0].contains("jwt.issuers[1].introspection: only one issuer may have introspection (issuers[0] has it)"), "{all:#?}");
+    assert!(
+        all[1].contains(
+            "jwt.issuers[2].introspection: missing endpoint (or the issuer's discovery: true)"
+        ),
+        "{all:#?}"
+    );
+    assert!(
+        all[2].contains("jwt.issuers[3].introspection: missing required key \"client_id\""),
+        "{all:#?}"
+    );
+    assert!(
+        all[3].contains("jwt.issuers[3].introspection.client_secret_file: the file is empty"),
+        "{all:#?}"
+    );
+    assert!(
+        all[4]
+            .contains("jwt.issuers[3].introspection.endpoint: expected an http:// or https:// URL"),
+        "{all:#?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn health_checks() {
     let text = BASE.replace(
         "    endpoints: [\"127.0.0.1:9001\"]\n",

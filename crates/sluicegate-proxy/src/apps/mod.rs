@@ -17,6 +17,7 @@
 //! counters (`slot`) in the pool of slots (`pool`) that outlives tables.
 
 mod build;
+pub mod introspect;
 pub mod jwks;
 mod keys;
 pub(crate) mod lease;
@@ -26,6 +27,7 @@ mod pool;
 mod slab;
 mod slot;
 pub(crate) mod table;
+pub mod verified;
 
 pub use build::{AppChange, DeltaError};
 pub use pool::SlotPool;

@@ -52,7 +52,7 @@ pub async fn run(shared: Arc<Shared>) {
 
 /// Keeps one issuer's key set fresh until the issuer is retired.
 async fn follow(issuer: Arc<IssuerState>) {
-    let tls = match tls_config(issuer.cfg.ca_pem.as_deref()) {
+    let tls = match crate::apps::introspect::client_tls(issuer.cfg.ca_pem.as_deref()) {
         Ok(c) => Arc::new(c),
         Err(e) => {
             tracing::warn!(issuer = %issuer.cfg.name, "jwks: {e}");
@@ -104,6 +104,12 @@ async fn fetch(
             let (body, _) = get(&url, tls).await?;
             let doc: serde_json::Value =
                 serde_json::from_slice(&body).map_err(|e| format!("{url}: not JSON: {e}"))?;
+            if let (Some(i), Some(e)) = (
+                &issuer.introspect,
+                doc.get("introspection_endpoint").and_then(|v| v.as_str()),
+            ) {
+                i.discovered.store(Some(Arc::new(e.to_string())));
+            }
             doc.get("jwks_uri")
                 .and_then(|v| v.as_str())
                 .ok_or_else(|| format!("{url}: no jwks_uri"))?
@@ -113,28 +119,6 @@ async fn fetch(
     let (body, max_age) = get(&uri, tls).await?;
     let set = KeySet::parse(&body).map_err(|e| format!("{uri}: {e}"))?;
     Ok((set, max_age))
-}
-
-fn tls_config(ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(c);
-    }
-    if let Some(pem) = ca {
-        use rustls::pki_types::pem::PemObject;
-        for c in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
-            let c = c.map_err(|e| format!("ca_file: {e}"))?;
-            roots.add(c).map_err(|e| format!("ca_file: {e}"))?;
-        }
-    }
-    let provider = crate::transport::tls::config::default_provider();
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("tls: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
 }
 
 /// One GET over HTTP/1.1 (TLS for `https`): the body of a 200 answer, and

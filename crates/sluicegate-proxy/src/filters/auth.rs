@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use sluicegate_config::AppKeySources;
 
-use super::{Answer, Filter, InFlight, Refuse, ReqCx};
+use super::{Answer, Filter, InFlight, Refuse, ReqCx, Wait};
+use crate::apps::introspect::Known;
 use crate::apps::jwks::{IssuerState, TokenError, Verified};
 use crate::apps::limit::PlanRt;
 use crate::apps::AppRef;
@@ -203,7 +204,14 @@ pub struct JwtShared {
     default_plans: Box<[Option<PlanRt>]>,
     /// `x-app-id` and every issuer's `claims_to_headers` names, lower case.
     strip: Box<[Box<[u8]>]>,
+    /// The one issuer with `introspection` (its index): opaque tokens are
+    /// its.
+    introspect: Option<usize>,
 }
+
+/// What [`JwtShared::identify`] says when the introspection endpoint did
+/// not answer: a 503, not a bad token.
+const INTROSPECTION_DOWN: &str = "the authorization server did not answer";
 
 impl Debug for JwtShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,6 +273,7 @@ impl JwtShared {
             })
             .collect();
         JwtShared {
+            introspect: issuers.iter().position(|i| i.introspect.is_some()),
             app_claim: s.app_claim.clone(),
             validations: [
                 make(Algorithm::HS256),
@@ -286,6 +295,18 @@ impl JwtShared {
         token: &str,
         apps: &Arc<crate::apps::AppTable>,
     ) -> Result<(Option<usize>, Arc<Verified>), &'static str> {
+        // A token that is not a JWT: the introspecting issuer's answer,
+        // which the filter's wait has asked for.
+        if let Some(i) = self.introspect {
+            if !token.contains('.') {
+                let intro = self.issuers[i].introspect.as_ref().expect("introspects");
+                return match intro.cached(token.as_bytes()) {
+                    Some(Known::Active(v)) => Ok((Some(i), v)),
+                    Some(Known::Inactive) => Err("inactive token"),
+                    None => Err(INTROSPECTION_DOWN),
+                };
+            }
+        }
         for (i, iss) in self.issuers.iter().enumerate() {
             if let Some(v) = iss.cached(token.as_bytes()) {
                 return Ok((Some(i), v));
@@ -397,6 +418,17 @@ impl JwtAuth {
         }
     }
 
+    /// The bearer token of `Authorization` (the first such header).
+    fn bearer<'r>(raw: &'r [u8], head: &crate::proto::head::RequestHead) -> Option<&'r [u8]> {
+        let h = head
+            .headers
+            .iter()
+            .find(|h| raw[h.name.clone()].eq_ignore_ascii_case(b"authorization"))?;
+        let v = crate::proto::bytes::trim(&raw[h.value.clone()]);
+        (v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer "))
+            .then(|| crate::proto::bytes::trim(&v[7..]))
+    }
+
     fn forbidden(www: Option<&[u8]>) -> Refuse {
         let mut headers = Fields::new();
         if let Some(w) = www {
@@ -410,6 +442,26 @@ impl JwtAuth {
 }
 
 impl Filter for JwtAuth {
+    /// Only when an issuer introspects opaque tokens.
+    fn waits(&self) -> bool {
+        self.shared.introspect.is_some()
+    }
+
+    /// An opaque token with no cached answer: the introspection call (one
+    /// per token, however many requests wait for it).
+    fn wait<'a>(&'a self, cx: &ReqCx<'a>) -> Option<Wait<'a>> {
+        let i = self.shared.introspect?;
+        let token = Self::bearer(cx.raw, cx.head)?;
+        if token.is_empty() || token.contains(&b'.') {
+            return None;
+        }
+        let intro = self.shared.issuers[i].introspect.as_ref()?;
+        if intro.cached(token).is_some() {
+            return None;
+        }
+        Some(Box::pin(intro.clone().settle(token.into())))
+    }
+
     fn on_request<'a>(&'a self, cx: &mut ReqCx<'a>) -> Result<(), Refuse> {
         let raw = cx.raw;
         let shared = &*self.shared;
@@ -432,9 +484,16 @@ impl Filter for JwtAuth {
         let Ok(token) = std::str::from_utf8(token) else {
             return Err(Self::refuse(Some("malformed token")));
         };
-        let (issuer, v) = shared
-            .identify(token, cx.apps)
-            .map_err(|d| Self::refuse(Some(d)))?;
+        let (issuer, v) = shared.identify(token, cx.apps).map_err(|d| {
+            if d == INTROSPECTION_DOWN {
+                Refuse {
+                    answer: Answer::Error(ErrorKind::AuthUnavailable),
+                    headers: Fields::new(),
+                }
+            } else {
+                Self::refuse(Some(d))
+            }
+        })?;
         if !v.has_scopes(&self.scopes) {
             return Err(Self::forbidden(Some(&self.insufficient)));
         }

@@ -52,6 +52,9 @@ pub enum ErrorKind {
     ExpectationFailed,
     /// An upgrade over `limits.max_tunnels` (503).
     TooManyTunnels,
+    /// The authorization server that must vouch for the caller did not
+    /// answer (503): an outage, not a bad credential.
+    AuthUnavailable,
     /// An abort injected by the route's `fault`, with its status (200 to
     /// 599).
     Fault(u16),
@@ -70,6 +73,7 @@ impl ErrorKind {
             ErrorKind::UpstreamFailed => 502,
             ErrorKind::UpstreamBusy => 503,
             ErrorKind::TooManyTunnels => 503,
+            ErrorKind::AuthUnavailable => 503,
             ErrorKind::UpstreamTimeout => 504,
             ErrorKind::Unauthorized => 401,
             ErrorKind::Forbidden => 403,
@@ -92,6 +96,7 @@ impl ErrorKind {
             ErrorKind::UpstreamFailed => "bad gateway",
             ErrorKind::UpstreamBusy => "service unavailable",
             ErrorKind::TooManyTunnels => "too many open tunnels",
+            ErrorKind::AuthUnavailable => "authorization server unavailable",
             ErrorKind::UpstreamTimeout => "gateway timeout",
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::Forbidden => "forbidden",
@@ -112,7 +117,8 @@ impl ErrorKind {
             ErrorKind::UpstreamFailed
             | ErrorKind::UpstreamBusy
             | ErrorKind::NoHealthyEndpoint
-            | ErrorKind::TooManyTunnels => 14, // UNAVAILABLE
+            | ErrorKind::TooManyTunnels
+            | ErrorKind::AuthUnavailable => 14, // UNAVAILABLE
             ErrorKind::UpstreamTimeout | ErrorKind::RequestTimeout => 4, // DEADLINE_EXCEEDED
             ErrorKind::BadRequest
             | ErrorKind::HeadersTooLarge
