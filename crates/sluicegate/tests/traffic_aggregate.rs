@@ -375,12 +375,17 @@ services:
     assert_eq!(got.header("sluicegate-partial"), Some("recs"));
     assert_eq!(
         json(&got.body_str()),
-        json(r#"{"order":{"customer_id":"c/5","items":[{"id":7}]},"customer":{"customer":"c%2F5"},"recs":null}"#)
+        json(
+            r#"{"order":{"customer_id":"c/5","items":[{"id":7}]},"customer":{"customer":"c%2F5"},"recs":null}"#
+        )
     );
     // The API reads it back as it was written.
     let back = admin_call(admin, "GET", "/routes/orders", "");
     let back = json(&back.body_str());
-    assert_eq!(back["aggregate"][1]["path"], "/customer/${order.customer_id}");
+    assert_eq!(
+        back["aggregate"][1]["path"],
+        "/customer/${order.customer_id}"
+    );
     assert_eq!(back["aggregate"][2]["optional"], true);
 
     // Refused with the field named, and the running route stays: a part

@@ -186,7 +186,9 @@ pub(super) async fn lookup(
                         STALE
                     }
                 };
-                return Cached::Served(serve(link, snap, bufs, o, now, is_head, status, coder).await);
+                return Cached::Served(
+                    serve(link, snap, bufs, o, now, is_head, status, coder).await,
+                );
             }
             Err((Fwd::Stale, Some(o))) if within(&o, o.stale_while_revalidate) => {
                 // Answered stale at once; one refresh (the key's flight

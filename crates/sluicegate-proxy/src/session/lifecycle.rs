@@ -403,7 +403,11 @@ pub(super) async fn exchange(
                             .and_then(|c| cached::coder(route, c, compress.map(|k| k.rt)));
                         match fill.as_deref_mut() {
                             Some(f) => {
-                                route.metrics.cache.revalidated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                route
+                                    .metrics
+                                    .cache
+                                    .revalidated
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                 let served = cached::revalidated(link, snap, bufs, f, &un, coder);
                                 Box::pin(served).await
                             }
