@@ -677,3 +677,117 @@ fn request_trailers_go_to_an_http11_upstream_as_chunked_trailers_unless_the_body
         ops_common::metrics(ports)
     );
 }
+
+/// A POST whose head says `content-length: 1` over `client`, its body
+/// not sent: the answer's status and its body as read to the end, with
+/// `late` sent as the request's body (END_STREAM) only once the answer's
+/// head arrived. An error names where the stream failed.
+async fn post_answered_early(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    port: u16,
+    path: &str,
+    late: &'static [u8],
+) -> Result<(u16, String), String> {
+    let req = http::Request::post(format!("http://127.0.0.1:{port}{path}"))
+        .header("content-length", "1")
+        .body(())
+        .unwrap();
+    let ready = client.clone().ready();
+    *client = tokio::time::timeout(DEADLINE, ready)
+        .await
+        .map_err(|_| "no room for a stream".to_string())?
+        .map_err(|e| format!("connection: {e}"))?;
+    let (res, mut body) = client
+        .send_request(req, false)
+        .map_err(|e| format!("request: {e}"))?;
+    let res = tokio::time::timeout(DEADLINE, res)
+        .await
+        .map_err(|_| "no answer head".to_string())?
+        .map_err(|e| format!("answer head: {e}"))?;
+    // What curl does when it sees an error's head before its body went:
+    // it ends its body (here, short of its length), or sends it anyway.
+    let _ = body.send_data(bytes::Bytes::from_static(late), true);
+    let status = res.status().as_u16();
+    let mut data = res.into_body();
+    let mut text = Vec::new();
+    loop {
+        match tokio::time::timeout(DEADLINE, data.data()).await {
+            Err(_) => return Err(format!("{status}: the answer's body stalls")),
+            Ok(None) => break,
+            Ok(Some(Ok(chunk))) => text.extend_from_slice(&chunk),
+            Ok(Some(Err(e))) => return Err(format!("{status}: the answer's body: {e}")),
+        }
+    }
+    Ok((status, String::from_utf8_lossy(&text).into_owned()))
+}
+
+#[test]
+fn an_answer_before_the_body_goes_whole_and_the_body_after_it_is_no_error() {
+    let up = TestUpstream::start();
+    let gw = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: hello\n    match: {{ path: /hello }}\n    respond: {{ status: 200, body: \"hi\\n\" }}\n\
+         \x20 - name: keyed\n    match: {{ path_prefix: /keyed }}\n    service: up\n    auth: app_key\n\
+         \x20 - name: agg\n    match: {{ path: /agg }}\n    aggregate:\n      - {{ name: one, service: up, path: /one }}\n\
+         apps:\n  - id: demo\n    keys: [\"demo-key-0123456789\"]\n",
+        service("up", &[up.addr()], "")
+    ));
+    let port = gw.port;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let conn = tokio::spawn(conn);
+        // Each answer goes whole before the body is in (the gateway
+        // answers at once: a route's fixed answer, no route, a missing
+        // key, a method an aggregate does not take), whether the body
+        // then ends short of its length or comes whole. All on one
+        // connection: none of it ends the connection either.
+        let cases: [(&str, u16, &str); 4] = [
+            ("/hello", 200, "hi\n"),
+            ("/nowhere", 404, "no route"),
+            ("/keyed/a", 401, "\"status\":401"),
+            ("/agg", 405, "\"status\":405"),
+        ];
+        for round in 0..25 {
+            for (path, status, body) in cases {
+                for late in [&b""[..], b"x"] {
+                    let got = post_answered_early(&mut client, port, path, late).await;
+                    let (s, text) = got.unwrap_or_else(|e| {
+                        panic!("round {round}: POST {path}, late body {late:?}: {e}")
+                    });
+                    assert_eq!(s, status, "POST {path}: {text}");
+                    assert!(text.contains(body), "POST {path}: {text}");
+                }
+            }
+        }
+        // A client that sends nothing more after the answer: the stream
+        // ends with RST_STREAM NO_ERROR, and the body sent after that is
+        // no error either (the connection serves the next stream).
+        let req = http::Request::post(format!("http://127.0.0.1:{port}/nowhere"))
+            .header("content-length", "1")
+            .body(())
+            .unwrap();
+        let (res, mut body) = client.send_request(req, false).unwrap();
+        let res = tokio::time::timeout(DEADLINE, res).await.unwrap().unwrap();
+        assert_eq!(res.status(), 404);
+        let mut data = res.into_body();
+        while let Some(chunk) = tokio::time::timeout(DEADLINE, data.data()).await.unwrap() {
+            chunk.unwrap();
+        }
+        let reason = tokio::time::timeout(DEADLINE, std::future::poll_fn(|cx| body.poll_reset(cx)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(reason, h2::Reason::NO_ERROR);
+        let _ = body.send_data(bytes::Bytes::from_static(b"x"), true);
+        let got = post_answered_early(&mut client, port, "/hello", b"x").await;
+        assert_eq!(got, Ok((200, "hi\n".to_string())));
+        assert!(!conn.is_finished(), "the connection ended");
+    });
+    assert_eq!(up.requests_seen(), 0, "{:?}", up.last_requests());
+}

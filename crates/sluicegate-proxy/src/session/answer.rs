@@ -165,7 +165,14 @@ pub(super) async fn refuse_head(link: Link<'_>, snap: &Snapshot, bufs: &mut Bufs
 
 /// Writes a response the gateway makes itself: a `respond` route's, or
 /// an error (404, or a filter's refusal). A request body is read and dropped when small,
-/// otherwise the connection closes after the answer.
+/// otherwise the connection closes after the answer. An HTTP/2 stream's
+/// body is never waited for: its answer goes at once, whole, and the
+/// stream's end leaves the body unread (RST_STREAM `NO_ERROR`, see
+/// [`crate::proto::http2::exchange`]). Its head went out as it was
+/// rendered, and a client that stops sending when it sees an error's
+/// head (curl does), ending its body short of its `content-length`,
+/// would otherwise have the stream reset as malformed (`PROTOCOL_ERROR`)
+/// before the answer's body went.
 pub(super) async fn answer_locally(
     link: Link<'_>,
     snap: &Snapshot,
@@ -188,7 +195,8 @@ pub(super) async fn answer_locally(
     let (rendered, status, body_len) = render_local(link, bufs, fixed, is_head, close);
     bufs.inb.consume(head_len);
     let mut outcome = Outcome::local(status, body_len as u64, close);
-    if let (false, BodyKind::Length(n)) = (close, body) {
+    let h2 = link.client.h2().is_some();
+    if let (false, false, BodyKind::Length(n)) = (h2, close, body) {
         let deadline = Instant::now() + snap.timeouts.client_write;
         if crate::upstream::body::discard(
             link.client,

@@ -57,6 +57,10 @@ use crate::worker::{Bufs, Worker};
 const WHOLE_MAX: usize = 64 * 1024;
 /// Send buffer the framing layer keeps per stream beyond the window.
 const SEND_BUFFER: usize = 256 * 1024;
+/// At most this much of a request body still coming after its answer
+/// went whole is read and dropped before the stream is reset (as a small
+/// body is before an HTTP/1.1 connection's next request).
+const DRAIN_MAX: u64 = 64 * 1024;
 /// Streams the client may reset before the gateway took them up, at once.
 const PENDING_RESETS: usize = 64;
 /// Streams the gateway may reset for the client's errors before the
@@ -359,6 +363,13 @@ async fn serve_one(
         // with it and without them.
         if x.trailers_left() {
             count_dropped_trailers(worker);
+        }
+        // Answered whole before the body was all in: what of it comes
+        // now is read and dropped, so that a client that sends it
+        // whatever the answer ends its stream cleanly; one still sending
+        // past the bound gets RST_STREAM NO_ERROR as the exchange goes.
+        if x.body_left() {
+            linger(&worker.deadlines, &client, &mut bufs.inb, DRAIN_MAX).await;
         }
     }
     worker.give_bufs(bufs);

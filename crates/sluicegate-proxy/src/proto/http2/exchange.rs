@@ -18,6 +18,17 @@
 //! One write past the window is taken (so a head and what came with it
 //! go at once), never more: a client that holds its window at zero holds
 //! one buffer of the gateway's, until the write timeout ends the stream.
+//!
+//! An answer may end before the request's body did (RFC 9113 8.1: a 404,
+//! a 405, a refusal, an upstream's early answer). Whoever serves the
+//! stream then reads and drops what of the body comes at once, bounded
+//! ([`Exchange::body_left`]): a client that sends its body whatever the
+//! answer (curl 7.88 fails a transfer whose stream is reset, even with
+//! `NO_ERROR`, while its body is still going) ends its stream cleanly.
+//! When the exchange goes with the body still coming, the framing layer,
+//! its last handle on the stream gone, follows the answer's frames with
+//! RST_STREAM `NO_ERROR`, so the client stops sending and keeps the
+//! answer, and ignores the DATA still on its way.
 
 use std::cell::RefCell;
 use std::io;
@@ -180,6 +191,18 @@ impl Exchange {
             }
         }
         i.trailers.as_ref().is_some_and(|t| !t.is_empty())
+    }
+
+    /// Whether the answer went whole (END_STREAM is out or queued) while
+    /// the request's body is still coming: what of it comes now is to be
+    /// read and dropped before the exchange goes (see the module's
+    /// notes). Never for an extended CONNECT, whose DATA is its tunnel's.
+    pub(crate) fn body_left(&self) -> bool {
+        let i = self.inner.borrow();
+        matches!(i.out, Out::Done)
+            && !i.connect
+            && !i.in_done
+            && (i.staged.pending() || !i.recv.is_end_stream())
     }
 
     /// Marks the stream an extended CONNECT (see [`Inner::connect`]).
