@@ -12,7 +12,13 @@ pub(crate) const APP_JWT_KEYS: &[&str] = &[
     "public_key_file",
 ];
 
-pub(crate) const JWT_KEYS: &[&str] = &["issuer", "audience", "app_claim", "leeway"];
+pub(crate) const JWT_KEYS: &[&str] = &[
+    "issuer",
+    "audience",
+    "app_claim",
+    "leeway",
+    "close_on_expiry",
+];
 
 /// Decodes an app's `jwt`: the algorithm and one key source (files are
 /// read now, so a missing file is a config error with its line).
@@ -119,5 +125,10 @@ pub(crate) fn jwt_settings(cx: &mut Cx, node: &Node, path: Path<'_>) -> JwtSetti
         }
     }
     reader::duration_field(cx, &f, path, "leeway", &mut out.leeway);
+    if let Some(n) = f.get("close_on_expiry") {
+        if let Some(b) = reader::boolean(cx, n, path.key("close_on_expiry")) {
+            out.close_on_expiry = b;
+        }
+    }
     out
 }

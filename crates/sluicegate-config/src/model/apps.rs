@@ -17,6 +17,9 @@ pub struct JwtSettings {
     pub app_claim: String,
     /// Clock skew allowed on `exp` and `nbf`.
     pub leeway: Duration,
+    /// A tunnel or stream admitted with a token ends when the token
+    /// expires (`exp` plus `leeway`).
+    pub close_on_expiry: bool,
 }
 
 impl Default for JwtSettings {
@@ -26,6 +29,7 @@ impl Default for JwtSettings {
             audience: None,
             app_claim: "sub".to_string(),
             leeway: Duration::from_secs(30),
+            close_on_expiry: true,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use sluicegate_config::AppKeySources;
 
+use super::grant::{app_of, Credential, Readmit, Revoked};
 use super::{Answer, Filter, Refuse, ReqCx};
 use crate::apps::AppRef;
 use crate::proto::fields::Fields;
@@ -91,7 +92,21 @@ impl Filter for AppKeyAuth {
         let Some(app) = cx.apps.by_key(key) else {
             return Err(Self::refuse_401());
         };
-        admit_app(app, cx, Some(crate::apps::fingerprint(key)))
+        let fp = crate::apps::fingerprint(key);
+        admit_app(app, cx, Some(fp), Credential::Key(fp))
+    }
+
+    fn readmit(&self, r: &Readmit<'_>) -> Option<Result<u32, Revoked>> {
+        let Credential::Key(fp) = r.cred else {
+            return Some(Err(Revoked::AuthChanged));
+        };
+        Some(app_of(r).and_then(|a| {
+            if r.apps.has_key_fp(a, fp) {
+                Ok(a)
+            } else {
+                Err(Revoked::KeyRemoved)
+            }
+        }))
     }
 }
 
@@ -162,14 +177,31 @@ impl Filter for MtlsAuth {
         let who = cx.identity.ok_or_else(refuse)?;
         let id = self.index.app_id(who).ok_or_else(refuse)?;
         let app = cx.apps.by_id(id).ok_or_else(refuse)?;
-        admit_app(app, cx, None)
+        admit_app(app, cx, None, Credential::Mtls)
+    }
+
+    fn readmit(&self, r: &Readmit<'_>) -> Option<Result<u32, Revoked>> {
+        if r.cred != Credential::Mtls {
+            return Some(Err(Revoked::AuthChanged));
+        }
+        Some(app_of(r).and_then(|a| {
+            match r.identity.and_then(|who| self.index.app_id(who)) {
+                Some(id) if id == r.app => Ok(a),
+                _ => Err(Revoked::KeyRemoved),
+            }
+        }))
     }
 }
 
 /// After authentication: counts the request for the app, checks its
 /// service, method and path rules (403), and records it for the upstream
 /// (`X-App-Id`), the later filters and the log.
-fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Result<(), Refuse> {
+fn admit_app<'a>(
+    app: AppRef<'a>,
+    cx: &mut ReqCx<'a>,
+    key_fp: Option<u32>,
+    cred: Credential,
+) -> Result<(), Refuse> {
     app.slot().requests.fetch_add(1, Ordering::Relaxed);
     cx.edits.app = Some(app.index);
     let method = &cx.raw[cx.head.method.clone()];
@@ -181,6 +213,7 @@ fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Re
         });
     }
     cx.edits.key_fp = key_fp;
+    cx.edits.cred = cred;
     cx.edits
         .request_headers
         .push(b"x-app-id", app.id().as_bytes());
@@ -194,6 +227,9 @@ fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Re
 /// and with the configured `iss` and `aud`. Any failure: 401.
 pub struct JwtAuth {
     pub app_claim: String,
+    /// Added to a token's `exp` for the end of a stream it admitted;
+    /// `None`: `jwt.close_on_expiry: false`, streams outlive their token.
+    close_after: Option<u64>,
     /// Checks per algorithm: HS256, RS256, ES256.
     validations: [jsonwebtoken::Validation; 3],
 }
@@ -235,6 +271,7 @@ impl JwtAuth {
         };
         JwtAuth {
             app_claim: s.app_claim.clone(),
+            close_after: s.close_on_expiry.then_some(s.leeway.as_secs()),
             validations: [
                 make(Algorithm::HS256),
                 make(Algorithm::RS256),
@@ -304,12 +341,33 @@ impl Filter for JwtAuth {
         };
         // The claim named the app; the signature (with that app's key and
         // algorithm) must now vouch for all of it.
-        if jsonwebtoken::decode::<serde_json::Value>(token, &key.key, validation).is_err() {
+        let Ok(data) = jsonwebtoken::decode::<serde_json::Value>(token, &key.key, validation)
+        else {
             return Err(Self::refuse(true));
-        }
-        admit_app(app, cx, None)
+        };
+        // `exp` is required by the validation: a number.
+        let exp = data.claims.get("exp").and_then(|e| e.as_u64());
+        let until = match (self.close_after, exp) {
+            (Some(leeway), Some(exp)) => exp.saturating_add(leeway).max(1),
+            _ => 0,
+        };
+        let cred = Credential::Jwt { key: key.fp, until };
+        admit_app(app, cx, None, cred)
+    }
+
+    fn readmit(&self, r: &Readmit<'_>) -> Option<Result<u32, Revoked>> {
+        let Credential::Jwt { key, .. } = r.cred else {
+            return Some(Err(Revoked::AuthChanged));
+        };
+        Some(app_of(r).and_then(|a| {
+            match r.apps.by_id(r.app).and_then(|app| app.jwt()) {
+                Some(k) if k.fp == key => Ok(a),
+                _ => Err(Revoked::KeyRemoved),
+            }
+        }))
     }
 }
+
 
 /// Splits `name=value` out of a query (without its `?`): the first value
 /// of `name`, and the query without every `name` parameter (with its `?`,
