@@ -19,12 +19,14 @@
 //! until it is written.
 //!
 //! A tunnel holds the snapshot its request started with, so a reload does
-//! not cut it; on shutdown it runs on through the drain and ends itself a
+//! not cut it, unless the reload revokes the app's authentication (see
+//! `crate::worker::revoke`): then a WebSocket gets a close frame (1008,
+//! policy violation) and the tunnel ends; on shutdown it runs on through the drain and ends itself a
 //! tenth of `timeouts.drain` before the drain does, so that its close is
 //! counted and logged.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::balance::endpoint::OwnedPermit;
 use crate::clock::deadline::Stop;
@@ -35,14 +37,36 @@ use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
+use crate::worker::revoke::Grant;
 use crate::worker::upgraded::{Carried, Upgraded};
 use crate::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 
-/// Which side had bytes (or a close) first.
+/// Which side had bytes (or a close) first, or whether the tunnel's
+/// authentication was revoked.
 enum Side {
     Client(std::io::Result<()>),
     Upstream(std::io::Result<()>),
+    Revoked,
 }
+
+/// A tunnel of an authenticated app: its grant, and whether a revocation
+/// can close it with a WebSocket close frame.
+#[derive(Clone, Copy)]
+pub(crate) struct Revocable<'g> {
+    pub grant: &'g Grant,
+    pub websocket: bool,
+}
+
+/// Ends when `r`'s grant is revoked; never without one.
+async fn revoked(r: Option<Revocable<'_>>) {
+    match r {
+        Some(r) => r.grant.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A server's WebSocket close frame: 1008 (policy violation), with a reason.
+const CLOSE_1008: &[u8] = b"\x88\x09\x03\xf0revoked";
 
 /// Whether a request may upgrade to `value` (its `Upgrade` header) on a
 /// route that allows `allowed`: every protocol it names is listed there
@@ -215,6 +239,7 @@ pub(crate) async fn relay(
     worker: &Worker,
     client: &Stream,
     snap: &Snapshot,
+    revocable: Option<Revocable<'_>>,
 ) -> Carried {
     let idle = snap.timeouts.tunnel_idle;
     let dl = &worker.deadlines;
@@ -236,6 +261,7 @@ pub(crate) async fn relay(
                 tokio::select! {
                     r = read_ready(client), if client_open => Side::Client(r),
                     r = read_ready(up), if up_open => Side::Upstream(r),
+                    () = revoked(revocable) => Side::Revoked,
                 }
             })
             .await;
@@ -247,6 +273,18 @@ pub(crate) async fn relay(
             }
             // Idle past tunnel_idle, or the drain is ending.
             Err(Stop::Timeout) => break,
+            Ok(Side::Revoked) => {
+                if revocable.is_some_and(|r| r.websocket) && client_open {
+                    let by = dl.after(snap.timeouts.client_write.min(Duration::from_secs(1)));
+                    let _ = write_all_by(client, CLOSE_1008, by).await;
+                }
+                if let Some(x) = client.h2() {
+                    x.cancel();
+                } else {
+                    client.shutdown_write();
+                }
+                break;
+            }
             Ok(Side::Client(r)) => (r.map(|()| client), up, &mut client_open, &mut carried.up),
             Ok(Side::Upstream(r)) => (r.map(|()| up), client, &mut up_open, &mut carried.down),
         };

@@ -152,11 +152,6 @@ impl Revocations {
         }
     }
 
-    /// Streams registered now.
-    pub(crate) fn len(&self) -> usize {
-        self.list.borrow().len()
-    }
-
     /// Checks every grant against the snapshot in force when it is new,
     /// and every token's expiry; revokes those that no longer pass. Run at
     /// each worker tick (so within a tick of a change).

@@ -367,6 +367,19 @@ impl Exchange {
         }
     }
 
+    /// Resets the stream with `CANCEL` whatever it was doing (a stream
+    /// whose authentication was revoked): a later [`Exchange::finish`]
+    /// does nothing.
+    pub(crate) fn cancel(&self) {
+        let mut i = self.inner.borrow_mut();
+        match std::mem::replace(&mut i.out, Out::Done) {
+            Out::Body { mut send, .. } => send.send_reset(Reason::CANCEL),
+            Out::Head { mut respond, .. } => respond.send_reset(Reason::CANCEL),
+            Out::Done => {}
+            Out::Failed => i.out = Out::Failed,
+        }
+    }
+
     /// The writer is done: an answer whose body runs to its end gets its
     /// END_STREAM; one cut short, or never begun (the request failed: its
     /// body stalled, its client stopped reading), is reset with `CANCEL`.
