@@ -46,7 +46,7 @@ use super::grpc::grpc_facts;
 use super::ids::{end_span, request_ids, since};
 use super::peer::Link;
 use super::req::Req;
-use super::revocable::{self, is_websocket, Admitted};
+use super::revocable::{self, Admitted};
 use super::tunneled::{Handoff, LogFacts};
 use crate::filters::compress::Compressing;
 use crate::filters::fault::Injected;
@@ -446,7 +446,7 @@ pub(super) async fn exchange(
                         if let Some(a) = &admitted {
                             let who = link.peer.identity.as_deref();
                             h.grant = Some(Box::new(a.grant(who)));
-                            h.websocket = is_websocket(&bufs.req, bufs.inb.filled());
+                            h.websocket = a.websocket;
                         }
                         return Next::Tunnel(h);
                     }

@@ -42,6 +42,8 @@ pub(super) struct Admitted<'s> {
     len: usize,
     /// ...or on the heap when longer.
     long: Option<Box<[u8]>>,
+    /// The request asks to upgrade to WebSocket.
+    pub(super) websocket: bool,
 }
 
 impl<'s> Admitted<'s> {
@@ -71,6 +73,7 @@ impl<'s> Admitted<'s> {
             inline: [0; INLINE],
             len,
             long: None,
+            websocket: is_websocket(&bufs.req, raw),
         };
         if len <= INLINE {
             a.inline[..method.len()].copy_from_slice(method);
@@ -130,7 +133,7 @@ pub(super) async fn forward<F: Future>(
 
 /// Whether the request upgraded to WebSocket (its tunnel can be closed
 /// with a close frame).
-pub(super) fn is_websocket(req: &crate::proto::head::RequestHead, raw: &[u8]) -> bool {
+fn is_websocket(req: &crate::proto::head::RequestHead, raw: &[u8]) -> bool {
     req.upgrade.as_ref().is_some_and(|u| {
         raw[u.clone()]
             .windows(9)

@@ -185,9 +185,10 @@ impl Revocations {
     }
 }
 
+/// `now` in Unix milliseconds.
 fn expired(g: &Grant, now: u64) -> Option<Revoked> {
     let until = g.until();
-    (until != 0 && now > until).then_some(Revoked::Expired)
+    (until != 0 && now > until.saturating_mul(1000)).then_some(Revoked::Expired)
 }
 
 fn sweep_one(
@@ -224,8 +225,9 @@ fn revoke(shared: &Shared, g: &Grant, why: Revoked) {
     g.wake.notify_one();
 }
 
+/// Unix milliseconds.
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map_or(0, |d| d.as_millis() as u64)
 }
