@@ -41,20 +41,25 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// The routes of these tests, both `auth: app_key`: WebSocket on `/ws`,
 /// gRPC on `/test.Echo/` (to the grpcio server).
-fn routes(ws: u16, grpc: u16) -> String {
+fn routes(ws: u16, grpc: &[u16]) -> String {
     format!(
         "services:\n{}{}    protocol: h2c\nroutes:\n\
          \x20 - name: ws\n    match: {{ path_prefix: /ws }}\n    service: ws\n    auth: app_key\n\
          \x20 - name: grpc\n    match: {{ path_prefix: /test.Echo/ }}\n    service: g\n    auth: app_key\n",
         ops_common::service("ws", &[ws]),
-        ops_common::service("g", &[grpc]),
+        ops_common::service("g", grpc),
     )
 }
 
-/// The grpcio test server with a thread for each of the open bidi calls
-/// of a test.
-fn grpc_server() -> grpc_common::Server {
-    grpc_common::Server::start_with(&["workers=240"])
+/// Four grpcio test servers, each with threads for 64 open bidi calls: a
+/// worker of the gateway carries 64 calls at once to one endpoint (more
+/// wait for one to end), so the calls of a test are spread over four.
+fn grpc_servers() -> (Vec<grpc_common::Server>, Vec<u16>) {
+    let servers: Vec<_> = (0..4)
+        .map(|_| grpc_common::Server::start_with(&["workers=64"]))
+        .collect();
+    let ports = servers.iter().map(|s| s.port).collect();
+    (servers, ports)
 }
 
 // --- WebSocket sessions over plain TCP ----------------------------------
@@ -157,7 +162,8 @@ async fn grpc_open(port: u16, key: &str) -> Call {
     let mut c = client.clone().ready().await.unwrap();
     let (res, mut send) = c.send_request(req, false).unwrap();
     send.send_data(grpc_message("hi"), false).unwrap();
-    let res = tokio::time::timeout(DEADLINE, res).await.unwrap().unwrap();
+    let res = tokio::time::timeout(DEADLINE, res).await;
+    let res = res.expect("no answer head").expect("the answer head");
     assert_eq!(res.status(), 200);
     let head = format!("{:?}", res.headers());
     let mut call = Call {
@@ -220,7 +226,7 @@ async fn grpc_ended(call: &mut Call, by: tokio::time::Instant) -> Option<String>
 /// The sessions and calls of one app on one gateway.
 struct Streams {
     ws: Vec<TcpStream>,
-        calls: Vec<Call>,
+    calls: Vec<Call>,
 }
 
 /// Opens `n` WebSocket sessions and `n` gRPC bidi calls with each of
@@ -231,7 +237,8 @@ async fn open(port: u16, keys: &[&str], n: usize) -> Streams {
     for i in 0..n {
         let key = keys[i % keys.len()];
         ws.push(ws_open(port, &format!("X-App-Key: {key}\r\n")).await);
-        calls.push(grpc_open(port, key).await);
+        let call = tokio::time::timeout(DEADLINE * 2, grpc_open(port, key)).await;
+        calls.push(call.unwrap_or_else(|_| panic!("gRPC call {i} did not open")));
     }
     Streams { ws, calls }
 }
@@ -241,7 +248,11 @@ async fn open(port: u16, keys: &[&str], n: usize) -> Streams {
 async fn all_closed(s: &mut Streams, which: impl Fn(usize) -> bool, by: tokio::time::Instant) {
     for (i, w) in s.ws.iter_mut().enumerate().filter(|(i, _)| which(*i)) {
         let code = ws_closed(w, by).await;
-        assert_eq!(code, Some(1008), "WebSocket session {i} not closed in time with 1008");
+        assert_eq!(
+            code,
+            Some(1008),
+            "WebSocket session {i} not closed in time with 1008"
+        );
     }
     for (i, c) in s.calls.iter_mut().enumerate().filter(|(i, _)| which(*i)) {
         let how = grpc_ended(c, by).await;
@@ -261,7 +272,8 @@ async fn all_open(s: &mut Streams, which: impl Fn(usize) -> bool) {
 }
 
 fn revoked(text: &str, route: &str, reason: &str) -> f64 {
-    let series = format!("sluicegate_revoked_streams_total{{route=\"{route}\",reason=\"{reason}\"}}");
+    let series =
+        format!("sluicegate_revoked_streams_total{{route=\"{route}\",reason=\"{reason}\"}}");
     sample(text, &series).unwrap_or(0.0)
 }
 
@@ -274,12 +286,12 @@ fn apps_yaml() -> &'static str {
 #[test]
 fn removing_an_app_closes_its_200_streams_within_a_second_and_no_others() {
     let echo = ws_common::Echo::quiet();
-    let server = grpc_server();
+    let (_servers, grpc) = grpc_servers();
     let ports = Ports::new();
     let yaml = format!(
         "{}log: {{ access: off }}\nreload: {{ watch: false }}\n{}{}",
         ports.head(),
-        routes(echo.port, server.port),
+        routes(echo.port, &grpc),
         apps_yaml()
     );
     let gw = start(ports, &yaml);
@@ -306,12 +318,12 @@ fn removing_an_app_closes_its_200_streams_within_a_second_and_no_others() {
 #[test]
 fn removing_one_key_closes_only_the_streams_of_that_key() {
     let echo = ws_common::Echo::quiet();
-    let server = grpc_server();
+    let (_servers, grpc) = grpc_servers();
     let ports = Ports::new();
     let yaml = format!(
         "{}log: {{ access: off }}\nreload: {{ watch: false }}\n{}{}",
         ports.head(),
-        routes(echo.port, server.port),
+        routes(echo.port, &grpc),
         apps_yaml()
     );
     let _gw = start(ports, &yaml);
@@ -343,13 +355,14 @@ fn an_app_removed_in_etcd_closes_its_streams_on_three_gateways() {
         return;
     };
     let echo = ws_common::Echo::quiet();
-    let server = grpc_server();
-    let svc = |port: u16, extra: &str| {
-        format!(r#"{{"endpoints":["127.0.0.1:{port}"]{extra}}}"#)
+    let (_servers, grpc) = grpc_servers();
+    let svc = |ports: &[u16], extra: &str| {
+        let eps: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+        format!(r#"{{"endpoints":[{}]{extra}}}"#, eps.join(","))
     };
-    etcd.ctl(&["put", "/sg/services/ws", &svc(echo.port, "")]);
+    etcd.ctl(&["put", "/sg/services/ws", &svc(&[echo.port], "")]);
     let h2c = r#","protocol":"h2c""#;
-    etcd.ctl(&["put", "/sg/services/g", &svc(server.port, h2c)]);
+    etcd.ctl(&["put", "/sg/services/g", &svc(&grpc, h2c)]);
     etcd.ctl(&[
         "put",
         "/sg/routes/ws",
@@ -373,8 +386,12 @@ fn an_app_removed_in_etcd_closes_its_streams_on_three_gateways() {
         .collect();
     for (ports, gw) in &gws {
         let up = wait_until(DEADLINE, || {
-            sluicegate_testkit::try_http_get(ports.addr(), "/ws", &[("X-App-Key", "key-b-one-0001")])
-                .is_ok_and(|r| r.status != 404 && r.status != 401)
+            sluicegate_testkit::try_http_get(
+                ports.addr(),
+                "/ws",
+                &[("X-App-Key", "key-b-one-0001")],
+            )
+            .is_ok_and(|r| r.status != 404 && r.status != 401)
         });
         check(gw, up, "the routes and apps from etcd never served");
     }
@@ -451,8 +468,9 @@ fn a_websocket_admitted_with_a_jwt_closes_when_the_token_expires_unless_told_not
         let late = closed_at.duration_since(expires).unwrap();
         assert!(late < Duration::from_secs(2), "closed {late:?} after exp");
         // The other gateway keeps the session past the token's expiry.
-        assert!(ws_echoes(&mut s2, "after").await, "cut despite close_on_expiry: false");
+        assert!(
+            ws_echoes(&mut s2, "after").await,
+            "cut despite close_on_expiry: false"
+        );
     });
 }
-
-

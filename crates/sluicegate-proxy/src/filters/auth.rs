@@ -184,12 +184,12 @@ impl Filter for MtlsAuth {
         if r.cred != Credential::Mtls {
             return Some(Err(Revoked::AuthChanged));
         }
-        Some(app_of(r).and_then(|a| {
-            match r.identity.and_then(|who| self.index.app_id(who)) {
+        Some(app_of(r).and_then(
+            |a| match r.identity.and_then(|who| self.index.app_id(who)) {
                 Some(id) if id == r.app => Ok(a),
                 _ => Err(Revoked::KeyRemoved),
-            }
-        }))
+            },
+        ))
     }
 }
 
@@ -359,15 +359,14 @@ impl Filter for JwtAuth {
         let Credential::Jwt { key, .. } = r.cred else {
             return Some(Err(Revoked::AuthChanged));
         };
-        Some(app_of(r).and_then(|a| {
-            match r.apps.by_id(r.app).and_then(|app| app.jwt()) {
+        Some(
+            app_of(r).and_then(|a| match r.apps.by_id(r.app).and_then(|app| app.jwt()) {
                 Some(k) if k.fp == key => Ok(a),
                 _ => Err(Revoked::KeyRemoved),
-            }
-        }))
+            }),
+        )
     }
 }
-
 
 /// Splits `name=value` out of a query (without its `?`): the first value
 /// of `name`, and the query without every `name` parameter (with its `?`,

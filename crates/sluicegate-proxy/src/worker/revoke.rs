@@ -103,8 +103,7 @@ impl Grant {
             ActionRt::Proxy { service, .. } => Some(*service),
             ActionRt::Respond { .. } | ActionRt::Aggregate(_) => None,
         };
-        if !service.is_none_or(|s| app.may_call(s)) || !app.may_request(&self.method, &self.path)
-        {
+        if !service.is_none_or(|s| app.may_call(s)) || !app.may_request(&self.method, &self.path) {
             return Err(Revoked::Denied);
         }
         Ok(())
