@@ -108,8 +108,10 @@ pub(super) async fn forward<F: Future>(
     fwd: F,
 ) -> Result<F::Output, Revoked> {
     let worker = link.worker;
-    let mut fwd = pin!(fwd);
+    // The forward is dropped at the end of this block: its upstream side
+    // is closed before the client's stream is reset.
     let why = {
+        let mut fwd = pin!(fwd);
         let early = worker.deadlines.after(REGISTER_AFTER);
         if let Ok(done) = early.bound(fwd.as_mut()).await {
             return Ok(done);
@@ -124,7 +126,6 @@ pub(super) async fn forward<F: Future>(
             () = reg.grant.wait() => reg.grant.revoked().unwrap_or(Revoked::AuthChanged),
         }
     };
-    drop(fwd);
     if let Some(x) = link.client.h2() {
         x.cancel();
     }
