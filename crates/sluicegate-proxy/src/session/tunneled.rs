@@ -82,13 +82,9 @@ pub(super) async fn relay_and_record(
         grant,
         websocket,
     } = *h;
-    let reg = grant.map(|g| worker.revocations.register(&worker.shared, *g));
-    let revocable = reg.as_ref().map(|r| tunnel::Revocable {
-        grant: &r.grant,
-        websocket,
-    });
-    let carried = tunnel::relay(tunnel, worker, client, snap, revocable).await;
-    drop(reg);
+    // The registration lives in the wait, and ends with the tunnel.
+    let wait = grant.map(|g| tunnel::revoke_wait(worker.revocations.register(&worker.shared, *g)));
+    let carried = tunnel::relay(tunnel, worker, client, snap, wait, websocket).await;
     drop(guards);
     let total_us = Instant::now()
         .saturating_duration_since(started)

@@ -37,7 +37,7 @@ use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
-use crate::worker::revoke::Grant;
+use crate::worker::revoke::Registered;
 use crate::worker::upgraded::{Carried, Upgraded};
 use crate::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 
@@ -49,19 +49,24 @@ enum Side {
     Revoked,
 }
 
-/// A tunnel of an authenticated app: its grant, and whether a revocation
-/// can close it with a WebSocket close frame.
-#[derive(Clone, Copy)]
-pub(crate) struct Revocable<'g> {
-    pub grant: &'g Grant,
-    pub websocket: bool,
+/// The wait for the revocation of a tunnel's registered grant, for
+/// [`relay`]: it holds the registration, which ends when it is dropped.
+pub(crate) fn revoke_wait(reg: Registered<'_>) -> RevokeWait<'_> {
+    Box::pin(async move { reg.grant.wait().await })
 }
 
-/// Ends when `r`'s grant is revoked; never without one.
-async fn revoked(r: Option<Revocable<'_>>) {
-    match r {
-        Some(r) => r.grant.wait().await,
-        None => std::future::pending().await,
+/// The wait for a tunnel's revocation, boxed (only tunnels of an
+/// authenticated app have one: the others' tasks stay as small).
+pub(crate) type RevokeWait<'g> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'g>>;
+
+/// Ready when the grant `w` waits on is revoked; never without one.
+fn poll_revoked(
+    w: &mut Option<RevokeWait<'_>>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<()> {
+    match w {
+        Some(w) => w.as_mut().poll(cx),
+        None => std::task::Poll::Pending,
     }
 }
 
@@ -239,7 +244,8 @@ pub(crate) async fn relay(
     worker: &Worker,
     client: &Stream,
     snap: &Snapshot,
-    revocable: Option<Revocable<'_>>,
+    mut revoke_wait: Option<RevokeWait<'_>>,
+    websocket: bool,
 ) -> Carried {
     let idle = snap.timeouts.tunnel_idle;
     let dl = &worker.deadlines;
@@ -261,7 +267,7 @@ pub(crate) async fn relay(
                 tokio::select! {
                     r = read_ready(client), if client_open => Side::Client(r),
                     r = read_ready(up), if up_open => Side::Upstream(r),
-                    () = revoked(revocable) => Side::Revoked,
+                    () = std::future::poll_fn(|cx| poll_revoked(&mut revoke_wait, cx)) => Side::Revoked,
                 }
             })
             .await;
@@ -274,9 +280,9 @@ pub(crate) async fn relay(
             // Idle past tunnel_idle, or the drain is ending.
             Err(Stop::Timeout) => break,
             Ok(Side::Revoked) => {
-                if revocable.is_some_and(|r| r.websocket) && client_open {
+                if websocket && client_open {
                     let by = dl.after(snap.timeouts.client_write.min(Duration::from_secs(1)));
-                    let _ = write_all_by(client, CLOSE_1008, by).await;
+                    let _ = Box::pin(write_all_by(client, CLOSE_1008, by)).await;
                 }
                 if let Some(x) = client.h2() {
                     x.cancel();
