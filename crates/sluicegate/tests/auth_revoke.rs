@@ -4,7 +4,8 @@
 //! of two apps; removing one app through the admin API closes all of its
 //! 200 within a second (WebSocket close 1008, RST_STREAM CANCEL) and none
 //! of the other's; removing one of an app's two keys closes only the
-//! streams of that key; the same app removal on three gateways sharing
+//! streams of that key, and taking a service out of its `services` only
+//! the streams of that service; the same app removal on three gateways sharing
 //! etcd, written to etcd once; a WebSocket admitted with a JWT closes when
 //! the token expires, and stays with `jwt.close_on_expiry: false`.
 //!
@@ -316,7 +317,7 @@ fn removing_an_app_closes_its_200_streams_within_a_second_and_no_others() {
 }
 
 #[test]
-fn removing_one_key_closes_only_the_streams_of_that_key() {
+fn removing_one_key_or_a_service_closes_only_the_streams_it_admitted() {
     let echo = ws_common::Echo::quiet();
     let (_servers, grpc) = grpc_servers();
     let ports = Ports::new();
@@ -342,10 +343,26 @@ fn removing_one_key_closes_only_the_streams_of_that_key() {
         let by = tokio::time::Instant::now() + WITHIN;
         all_closed(&mut a, |i| i % 2 == 0, by).await;
         all_open(&mut a, |i| i % 2 == 1).await;
+        // The app may no longer call the gRPC service: its calls close,
+        // its WebSocket sessions stay.
+        let resp = admin_common::call(ports, "PATCH", "/apps/a", &[], r#"{"services":["ws"]}"#);
+        assert_eq!(resp.status, 200, "{}", resp.body_str());
+        let by = tokio::time::Instant::now() + WITHIN;
+        for (i, c) in a.calls.iter_mut().enumerate().filter(|(i, _)| i % 2 == 1) {
+            let how = grpc_ended(c, by)
+                .await
+                .unwrap_or_else(|| panic!("call {i} open"));
+            assert!(how.contains("Some(CANCEL)"), "call {i}: {how}");
+        }
+        for (i, w) in a.ws.iter_mut().enumerate().filter(|(i, _)| i % 2 == 1) {
+            assert!(ws_echoes(w, "still").await, "WebSocket session {i} was cut");
+        }
     });
     let text = metrics(ports);
     assert_eq!(revoked(&text, "ws", "key_removed"), 10.0, "{text}");
     assert_eq!(revoked(&text, "grpc", "key_removed"), 10.0, "{text}");
+    assert_eq!(revoked(&text, "grpc", "denied"), 10.0, "{text}");
+    assert_eq!(revoked(&text, "ws", "denied"), 0.0, "{text}");
 }
 
 #[test]
