@@ -15,7 +15,14 @@ pub(crate) const APP_JWT_KEYS: &[&str] = &[
     "public_key_file",
 ];
 
-pub(crate) const JWT_KEYS: &[&str] = &["issuer", "audience", "app_claim", "leeway", "issuers"];
+pub(crate) const JWT_KEYS: &[&str] = &[
+    "issuer",
+    "audience",
+    "app_claim",
+    "leeway",
+    "issuers",
+    "close_on_expiry",
+];
 
 pub(crate) const ISSUER_KEYS: &[&str] = &[
     "name",
@@ -183,6 +190,11 @@ pub(crate) fn jwt_settings(
                     }
                 }
             }
+        }
+    }
+    if let Some(n) = f.get("close_on_expiry") {
+        if let Some(b) = reader::boolean(cx, n, path.key("close_on_expiry")) {
+            out.close_on_expiry = b;
         }
     }
     out

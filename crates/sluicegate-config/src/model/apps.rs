@@ -19,6 +19,9 @@ pub struct JwtSettings {
     pub leeway: Duration,
     /// OpenID Connect issuers whose keys come from their JWKS.
     pub issuers: Vec<JwtIssuer>,
+    /// A tunnel or stream admitted with a token ends when the token
+    /// expires (`exp` plus `leeway`).
+    pub close_on_expiry: bool,
 }
 
 /// Where an issuer's key set is read from.
@@ -85,6 +88,7 @@ impl Default for JwtSettings {
             app_claim: "sub".to_string(),
             leeway: Duration::from_secs(30),
             issuers: Vec::new(),
+            close_on_expiry: true,
         }
     }
 }

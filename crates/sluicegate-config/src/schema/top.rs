@@ -222,6 +222,7 @@ pub(super) fn top(k: &str) -> Option<S> {
                 "audience" => string("Tokens must carry this aud.").into(),
                 "app_claim" => with_default(string("The claim holding the app's id."), json!("sub")),
                 "leeway" => dur("Clock skew allowed on exp, nbf and iat.", Some("30s")),
+                "close_on_expiry" => boolean("End a tunnel or stream admitted with a token when the token expires (exp plus leeway).", true).into(),
                 "issuers" => list(
                     "OpenID Connect issuers whose tokens are checked with the keys of their JWKS.",
                     object(

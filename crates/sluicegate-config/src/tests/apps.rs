@@ -422,6 +422,11 @@ apps:
     assert_eq!(c.jwt.issuer.as_deref(), Some("https://i.test"));
     assert_eq!(c.jwt.app_claim, "sub");
     assert_eq!(c.jwt.leeway, Duration::from_secs(10));
+    assert!(c.jwt.close_on_expiry, "on unless turned off");
+    let off = ok(&with("jwt: { close_on_expiry: false }\n"));
+    assert!(!off.jwt.close_on_expiry);
+    let bad = errors(&with("jwt: { close_on_expiry: sometimes }\n")).join("\n");
+    assert!(bad.contains("jwt.close_on_expiry"), "{bad}");
     assert_eq!(
         c.apps[0].jwt,
         Some(AppJwt {

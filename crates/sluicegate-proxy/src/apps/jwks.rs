@@ -242,6 +242,11 @@ impl TokenError {
 /// settings stay the same (keys, cache and all).
 pub struct IssuerState {
     pub cfg: JwtIssuer,
+    /// Names the issuer (its name, `issuer` and key source) in what a
+    /// long-lived stream authenticated with
+    /// ([`crate::filters::grant::Credential::Issuer`]): a stream is
+    /// revoked once no issuer of this fingerprint is configured.
+    pub fp: u32,
     leeway: Duration,
     pub keys: ArcSwap<KeySet>,
     /// Whether a key set was ever fetched.
@@ -295,7 +300,13 @@ impl IssuerState {
                 (alg, v)
             })
             .collect();
+        let jwks = match &cfg.jwks {
+            sluicegate_config::JwksSource::Discovery => "discovery",
+            sluicegate_config::JwksSource::Uri(u) => u.as_str(),
+        };
+        let named = format!("{}\n{}\n{jwks}", cfg.name, cfg.issuer);
         IssuerState {
+            fp: crate::apps::fingerprint(named.as_bytes()),
             cfg: cfg.clone(),
             leeway,
             keys: ArcSwap::from_pointee(KeySet::default()),

@@ -40,6 +40,10 @@ pub(super) type PolicyKey<'c> = (
 pub struct JwtKeyRt {
     pub alg: jsonwebtoken::Algorithm,
     pub key: jsonwebtoken::DecodingKey,
+    /// A fingerprint of the key material (see [`super::fingerprint`]): a
+    /// stream admitted with a token remembers it, so that a change of the
+    /// app's key ends the stream.
+    pub fp: u32,
 }
 
 impl std::fmt::Debug for JwtKeyRt {
@@ -93,6 +97,10 @@ pub(super) fn jwt_key(j: &sluicegate_config::AppJwt) -> Result<JwtKeyRt, String>
     use jsonwebtoken::{Algorithm, DecodingKey};
     use sluicegate_config::{JwtAlg, JwtKey};
     let err = |e: jsonwebtoken::errors::Error| format!("bad public key: {e}");
+    let fp = match &j.key {
+        JwtKey::Secret(s) => super::fingerprint(s),
+        JwtKey::PublicKeyPem(p) => super::fingerprint(p),
+    };
     let (alg, key) = match (j.alg, &j.key) {
         (JwtAlg::HS256, JwtKey::Secret(s)) => (Algorithm::HS256, DecodingKey::from_secret(s)),
         (JwtAlg::RS256, JwtKey::PublicKeyPem(p)) => {
@@ -103,5 +111,5 @@ pub(super) fn jwt_key(j: &sluicegate_config::AppJwt) -> Result<JwtKeyRt, String>
         }
         _ => return Err("key does not match the algorithm".to_string()),
     };
-    Ok(JwtKeyRt { alg, key })
+    Ok(JwtKeyRt { alg, key, fp })
 }

@@ -317,6 +317,20 @@ impl AppTable {
         found.map(|index| AppRef::new(self, index))
     }
 
+    /// Whether app `index` holds a key whose fingerprint is `fp` (see
+    /// [`super::fingerprint`]): what a stream admitted with that key is
+    /// checked against when the apps change.
+    pub fn has_key_fp(&self, index: u32, fp: u32) -> bool {
+        let (s, p) = split_index(index);
+        let shard = &self.app_shards[s];
+        shard.key_hashes_of(p).iter().any(|&hash| {
+            let keys = &self.key_shards[shard_of(hash)];
+            keys.table
+                .candidates(hash)
+                .any(|r| r.app == index && super::fingerprint(keys.key(r)) == fp)
+        })
+    }
+
     /// Every slot of the app with this id (none if there is none).
     pub(crate) fn slots_of_id(&self, id: &str) -> Vec<u32> {
         self.find_id(id).map_or_else(Vec::new, |a| {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use sluicegate_config::AppKeySources;
 
+use super::grant::{app_of, Credential, Readmit, Revoked};
 use super::{Answer, Filter, InFlight, Refuse, ReqCx, Wait};
 use crate::apps::introspect::Known;
 use crate::apps::jwks::{IssuerState, TokenError, Verified};
@@ -94,7 +95,21 @@ impl Filter for AppKeyAuth {
         let Some(app) = cx.apps.by_key(key) else {
             return Err(Self::refuse_401());
         };
-        admit_app(app, cx, Some(crate::apps::fingerprint(key)))
+        let fp = crate::apps::fingerprint(key);
+        admit_app(app, cx, Some(fp), Credential::Key(fp))
+    }
+
+    fn readmit(&self, r: &Readmit<'_>) -> Option<Result<u32, Revoked>> {
+        let Credential::Key(fp) = r.cred else {
+            return Some(Err(Revoked::AuthChanged));
+        };
+        Some(app_of(r).and_then(|a| {
+            if r.apps.has_key_fp(a, fp) {
+                Ok(a)
+            } else {
+                Err(Revoked::KeyRemoved)
+            }
+        }))
     }
 }
 
@@ -165,14 +180,31 @@ impl Filter for MtlsAuth {
         let who = cx.identity.ok_or_else(refuse)?;
         let id = self.index.app_id(who).ok_or_else(refuse)?;
         let app = cx.apps.by_id(id).ok_or_else(refuse)?;
-        admit_app(app, cx, None)
+        admit_app(app, cx, None, Credential::Mtls)
+    }
+
+    fn readmit(&self, r: &Readmit<'_>) -> Option<Result<u32, Revoked>> {
+        if r.cred != Credential::Mtls {
+            return Some(Err(Revoked::AuthChanged));
+        }
+        Some(app_of(r).and_then(
+            |a| match r.identity.and_then(|who| self.index.app_id(who)) {
+                Some(id) if id == r.app => Ok(a),
+                _ => Err(Revoked::KeyRemoved),
+            },
+        ))
     }
 }
 
 /// After authentication: counts the request for the app, checks its
 /// service, method and path rules (403), and records it for the upstream
 /// (`X-App-Id`), the later filters and the log.
-fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Result<(), Refuse> {
+fn admit_app<'a>(
+    app: AppRef<'a>,
+    cx: &mut ReqCx<'a>,
+    key_fp: Option<u32>,
+    cred: Credential,
+) -> Result<(), Refuse> {
     app.slot().requests.fetch_add(1, Ordering::Relaxed);
     cx.edits.app = Some(app.index);
     let method = &cx.raw[cx.head.method.clone()];
@@ -184,6 +216,7 @@ fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Re
         });
     }
     cx.edits.key_fp = key_fp;
+    cx.edits.cred = cred;
     cx.edits
         .request_headers
         .push(b"x-app-id", app.id().as_bytes());
@@ -197,6 +230,9 @@ fn admit_app<'a>(app: AppRef<'a>, cx: &mut ReqCx<'a>, key_fp: Option<u32>) -> Re
 /// may send upstream.
 pub struct JwtShared {
     pub app_claim: String,
+    /// Added to a token's `exp` for the end of a stream it admitted;
+    /// `None`: `jwt.close_on_expiry: false`, streams outlive their token.
+    close_after: Option<u64>,
     /// Checks per algorithm of per-app keys: HS256, RS256, ES256.
     validations: [jsonwebtoken::Validation; 3],
     pub issuers: Box<[Arc<IssuerState>]>,
@@ -275,6 +311,7 @@ impl JwtShared {
         JwtShared {
             introspect: issuers.iter().position(|i| i.introspect.is_some()),
             app_claim: s.app_claim.clone(),
+            close_after: s.close_on_expiry.then_some(s.leeway.as_secs()),
             validations: [
                 make(Algorithm::HS256),
                 make(Algorithm::RS256),
@@ -503,9 +540,23 @@ impl Filter for JwtAuth {
         let apps: &'a Arc<crate::apps::AppTable> = cx.apps;
         let app = apps.by_id(&v.app);
         let id = v.clone();
+        // When a stream it admits ends (its `exp` plus the leeway).
+        let until = shared
+            .close_after
+            .map_or(0, |leeway| v.exp.saturating_add(leeway).max(1));
         cx.edits.token = Some(v);
         if let Some(app) = app {
-            return admit_app(app, cx, None);
+            let cred = match issuer {
+                Some(i) => Credential::Issuer {
+                    issuer: shared.issuers[i].fp,
+                    until,
+                },
+                None => Credential::Jwt {
+                    key: app.jwt().map_or(0, |k| k.fp),
+                    until,
+                },
+            };
+            return admit_app(app, cx, None, cred);
         }
         // An app the issuer names that is not under `apps`: its default
         // plan, counted per app id, or refused.
@@ -521,6 +572,30 @@ impl Filter for JwtAuth {
             .request_headers
             .push(b"x-app-id", id.app.as_bytes());
         super::limits::charge_or_refuse(&state, || InFlight::State(state.clone()), plan, cx, || {})
+    }
+
+    fn readmit(&self, r: &Readmit<'_>) -> Option<Result<u32, Revoked>> {
+        match r.cred {
+            Credential::Jwt { key, .. } => {
+                Some(
+                    app_of(r).and_then(|a| match r.apps.by_id(r.app).and_then(|app| app.jwt()) {
+                        Some(k) if k.fp == key => Ok(a),
+                        _ => Err(Revoked::KeyRemoved),
+                    }),
+                )
+            }
+            // A token of an OpenID Connect issuer: admitted while that
+            // issuer (same name and settings) is still configured.
+            Credential::Issuer { issuer, .. } => {
+                Some(app_of(r).and_then(
+                    |a| match self.shared.issuers.iter().any(|i| i.fp == issuer) {
+                        true => Ok(a),
+                        false => Err(Revoked::KeyRemoved),
+                    },
+                ))
+            }
+            _ => Some(Err(Revoked::AuthChanged)),
+        }
     }
 }
 /// Splits `name=value` out of a query (without its `?`): the first value

@@ -6,11 +6,14 @@
 //! a route's injected aborts and delays, applied after them. A route holds
 //! its filters in order; the first to refuse answers the request.
 //! `mirror` holds a route's mirror settings (which requests get copied,
-//! and where), applied as the request is forwarded.
+//! and where), applied as the request is forwarded. `grant` holds what a
+//! request authenticated with, checked again for long-lived streams when
+//! the config changes.
 
 mod auth;
 pub(crate) mod compress;
 pub(crate) mod fault;
+pub(crate) mod grant;
 mod limits;
 pub(crate) mod mirror;
 mod policy;
@@ -55,6 +58,8 @@ pub struct Edits {
     /// the fingerprint of the key it used.
     pub app: Option<u32>,
     pub key_fp: Option<u32>,
+    /// What the app authenticated with (kept by a stream that stays open).
+    pub cred: grant::Credential,
     /// Held until the request ends (concurrency slots).
     pub guards: Vec<InFlight>,
     /// Headers to drop from the upstream's response and lines to add.
@@ -76,6 +81,7 @@ impl Edits {
         self.response_headers.clear();
         self.app = None;
         self.key_fp = None;
+        self.cred = grant::Credential::None;
         self.guards.clear();
         self.response_ops = None;
         self.cors = false;
@@ -194,6 +200,13 @@ pub trait Filter: Send + Sync + Debug {
     /// For a filter that [`Filter::waits`]: what to wait for before
     /// [`Filter::on_request`] runs, if anything now.
     fn wait<'a>(&'a self, _cx: &ReqCx<'a>) -> Option<Wait<'a>> {
+        None
+    }
+
+    /// For an auth filter: whether the credential a stream was admitted
+    /// with still admits its app under a new snapshot's apps (the app's
+    /// index), or why not. `None`: not an auth filter.
+    fn readmit(&self, _r: &grant::Readmit<'_>) -> Option<Result<u32, grant::Revoked>> {
         None
     }
 }

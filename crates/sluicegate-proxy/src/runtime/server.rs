@@ -264,6 +264,7 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
                     worker.pool.borrow_mut().sweep(Instant::now());
                     worker.flush_log();
                     worker.trim_bufs();
+                    worker.revocations.sweep(&worker.shared);
                 }
                 r = sd.changed() => {
                     if r.is_err() || *sd.borrow() == Phase::Stop { break; }

@@ -46,6 +46,7 @@ use super::grpc::grpc_facts;
 use super::ids::{end_span, request_ids, since};
 use super::peer::Link;
 use super::req::Req;
+use super::revocable::{self, Admitted};
 use super::tunneled::{Handoff, LogFacts};
 use crate::filters::compress::Compressing;
 use crate::filters::fault::Injected;
@@ -392,7 +393,14 @@ pub(super) async fn exchange(
                     hand_back,
                     compress,
                 };
-                let forwarded = forward::forward(cx, bufs).await;
+                // An authenticated request that runs on is revocable.
+                let admitted = Admitted::of(snap, bufs, route, &target);
+                let forwarded = match &admitted {
+                    None => forward::forward(cx, bufs).await,
+                    Some(a) => revocable::forward(link, a, forward::forward(cx, bufs))
+                        .await
+                        .unwrap_or_else(|_| Ended::Done(Outcome::local(403, 0, true))),
+                };
                 // Filled by the relay, if anything: no fallback's answer
                 // is stored in its place.
                 let mut fill = if cache.is_some() {
@@ -483,6 +491,11 @@ pub(super) async fn exchange(
                         }
                         let mut h = hand_off(&rq, t, bufs, found.index, &outcome, started);
                         h.split_entry = entry.map(|(i, _)| i);
+                        if let Some(a) = &admitted {
+                            let who = link.peer.identity.as_deref();
+                            h.grant = Some(Box::new(a.grant(who)));
+                            h.websocket = a.websocket;
+                        }
                         return Next::Tunnel(h);
                     }
                 }
@@ -597,6 +610,8 @@ fn hand_off(
         guards,
         log,
         split_entry: None,
+        grant: None,
+        websocket: false,
     })
 }
 

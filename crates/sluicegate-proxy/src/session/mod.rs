@@ -31,6 +31,7 @@ mod lifecycle;
 pub(crate) mod park;
 mod peer;
 mod req;
+mod revocable;
 pub(crate) mod start;
 mod tunneled;
 

@@ -16,6 +16,7 @@ use crate::observe::accesslog;
 use crate::snapshot::{ActionRt, Snapshot};
 use crate::transport::stream::Stream;
 use crate::upstream::tunnel;
+use crate::worker::revoke::Grant;
 use crate::worker::upgraded::Upgraded;
 use crate::worker::Worker;
 
@@ -34,6 +35,11 @@ pub(super) struct Handoff {
     pub log: Option<Box<LogFacts>>,
     /// On a split route, the entry that took the request.
     pub split_entry: Option<usize>,
+    /// What the app authenticated with, on a route with `auth`: the
+    /// tunnel is registered for revocation.
+    pub grant: Option<Box<Grant>>,
+    /// The tunnel is a WebSocket (a revocation sends a close frame).
+    pub websocket: bool,
 }
 
 /// The request's facts for its access log line.
@@ -73,8 +79,12 @@ pub(super) async fn relay_and_record(
         guards,
         log,
         split_entry,
+        grant,
+        websocket,
     } = *h;
-    let carried = tunnel::relay(tunnel, worker, client, snap).await;
+    // The registration lives in the wait, and ends with the tunnel.
+    let wait = grant.map(|g| tunnel::revoke_wait(worker.revocations.register(&worker.shared, *g)));
+    let carried = tunnel::relay(tunnel, worker, client, snap, wait, websocket).await;
     drop(guards);
     let total_us = Instant::now()
         .saturating_duration_since(started)

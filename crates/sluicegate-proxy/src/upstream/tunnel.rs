@@ -19,12 +19,14 @@
 //! until it is written.
 //!
 //! A tunnel holds the snapshot its request started with, so a reload does
-//! not cut it; on shutdown it runs on through the drain and ends itself a
+//! not cut it, unless the reload revokes the app's authentication (see
+//! `crate::worker::revoke`): then a WebSocket gets a close frame (1008,
+//! policy violation) and the tunnel ends; on shutdown it runs on through the drain and ends itself a
 //! tenth of `timeouts.drain` before the drain does, so that its close is
 //! counted and logged.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::balance::endpoint::OwnedPermit;
 use crate::clock::deadline::Stop;
@@ -35,14 +37,41 @@ use crate::snapshot::Snapshot;
 use crate::transport::io::{read_ready, write_all_by};
 use crate::transport::stream::Stream;
 use crate::upstream::body::client_write_failed;
+use crate::worker::revoke::Registered;
 use crate::worker::upgraded::{Carried, Upgraded};
 use crate::worker::{Bufs, Downstream, Worker, BUF_SIZE};
 
-/// Which side had bytes (or a close) first.
+/// Which side had bytes (or a close) first, or whether the tunnel's
+/// authentication was revoked.
 enum Side {
     Client(std::io::Result<()>),
     Upstream(std::io::Result<()>),
+    Revoked,
 }
+
+/// The wait for the revocation of a tunnel's registered grant, for
+/// [`relay`]: it holds the registration, which ends when it is dropped.
+pub(crate) fn revoke_wait(reg: Registered<'_>) -> RevokeWait<'_> {
+    Box::pin(async move { reg.grant.wait().await })
+}
+
+/// The wait for a tunnel's revocation, boxed (only tunnels of an
+/// authenticated app have one: the others' tasks stay as small).
+pub(crate) type RevokeWait<'g> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'g>>;
+
+/// Ready when the grant `w` waits on is revoked; never without one.
+fn poll_revoked(
+    w: &mut Option<RevokeWait<'_>>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<()> {
+    match w {
+        Some(w) => w.as_mut().poll(cx),
+        None => std::task::Poll::Pending,
+    }
+}
+
+/// A server's WebSocket close frame: 1008 (policy violation), with a reason.
+const CLOSE_1008: &[u8] = b"\x88\x09\x03\xf0revoked";
 
 /// Whether a request may upgrade to `value` (its `Upgrade` header) on a
 /// route that allows `allowed`: every protocol it names is listed there
@@ -215,6 +244,8 @@ pub(crate) async fn relay(
     worker: &Worker,
     client: &Stream,
     snap: &Snapshot,
+    mut revoke_wait: Option<RevokeWait<'_>>,
+    websocket: bool,
 ) -> Carried {
     let idle = snap.timeouts.tunnel_idle;
     let dl = &worker.deadlines;
@@ -236,6 +267,7 @@ pub(crate) async fn relay(
                 tokio::select! {
                     r = read_ready(client), if client_open => Side::Client(r),
                     r = read_ready(up), if up_open => Side::Upstream(r),
+                    () = std::future::poll_fn(|cx| poll_revoked(&mut revoke_wait, cx)) => Side::Revoked,
                 }
             })
             .await;
@@ -247,6 +279,18 @@ pub(crate) async fn relay(
             }
             // Idle past tunnel_idle, or the drain is ending.
             Err(Stop::Timeout) => break,
+            Ok(Side::Revoked) => {
+                if websocket && client_open {
+                    let by = dl.after(snap.timeouts.client_write.min(Duration::from_secs(1)));
+                    let _ = Box::pin(write_all_by(client, CLOSE_1008, by)).await;
+                }
+                if let Some(x) = client.h2() {
+                    x.cancel();
+                } else {
+                    client.shutdown_write();
+                }
+                break;
+            }
             Ok(Side::Client(r)) => (r.map(|()| client), up, &mut client_open, &mut carried.up),
             Ok(Side::Upstream(r)) => (r.map(|()| up), client, &mut up_open, &mut carried.down),
         };

@@ -5,13 +5,15 @@
 //! it as a [`Worker`] and a [`Downstream`]; the plain data it holds is
 //! here too: idle HTTP/1.1 upstream connections (`pool`), HTTP/2 upstream
 //! connections (`h2conns`), a tunnel handed on after a `101` (`upgraded`),
-//! parked client connections (`parkset`), the busy poller (`busypoll`)
-//! and the body copy a mirrored request feeds its mirror (`tee`).
+//! parked client connections (`parkset`), the busy poller (`busypoll`),
+//! the body copy a mirrored request feeds its mirror (`tee`) and the
+//! long-lived streams a config change may revoke (`revoke`).
 
 pub(crate) mod busypoll;
 pub(crate) mod h2conns;
 pub(crate) mod parkset;
 pub(crate) mod pool;
+pub(crate) mod revoke;
 pub(crate) mod tee;
 pub(crate) mod upgraded;
 
@@ -96,6 +98,9 @@ pub struct Worker {
     id_next: Cell<u64>,
     /// The worker's pseudo-random numbers (fault injection's draws).
     pub(crate) rng: crate::filters::fault::Rng,
+    /// Long-lived streams admitted by an auth filter, checked again when
+    /// the config changes.
+    pub(crate) revocations: revoke::Revocations,
     /// The worker itself, once shared ([`Worker::into_rc`]): what a task
     /// started from a request (a mirror's copy) holds.
     this: std::cell::OnceCell<std::rc::Weak<Worker>>,
@@ -214,6 +219,7 @@ impl Worker {
             id_prefix: crate::proto::request_id::hex16(fastrand::u64(..)),
             id_next: Cell::new(0),
             rng: crate::filters::fault::Rng::new(fastrand::u64(..)),
+            revocations: revoke::Revocations::default(),
             this: std::cell::OnceCell::new(),
         }
     }

@@ -33,6 +33,18 @@ pub struct GlobalMetrics {
     pub reloads_failed: AtomicU64,
     /// Endpoint sets changed by the discovery plane.
     pub discoveries: AtomicU64,
+    /// Long-lived streams closed because a config change or a token's
+    /// expiry revoked what they authenticated with, by route and reason
+    /// (rare, and counted off the request path: behind a lock).
+    pub revoked: std::sync::Mutex<std::collections::BTreeMap<(String, &'static str), u64>>,
+}
+
+impl GlobalMetrics {
+    /// Counts a stream of `route` closed for `reason`.
+    pub fn count_revoked(&self, route: &str, reason: &'static str) {
+        let mut m = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry((route.to_string(), reason)).or_default() += 1;
+    }
 }
 
 pub fn render_global(out: &mut String, g: &GlobalMetrics) {
@@ -133,6 +145,18 @@ pub fn render_global(out: &mut String, g: &GlobalMetrics) {
         "counter",
         g.discoveries.load(Ordering::Relaxed),
     );
+    let name = "sluicegate_revoked_streams_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Long-lived streams (tunnels, HTTP/2 and gRPC streams) closed because what they authenticated with was revoked or expired.\n# TYPE {name} counter"
+    );
+    for ((route, reason), n) in g.revoked.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let _ = writeln!(
+            out,
+            "{name}{{route=\"{}\",reason=\"{reason}\"}} {n}",
+            label(route)
+        );
+    }
     family(
         out,
         "sluicegate_unrouted_requests_total",

@@ -390,8 +390,10 @@ impl Exchange {
         }
     }
 
-    /// Resets the stream with `CANCEL` whatever its answer's framing: an
-    /// answer cut short that must not look whole.
+    /// Resets the stream with `CANCEL` whatever its answer's framing or
+    /// what it was doing: an answer cut short that must not look whole, a
+    /// stream whose authentication was revoked. A later
+    /// [`Exchange::finish`] does nothing.
     pub(crate) fn cancel(&self) {
         let mut i = self.inner.borrow_mut();
         match std::mem::replace(&mut i.out, Out::Done) {
