@@ -7,7 +7,9 @@
 //! streams of that key, and taking a service out of its `services` only
 //! the streams of that service; the same app removal on three gateways sharing
 //! etcd, written to etcd once; a WebSocket admitted with a JWT closes when
-//! the token expires, and stays with `jwt.close_on_expiry: false`.
+//! the token expires, and stays with `jwt.close_on_expiry: false`; one
+//! admitted with an OpenID Connect issuer's token (npm `oidc-provider`)
+//! closes when that issuer is removed, and a per-app key's stays.
 //!
 //! Each gRPC call has an HTTP/2 connection of its own: two bidi calls
 //! streaming at once on one client connection do not both get their
@@ -17,6 +19,7 @@
 mod admin_common;
 mod etcd_common;
 mod grpc_common;
+mod oidc_common;
 mod ops_common;
 mod venv_common;
 mod ws_common;
@@ -490,4 +493,65 @@ fn a_websocket_admitted_with_a_jwt_closes_when_the_token_expires_unless_told_not
             "cut despite close_on_expiry: false"
         );
     });
+}
+
+#[test]
+fn a_websocket_admitted_with_an_issuer_s_token_closes_when_the_issuer_is_removed() {
+    let idp = oidc_common::Idp::start();
+    let echo = ws_common::Echo::quiet();
+    let ports = Ports::new();
+    let yaml = format!(
+        "{}log: {{ access: off }}\nreload: {{ watch: false }}\nservices:\n{}routes:\n\
+         \x20 - name: ws\n    match: {{ path_prefix: /ws }}\n    service: ws\n    auth: jwt\n\
+         jwt:\n  issuers:\n    - {{ name: corp, issuer: \"{}\", discovery: true, audiences: [orders-api] }}\n\
+         apps:\n  - {{ id: rs-app }}\n  - {{ id: a, jwt: {{ alg: HS256, secret: \"{SECRET}\" }} }}\n",
+        ports.head(),
+        ops_common::service("ws", &[echo.port]),
+        idp.issuer(),
+    );
+    let _gw = start(ports, &yaml);
+    let issued = idp.token("rs-app", "orders:read");
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let own = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({ "sub": "a", "exp": exp }),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    // The issuer's keys come from discovery: wait for the first fetch.
+    let bearer = format!("Bearer {issued}");
+    assert!(wait_until(DEADLINE * 2, || {
+        let r = sluicegate_testkit::http_get(ports.addr(), "/ws", &[("Authorization", &bearer)]);
+        r.status != 401
+    }));
+    let by_issuer = format!("Authorization: Bearer {issued}\r\n");
+    let by_key = format!("Authorization: Bearer {own}\r\n");
+    runtime().block_on(async {
+        let mut s1 = ws_open(ports.listen, &by_issuer).await;
+        let mut s2 = ws_open(ports.listen, &by_key).await;
+        assert!(ws_echoes(&mut s1, "before").await);
+        assert!(ws_echoes(&mut s2, "before").await);
+        // The issuer goes (a merge patch of the settings): the stream its
+        // token admitted closes within a second, the per-app key's stays.
+        let patch = admin_common::call(
+            ports,
+            "PATCH",
+            "/settings",
+            &[],
+            "{\"jwt\":{\"issuers\":null}}",
+        );
+        assert_eq!(patch.status, 200, "{}", patch.body_str());
+        let by = tokio::time::Instant::now() + WITHIN;
+        assert_eq!(ws_closed(&mut s1, by).await, Some(1008));
+        assert!(
+            ws_echoes(&mut s2, "after").await,
+            "the per-app key's stream was cut"
+        );
+    });
+    let text = metrics(ports);
+    assert_eq!(revoked(&text, "ws", "key_removed"), 1.0, "{text}");
 }
