@@ -11,10 +11,10 @@
 //! admitted with an OpenID Connect issuer's token (npm `oidc-provider`)
 //! closes when that issuer is removed, and a per-app key's stays.
 //!
-//! Each gRPC call has an HTTP/2 connection of its own: two bidi calls
-//! streaming at once on one client connection do not both get their
-//! answers through the gateway today (a known problem, apart from
-//! revocation).
+//! Each gRPC call has an HTTP/2 connection of its own. (That was once
+//! needed: a stream kept the send window it reserved, so two bidi calls
+//! on one client connection starved each other; see
+//! `grpc_proxy::two_bidi_calls_stream_at_once_on_one_client_connection`.)
 
 mod admin_common;
 mod etcd_common;
@@ -55,9 +55,10 @@ fn routes(ws: u16, grpc: &[u16]) -> String {
     )
 }
 
-/// Four grpcio test servers, each with threads for 64 open bidi calls: a
-/// worker of the gateway carries 64 calls at once to one endpoint (more
-/// wait for one to end), so the calls of a test are spread over four.
+/// Four grpcio test servers, each with threads for 64 open bidi calls:
+/// the grpcio server holds a thread per open bidi call (a call past its
+/// threads gets no answer head until one ends), so the calls of a test
+/// are spread over four.
 fn grpc_servers() -> (Vec<grpc_common::Server>, Vec<u16>) {
     let servers: Vec<_> = (0..4)
         .map(|_| grpc_common::Server::start_with(&["workers=64"]))

@@ -253,3 +253,250 @@ fn unavailable_answers_are_retried_elsewhere_and_counted_by_status() {
         ) > 8
     );
 }
+
+// --- bidi calls sharing one client connection ----------------------------
+
+/// How long any one wait of the h2 client below may take.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// One bidi call on a shared client connection, driven by the h2 crate.
+struct Bidi {
+    send: h2::SendStream<bytes::Bytes>,
+    recv: h2::RecvStream,
+    got: Vec<u8>,
+}
+
+fn grpc_message(text: &str) -> bytes::Bytes {
+    let mut m = vec![0u8];
+    m.extend_from_slice(&(text.len() as u32).to_be_bytes());
+    m.extend_from_slice(text.as_bytes());
+    m.into()
+}
+
+/// Starts a `test.Echo/Bidi` call on `client` (its head only: the
+/// server's answer head comes with its first message).
+async fn bidi_start(
+    client: &h2::client::SendRequest<bytes::Bytes>,
+    port: u16,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let req = http::Request::post(format!("http://127.0.0.1:{port}/test.Echo/Bidi"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let mut c = tokio::time::timeout(WAIT, client.clone().ready())
+        .await
+        .expect("the connection takes a stream")
+        .unwrap();
+    c.send_request(req, false).unwrap()
+}
+
+/// The call's next message, or how its stream ended first.
+async fn bidi_next(call: &mut Bidi) -> Result<String, String> {
+    loop {
+        if call.got.len() >= 5 {
+            let len = u32::from_be_bytes(call.got[1..5].try_into().unwrap()) as usize;
+            if call.got.len() >= 5 + len {
+                let m = String::from_utf8_lossy(&call.got[5..5 + len]).into_owned();
+                call.got.drain(..5 + len);
+                return Ok(m);
+            }
+        }
+        match call.recv.data().await {
+            Some(Ok(d)) => {
+                let _ = call.recv.flow_control().release_capacity(d.len());
+                call.got.extend_from_slice(&d);
+            }
+            Some(Err(e)) => return Err(format!("reset: {:?} ({e})", e.reason())),
+            None => {
+                let t = call.recv.trailers().await;
+                return Err(format!("ended: {t:?}"));
+            }
+        }
+    }
+}
+
+/// Sends `msg` on `call` and reads its echo (bounded).
+async fn bidi_echo(call: &mut Bidi, msg: &str) -> Result<String, String> {
+    call.send
+        .send_data(grpc_message(msg), false)
+        .map_err(|e| format!("send: {e}"))?;
+    tokio::time::timeout(WAIT, bidi_next(call))
+        .await
+        .map_err(|_| "no echo in time".to_string())?
+}
+
+/// Ends `call`'s request and reads its trailers: its `grpc-status`.
+async fn bidi_close(mut call: Bidi) -> Result<String, String> {
+    call.send
+        .send_data(bytes::Bytes::new(), true)
+        .map_err(|e| format!("end: {e}"))?;
+    let ended = tokio::time::timeout(WAIT, async {
+        while let Some(d) = call.recv.data().await {
+            let d = d.map_err(|e| format!("reset: {e}"))?;
+            if !d.is_empty() {
+                return Err(format!("unexpected data {d:?}"));
+            }
+        }
+        call.recv
+            .trailers()
+            .await
+            .map_err(|e| format!("trailers: {e}"))
+    })
+    .await
+    .map_err(|_| "no trailers in time".to_string())??;
+    let t = ended.ok_or("no trailers")?;
+    Ok(t.get("grpc-status")
+        .map(|v| v.to_str().unwrap_or("?").to_string())
+        .unwrap_or_default())
+}
+
+/// Two bidi calls on one HTTP/2 connection to `port`, both open (each
+/// with its first message sent) before either answer head is read, then
+/// their messages interleaved, then both ended: how the first failure
+/// went, if one did.
+async fn two_bidi_calls(port: u16) -> Result<(), String> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (client, conn) = tokio::time::timeout(WAIT, h2::client::handshake(tcp))
+        .await
+        .map_err(|_| "no handshake in time")?
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let names = ["a", "b"];
+    let mut started = Vec::new();
+    for name in names {
+        let (res, mut send) = bidi_start(&client, port).await;
+        send.send_data(grpc_message(&format!("{name}0")), false)
+            .map_err(|e| format!("call {name}: send: {e}"))?;
+        started.push((res, send));
+    }
+    let mut open = Vec::new();
+    for ((res, send), name) in started.into_iter().zip(names) {
+        let res = tokio::time::timeout(WAIT, res)
+            .await
+            .map_err(|_| format!("call {name}: no answer head"))?
+            .map_err(|e| format!("call {name}: {e}"))?;
+        if res.status() != 200 {
+            return Err(format!("call {name}: status {}", res.status()));
+        }
+        let mut call = Bidi {
+            send,
+            recv: res.into_body(),
+            got: Vec::new(),
+        };
+        let first = tokio::time::timeout(WAIT, bidi_next(&mut call))
+            .await
+            .map_err(|_| format!("call {name}: no first echo"))?;
+        if first != Ok(format!("re:{name}0")) {
+            return Err(format!("call {name}: first echo {first:?}"));
+        }
+        open.push(call);
+    }
+    for k in 1..5 {
+        for (call, name) in open.iter_mut().zip(names) {
+            let msg = format!("{name}{k}");
+            let got = bidi_echo(call, &msg).await;
+            if got != Ok(format!("re:{msg}")) {
+                return Err(format!("call {name}, message {k}: {got:?}"));
+            }
+        }
+    }
+    for (call, name) in open.into_iter().zip(names) {
+        let status = bidi_close(call).await;
+        if status != Ok("0".to_string()) {
+            return Err(format!("call {name}: end {status:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn two_bidi_calls_stream_at_once_on_one_client_connection() {
+    let server = Server::start();
+    let gw = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: echo\n    match: {{ path_prefix: /test.Echo/ }}\n    service: g\n",
+        service("g", &[server.addr()], "    protocol: h2c\n")
+    ));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // As they go directly, so through the gateway.
+    assert_eq!(rt.block_on(two_bidi_calls(server.port)), Ok(()), "directly");
+    assert_eq!(
+        rt.block_on(two_bidi_calls(gw.port)),
+        Ok(()),
+        "through the gateway"
+    );
+}
+
+/// A worker carries more than 64 open calls to one endpoint: 80 bidi
+/// calls open at once on one client connection (so on one worker), to a
+/// server with threads for 100 (the grpcio server holds a thread per open
+/// bidi call, and a call past its threads gets no answer head until one
+/// ends: that, not the gateway, was the limit of 64 seen with
+/// `workers=64`).
+#[test]
+fn eighty_bidi_calls_stay_open_at_once_through_one_worker_to_one_endpoint() {
+    let server = Server::start_with(&["workers=100"]);
+    let gw = Gw::start(&format!(
+        "services:\n{}routes:\n  - name: echo\n    match: {{ path_prefix: /test.Echo/ }}\n    service: g\n",
+        service("g", &[server.addr()], "    protocol: h2c\n")
+    ));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
+            .await
+            .unwrap();
+        let (client, conn) = tokio::time::timeout(WAIT, h2::client::handshake(tcp))
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut started = Vec::new();
+        for i in 0..80 {
+            let (res, mut send) = bidi_start(&client, gw.port).await;
+            send.send_data(grpc_message(&format!("m{i}")), false)
+                .unwrap();
+            started.push((res, send));
+        }
+        // All open at once: each has its head and its first echo while
+        // none has ended.
+        let mut open = Vec::new();
+        for (i, (res, send)) in started.into_iter().enumerate() {
+            let res = tokio::time::timeout(WAIT, res)
+                .await
+                .unwrap_or_else(|_| panic!("call {i}: no answer head"))
+                .unwrap();
+            assert_eq!(res.status(), 200, "call {i}");
+            let mut call = Bidi {
+                send,
+                recv: res.into_body(),
+                got: Vec::new(),
+            };
+            let first = tokio::time::timeout(WAIT, bidi_next(&mut call)).await;
+            assert_eq!(first.ok(), Some(Ok(format!("re:m{i}"))), "call {i}");
+            open.push(call);
+        }
+        for (i, call) in open.iter_mut().enumerate() {
+            let msg = format!("n{i}");
+            assert_eq!(
+                bidi_echo(call, &msg).await,
+                Ok(format!("re:{msg}")),
+                "call {i}"
+            );
+        }
+        for (i, call) in open.into_iter().enumerate() {
+            assert_eq!(bidi_close(call).await, Ok("0".to_string()), "call {i}");
+        }
+    });
+}

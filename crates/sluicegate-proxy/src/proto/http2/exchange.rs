@@ -40,7 +40,7 @@ use h2::{Reason, RecvStream, SendStream};
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
 
-use super::{has_room, poll_room, Staged, WANT};
+use super::{has_room, poll_room, send_bytes, Staged};
 
 /// One stream: its request body in, its answer out.
 pub(crate) struct Exchange {
@@ -519,10 +519,9 @@ impl Inner {
                 Out::Failed
             }
             Ok(_) if empty => Out::Done,
-            Ok(mut send) => {
-                send.reserve_capacity(WANT);
-                Out::Body { send, framing }
-            }
+            // No capacity asked for before there are bytes to send (see
+            // [`send_bytes`]).
+            Ok(send) => Out::Body { send, framing },
         };
         if matches!(self.out, Out::Failed) {
             return Err(broken());
@@ -559,11 +558,10 @@ fn body_bytes(
         }
         Framing::UntilEnd => (bytes, false),
     };
-    send.send_data(Bytes::copy_from_slice(data), end)
-        .map_err(|e| {
-            tracing::debug!(error = %e, "HTTP/2 response body not sent");
-            broken()
-        })?;
+    send_bytes(send, Bytes::copy_from_slice(data), end).map_err(|e| {
+        tracing::debug!(error = %e, "HTTP/2 response body not sent");
+        broken()
+    })?;
     Ok(end)
 }
 

@@ -18,7 +18,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use h2::SendStream;
 
-/// Send capacity asked of the connection for a stream's body at a time.
+/// Send capacity asked of the connection for a stream's body at a time,
+/// while it has bytes to send and no room for them.
 pub(crate) const WANT: usize = 64 * 1024;
 
 /// Bytes received on a stream, not read yet.
@@ -67,6 +68,34 @@ impl Staged {
             Err(io::ErrorKind::WouldBlock.into())
         }
     }
+}
+
+/// Sends `data` on `send` (with END_STREAM when `end`), then gives back
+/// to the connection the send capacity the stream holds beyond the bytes
+/// it still has queued.
+///
+/// A stream's capacity is a share of the connection's window, which all
+/// its streams draw from: one that asked for [`WANT`] and kept what it
+/// did not use would hold that share while it sits idle (a bidi gRPC
+/// call between messages, a stream waiting for its upstream), and with
+/// the 64 KiB window most peers start with, one such stream starves every
+/// other stream of the connection (they get their heads, never their
+/// DATA). So capacity is asked for only while there are bytes to send
+/// ([`has_room`], [`poll_room`]), and what a write did not use goes back
+/// at once.
+pub(crate) fn send_bytes(
+    send: &mut SendStream<Bytes>,
+    data: Bytes,
+    end: bool,
+) -> Result<(), h2::Error> {
+    send.send_data(data, end)?;
+    if !end {
+        // The reservation becomes what is still queued: the rest goes
+        // back to the connection (the framing layer does so itself at
+        // END_STREAM).
+        send.reserve_capacity(0);
+    }
+    Ok(())
 }
 
 /// Whether `send` has room for body bytes now; asks for more when not.

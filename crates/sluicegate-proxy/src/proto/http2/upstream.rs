@@ -22,7 +22,7 @@ use bytes::Bytes;
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{Reason, RecvStream, SendStream};
 
-use super::{has_room, poll_room, Staged, WANT};
+use super::{has_room, poll_room, send_bytes, Staged};
 
 /// What a connection's streams share with the pool that holds it: how
 /// many are open, and whether new ones may go on it.
@@ -130,10 +130,9 @@ impl UpExchange {
                             .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
                         Req::Done
                     }
-                    None => {
-                        send.reserve_capacity(WANT);
-                        Req::Body(send)
-                    }
+                    // No capacity asked for before there are bytes to
+                    // send (see [`send_bytes`]).
+                    None => Req::Body(send),
                 };
                 Ok(())
             }
@@ -151,11 +150,10 @@ impl UpExchange {
                 if !has_room(send) {
                     return Err(io::ErrorKind::WouldBlock.into());
                 }
-                send.send_data(Bytes::copy_from_slice(bytes), false)
-                    .map_err(|e| {
-                        tracing::debug!(error = %e, "HTTP/2 upstream body not sent");
-                        io::Error::from(io::ErrorKind::BrokenPipe)
-                    })?;
+                send_bytes(send, Bytes::copy_from_slice(bytes), false).map_err(|e| {
+                    tracing::debug!(error = %e, "HTTP/2 upstream body not sent");
+                    io::Error::from(io::ErrorKind::BrokenPipe)
+                })?;
                 Ok(bytes.len())
             }
             // Bytes past a complete request are not the request's.
