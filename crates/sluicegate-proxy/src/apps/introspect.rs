@@ -375,8 +375,13 @@ mod tests {
         Introspector::new(&cfg.jwt.issuers[0]).unwrap()
     }
 
+    /// A file of its own per call: tests run at once, and one writing the
+    /// file while another reads it would hand the reader an empty file.
     fn secret_file() -> String {
-        let p = std::env::temp_dir().join(format!("sg-introspect-secret-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p =
+            std::env::temp_dir().join(format!("sg-introspect-secret-{}-{n}", std::process::id()));
         std::fs::write(&p, "s3cr:t\n").unwrap();
         p.to_string_lossy().into_owned()
     }
