@@ -228,8 +228,13 @@ pub(super) fn retry_endpoint<'s>(
 }
 
 /// Times a request whose HTTP/2 stream an upstream refused unprocessed
-/// (its connection going away) is sent again, on another stream.
-const REFUSED_RETRIES: u32 = 3;
+/// (its connection going away) is sent again, on another stream. Each
+/// refusal retires its connection, so every try goes on another one; an
+/// upstream that ends connections after a few requests (nginx's
+/// `keepalive_requests`) refuses a quarter of the streams in flight when
+/// many are, and with only 3 tries about one request in a thousand used
+/// them all up. Bounded all the same: the request's own time limit holds.
+const REFUSED_RETRIES: u32 = 8;
 
 /// The attempt loop's state: the endpoint tried now, its in-flight slot
 /// and circuit verdict, what was tried, and the request's deadline for a

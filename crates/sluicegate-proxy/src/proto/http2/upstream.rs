@@ -310,10 +310,16 @@ impl Inner {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => {
                 tracing::debug!(error = %e, "HTTP/2 upstream stream failed");
-                if e.is_go_away() || e.reason() == Some(Reason::REFUSED_STREAM) {
+                let refused = e.is_go_away() || e.reason() == Some(Reason::REFUSED_STREAM);
+                // Anything but a reset of this one stream ended the
+                // connection (its socket, a GOAWAY): no new stream goes on
+                // it from now, before its driver gets to run and notice.
+                // A request sent again at once would otherwise take the
+                // same dead connection, and use up its tries there.
+                if refused || !e.is_reset() {
                     self.state.usable.set(false);
-                    self.refused = true;
                 }
+                self.refused = refused;
                 self.res = Res::Failed;
                 Poll::Ready(())
             }
@@ -334,5 +340,83 @@ impl Drop for UpExchange {
         if let Req::Body(send) = &mut i.req {
             send.send_reset(Reason::CANCEL);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream whose connection the upstream closes before answering: the
+    /// stream fails, and the connection is unusable at once (nothing waits
+    /// for the driver task to notice).
+    #[test]
+    fn a_connection_that_dies_under_a_stream_takes_no_new_one() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (a, b) = tokio::io::duplex(64 * 1024);
+            let server = tokio::spawn(async move {
+                let mut conn = h2::server::handshake(b).await.unwrap();
+                // Take the request and drop the connection unanswered.
+                let _ = conn.accept().await;
+            });
+            let (send, conn) = h2::client::handshake(a).await.unwrap();
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            let state = ConnState::default();
+            state.usable.set(true);
+            let up = UpExchange::new(send, state.clone());
+            let req = http::Request::get("http://up.test/").body(()).unwrap();
+            up.open(req, Some(&[])).unwrap();
+            let head = std::future::poll_fn(|cx| up.poll_head(cx)).await;
+            assert!(head.is_err());
+            assert!(!state.usable.get(), "a dead connection stays usable");
+            assert!(
+                !up.refused(),
+                "a stream the upstream may have taken is refused"
+            );
+            server.await.unwrap();
+        });
+    }
+
+    /// A stream reset on its own (not REFUSED_STREAM) leaves its connection
+    /// usable.
+    #[test]
+    fn a_stream_reset_alone_leaves_its_connection_usable() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (a, b) = tokio::io::duplex(64 * 1024);
+            let (done, wait) = tokio::sync::oneshot::channel::<()>();
+            let server = tokio::spawn(async move {
+                let mut conn = h2::server::handshake(b).await.unwrap();
+                let (_, mut respond) = conn.accept().await.unwrap().unwrap();
+                respond.send_reset(Reason::INTERNAL_ERROR);
+                // Keep serving the connection until the client is done.
+                tokio::select! {
+                    _ = conn.accept() => {}
+                    _ = wait => {}
+                }
+            });
+            let (send, conn) = h2::client::handshake(a).await.unwrap();
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            let state = ConnState::default();
+            state.usable.set(true);
+            let up = UpExchange::new(send, state.clone());
+            let req = http::Request::get("http://up.test/").body(()).unwrap();
+            up.open(req, Some(&[])).unwrap();
+            let head = std::future::poll_fn(|cx| up.poll_head(cx)).await;
+            assert!(head.is_err());
+            assert!(state.usable.get());
+            assert!(!up.refused());
+            let _ = done.send(());
+            server.await.unwrap();
+        });
     }
 }
