@@ -314,7 +314,7 @@ def run_target(lab, target, args, part_base):
     for i, size in enumerate(part_sizes):
         status, out = os.path.join(d, f"status-{i}.json"), os.path.join(d, f"part-{i}.json")
         src = source_address(part_base + i)
-        argv = [args.bin, "bench", "--hold", "-k", "-c", str(size),
+        argv = [args.load_bin, "bench", "--hold", "-k", "-c", str(size),
                 "--connect-rate", f"{args.connect_rate * size / n:.3f}",
                 "--period", f"{args.period}s", "-d", f"{args.hold}s", "--timeout", f"{args.timeout}s",
                 "--source", src, "--status", status, "--seed", str(i + 1), "--out", out, url]
@@ -384,10 +384,7 @@ def run_target(lab, target, args, part_base):
                 p.popen.wait()
     cpu1 = procs.cpu_ticks(ppids)
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    gateway_logs = []
-    for p in plist:
-        tail = [ln for ln in p.log_tail(200).splitlines() if ln.strip()]
-        gateway_logs += [f"{p.name}: {ln}" for ln in tail[:3]]
+    gateway_logs = proxy_log_summary(plist)
     lab.stop(plist)
     docs, part_errors = [], []
     for p in parts:
@@ -421,7 +418,7 @@ def run_target(lab, target, args, part_base):
         "latency_ramp": merge_latency(docs, "ramp_latency"),
         "statuses": {},
         "timeline": timeline,
-        "proxy_logs": gateway_logs[:20],
+        "proxy_logs": gateway_logs,
         "source_addresses": [parts[0].source, parts[-1].source] if parts else [],
     })
     for doc in docs:
@@ -459,6 +456,28 @@ def run_target(lab, target, args, part_base):
     rec["cpu"]["hold_requests"] = rec["latency_held"]["count"]
     rec["placing_1m"] = placing(rec)
     return rec
+
+
+def proxy_log_summary(plist):
+    """The proxies' log lines counted by message (timestamps and fields
+    dropped), most frequent first, with one full example each."""
+    seen = {}
+    for p in plist:
+        try:
+            text = Path(p.log_path).read_text(errors="replace")
+        except OSError:
+            continue
+        for ln in text.splitlines():
+            if not ln.strip():
+                continue
+            words = ln.split()
+            # sluicegate: TIME LEVEL TARGET: message key=value...; haproxy: [LEVEL] ... message
+            body = [w for w in words[1:] if "=" not in w][:8] if words[0][:4].isdigit() else words[:8]
+            key = " ".join(body)
+            n, ex = seen.get(key, (0, ln))
+            seen[key] = (n + 1, ex)
+    return [{"count": n, "message": k, "example": ex[:300]}
+            for k, (n, ex) in sorted(seen.items(), key=lambda kv: -kv[1][0])[:15]]
 
 
 def fd_count(pid):
