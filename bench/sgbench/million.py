@@ -149,6 +149,8 @@ def sluicegate_yaml(port, upstream_ports, max_conns, admin_port):
         "  - name: upstream\n"
         f"    endpoints: [{endpoints}]\n"
         "    balance: round_robin\n"
+        # As HAProxy's `timeout connect 5s` here (the default is 1s).
+        "    timeouts: { connect: 5s }\n"
         # The upstreams take a thread per connection: bound what each of
         # the many processes may open (HAProxy gets the same maxconn).
         f"    max_connections_per_endpoint: {UPSTREAM_INFLIGHT}\n"
@@ -351,6 +353,18 @@ def run_target(lab, target, args, part_base):
     stopped = None
     peak_held = 0
     timeline = []
+
+    def take_sample():
+        return {
+            "at_s": round(time.monotonic() - t0, 1),
+            "open": sum(s["open"] for s in (p.read_status() for p in parts) if s),
+            "proxy_rss_kib": procs.rss_kib(ppids),
+            "load_rss_kib": procs.rss_kib([p.popen.pid for p in parts]),
+            "kernel": kernel_snapshot(),
+            "proxy_cpu": procs.cpu_ticks(ppids),
+            "proxy_fds": [fd_count(p) for p in ppids],
+        }
+
     try:
         while True:
             time.sleep(1.0)
@@ -384,16 +398,7 @@ def run_target(lab, target, args, part_base):
                 held_at = el
                 # Let the last connections settle in the proxies.
                 time.sleep(2.0)
-                pids = [p.popen.pid for p in parts]
-                sample = {
-                    "at_s": round(time.monotonic() - t0, 1),
-                    "open": sum(s["open"] for s in (p.read_status() for p in parts) if s),
-                    "proxy_rss_kib": procs.rss_kib(ppids),
-                    "load_rss_kib": procs.rss_kib(pids),
-                    "kernel": kernel_snapshot(),
-                    "proxy_cpu": procs.cpu_ticks(ppids),
-                    "proxy_fds": [fd_count(p) for p in ppids],
-                }
+                sample = take_sample()
             if all(p.popen.poll() is not None for p in parts):
                 break
             if el > args.ramp_limit + args.hold + 60:
@@ -401,6 +406,10 @@ def run_target(lab, target, args, part_base):
                 break
     finally:
         aborting = stopped or sys.exc_info()[0] is not None
+        if stopped and sample is None:
+            # How far it went: the costs per connection at that point.
+            sample = take_sample()
+            sample["stopped_early"] = True
         for p in parts:
             if p.popen.poll() is None and aborting:
                 os.killpg(p.popen.pid, signal.SIGKILL)
@@ -475,6 +484,7 @@ def run_target(lab, target, args, part_base):
             "kernel": kernel_delta(k0, sample["kernel"], open_n),
             "proxy_fds_max": max(sample["proxy_fds"]),
             "proxy_fds_min": min(sample["proxy_fds"]),
+            "taken": "when the run stopped early" if sample.get("stopped_early") else "all held",
         }
         hz = procs.HZ
         c_ramp = sample["proxy_cpu"]
