@@ -32,7 +32,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 SOCKET_CACHES = ("TCP", "sock_inode_cache", "filp", "dentry", "eventpoll_epi", "eventpoll_pwq",
                  "skbuff_head_cache", "skbuff_small_head", "request_sock_TCP", "tw_sock_TCP")
 # Requests in flight to one upstream from one proxy process.
-UPSTREAM_INFLIGHT = 16
+UPSTREAM_INFLIGHT = 4
 # Connections per source address (of ~28,000 ephemeral ports).
 ADDR_CONNS = 600
 
