@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand};
 
 pub mod engine;
+pub mod hold;
 pub mod html;
 pub mod report;
 pub mod response;
@@ -125,13 +126,40 @@ pub struct LoadArgs {
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub progress: String,
     #[command(flatten)]
+    pub hold: HoldArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// Hold mode: many mostly idle keep-alive connections (`bench/million`).
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    /// Hold mode: open -c connections at --connect-rate, check each with one
+    /// request, keep them all open, and have each send one request at
+    /// random times (mean --period) for -d once all are open. Prints one
+    /// JSON document (see docs/bench.md).
+    #[arg(long)]
+    pub hold: bool,
+    /// Hold mode: new connections per second while ramping.
+    #[arg(long, default_value_t = 2000.0, requires = "hold")]
+    pub connect_rate: f64,
+    /// Hold mode: mean time between two requests of one connection
+    /// (exponential gaps).
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, requires = "hold")]
+    pub period: Duration,
+    /// Hold mode: rewrite this file every 250 ms with the progress (JSON).
+    #[arg(long, value_name = "FILE", requires = "hold")]
+    pub status: Option<PathBuf>,
+    /// Hold mode: random seed (give each part of a run its own).
+    #[arg(long, default_value_t = 1, requires = "hold")]
+    pub seed: u64,
 }
 
 /// Runs `sluicegate bench`.
 pub fn main(args: BenchArgs) -> ExitCode {
     let result = match args.merge {
         Some(BenchCommand::Merge(m)) => merge(&m),
+        None if args.load.hold.hold => hold(&args.load),
         None => load(&args.load),
     };
     match result {
@@ -284,6 +312,42 @@ fn build_settings(a: &LoadArgs) -> Result<(Settings, Meta), String> {
         parts: 1,
     };
     Ok((settings, meta))
+}
+
+fn hold(a: &LoadArgs) -> Result<(), String> {
+    if a.scenario.is_some() || a.rate.is_some() || a.requests.is_some() || a.pipeline != 1 {
+        return Err("--hold takes none of --scenario, -R, -n, --pipeline".into());
+    }
+    if !a.keepalive {
+        return Err("--hold needs -k (its connections are kept alive)".into());
+    }
+    let h = &a.hold;
+    if !(h.connect_rate.is_finite() && h.connect_rate > 0.0) {
+        return Err("--connect-rate must be a positive rate".into());
+    }
+    if h.period.is_zero() {
+        return Err("--period must be positive".into());
+    }
+    let (settings, meta) = build_settings(a)?;
+    let hs = hold::HoldSettings {
+        addr: settings.addr,
+        request: settings.requests[0].bytes.clone(),
+        connections: a.connections,
+        connect_rate: h.connect_rate,
+        period: h.period,
+        hold: a.duration.unwrap_or(Duration::from_secs(10)),
+        timeout: a.timeout,
+        sources: settings.sources,
+        status: h.status.clone(),
+        seed: h.seed,
+    };
+    let doc = hold::run(hs, meta.urls[0].clone());
+    let text = serde_json::to_string_pretty(&doc).expect("a document serializes") + "\n";
+    if let Some(path) = &a.output.out {
+        std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    print!("{text}");
+    Ok(())
 }
 
 fn load(a: &LoadArgs) -> Result<(), String> {

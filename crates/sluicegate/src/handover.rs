@@ -190,8 +190,20 @@ pub fn serve(
     hooks: Hooks,
     done: impl FnOnce() + Send + 'static,
 ) -> io::Result<()> {
-    // A socket left by a process that is gone: replace it.
-    if path.exists() && UnixStream::connect(path).is_err() {
+    // A socket left by a process that is gone: replace it. One a live
+    // gateway serves stays its own (several processes started from one
+    // config, e.g. sharing a port with SO_REUSEPORT, each need their own).
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "handover socket {}: another gateway serves it (give each process started \
+                     from this config its own --handover-socket)",
+                    path.display()
+                ),
+            ));
+        }
         let _ = std::fs::remove_file(path);
     }
     let server = UnixListener::bind(path).map_err(|e| {
@@ -219,7 +231,9 @@ pub fn serve(
                     Err(_) => return,
                 };
                 match result {
-                    Ok(()) => {
+                    // A process checking whether this socket is alive.
+                    Ok(false) => {}
+                    Ok(true) => {
                         tracing::info!(socket = %path.display(), "listening sockets handed over: draining");
                         if let Some(d) = done.take() {
                             d();
@@ -234,18 +248,21 @@ pub fn serve(
 }
 
 /// Serves one handover; `held` says whether accepting stopped for it.
+/// False for a connection closed before asking anything (a liveness check
+/// by a process started with the same socket path).
 fn hand_over(
     conn: UnixStream,
     data: &[TcpListener],
     admin: Option<&TcpListener>,
     hooks: &Hooks,
     held: &mut bool,
-) -> io::Result<()> {
+) -> io::Result<bool> {
     conn.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut line = String::new();
     (&mut reader).take(64).read_line(&mut line)?;
     let with_state = match line.as_str() {
+        "" => return Ok(false),
         "listeners state\n" => true,
         "listeners\n" => false,
         _ => return Err(io::Error::other(format!("unexpected request {line:?}"))),
@@ -282,5 +299,5 @@ fn hand_over(
             "the new process did not confirm it serves (it keeps the sockets too)",
         ));
     }
-    Ok(())
+    Ok(true)
 }

@@ -339,11 +339,15 @@ fn serve(
         admin_dup,
     ))));
     let hooks = state_hooks(&shared, gateway.accept_switch());
-    if let Err(e) = handover::serve(&handover.path, offered.clone(), hooks, move || {
+    let serves_handover = match handover::serve(&handover.path, offered.clone(), hooks, move || {
         let _ = handed_tx.send(());
     }) {
-        tracing::warn!(error = %e, "no graceful restart for this process");
-    }
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "no graceful restart for this process");
+            false
+        }
+    };
     let watch = cfg.reload.clone();
     let started_format = cfg.log.format;
     // The Redis plane follows `cluster.redis` through reloads.
@@ -468,7 +472,7 @@ fn serve(
         plane.stop().await;
     });
     // The socket file is ours unless a successor has replaced it.
-    if !handed_over {
+    if serves_handover && !handed_over {
         let _ = std::fs::remove_file(&handover.path);
     }
     tracing::info!("sluicegate stopped");

@@ -242,3 +242,85 @@ fn bad_options_are_refused_with_the_reason() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a bench JSON document"));
 }
+
+/// `--hold`: every connection opened from the given source address, checked
+/// by one request, held, then sending at random times; the JSON counts
+/// them, and the status file ends in `done`.
+#[test]
+fn hold_mode_keeps_every_connection_and_paces_its_requests() {
+    let up = TestUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let status = dir.path().join("part.status");
+    let url = format!("http://127.0.0.1:{}/held", up.port());
+    let out = bench(&[
+        "--hold",
+        "-k",
+        "-c",
+        "300",
+        "--connect-rate",
+        "3000",
+        "--period",
+        "300ms",
+        "-d",
+        "1500ms",
+        "--source",
+        "127.0.0.3",
+        "--status",
+        status.to_str().unwrap(),
+        &url,
+    ]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["mode"], "hold");
+    assert_eq!(doc["asked"], 300);
+    assert_eq!(doc["held"], 300, "{doc}");
+    assert_eq!(doc["held_at_end"], 300);
+    assert_eq!(doc["errors_total"], 0, "{}", doc["errors"]);
+    assert!(doc["first_failure"].is_null());
+    assert_eq!(doc["ramp_latency"]["count"], 300);
+    // 300 connections, a request each 300 ms on average, for 1.5 s: ~1,500.
+    let held = doc["held_latency"]["count"].as_u64().unwrap();
+    assert!((600..3000).contains(&held), "{held} requests while held");
+    let pairs: u64 = doc["held_latency"]["histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_u64().unwrap())
+        .sum();
+    assert_eq!(pairs, held);
+    assert!(doc["connects_per_sec"].as_f64().unwrap() > 500.0);
+    assert_eq!(
+        up.connections_accepted(),
+        300,
+        "one connection each, kept open"
+    );
+    let st: Value = serde_json::from_str(&std::fs::read_to_string(&status).unwrap()).unwrap();
+    assert_eq!(st["phase"], "done");
+    assert_eq!(st["held"], 300);
+}
+
+/// A hold that cannot connect says which call failed and with what errno.
+#[test]
+fn hold_mode_names_the_failing_call_and_errno() {
+    let port = sluicegate_testkit::free_port();
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = bench(&[
+        "--hold",
+        "-k",
+        "-c",
+        "20",
+        "--connect-rate",
+        "1000",
+        "-d",
+        "100ms",
+        &url,
+    ]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["held"], 0);
+    assert_eq!(
+        doc["errors"]["connect:ECONNREFUSED"], 20,
+        "{}",
+        doc["errors"]
+    );
+    assert_eq!(doc["first_failure"]["call"], "connect");
+    assert_eq!(doc["first_failure"]["errno"], "ECONNREFUSED");
+}

@@ -170,3 +170,59 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// Several processes on one port (SO_REUSEPORT, one worker each, as
+/// `bench/million` runs them) pointed at one handover socket: the socket
+/// stays the first one's. The second says why it has no graceful restart,
+/// its liveness check is not logged as a failed handover, and its exit does
+/// not delete the first one's socket, which can still be upgraded.
+#[test]
+fn a_second_process_on_the_same_handover_socket_leaves_it_to_the_first() {
+    let up = TestUpstream::start();
+    let port = free_port();
+    let yaml = format!(
+        "listen: [\"127.0.0.1:{port}\"]\nworkers: 1\nreload: {{ watch: false }}\nservices:\n{}routes:\n{}",
+        service("api", &[up.port()]),
+        proxy_route("api", "/api", "api"),
+    );
+    let dir = tempfile_dir();
+    let sock = dir.join("handover.sock");
+    let sock_arg = sock.to_str().unwrap().to_string();
+    let mut first = Gateway::spawn_args(bin(), &yaml, &["--handover-socket", &sock_arg]);
+    first.wait_ready(&[port], Duration::from_secs(10)).unwrap();
+    let mut second = Gateway::spawn_args(bin(), &yaml, &["--handover-socket", &sock_arg]);
+    let said = wait_until(Duration::from_secs(10), || {
+        second.stderr().contains("another gateway serves it")
+    });
+    check(
+        &second,
+        said,
+        "the second process never said why it has no handover",
+    );
+    assert!(second.is_running(), "{}", second.stderr());
+    // Both serve the port.
+    assert_eq!(http_get(local(port), "/api/both", &[]).status, 200);
+    second.terminate();
+    assert!(second.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(
+        sock.exists(),
+        "the second process left the first one's socket"
+    );
+    assert!(
+        !first.stderr().contains("handover failed"),
+        "{}",
+        first.stderr()
+    );
+    let mut next =
+        Gateway::spawn_args(bin(), &yaml, &["--handover-socket", &sock_arg, "--upgrade"]);
+    let exited = first.wait_exit(Duration::from_secs(15));
+    assert!(
+        exited.is_some_and(|s| s.success()),
+        "the first process hands over and exits 0: {exited:?}\n{}",
+        first.stderr()
+    );
+    assert!(next.is_running(), "{}", next.stderr());
+    assert_eq!(http_get(local(port), "/api/after", &[]).status, 200);
+    next.terminate();
+    assert!(next.wait_exit(Duration::from_secs(10)).is_some());
+}

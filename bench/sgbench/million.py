@@ -1,0 +1,579 @@
+"""The million-connection experiment (seed 002 on one machine), for
+bench/million.
+
+A process may hold 20,000 descriptors here, so the proxy under test runs as
+several processes sharing one port with SO_REUSEPORT (one worker each), and
+the load as several `sluicegate bench --hold` parts, each from a source
+address of its own (127.0.x.y) so that ports never run out. The parts ramp
+together at a bounded total connect rate, then hold; each connection sends
+one small request at random times (mean --period). This module starts the
+processes, watches the parts' status files, samples memory (process RSS,
+/proc/net/sockstat, slab) once every connection is held, and builds the
+record that bench/million turns into the report.
+"""
+
+import json
+import math
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import procs, targets
+from .procs import HarnessError
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+# The slab caches a TCP connection's two ends live in (socket, inode, file,
+# epoll registration); the rest of a Slab delta is other activity (threads,
+# /proc reads, builds running beside).
+SOCKET_CACHES = ("TCP", "sock_inode_cache", "filp", "dentry", "eventpoll_epi", "eventpoll_pwq",
+                 "skbuff_head_cache", "skbuff_small_head", "request_sock_TCP", "tw_sock_TCP")
+# Requests in flight to one upstream from one proxy process.
+UPSTREAM_INFLIGHT = 4
+# Connections per source address (of ~28,000 ephemeral ports).
+ADDR_CONNS = 600
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- /proc
+
+
+def meminfo():
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = int(v.split()[0])  # KiB
+    return out
+
+
+def sockstat():
+    """TCP line of /proc/net/sockstat: inuse, orphan, tw, alloc, mem (pages)."""
+    out = {}
+    with open("/proc/net/sockstat") as f:
+        for line in f:
+            if line.startswith("TCP:"):
+                parts = line.split()[1:]
+                out = {parts[i]: int(parts[i + 1]) for i in range(0, len(parts) - 1, 2)}
+    return out
+
+
+def slabinfo():
+    """Bytes per slab cache (active objects x object size); {} if unreadable."""
+    out = {}
+    try:
+        with open("/proc/slabinfo") as f:
+            for line in f.readlines()[2:]:
+                p = line.split()
+                out[p[0]] = int(p[1]) * int(p[3])
+    except (OSError, IndexError, ValueError):
+        return {}
+    return out
+
+
+def kernel_snapshot():
+    m = meminfo()
+    return {
+        "slab_kib": m.get("Slab", 0),
+        "sunreclaim_kib": m.get("SUnreclaim", 0),
+        "mem_available_kib": m.get("MemAvailable", 0),
+        "sockstat": sockstat(),
+        "slabs": slabinfo(),
+    }
+
+
+def kernel_delta(before, after, held):
+    """Kernel memory per held connection between two snapshots."""
+    if held <= 0:
+        return {}
+    tcp_pages = after["sockstat"].get("mem", 0) - before["sockstat"].get("mem", 0)
+    slab = (after["slab_kib"] - before["slab_kib"]) * 1024
+    caches = []
+    for name, b in after["slabs"].items():
+        d = b - before["slabs"].get(name, 0)
+        if d > 0:
+            caches.append((name, d))
+    caches.sort(key=lambda x: -x[1])
+    return {
+        "tcp_mem_pages": tcp_pages,
+        "tcp_mem_bytes_per_conn": round(tcp_pages * PAGE / held, 1),
+        "slab_bytes_per_conn": round(slab / held, 1),
+        "sunreclaim_bytes_per_conn": round((after["sunreclaim_kib"] - before["sunreclaim_kib"]) * 1024 / held, 1),
+        "slab_caches_bytes_per_conn": {n: round(d / held, 1) for n, d in caches[:10]},
+        "socket_slab_bytes_per_conn": round(sum(d for n, d in caches if n in SOCKET_CACHES) / held, 1),
+        "tcp_sockets_before": before["sockstat"].get("alloc", 0),
+        "tcp_sockets_after": after["sockstat"].get("alloc", 0),
+    }
+
+
+# ---------------------------------------------------------------- the proxies
+
+
+def _addr(n):
+    v = (127 << 24) + (1 << 16) + 1 + n  # 127.1.0.1 upwards
+    return ".".join(str((v >> s) & 255) for s in (24, 16, 8, 0))
+
+
+def source_range(index, per_part):
+    """The source addresses of part `index`, as `--source A-B`: enough of
+    them that each holds a few hundred of the part's connections. The
+    kernel then finds a free port at the first try or nearly (with 15,000
+    ports of one address taken, each connect() searched the range for
+    milliseconds of system time, and the delayed first requests met the
+    gateway's 10 s first-request timeout)."""
+    n = max(1, math.ceil(per_part / ADDR_CONNS))
+    return f"{_addr(index * n)}-{_addr(index * n + n - 1)}"
+
+
+def sluicegate_yaml(port, upstream_ports, max_conns, admin_port):
+    endpoints = ", ".join(f'"127.0.0.1:{p}"' for p in upstream_ports)
+    return (
+        "# Generated by bench/million: one of several processes on one port,\n"
+        "# each with an admin listener of its own (for its /metrics).\n"
+        f'listen: ["127.0.0.1:{port}"]\n'
+        f'admin: {{ listen: "127.0.0.1:{admin_port}" }}\n'
+        "workers: 1\n"
+        f"limits: {{ max_connections: {max_conns} }}\n"
+        "reload: { watch: false }\n"
+        "log: { level: warn, access: off }\n"
+        # A connection's gaps are exponential (at most 20 periods): never
+        # close one for being idle during the run.
+        "timeouts: { keepalive: 1h }\n"
+        "services:\n"
+        "  - name: upstream\n"
+        f"    endpoints: [{endpoints}]\n"
+        "    balance: round_robin\n"
+        # As HAProxy's `timeout connect 5s` here (the default is 1s).
+        "    timeouts: { connect: 5s }\n"
+        # The upstreams take a thread per connection: bound what each of
+        # the many processes may open (HAProxy gets the same maxconn).
+        f"    max_connections_per_endpoint: {UPSTREAM_INFLIGHT}\n"
+        "routes:\n"
+        "  - name: all\n"
+        "    match: { path_prefix: / }\n"
+        "    service: upstream\n"
+    )
+
+
+def haproxy_cfg(port, upstream_ports, max_conns):
+    servers = "\n".join(f"    server s{i} 127.0.0.1:{p} maxconn {UPSTREAM_INFLIGHT}"
+                        for i, p in enumerate(upstream_ports))
+    return (
+        "# Generated by bench/million: one of several processes on one port\n"
+        "# (HAProxy binds with SO_REUSEPORT by default).\n"
+        "global\n"
+        "    nbthread 1\n"
+        "    no strict-limits\n"
+        f"    maxconn {max_conns}\n"
+        "    tune.bufsize 16384\n"
+        "defaults\n"
+        "    mode http\n"
+        "    option http-keep-alive\n"
+        "    timeout connect 5s\n"
+        "    timeout client 1h\n"
+        "    timeout server 60s\n"
+        "    timeout http-keep-alive 1h\n"
+        "frontend fe\n"
+        f"    bind 127.0.0.1:{port}\n"
+        f"    maxconn {max_conns}\n"
+        "    default_backend be\n"
+        "backend be\n"
+        "    balance roundrobin\n"
+        "    http-reuse always\n"
+        f"{servers}\n"
+    )
+
+
+class Lab:
+    """Upstreams, the proxy processes and the load parts of one run."""
+
+    def __init__(self, args):
+        self.args = args
+        self.reg = procs.Registry()
+        self.upstream_ports = []
+        self.upstreams = []
+        self.admin_ports = []
+
+    def start_upstreams(self):
+        for i in range(self.args.upstreams):
+            d = self.reg.tmpdir("million-up-")
+            port = targets.free_port()
+            p = self.reg.spawn(f"upstream-{i}", [self.args.upstream_bin, "--listen", f"127.0.0.1:{port}"],
+                               os.path.join(d, "stderr.log"))
+            self.upstreams.append(p)
+            self.upstream_ports.append(port)
+        for port, p in zip(self.upstream_ports, self.upstreams):
+            wait_port(port, [p])
+
+    def start_proxies(self, target, n_procs, max_conns):
+        """n_procs processes of `target` on one fresh port; (port, [Proc])."""
+        port = targets.free_port()
+        out = []
+        self.admin_ports = []
+        for i in range(n_procs):
+            d = self.reg.tmpdir(f"million-{target}-")
+            if target == "sluicegate":
+                cfg = os.path.join(d, "sluicegate.yaml")
+                admin = targets.free_port()
+                self.admin_ports.append(admin)
+                Path(cfg).write_text(sluicegate_yaml(port, self.upstream_ports, max_conns, admin))
+                argv = [self.args.bin, "run", "--config", cfg,
+                        "--handover-socket", os.path.join(d, "handover.sock")]
+            else:
+                cfg = os.path.join(d, "haproxy.cfg")
+                Path(cfg).write_text(haproxy_cfg(port, self.upstream_ports, max_conns))
+                argv = ["haproxy", "-db", "-f", cfg]
+            out.append(self.reg.spawn(f"{target}-{i}", argv, os.path.join(d, "stderr.log")))
+            # Each process binds before the next starts: all share the port.
+            wait_listeners(port, i + 1, out)
+        return port, out
+
+    def stop(self, plist):
+        for p in plist:
+            self.reg.kill(p, grace=10.0)
+
+    def close(self):
+        self.reg.cleanup()
+
+
+def _listeners(port):
+    """Listening sockets on 127.0.0.1:port, from /proc/net/tcp."""
+    want = f"0100007F:{port:04X}"
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            p = line.split()
+            if p[1] == want and p[3] == "0A":
+                n += 1
+    return n
+
+
+def wait_listeners(port, count, watch, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if _listeners(port) >= count:
+            return
+        for p in watch:
+            if not p.alive():
+                raise HarnessError(f"{p.name} exited; log tail:\n{p.log_tail()}")
+        time.sleep(0.05)
+    raise HarnessError(f"{count} listeners on port {port} not up within {timeout}s")
+
+
+def wait_port(port, watch, timeout=20.0):
+    wait_listeners(port, 1, watch, timeout)
+
+
+# ---------------------------------------------------------------- the run
+
+
+class Part:
+    def __init__(self, index, n, popen, status, out):
+        self.index, self.n, self.popen, self.status, self.out = index, n, popen, status, out
+        self.source = None
+
+    def read_status(self):
+        try:
+            return json.loads(Path(self.status).read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def split(total, per):
+    k = max(1, math.ceil(total / per))
+    return [total // k + (1 if i < total % k else 0) for i in range(k)]
+
+
+def merge_latency(docs, key):
+    """Adds the parts' [value, count] histograms; p50/p99/p99.9/max (µs)."""
+    counts = {}
+    for d in docs:
+        for v, c in d[key]["histogram"]:
+            counts[v] = counts.get(v, 0) + c
+    total = sum(counts.values())
+    out = {"count": total}
+    if not total:
+        return dict(out, p50_ms=None, p99_ms=None, p999_ms=None, max_ms=None)
+    vals = sorted(counts)
+    for name, q in (("p50_ms", 0.5), ("p99_ms", 0.99), ("p999_ms", 0.999)):
+        rank, acc = math.ceil(q * total), 0
+        for v in vals:
+            acc += counts[v]
+            if acc >= rank:
+                out[name] = round(v / 1000, 3)
+                break
+    out["max_ms"] = round(vals[-1] / 1000, 3)
+    return out
+
+
+def run_target(lab, target, args, part_base):
+    """One run against `target`; returns its record."""
+    n = args.connections
+    proxy_sizes = split(n, args.per_proxy)
+    part_sizes = split(n, args.per_part)
+    rec = {"target": target, "asked": n, "proxy_processes": len(proxy_sizes),
+           "load_parts": len(part_sizes), "period_s": args.period, "hold_s": args.hold,
+           "connect_rate_asked": args.connect_rate}
+    log(f"== {target}: {n:,} connections, {len(proxy_sizes)} proxy processes, {len(part_sizes)} load parts")
+    # Above a process's expected share (SO_REUSEPORT spreads by a hash of
+    # the addresses), below what its descriptors allow.
+    max_conns = min(19_500, int(args.per_proxy * 1.1) + 100)
+    port, plist = lab.start_proxies(target, len(proxy_sizes), max_conns)
+    ppids = [p.pid for p in plist]
+    time.sleep(1.0)
+    rss0 = procs.rss_kib(ppids)
+    k0 = kernel_snapshot()
+    cpu0 = procs.cpu_ticks(ppids)
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    d = lab.reg.tmpdir(f"million-parts-{target}-")
+    url = f"http://127.0.0.1:{port}/"
+    parts = []
+    t0 = time.monotonic()
+    for i, size in enumerate(part_sizes):
+        status, out = os.path.join(d, f"status-{i}.json"), os.path.join(d, f"part-{i}.json")
+        src = source_range(part_base + i, args.per_part)
+        argv = [args.load_bin, "bench", "--hold", "-k", "-c", str(size),
+                "--connect-rate", f"{args.connect_rate * size / n:.3f}",
+                "--period", f"{args.period}s", "-d", f"{args.hold}s", "--timeout", f"{args.timeout}s",
+                "--source", src, "--status", status, "--seed", str(i + 1), "--out", out, url]
+        popen = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, f"part-{i}.log"), "wb"),
+                                 start_new_session=True, preexec_fn=procs._die_with_parent)
+        part = Part(i, size, popen, status, out)
+        part.source = src
+        parts.append(part)
+    lab.parts_running = parts
+    held_at = None
+    sample = None
+    stopped = None
+    peak_held = 0
+    timeline = []
+
+    def take_sample():
+        return {
+            "at_s": round(time.monotonic() - t0, 1),
+            "open": sum(s["open"] for s in (p.read_status() for p in parts) if s),
+            "proxy_rss_kib": procs.rss_kib(ppids),
+            "load_rss_kib": procs.rss_kib([p.popen.pid for p in parts]),
+            "kernel": kernel_snapshot(),
+            "proxy_cpu": procs.cpu_ticks(ppids),
+            "proxy_fds": [fd_count(p) for p in ppids],
+        }
+
+    try:
+        while True:
+            time.sleep(1.0)
+            sts = [p.read_status() for p in parts]
+            held = sum(s["held"] for s in sts if s)
+            opened = sum(s["open"] for s in sts if s)
+            errs = sum(s["errors"] for s in sts if s)
+            peak_held = max(peak_held, opened)
+            el = time.monotonic() - t0
+            timeline.append({"t": round(el, 1), "held": held, "open": opened, "errors": errs})
+            avail = meminfo()["MemAvailable"]
+            log(f"  {el:6.1f}s held {held:,} open {opened:,} errors {errs:,} "
+                f"MemAvailable {avail / 2**20:.1f} GiB")
+            if errs > max(1000, args.connections * args.max_error_pct / 100):
+                stopped = (f"errors: {errs:,} (over {args.max_error_pct}% of the connections asked) "
+                           f"with {opened:,} connections open")
+                log("  " + stopped)
+                break
+            if avail < args.min_free_gib * 2**20:
+                stopped = (f"memory guard: MemAvailable {avail / 2**20:.1f} GiB < {args.min_free_gib} GiB "
+                           f"with {opened:,} connections open")
+                log("  " + stopped)
+                break
+            dead = [p for p in lab.reg.procs if p in plist and not p.alive()]
+            if dead:
+                stopped = f"{dead[0].name} exited; log tail: {dead[0].log_tail(5)}"
+                log("  " + stopped)
+                break
+            ramped = all(s and s["phase"] in ("held", "done") for s in sts)
+            if ramped and held_at is None:
+                held_at = el
+                # Let the last connections settle in the proxies.
+                time.sleep(2.0)
+                sample = take_sample()
+            if all(p.popen.poll() is not None for p in parts):
+                break
+            if el > args.ramp_limit + args.hold + 60:
+                stopped = f"the parts did not finish within {args.ramp_limit + args.hold + 60:.0f}s"
+                break
+    finally:
+        aborting = stopped or sys.exc_info()[0] is not None
+        if stopped and sample is None:
+            # How far it went: the costs per connection at that point.
+            sample = take_sample()
+            sample["stopped_early"] = True
+        for p in parts:
+            if p.popen.poll() is None and aborting:
+                os.killpg(p.popen.pid, signal.SIGKILL)
+        for p in parts:
+            try:
+                p.popen.wait(timeout=args.hold + 60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.popen.pid, signal.SIGKILL)
+                p.popen.wait()
+    counters = client_counters(lab.admin_ports if target == "sluicegate" else [])
+    cpu1 = procs.cpu_ticks(ppids)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    gateway_logs = proxy_log_summary(plist)
+    lab.stop(plist)
+    docs, part_errors = [], []
+    for p in parts:
+        try:
+            docs.append(json.loads(Path(p.out).read_text()))
+        except (OSError, ValueError):
+            # Stopped early: how far it went, from its last status (no
+            # latency histograms then).
+            st = p.read_status() or {}
+            part_errors.append(f"part {p.index} wrote no result (exit {p.popen.returncode}); "
+                               f"its last status counts")
+            empty = {"count": 0, "histogram": []}
+            docs.append({"held": st.get("held", 0), "held_at_end": st.get("open", 0),
+                         "errors": {"(stopped early: errors of any kind)": st.get("errors", 0)},
+                         "first_failure": st.get("first_failure"),
+                         "connects_per_sec": st.get("connected", 0) / max(st.get("secs", 1.0), 1.0),
+                         "ramp_secs": st.get("secs", 0.0), "statuses": {},
+                         "held_latency": empty, "ramp_latency": empty})
+    errors = {}
+    for doc in docs:
+        for k, v in doc["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    firsts = [dict(doc["first_failure"], part=i, source=parts[i].source)
+              for i, doc in enumerate(docs) if doc.get("first_failure")]
+    firsts.sort(key=lambda f: f["at_secs"])
+    held = sum(doc["held"] for doc in docs)
+    rec.update({
+        "held": held,
+        "held_at_end": sum(doc["held_at_end"] for doc in docs),
+        "peak_open": peak_held,
+        "all_held_at_s": held_at,
+        "stopped": stopped,
+        "part_errors": part_errors,
+        "errors": errors,
+        "errors_total": sum(errors.values()),
+        "first_failure": firsts[0] if firsts else None,
+        "connects_per_sec": round(sum(doc["connects_per_sec"] for doc in docs), 1),
+        "ramp_s": round(max((doc["ramp_secs"] for doc in docs), default=0), 2),
+        "latency_held": merge_latency(docs, "held_latency"),
+        "latency_ramp": merge_latency(docs, "ramp_latency"),
+        "statuses": {},
+        "timeline": timeline,
+        "proxy_logs": gateway_logs,
+        "proxy_counters": counters,
+        "source_addresses": [parts[0].source, parts[-1].source] if parts else [],
+    })
+    for doc in docs:
+        for k, v in doc["statuses"].items():
+            rec["statuses"][k] = rec["statuses"].get(k, 0) + v
+    if sample:
+        open_n = max(sample["open"], 1)
+        rec["sample"] = {
+            "open": sample["open"],
+            "proxy_rss_mib": round(sample["proxy_rss_kib"] / 1024, 1),
+            "proxy_rss_idle_mib": round(rss0 / 1024, 1),
+            "load_rss_mib": round(sample["load_rss_kib"] / 1024, 1),
+            "proxy_bytes_per_conn": round((sample["proxy_rss_kib"] - rss0) * 1024 / open_n, 1),
+            "load_bytes_per_conn": round(sample["load_rss_kib"] * 1024 / open_n, 1),
+            "kernel": kernel_delta(k0, sample["kernel"], open_n),
+            "proxy_fds_max": max(sample["proxy_fds"]),
+            "proxy_fds_min": min(sample["proxy_fds"]),
+            "taken": "when the run stopped early" if sample.get("stopped_early") else "all held",
+        }
+        hz = procs.HZ
+        c_ramp = sample["proxy_cpu"]
+        rec["cpu"] = {
+            "proxy_ramp_user_s": round((c_ramp[0] - cpu0[0]) / hz, 2),
+            "proxy_ramp_sys_s": round((c_ramp[1] - cpu0[1]) / hz, 2),
+            "proxy_hold_user_s": round((cpu1[0] - c_ramp[0]) / hz, 2),
+            "proxy_hold_sys_s": round((cpu1[1] - c_ramp[1]) / hz, 2),
+        }
+    else:
+        rec["cpu"] = {
+            "proxy_user_s": round((cpu1[0] - cpu0[0]) / procs.HZ, 2),
+            "proxy_sys_s": round((cpu1[1] - cpu0[1]) / procs.HZ, 2),
+        }
+    # The parts are this process's only children reaped in the meantime.
+    rec["cpu"]["load_user_s"] = round(ru1.ru_utime - ru0.ru_utime, 2)
+    rec["cpu"]["load_sys_s"] = round(ru1.ru_stime - ru0.ru_stime, 2)
+    rec["cpu"]["hold_requests"] = rec["latency_held"]["count"]
+    rec["placing_1m"] = placing(rec)
+    return rec
+
+
+def client_counters(admin_ports):
+    """The gateways' unlabelled sluicegate_client_* metrics, summed."""
+    out = {}
+    for port in admin_ports:
+        try:
+            _, body = targets.http_get(port, "/metrics", timeout=5.0)
+        except OSError:
+            continue
+        for line in body.decode("utf-8", "replace").splitlines():
+            if line.startswith("sluicegate_client_") and "{" not in line:
+                name, _, v = line.partition(" ")
+                try:
+                    out[name] = out.get(name, 0) + float(v)
+                except ValueError:
+                    pass
+    return out
+
+
+def proxy_log_summary(plist):
+    """The proxies' log lines counted by message (timestamps and fields
+    dropped), most frequent first, with one full example each."""
+    seen = {}
+    for p in plist:
+        try:
+            text = Path(p.log_path).read_text(errors="replace")
+        except OSError:
+            continue
+        for ln in text.splitlines():
+            if not ln.strip():
+                continue
+            words = ln.split()
+            # sluicegate: TIME LEVEL TARGET: message key=value...; haproxy: [LEVEL] ... message
+            body = [w for w in words[1:] if "=" not in w][:8] if words[0][:4].isdigit() else words[:8]
+            key = " ".join(body)
+            n, ex = seen.get(key, (0, ln))
+            seen[key] = (n + 1, ex)
+    return [{"count": n, "message": k, "example": ex[:300]}
+            for k, (n, ex) in sorted(seen.items(), key=lambda kv: -kv[1][0])[:15]]
+
+
+def fd_count(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def placing(rec):
+    """What 1,000,000 connections cost at the measured rates."""
+    s = rec.get("sample")
+    if not s:
+        return None
+    k = s["kernel"]
+    m = 1_000_000
+    slab = k.get("socket_slab_bytes_per_conn") or k.get("slab_bytes_per_conn", 0)
+    kernel = max(slab, 0) + max(k.get("tcp_mem_bytes_per_conn", 0), 0)
+    total = s["proxy_bytes_per_conn"] + kernel + s["load_bytes_per_conn"]
+    mem_total = meminfo()["MemTotal"] * 1024
+    return {
+        "proxy_gib": round(s["proxy_bytes_per_conn"] * m / 2**30, 2),
+        "kernel_gib": round(kernel * m / 2**30, 2),
+        "load_gib": round(s["load_bytes_per_conn"] * m / 2**30, 2),
+        "total_gib": round(total * m / 2**30, 2),
+        "machine_gib": round(mem_total / 2**30, 1),
+        "fits": total * m < mem_total * 0.85,
+        "proxy_processes": math.ceil(m / 17_000),
+        "load_parts": math.ceil(m / 19_000),
+        "descriptors": "2 per connection on loopback (both ends) + the proxies' upstream connections; "
+                       f"fs.file-max {Path('/proc/sys/fs/file-max').read_text().strip()}",
+    }
