@@ -12,12 +12,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::session::start;
 use crate::snapshot::Shared;
-use crate::transport::listener;
+use crate::transport::listener::{self, ListenerRt};
+use crate::transport::stream::Stream;
+use crate::transport::uring::{self, Acceptor, Ring, UringTcp};
 use crate::worker::Worker;
 
 /// Listen backlog per socket.
@@ -175,13 +177,15 @@ impl Gateway {
             handover.push(l.try_clone()?);
         }
         let (tx, rx) = watch::channel(Phase::Accept);
+        let env = std::env::var("SLUICEGATE_IO_URING").ok();
+        let io_uring = uring::wanted(shared.snapshot.load().io_uring, env.as_deref());
         let mut threads = Vec::with_capacity(listeners.len());
         for (i, ls) in listeners.into_iter().enumerate() {
             let shared = shared.clone();
             let rx = rx.clone();
             let t = std::thread::Builder::new()
                 .name(format!("sluicegate-worker-{i}"))
-                .spawn(move || run_worker(shared, ls, rx))?;
+                .spawn(move || run_worker(shared, ls, rx, io_uring))?;
             threads.push(t);
         }
         Ok(Gateway {
@@ -215,14 +219,48 @@ impl Gateway {
     }
 }
 
-fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Receiver<Phase>) {
+/// The kernel refused io_uring: said once per process, not per worker.
+static REFUSED_LOGGED: std::sync::Once = std::sync::Once::new();
+
+/// This worker's ring when `io_uring` is on and the kernel allows it;
+/// else `None`, and the worker runs on epoll (with one log line per
+/// process saying why).
+fn ring_or_fallback(wanted: bool) -> Option<Rc<Ring>> {
+    if !wanted {
+        return None;
+    }
+    match Ring::new() {
+        Ok(r) => Some(r),
+        Err(e) => {
+            REFUSED_LOGGED.call_once(|| {
+                tracing::warn!(
+                    error = %e,
+                    reason = uring::refused_reason(&e),
+                    "io_uring refused by the kernel: workers run on epoll"
+                );
+            });
+            None
+        }
+    }
+}
+
+fn run_worker(
+    shared: Arc<Shared>,
+    listeners: Vec<Bound>,
+    shutdown: watch::Receiver<Phase>,
+    io_uring: bool,
+) {
     // A local runtime runs the worker's `!Send` tasks on its own scheduler:
     // a wake-up queues the task once, where a `LocalSet` on a current-thread
     // runtime queues it in the set and wakes the set as a second task.
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build_local(tokio::runtime::LocalOptions::default())
-    {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all();
+    if io_uring {
+        // The turn's one io_uring_enter, before the worker sleeps (a
+        // no-op while this thread has no ring).
+        builder.on_thread_park(uring::turn);
+    }
+    let rt = match builder.build_local(tokio::runtime::LocalOptions::default()) {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start worker runtime");
@@ -231,6 +269,11 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
     };
     rt.block_on(async move {
         let worker = Worker::new(shared.clone()).into_rc();
+        let ring = ring_or_fallback(io_uring);
+        if let Some(r) = &ring {
+            uring::set_current(Some(r.clone()));
+            tokio::task::spawn_local(r.clone().drive());
+        }
         tokio::task::spawn_local({
             let worker = worker.clone();
             async move { worker.deadlines.run().await }
@@ -249,6 +292,16 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
             }
         });
         for (key, l) in listeners {
+            if let Some(r) = &ring {
+                tokio::task::spawn_local(accept_loop_uring(
+                    worker.clone(),
+                    l,
+                    key,
+                    shutdown.clone(),
+                    r.clone(),
+                ));
+                continue;
+            }
             match TcpListener::from_std(l) {
                 Ok(l) => {
                     tokio::task::spawn_local(accept_loop(worker.clone(), l, key, shutdown.clone()));
@@ -290,6 +343,124 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
         worker.flush_log();
         worker.pool.borrow_mut().clear();
     });
+    drop(rt);
+    uring::set_current(None);
+}
+
+/// Counts a new connection in, or refuses it (`false`) past
+/// `limits.max_connections`; refreshes the listener's `settings` from the
+/// current snapshot.
+fn admit(worker: &Worker, key: SocketAddr, settings: &mut Arc<ListenerRt>) -> bool {
+    let global = &worker.shared.global;
+    let snap = worker.shared.snapshot.load();
+    let max = snap.limits.max_connections;
+    if let Some(l) = snap.listener(key) {
+        if !Arc::ptr_eq(l, settings) {
+            *settings = l.clone();
+        }
+    }
+    drop(snap);
+    if global.open_connections.fetch_add(1, Ordering::Relaxed) >= max {
+        global.open_connections.fetch_sub(1, Ordering::Relaxed);
+        global.refused.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    global.accepted.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// The listener's settings as last seen in a snapshot: kept if a reload
+/// drops its address (listen changes apply on restart).
+fn settings_of(worker: &Worker, key: SocketAddr) -> Arc<ListenerRt> {
+    worker
+        .shared
+        .snapshot
+        .load()
+        .listener(key)
+        .cloned()
+        .unwrap_or_else(|| listener::plain(key))
+}
+
+/// Waits out a hold: `false` when the gateway stops instead.
+async fn held(shutdown: &mut watch::Receiver<Phase>) -> bool {
+    loop {
+        let phase = *shutdown.borrow_and_update();
+        match phase {
+            Phase::Accept => return true,
+            Phase::Stop => return false,
+            Phase::Hold => {
+                if shutdown.changed().await.is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// The accept loop of a worker on io_uring: one multishot accept. A
+/// plain listener's connections go on the ring; those that need a PROXY
+/// header or TLS go to the epoll path (the TLS layer reads a tokio socket).
+async fn accept_loop_uring(
+    worker: Rc<Worker>,
+    listener: std::net::TcpListener,
+    key: SocketAddr,
+    mut shutdown: watch::Receiver<Phase>,
+    ring: Rc<Ring>,
+) {
+    use std::os::fd::AsRawFd;
+    // Accepted sockets inherit it (an inherited listener may lack it).
+    let _ = socket2::SockRef::from(&listener).set_tcp_nodelay(true);
+    let acceptor = Acceptor::new(ring.clone(), listener.as_raw_fd());
+    let mut settings = settings_of(&worker, key);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            r = shutdown.changed() => {
+                if r.is_err() { return; }
+                // Held: stop the multishot accept so that connections wait
+                // in the listen queue (for a new process, say).
+                acceptor.hold();
+                if !held(&mut shutdown).await { return; }
+                continue;
+            }
+            a = std::future::poll_fn(|cx| acceptor.poll_accept(cx)) => a,
+        };
+        match accepted {
+            Ok(fd) => {
+                let peer = match socket2::SockRef::from(&fd).peer_addr() {
+                    Ok(a) => match a.as_socket() {
+                        Some(a) => a,
+                        None => continue,
+                    },
+                    // Reset before we got to it.
+                    Err(_) => continue,
+                };
+                if !admit(&worker, key, &mut settings) {
+                    continue;
+                }
+                if settings.tls.is_none() && !settings.proxy_protocol {
+                    let s = Stream::Uring(UringTcp::new(ring.clone(), fd));
+                    start::accepted_plain(&worker, s, peer, settings.clone());
+                } else {
+                    match TcpStream::from_std(std::net::TcpStream::from(fd)) {
+                        Ok(tcp) => start::accepted(&worker, tcp, peer, settings.clone()),
+                        Err(e) => {
+                            worker
+                                .shared
+                                .global
+                                .open_connections
+                                .fetch_sub(1, Ordering::Relaxed);
+                            tracing::warn!(error = %e, "cannot register connection");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
 }
 
 async fn accept_loop(
@@ -298,53 +469,24 @@ async fn accept_loop(
     key: SocketAddr,
     mut shutdown: watch::Receiver<Phase>,
 ) {
-    let global = &worker.shared.global;
-    // The listener's settings as last seen in a snapshot: kept if a reload
-    // drops its address (listen changes apply on restart).
-    let mut settings = worker
-        .shared
-        .snapshot
-        .load()
-        .listener(key)
-        .cloned()
-        .unwrap_or_else(|| listener::plain(key));
+    let mut settings = settings_of(&worker, key);
     loop {
         let accepted = tokio::select! {
             biased;
             r = shutdown.changed() => {
                 if r.is_err() { return; }
                 // Held: wait for the next change without accepting.
-                loop {
-                    let phase = *shutdown.borrow_and_update();
-                    match phase {
-                        Phase::Accept => break,
-                        Phase::Stop => return,
-                        Phase::Hold => {
-                            if shutdown.changed().await.is_err() { return; }
-                        }
-                    }
-                }
+                if !held(&mut shutdown).await { return; }
                 continue;
             }
             a = listener.accept() => a,
         };
         match accepted {
             Ok((stream, peer)) => {
-                let snap = worker.shared.snapshot.load();
-                let max = snap.limits.max_connections;
-                if let Some(l) = snap.listener(key) {
-                    if !Arc::ptr_eq(l, &settings) {
-                        settings = l.clone();
-                    }
-                }
-                drop(snap);
-                if global.open_connections.fetch_add(1, Ordering::Relaxed) >= max {
-                    global.open_connections.fetch_sub(1, Ordering::Relaxed);
-                    global.refused.fetch_add(1, Ordering::Relaxed);
+                if !admit(&worker, key, &mut settings) {
                     drop(stream);
                     continue;
                 }
-                global.accepted.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
                 start::accepted(&worker, stream, peer, settings.clone());
             }
