@@ -110,6 +110,8 @@ pub struct Gateway {
     pub local_addrs: Vec<SocketAddr>,
     /// Duplicates of every listening socket, for a graceful restart.
     handover: Vec<std::net::TcpListener>,
+    /// Workers running on io_uring (their ring set up).
+    rings: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Gateway {
@@ -180,12 +182,14 @@ impl Gateway {
         let env = std::env::var("SLUICEGATE_IO_URING").ok();
         let io_uring = uring::wanted(shared.snapshot.load().io_uring, env.as_deref());
         let mut threads = Vec::with_capacity(listeners.len());
+        let rings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for (i, ls) in listeners.into_iter().enumerate() {
             let shared = shared.clone();
             let rx = rx.clone();
+            let rings = rings.clone();
             let t = std::thread::Builder::new()
                 .name(format!("sluicegate-worker-{i}"))
-                .spawn(move || run_worker(shared, ls, rx, io_uring))?;
+                .spawn(move || run_worker(shared, ls, rx, io_uring, &rings))?;
             threads.push(t);
         }
         Ok(Gateway {
@@ -193,7 +197,14 @@ impl Gateway {
             shutdown: Arc::new(tx),
             local_addrs,
             handover,
+            rings,
         })
+    }
+
+    /// How many workers run on io_uring so far (each sets its ring up as
+    /// it starts): 0 with `io_uring` off or refused by the kernel.
+    pub fn workers_on_io_uring(&self) -> usize {
+        self.rings.load(Ordering::Relaxed)
     }
 
     /// Duplicates of every listening socket (all workers'), to hand to a
@@ -249,6 +260,7 @@ fn run_worker(
     listeners: Vec<Bound>,
     shutdown: watch::Receiver<Phase>,
     io_uring: bool,
+    rings: &std::sync::atomic::AtomicUsize,
 ) {
     // A local runtime runs the worker's `!Send` tasks on its own scheduler:
     // a wake-up queues the task once, where a `LocalSet` on a current-thread
@@ -271,6 +283,7 @@ fn run_worker(
         let worker = Worker::new(shared.clone()).into_rc();
         let ring = ring_or_fallback(io_uring);
         if let Some(r) = &ring {
+            rings.fetch_add(1, Ordering::Relaxed);
             uring::set_current(Some(r.clone()));
             tokio::task::spawn_local(r.clone().drive());
         }
@@ -544,5 +557,117 @@ mod tests {
         switch.resume();
         gw.shutdown();
         switch.resume();
+    }
+
+    fn respond_config(io_uring: bool) -> sluicegate_config::Config {
+        sluicegate_config::parse(&format!(
+            "listen: [\"127.0.0.1:0\"]\nio_uring: {io_uring}\nroutes:\n  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200, body: hi }} }}\n",
+        ))
+        .unwrap()
+    }
+
+    /// Two keep-alive requests and a closing one on one connection.
+    fn served(addr: SocketAddr) {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for _ in 0..2 {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut buf = [0u8; 512];
+            let n = c.read(&mut buf).unwrap();
+            let out = String::from_utf8_lossy(&buf[..n]);
+            assert!(
+                out.starts_with("HTTP/1.1 200") && out.ends_with("hi"),
+                "{out}"
+            );
+        }
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    }
+
+    #[test]
+    fn io_uring_workers_serve_when_the_kernel_allows_it() {
+        let cfg = respond_config(true);
+        let shared = Shared::new(&cfg).unwrap();
+        let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 2).unwrap();
+        for _ in 0..4 {
+            served(gw.local_addrs[0]);
+        }
+        // Both set their rings up before accepting anything (unless the
+        // environment turns io_uring off for the run).
+        if std::env::var("SLUICEGATE_IO_URING").as_deref() != Ok("0") {
+            assert_eq!(gw.workers_on_io_uring(), 2);
+        }
+        gw.shutdown();
+    }
+
+    /// A seccomp filter on this thread (and the threads it starts) that
+    /// refuses `io_uring_setup` with EPERM, as a container's may.
+    #[allow(unsafe_code)]
+    fn refuse_io_uring_here() {
+        const IO_URING_SETUP: u32 = 425;
+        let op = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        };
+        let filter = [
+            // The syscall number, at offset 0 of seccomp_data.
+            op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+            op(
+                libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+                IO_URING_SETUP,
+                0,
+                1,
+            ),
+            op(
+                libc::BPF_RET | libc::BPF_K,
+                libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+                0,
+                0,
+            ),
+            op(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+        ];
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: prctl with a valid filter program that outlives the call
+        // (the kernel copies it); it affects this thread only.
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+            assert_eq!(
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const libc::sock_fprog
+                ),
+                0
+            );
+        }
+    }
+
+    #[test]
+    fn a_kernel_refusing_io_uring_gets_the_epoll_workers() {
+        std::thread::spawn(|| {
+            refuse_io_uring_here();
+            assert_eq!(
+                Ring::new().unwrap_err().raw_os_error(),
+                Some(rustix::io::Errno::PERM.raw_os_error())
+            );
+            let cfg = respond_config(true);
+            let shared = Shared::new(&cfg).unwrap();
+            let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 2).unwrap();
+            for _ in 0..4 {
+                served(gw.local_addrs[0]);
+            }
+            assert_eq!(gw.workers_on_io_uring(), 0);
+            gw.shutdown();
+        })
+        .join()
+        .unwrap();
     }
 }

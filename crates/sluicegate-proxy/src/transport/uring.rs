@@ -839,3 +839,277 @@ impl Drop for Acceptor {
         self.state.waker.borrow_mut().take();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    /// Runs `f` on a worker-like runtime with a ring: the before-park
+    /// hook makes the turn's enter, a task takes completions in.
+    fn on_ring<F, Fut>(f: F)
+    where
+        F: FnOnce(Rc<Ring>) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .on_thread_park(turn)
+            .build_local(tokio::runtime::LocalOptions::default())
+            .unwrap();
+        rt.block_on(async {
+            let ring = Ring::new().expect("io_uring on this kernel");
+            set_current(Some(ring.clone()));
+            tokio::task::spawn_local(ring.clone().drive());
+            tokio::time::timeout(Duration::from_secs(60), f(ring))
+                .await
+                .expect("within a minute");
+        });
+        drop(rt);
+        set_current(None);
+    }
+
+    /// Our end on the ring, and the peer's as a blocking std socket.
+    fn pair(ring: &Rc<Ring>, l: &TcpListener) -> (UringTcp, TcpStream) {
+        let peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let (ours, _) = l.accept().unwrap();
+        (UringTcp::new(ring.clone(), OwnedFd::from(ours)), peer)
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    async fn send_all(s: &UringTcp, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            match s.try_send(bytes) {
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::future::poll_fn(|cx| s.poll_write_ready(cx))
+                        .await
+                        .unwrap();
+                }
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+    }
+
+    /// Reads until the end of the stream, in reads of at most `chunk`.
+    async fn read_to_end(s: &UringTcp, chunk: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; chunk];
+        loop {
+            match s.try_recv(&mut buf) {
+                Ok(0) => return out,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::future::poll_fn(|cx| s.poll_read_ready(cx))
+                        .await
+                        .unwrap();
+                }
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn big_bodies_both_ways_with_partial_sends() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        on_ring(|ring| async move {
+            let (ours, mut peer) = pair(&ring, &l);
+            // Far more than the socket buffers and our 64 KiB send
+            // buffer hold: sends go out in parts while the peer reads
+            // slowly, and the receive side uses many provided buffers.
+            let down = pattern(8 << 20, 1);
+            let up = pattern(8 << 20, 7);
+            let up2 = up.clone();
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 3000];
+                loop {
+                    let n = peer.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    if got.len() < (1 << 20) {
+                        std::thread::yield_now();
+                    }
+                }
+                (got, peer)
+            });
+            let writer = {
+                let mut p = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+                let (theirs, _) = l.accept().unwrap();
+                let ours2 = UringTcp::new(ring.clone(), OwnedFd::from(theirs));
+                let w = std::thread::spawn(move || {
+                    p.write_all(&up2).unwrap();
+                    p.shutdown(std::net::Shutdown::Write).unwrap();
+                    p
+                });
+                (ours2, w)
+            };
+            send_all(&ours, &down).await;
+            ours.shutdown_write();
+            let got_up = read_to_end(&writer.0, 1500).await;
+            assert!(got_up == up, "upload differs ({} bytes)", got_up.len());
+            drop(writer.1.join().unwrap());
+            writer.0.shutdown_write();
+            // The download's end arrives once every byte is out.
+            let (got, _peer) = tokio::task::spawn_blocking(move || reader.join().unwrap())
+                .await
+                .unwrap();
+            assert!(got == down, "download differs ({} bytes)", got.len());
+        });
+    }
+
+    #[test]
+    fn bytes_taken_before_a_drop_still_go_out_then_the_socket_closes() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        on_ring(|ring| async move {
+            let (ours, mut peer) = pair(&ring, &l);
+            let body = pattern(TX_CAP - 1, 3);
+            assert_eq!(ours.try_send(&body).unwrap(), body.len());
+            drop(ours);
+            let got = tokio::task::spawn_blocking(move || {
+                let mut got = Vec::new();
+                peer.read_to_end(&mut got).unwrap();
+                got
+            })
+            .await
+            .unwrap();
+            assert!(got == body);
+            // Its slot went with its last completion.
+            assert!(ring.entries.borrow().is_empty());
+        });
+    }
+
+    #[test]
+    fn running_out_of_buffers_delays_receives_and_loses_nothing() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        on_ring(|ring| async move {
+            // 100 connections each sent 400 KiB that nobody reads at
+            // first: held buffers stop at MAX_HELD a connection, and
+            // 100 x 8 > the 512 buffers of the ring, so some receives
+            // end on ENOBUFS and must come back.
+            const CONNS: usize = 100;
+            const EACH: usize = 400 << 10;
+            let mut ours = Vec::new();
+            let mut writers = Vec::new();
+            for c in 0..CONNS {
+                let (o, mut p) = pair(&ring, &l);
+                ours.push(o);
+                writers.push(std::thread::spawn(move || {
+                    p.write_all(&pattern(EACH, c as u8)).unwrap();
+                    p.shutdown(std::net::Shutdown::Write).unwrap();
+                    p
+                }));
+            }
+            // Let data pile up until the ring has handed out every buffer
+            // it can (bounded: the test's timeout).
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let held: usize = ours.iter().map(|o| o.state.inner.borrow().rx.len()).sum();
+                let starving = ours
+                    .iter()
+                    .filter(|o| o.state.inner.borrow().recv == Recv::Starving)
+                    .count();
+                if held + MAX_HELD > BUFS as usize && starving > 0 {
+                    break;
+                }
+            }
+            for (c, o) in ours.iter().enumerate() {
+                let got = read_to_end(o, 16 << 10).await;
+                assert!(got == pattern(EACH, c as u8), "connection {c}");
+            }
+            for w in writers {
+                drop(tokio::task::spawn_blocking(move || w.join().unwrap()).await);
+            }
+        });
+    }
+
+    #[test]
+    fn a_reset_is_an_error_and_multishot_accept_takes_many() {
+        // A backlog for every connect made before the first accept.
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        s.listen(1024).unwrap();
+        let l: TcpListener = s.into();
+        l.set_nonblocking(true).unwrap();
+        on_ring(|ring| async move {
+            let acceptor = Acceptor::new(ring.clone(), l.as_raw_fd());
+            let addr = l.local_addr().unwrap();
+            let peers: Vec<TcpStream> = (0..300)
+                .map(|_| TcpStream::connect(addr).unwrap())
+                .collect();
+            let mut ours = Vec::new();
+            while ours.len() < peers.len() {
+                let fd = std::future::poll_fn(|cx| acceptor.poll_accept(cx))
+                    .await
+                    .unwrap();
+                ours.push(UringTcp::new(ring.clone(), fd));
+            }
+            // Each one answers its own peer.
+            for (i, o) in ours.iter().enumerate() {
+                send_all(o, format!("{i}\n").as_bytes()).await;
+            }
+            // The peers read on another thread: this one must get to the
+            // end of its turn for the sends to leave.
+            tokio::task::spawn_blocking(move || {
+                for (i, mut p) in peers.into_iter().enumerate() {
+                    p.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    let mut buf = [0u8; 8];
+                    let n = p.read(&mut buf).unwrap();
+                    assert_eq!(&buf[..n], format!("{i}\n").as_bytes());
+                    if i == 0 {
+                        // A reset (linger 0): the read side reports it.
+                        socket2::SockRef::from(&p)
+                            .set_linger(Some(Duration::ZERO))
+                            .unwrap();
+                    }
+                }
+            })
+            .await
+            .unwrap();
+            let mut buf = [0u8; 8];
+            let e = loop {
+                match ours[0].try_recv(&mut buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::future::poll_fn(|cx| ours[0].poll_read_ready(cx))
+                            .await
+                            .unwrap();
+                    }
+                    other => break other,
+                }
+            };
+            assert!(
+                matches!(&e, Err(e) if e.kind() == io::ErrorKind::ConnectionReset),
+                "{e:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn the_mode_is_the_config_unless_the_environment_says() {
+        assert!(!wanted(None, None));
+        assert!(wanted(Some(true), None));
+        assert!(!wanted(Some(true), Some("0")));
+        assert!(wanted(Some(false), Some("1")));
+        assert!(wanted(None, Some("1")));
+        assert!(!wanted(Some(false), Some("")));
+        let eperm = io::Error::from_raw_os_error(rustix::io::Errno::PERM.raw_os_error());
+        assert!(refused_reason(&eperm).contains("not permitted"));
+    }
+}
