@@ -367,7 +367,11 @@ impl Ring {
             }
         }
         let mut u = self.uring.borrow_mut();
-        let queued = !u.submission().is_empty();
+        // An overflowed completion queue is flushed by an enter too.
+        let queued = {
+            let sq = u.submission();
+            !sq.is_empty() || sq.cq_overflow()
+        };
         if queued {
             if let Err(e) = u.submit() {
                 if e.kind() != io::ErrorKind::Interrupted {
