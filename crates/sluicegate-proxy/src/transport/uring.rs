@@ -59,6 +59,8 @@ const TX_CAP: usize = 64 * 1024;
 const OP_RECV: u64 = 1;
 const OP_SEND: u64 = 2;
 const OP_ACCEPT: u64 = 3;
+/// A one-shot readiness poll for a connection without buffers.
+const OP_POLL: u64 = 5;
 /// Cancels and shutdowns: completions with nothing to do.
 const OP_IGNORE: u64 = 4;
 
@@ -198,7 +200,10 @@ enum Recv {
     Armed,
     /// Cancelled (held buffers, a drop); its last completion is due.
     Cancelling,
-    /// Ended for want of buffers: armed again when some come back.
+    /// Ended for want of buffers: armed again when some come back;
+    /// meanwhile reads are plain `recv` calls on readiness (a one-shot
+    /// poll on the ring), so a connection whose reader waits for another
+    /// connection's progress never waits for buffers that connection holds.
     Starving,
 }
 
@@ -230,6 +235,8 @@ struct ConnInner {
     shut: bool,
     /// The handle is gone: close once nothing is in flight.
     dropped: bool,
+    /// A one-shot poll (while starving) is in flight.
+    polling: bool,
 }
 
 struct ConnState {
@@ -521,6 +528,15 @@ impl Ring {
                 drop(i);
                 self.maybe_finish(slot, &c);
             }
+            (OP_POLL, Ok(c)) => {
+                let mut i = c.inner.borrow_mut();
+                i.polling = false;
+                if let Some(w) = i.read_waker.take() {
+                    w.wake();
+                }
+                drop(i);
+                self.maybe_finish(slot, &c);
+            }
             (OP_ACCEPT, Err(a)) => {
                 if res >= 0 {
                     // SAFETY: a new descriptor the kernel just made for us.
@@ -553,6 +569,7 @@ impl Ring {
         let i = c.inner.borrow();
         if i.dropped
             && matches!(i.recv, Recv::Idle | Recv::Starving)
+            && !i.polling
             && i.send == Send::Idle
             && (i.tx.is_empty() || i.tx_err.is_some())
         {
@@ -615,6 +632,7 @@ impl UringTcp {
                 write_waker: None,
                 shut: false,
                 dropped: false,
+                polling: false,
             }),
         });
         let slot = ring.entries.borrow_mut().insert(Entry::Conn(state.clone()));
@@ -651,6 +669,17 @@ impl UringTcp {
         match i.rx_end {
             Some(0) => Ok(0),
             Some(e) => Err(io::Error::from_raw_os_error(-e)),
+            None if i.recv == Recv::Starving && !buf.is_empty() => {
+                // No multishot receive is armed: the socket is ours to read.
+                match rustix::net::recv(&self.state.fd, buf, rustix::net::RecvFlags::DONTWAIT) {
+                    Ok((0, _)) => {
+                        i.rx_end = Some(0);
+                        Ok(0)
+                    }
+                    Ok((n, _)) => Ok(n),
+                    Err(e) => Err(e.into()),
+                }
+            }
             None => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
@@ -692,6 +721,16 @@ impl UringTcp {
         if i.recv == Recv::Idle {
             i.recv = Recv::Armed;
             self.ring.arm_recv(self.slot, self.state.fd.as_raw_fd());
+        } else if i.recv == Recv::Starving && !i.polling {
+            i.polling = true;
+            self.ring.push(
+                opcode::PollAdd::new(
+                    types::Fd(self.state.fd.as_raw_fd()),
+                    (rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP).bits() as u32,
+                )
+                .build()
+                .user_data(user_data(self.slot, OP_POLL)),
+            );
         }
         match &i.read_waker {
             Some(w) if w.will_wake(cx.waker()) => {}
@@ -727,6 +766,10 @@ impl UringTcp {
     /// taken in so far tell).
     pub(crate) fn quiet(&self) -> bool {
         let i = self.state.inner.borrow();
+        if i.recv == Recv::Starving {
+            drop(i);
+            return self.quiet_now();
+        }
         i.rx.is_empty() && i.rx_end.is_none()
     }
 
@@ -740,7 +783,8 @@ impl UringTcp {
             rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
         );
         self.ring.reap();
-        matches!(r, Err(rustix::io::Errno::AGAIN)) && self.quiet()
+        let i = self.state.inner.borrow();
+        matches!(r, Err(rustix::io::Errno::AGAIN)) && i.rx.is_empty() && i.rx_end.is_none()
     }
 }
 
@@ -753,16 +797,25 @@ impl Drop for UringTcp {
         for (bid, _, _) in i.rx.drain(..) {
             self.ring.give_back(bid);
         }
-        if i.recv == Recv::Armed {
+        let recv = i.recv == Recv::Armed;
+        if recv {
             i.recv = Recv::Cancelling;
-            drop(i);
+        }
+        let poll = i.polling;
+        drop(i);
+        if recv {
             self.ring.push(
                 opcode::AsyncCancel::new(user_data(self.slot, OP_RECV))
                     .build()
                     .user_data(user_data(self.slot, OP_IGNORE)),
             );
-        } else {
-            drop(i);
+        }
+        if poll {
+            self.ring.push(
+                opcode::AsyncCancel::new(user_data(self.slot, OP_POLL))
+                    .build()
+                    .user_data(user_data(self.slot, OP_IGNORE)),
+            );
         }
         self.ring.maybe_finish(self.slot, &self.state);
     }
@@ -1001,7 +1054,9 @@ mod tests {
             // 100 connections each sent 400 KiB that nobody reads at
             // first: held buffers stop at MAX_HELD a connection, and
             // 100 x 8 > the 512 buffers of the ring, so some receives
-            // end on ENOBUFS and must come back.
+            // end on ENOBUFS. Read one after another, a starving one
+            // cannot wait for the buffers the later ones hold: it reads
+            // the socket itself on readiness until buffers come back.
             const CONNS: usize = 100;
             const EACH: usize = 400 << 10;
             let mut ours = Vec::new();
