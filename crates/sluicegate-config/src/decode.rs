@@ -18,6 +18,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "admin",
     "workers",
     "busy_poll",
+    "io_uring",
     "limits",
     "timeouts",
     "log",
@@ -48,6 +49,7 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
         admin: None,
         workers: None,
         busy_poll: Duration::ZERO,
+        io_uring: None,
         limits: Limits::default(),
         timeouts: ClientTimeouts::default(),
         log: LogConfig::default(),
@@ -103,6 +105,9 @@ pub(crate) fn config(cx: &mut Cx, root: Option<&Node>, mut apps: apps::AppsDecod
     }
     if let Some(node) = f.get("busy_poll") {
         config.busy_poll = busy_poll(cx, node, path.key("busy_poll"));
+    }
+    if let Some(node) = f.get("io_uring") {
+        config.io_uring = reader::boolean(cx, node, path.key("io_uring"));
     }
     if let Some(node) = f.get("http2") {
         crate::http2::http2(cx, node, path.key("http2"), &mut config.http2);

@@ -41,6 +41,10 @@ pub struct Config {
     /// How long a worker keeps polling its sockets after its last request
     /// instead of sleeping (`busy_poll`); zero (the default) never.
     pub busy_poll: Duration,
+    /// Plain TCP through one io_uring per worker instead of epoll
+    /// (`io_uring`); `None`: not set (off, unless `SLUICEGATE_IO_URING`
+    /// says otherwise). Read at start, like `workers`.
+    pub io_uring: Option<bool>,
     pub limits: Limits,
     pub timeouts: ClientTimeouts,
     pub log: LogConfig,

@@ -134,6 +134,11 @@ pub(super) fn top(k: &str) -> Option<S> {
                 r("Duration"),
             ],
         ),
+        "io_uring" => boolean(
+            "Plain TCP through one io_uring per worker instead of epoll (read at start; falls back to epoll where the kernel refuses it).",
+            false,
+        )
+        .into(),
         "limits" => object(
             "Connection and request size limits.",
             decode::LIMITS_KEYS,

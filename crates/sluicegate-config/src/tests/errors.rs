@@ -24,7 +24,7 @@ fn unknown_key_lists_the_expected_ones() {
     );
     assert_eq!(
         error("listne: 127.0.0.1:8080\nlisten: 127.0.0.1:8081\n"),
-        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, http2, config_source, cluster, request_id, tracing, dns, cache)"
+        "1:1: unknown key \"listne\" in the top level (expected one of: listen, admin, workers, busy_poll, io_uring, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, http2, config_source, cluster, request_id, tracing, dns, cache)"
     );
     assert!(error(&with("limits: { max_conns: 1 }")).starts_with(
         "2:11: unknown key \"max_conns\" in limits (expected one of: max_connections,"
@@ -127,7 +127,7 @@ fn wrong_types_name_expected_and_found() {
     );
     assert_eq!(
         error("- a\n- b\n"),
-        "1:1: expected a mapping with keys listen, admin, workers, busy_poll, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, http2, config_source, cluster, request_id, tracing, dns, cache, found a list"
+        "1:1: expected a mapping with keys listen, admin, workers, busy_poll, io_uring, limits, timeouts, log, reload, services, routes, plans, apps, app_key, ip, jwt, trusted_proxies, http2, config_source, cluster, request_id, tracing, dns, cache, found a list"
     );
 }
 

@@ -99,6 +99,7 @@ fn full_example_parses_to_the_expected_model() {
         }),
         workers: Some(4),
         busy_poll: Duration::from_micros(200),
+        io_uring: None,
         limits: Limits {
             max_connections: 20_000,
             max_header_bytes: 32_768,

@@ -12,12 +12,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::session::start;
 use crate::snapshot::Shared;
-use crate::transport::listener;
+use crate::transport::listener::{self, ListenerRt};
+use crate::transport::stream::Stream;
+use crate::transport::uring::{self, Acceptor, Ring, UringTcp};
 use crate::worker::Worker;
 
 /// Listen backlog per socket.
@@ -108,6 +110,8 @@ pub struct Gateway {
     pub local_addrs: Vec<SocketAddr>,
     /// Duplicates of every listening socket, for a graceful restart.
     handover: Vec<std::net::TcpListener>,
+    /// Workers running on io_uring (their ring set up).
+    rings: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Gateway {
@@ -175,13 +179,17 @@ impl Gateway {
             handover.push(l.try_clone()?);
         }
         let (tx, rx) = watch::channel(Phase::Accept);
+        let env = std::env::var("SLUICEGATE_IO_URING").ok();
+        let io_uring = uring::wanted(shared.snapshot.load().io_uring, env.as_deref());
         let mut threads = Vec::with_capacity(listeners.len());
+        let rings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for (i, ls) in listeners.into_iter().enumerate() {
             let shared = shared.clone();
             let rx = rx.clone();
+            let rings = rings.clone();
             let t = std::thread::Builder::new()
                 .name(format!("sluicegate-worker-{i}"))
-                .spawn(move || run_worker(shared, ls, rx))?;
+                .spawn(move || run_worker(shared, ls, rx, io_uring, &rings))?;
             threads.push(t);
         }
         Ok(Gateway {
@@ -189,7 +197,14 @@ impl Gateway {
             shutdown: Arc::new(tx),
             local_addrs,
             handover,
+            rings,
         })
+    }
+
+    /// How many workers run on io_uring so far (each sets its ring up as
+    /// it starts): 0 with `io_uring` off or refused by the kernel.
+    pub fn workers_on_io_uring(&self) -> usize {
+        self.rings.load(Ordering::Relaxed)
     }
 
     /// Duplicates of every listening socket (all workers'), to hand to a
@@ -215,14 +230,49 @@ impl Gateway {
     }
 }
 
-fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Receiver<Phase>) {
+/// The kernel refused io_uring: said once per process, not per worker.
+static REFUSED_LOGGED: std::sync::Once = std::sync::Once::new();
+
+/// This worker's ring when `io_uring` is on and the kernel allows it;
+/// else `None`, and the worker runs on epoll (with one log line per
+/// process saying why).
+fn ring_or_fallback(wanted: bool) -> Option<Rc<Ring>> {
+    if !wanted {
+        return None;
+    }
+    match Ring::new() {
+        Ok(r) => Some(r),
+        Err(e) => {
+            REFUSED_LOGGED.call_once(|| {
+                tracing::warn!(
+                    error = %e,
+                    reason = uring::refused_reason(&e),
+                    "io_uring refused by the kernel: workers run on epoll"
+                );
+            });
+            None
+        }
+    }
+}
+
+fn run_worker(
+    shared: Arc<Shared>,
+    listeners: Vec<Bound>,
+    shutdown: watch::Receiver<Phase>,
+    io_uring: bool,
+    rings: &std::sync::atomic::AtomicUsize,
+) {
     // A local runtime runs the worker's `!Send` tasks on its own scheduler:
     // a wake-up queues the task once, where a `LocalSet` on a current-thread
     // runtime queues it in the set and wakes the set as a second task.
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build_local(tokio::runtime::LocalOptions::default())
-    {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all();
+    if io_uring {
+        // The turn's one io_uring_enter, before the worker sleeps (a
+        // no-op while this thread has no ring).
+        builder.on_thread_park(uring::turn);
+    }
+    let rt = match builder.build_local(tokio::runtime::LocalOptions::default()) {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start worker runtime");
@@ -231,6 +281,12 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
     };
     rt.block_on(async move {
         let worker = Worker::new(shared.clone()).into_rc();
+        let ring = ring_or_fallback(io_uring);
+        if let Some(r) = &ring {
+            rings.fetch_add(1, Ordering::Relaxed);
+            uring::set_current(Some(r.clone()));
+            tokio::task::spawn_local(r.clone().drive());
+        }
         tokio::task::spawn_local({
             let worker = worker.clone();
             async move { worker.deadlines.run().await }
@@ -249,6 +305,16 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
             }
         });
         for (key, l) in listeners {
+            if let Some(r) = &ring {
+                tokio::task::spawn_local(accept_loop_uring(
+                    worker.clone(),
+                    l,
+                    key,
+                    shutdown.clone(),
+                    r.clone(),
+                ));
+                continue;
+            }
             match TcpListener::from_std(l) {
                 Ok(l) => {
                     tokio::task::spawn_local(accept_loop(worker.clone(), l, key, shutdown.clone()));
@@ -290,6 +356,124 @@ fn run_worker(shared: Arc<Shared>, listeners: Vec<Bound>, shutdown: watch::Recei
         worker.flush_log();
         worker.pool.borrow_mut().clear();
     });
+    drop(rt);
+    uring::set_current(None);
+}
+
+/// Counts a new connection in, or refuses it (`false`) past
+/// `limits.max_connections`; refreshes the listener's `settings` from the
+/// current snapshot.
+fn admit(worker: &Worker, key: SocketAddr, settings: &mut Arc<ListenerRt>) -> bool {
+    let global = &worker.shared.global;
+    let snap = worker.shared.snapshot.load();
+    let max = snap.limits.max_connections;
+    if let Some(l) = snap.listener(key) {
+        if !Arc::ptr_eq(l, settings) {
+            *settings = l.clone();
+        }
+    }
+    drop(snap);
+    if global.open_connections.fetch_add(1, Ordering::Relaxed) >= max {
+        global.open_connections.fetch_sub(1, Ordering::Relaxed);
+        global.refused.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    global.accepted.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// The listener's settings as last seen in a snapshot: kept if a reload
+/// drops its address (listen changes apply on restart).
+fn settings_of(worker: &Worker, key: SocketAddr) -> Arc<ListenerRt> {
+    worker
+        .shared
+        .snapshot
+        .load()
+        .listener(key)
+        .cloned()
+        .unwrap_or_else(|| listener::plain(key))
+}
+
+/// Waits out a hold: `false` when the gateway stops instead.
+async fn held(shutdown: &mut watch::Receiver<Phase>) -> bool {
+    loop {
+        let phase = *shutdown.borrow_and_update();
+        match phase {
+            Phase::Accept => return true,
+            Phase::Stop => return false,
+            Phase::Hold => {
+                if shutdown.changed().await.is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// The accept loop of a worker on io_uring: one multishot accept. A
+/// plain listener's connections go on the ring; those that need a PROXY
+/// header or TLS go to the epoll path (the TLS layer reads a tokio socket).
+async fn accept_loop_uring(
+    worker: Rc<Worker>,
+    listener: std::net::TcpListener,
+    key: SocketAddr,
+    mut shutdown: watch::Receiver<Phase>,
+    ring: Rc<Ring>,
+) {
+    use std::os::fd::AsRawFd;
+    // Accepted sockets inherit it (an inherited listener may lack it).
+    let _ = socket2::SockRef::from(&listener).set_tcp_nodelay(true);
+    let acceptor = Acceptor::new(ring.clone(), listener.as_raw_fd());
+    let mut settings = settings_of(&worker, key);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            r = shutdown.changed() => {
+                if r.is_err() { return; }
+                // Held: stop the multishot accept so that connections wait
+                // in the listen queue (for a new process, say).
+                acceptor.hold();
+                if !held(&mut shutdown).await { return; }
+                continue;
+            }
+            a = std::future::poll_fn(|cx| acceptor.poll_accept(cx)) => a,
+        };
+        match accepted {
+            Ok(fd) => {
+                let peer = match socket2::SockRef::from(&fd).peer_addr() {
+                    Ok(a) => match a.as_socket() {
+                        Some(a) => a,
+                        None => continue,
+                    },
+                    // Reset before we got to it.
+                    Err(_) => continue,
+                };
+                if !admit(&worker, key, &mut settings) {
+                    continue;
+                }
+                if settings.tls.is_none() && !settings.proxy_protocol {
+                    let s = Stream::Uring(UringTcp::new(ring.clone(), fd));
+                    start::accepted_plain(&worker, s, peer, settings.clone());
+                } else {
+                    match TcpStream::from_std(std::net::TcpStream::from(fd)) {
+                        Ok(tcp) => start::accepted(&worker, tcp, peer, settings.clone()),
+                        Err(e) => {
+                            worker
+                                .shared
+                                .global
+                                .open_connections
+                                .fetch_sub(1, Ordering::Relaxed);
+                            tracing::warn!(error = %e, "cannot register connection");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
 }
 
 async fn accept_loop(
@@ -298,53 +482,24 @@ async fn accept_loop(
     key: SocketAddr,
     mut shutdown: watch::Receiver<Phase>,
 ) {
-    let global = &worker.shared.global;
-    // The listener's settings as last seen in a snapshot: kept if a reload
-    // drops its address (listen changes apply on restart).
-    let mut settings = worker
-        .shared
-        .snapshot
-        .load()
-        .listener(key)
-        .cloned()
-        .unwrap_or_else(|| listener::plain(key));
+    let mut settings = settings_of(&worker, key);
     loop {
         let accepted = tokio::select! {
             biased;
             r = shutdown.changed() => {
                 if r.is_err() { return; }
                 // Held: wait for the next change without accepting.
-                loop {
-                    let phase = *shutdown.borrow_and_update();
-                    match phase {
-                        Phase::Accept => break,
-                        Phase::Stop => return,
-                        Phase::Hold => {
-                            if shutdown.changed().await.is_err() { return; }
-                        }
-                    }
-                }
+                if !held(&mut shutdown).await { return; }
                 continue;
             }
             a = listener.accept() => a,
         };
         match accepted {
             Ok((stream, peer)) => {
-                let snap = worker.shared.snapshot.load();
-                let max = snap.limits.max_connections;
-                if let Some(l) = snap.listener(key) {
-                    if !Arc::ptr_eq(l, &settings) {
-                        settings = l.clone();
-                    }
-                }
-                drop(snap);
-                if global.open_connections.fetch_add(1, Ordering::Relaxed) >= max {
-                    global.open_connections.fetch_sub(1, Ordering::Relaxed);
-                    global.refused.fetch_add(1, Ordering::Relaxed);
+                if !admit(&worker, key, &mut settings) {
                     drop(stream);
                     continue;
                 }
-                global.accepted.fetch_add(1, Ordering::Relaxed);
                 let _ = stream.set_nodelay(true);
                 start::accepted(&worker, stream, peer, settings.clone());
             }
@@ -402,5 +557,117 @@ mod tests {
         switch.resume();
         gw.shutdown();
         switch.resume();
+    }
+
+    fn respond_config(io_uring: bool) -> sluicegate_config::Config {
+        sluicegate_config::parse(&format!(
+            "listen: [\"127.0.0.1:0\"]\nio_uring: {io_uring}\nroutes:\n  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200, body: hi }} }}\n",
+        ))
+        .unwrap()
+    }
+
+    /// Two keep-alive requests and a closing one on one connection.
+    fn served(addr: SocketAddr) {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for _ in 0..2 {
+            c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+            let mut buf = [0u8; 512];
+            let n = c.read(&mut buf).unwrap();
+            let out = String::from_utf8_lossy(&buf[..n]);
+            assert!(
+                out.starts_with("HTTP/1.1 200") && out.ends_with("hi"),
+                "{out}"
+            );
+        }
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    }
+
+    #[test]
+    fn io_uring_workers_serve_when_the_kernel_allows_it() {
+        let cfg = respond_config(true);
+        let shared = Shared::new(&cfg).unwrap();
+        let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 2).unwrap();
+        for _ in 0..4 {
+            served(gw.local_addrs[0]);
+        }
+        // Both set their rings up before accepting anything (unless the
+        // environment turns io_uring off for the run).
+        if std::env::var("SLUICEGATE_IO_URING").as_deref() != Ok("0") {
+            assert_eq!(gw.workers_on_io_uring(), 2);
+        }
+        gw.shutdown();
+    }
+
+    /// A seccomp filter on this thread (and the threads it starts) that
+    /// refuses `io_uring_setup` with EPERM, as a container's may.
+    #[allow(unsafe_code)]
+    fn refuse_io_uring_here() {
+        const IO_URING_SETUP: u32 = 425;
+        let op = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        };
+        let filter = [
+            // The syscall number, at offset 0 of seccomp_data.
+            op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+            op(
+                libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+                IO_URING_SETUP,
+                0,
+                1,
+            ),
+            op(
+                libc::BPF_RET | libc::BPF_K,
+                libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+                0,
+                0,
+            ),
+            op(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+        ];
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: prctl with a valid filter program that outlives the call
+        // (the kernel copies it); it affects this thread only.
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+            assert_eq!(
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &prog as *const libc::sock_fprog
+                ),
+                0
+            );
+        }
+    }
+
+    #[test]
+    fn a_kernel_refusing_io_uring_gets_the_epoll_workers() {
+        std::thread::spawn(|| {
+            refuse_io_uring_here();
+            assert_eq!(
+                Ring::new().unwrap_err().raw_os_error(),
+                Some(rustix::io::Errno::PERM.raw_os_error())
+            );
+            let cfg = respond_config(true);
+            let shared = Shared::new(&cfg).unwrap();
+            let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 2).unwrap();
+            for _ in 0..4 {
+                served(gw.local_addrs[0]);
+            }
+            assert_eq!(gw.workers_on_io_uring(), 0);
+            gw.shutdown();
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -37,19 +37,31 @@ pub(crate) fn accepted(
     peer: SocketAddr,
     listener: Arc<ListenerRt>,
 ) {
-    let active = Active::new(worker.clone());
     if listener.tls.is_none() && !listener.proxy_protocol {
-        let ready = Prepared {
-            stream: Stream::Tcp(tcp),
-            client: peer,
-            tls: ("", ""),
-            identity: None,
-            h2: false,
-        };
-        tokio::task::spawn_local(serve_stream(ready, listener, active, Begin::New(None)));
+        accepted_plain(worker, Stream::Tcp(tcp), peer, listener);
     } else {
+        let active = Active::new(worker.clone());
         tokio::task::spawn_local(prepare_then_serve(tcp, peer, listener, active));
     }
+}
+
+/// [`accepted`] for a connection of a plain listener (no PROXY header, no
+/// TLS), on whichever transport it came in (epoll or io_uring).
+pub(crate) fn accepted_plain(
+    worker: &Rc<Worker>,
+    stream: Stream,
+    peer: SocketAddr,
+    listener: Arc<ListenerRt>,
+) {
+    let active = Active::new(worker.clone());
+    let ready = Prepared {
+        stream,
+        client: peer,
+        tls: ("", ""),
+        identity: None,
+        h2: false,
+    };
+    tokio::task::spawn_local(serve_stream(ready, listener, active, Begin::New(None)));
 }
 
 /// The PROXY header and the TLS handshake, bounded by the handshake

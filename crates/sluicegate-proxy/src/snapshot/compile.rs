@@ -539,6 +539,7 @@ fn compile_routes(
         limits: config.limits.clone(),
         timeouts: config.timeouts.clone(),
         busy_poll: config.busy_poll,
+        io_uring: config.io_uring,
         access_log,
         ip: config.ip.clone(),
         generation: reg.generation,

@@ -183,6 +183,8 @@ pub struct Snapshot {
     pub timeouts: ClientTimeouts,
     /// `busy_poll`: how long workers poll after a request; zero: off.
     pub busy_poll: std::time::Duration,
+    /// `io_uring` as configured; workers read it when they start.
+    pub io_uring: Option<bool>,
     pub access_log: Option<Arc<Sink>>,
     /// Client address rules for every request (`ip` at the top level).
     pub ip: sluicegate_config::IpRules,
@@ -220,6 +222,7 @@ impl Snapshot {
             limits: self.limits.clone(),
             timeouts: self.timeouts.clone(),
             busy_poll: self.busy_poll,
+            io_uring: self.io_uring,
             access_log: self.access_log.clone(),
             ip: self.ip.clone(),
             generation,

@@ -15,3 +15,4 @@ pub(crate) mod proxy_protocol;
 pub(crate) mod stream;
 pub(crate) mod tcp;
 pub(crate) mod tls;
+pub(crate) mod uring;

@@ -19,6 +19,7 @@ use super::tcp::{drained, recv, send};
 #[cfg(test)]
 use super::duplex::Duplex;
 use super::tls::TlsStream;
+use super::uring::UringTcp;
 use crate::proto::http2::exchange::Exchange;
 use crate::proto::http2::upstream::UpExchange;
 
@@ -26,6 +27,8 @@ use crate::proto::http2::upstream::UpExchange;
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
+    /// Plain TCP on the worker's io_uring (`io_uring: true`).
+    Uring(UringTcp),
     /// Boxed: the TLS state is large and the plain case should not pay
     /// for its size in every connection task.
     Tls(Box<TlsStream>),
@@ -55,6 +58,7 @@ impl Stream {
                 drained(s, n, room);
                 Ok(n)
             }
+            Stream::Uring(u) => u.try_recv(buf),
             Stream::Tls(t) => t.try_recv(buf),
             Stream::H2(x) => x.try_recv(buf),
             Stream::H2Up(x) => x.try_recv(buf),
@@ -71,6 +75,7 @@ impl Stream {
     pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => send(s, bytes),
+            Stream::Uring(u) => u.try_send(bytes),
             Stream::Tls(t) => t.try_send(bytes),
             Stream::H2(x) => x.try_send(bytes),
             Stream::H2Up(x) => x.try_send(bytes),
@@ -84,7 +89,7 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn try_flush(&self) -> io::Result<()> {
         match self {
-            Stream::Tcp(_) | Stream::H2(_) | Stream::H2Up(_) => Ok(()),
+            Stream::Tcp(_) | Stream::Uring(_) | Stream::H2(_) | Stream::H2Up(_) => Ok(()),
             Stream::Tls(t) => t.try_flush(),
             #[cfg(test)]
             Stream::Duplex(_) => Ok(()),
@@ -100,6 +105,7 @@ impl Stream {
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
+            Stream::Uring(u) => u.poll_read_ready(cx),
             Stream::Tls(t) => t.poll_read_ready(cx),
             Stream::H2(x) => x.poll_read_ready(cx),
             Stream::H2Up(x) => x.poll_read_ready(cx),
@@ -112,6 +118,7 @@ impl Stream {
     pub(crate) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Tcp(s) => s.poll_write_ready(cx),
+            Stream::Uring(u) => u.poll_write_ready(cx),
             Stream::Tls(t) => t.tcp().poll_write_ready(cx),
             Stream::H2(x) => x.poll_write_ready(cx),
             Stream::H2Up(x) => x.poll_write_ready(cx),
@@ -125,7 +132,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.writable().await,
             Stream::Tls(t) => t.tcp().writable().await,
-            Stream::H2(_) | Stream::H2Up(_) => {
+            Stream::Uring(_) | Stream::H2(_) | Stream::H2Up(_) => {
                 std::future::poll_fn(|cx| self.poll_write_ready(cx)).await
             }
             #[cfg(test)]
@@ -141,6 +148,7 @@ impl Stream {
             Stream::Tcp(s) => {
                 let _ = rustix::net::shutdown(s, rustix::net::Shutdown::Write);
             }
+            Stream::Uring(u) => u.shutdown_write(),
             Stream::Tls(t) => t.shutdown_write(),
             Stream::H2(x) => x.finish(),
             Stream::H2Up(x) => x.finish(),
@@ -219,6 +227,7 @@ impl Stream {
         let mut probe = [0u8; 1];
         let r = match self {
             Stream::Tcp(s) => recv(s, &mut probe),
+            Stream::Uring(u) => return u.quiet(),
             other => other.try_recv(&mut probe),
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
@@ -235,6 +244,7 @@ impl Stream {
     pub(crate) fn quiet_now(&self) -> bool {
         let tcp = match self {
             Stream::Tcp(s) => s,
+            Stream::Uring(u) => return u.quiet_now(),
             Stream::Tls(t) => {
                 if !self.quiet() {
                     return false;

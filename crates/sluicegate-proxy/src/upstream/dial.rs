@@ -30,6 +30,14 @@ pub(crate) async fn connect_stream(
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     s.set_nodelay(true)?;
     let Some(tls) = &service.tls else {
+        // On a worker with a ring, plain upstream connections go on it
+        // (taken off epoll once, at connect).
+        if let Some(ring) = crate::transport::uring::current() {
+            let fd = std::os::fd::OwnedFd::from(s.into_std()?);
+            return Ok(Stream::Uring(crate::transport::uring::UringTcp::new(
+                ring, fd,
+            )));
+        }
         return Ok(Stream::Tcp(s));
     };
     let name = tls.server_name(&ep.name).map_err(std::io::Error::other)?;

@@ -1,0 +1,1174 @@
+//! The io_uring transport for plain TCP (`io_uring: true`): one ring per
+//! worker thread, its fd watched by the worker's tokio runtime so that
+//! completions wake tasks, and every submission made during a turn of the
+//! worker's loop sent to the kernel by ONE `io_uring_enter`, in the
+//! runtime's before-park hook ([`turn`]).
+//!
+//! - Receives are multishot, into buffers the ring provides (a buffer
+//!   ring shared by the worker's connections): data arrives with no system
+//!   call; [`UringTcp::try_recv`] copies it out and gives the buffer back.
+//!   A multishot receive that ends (the kernel ends them now and then, the
+//!   buffers ran out: `ENOBUFS`) is armed again when the connection is
+//!   next read, or when buffers come back.
+//! - Sends go through an owned buffer per connection: `try_send` copies in
+//!   and returns at once; the bytes queued during a turn leave in one send
+//!   per connection at the end of the turn, the rest of a partial send
+//!   right after its completion. A full buffer is `WouldBlock` until a
+//!   send completes.
+//! - Accepts are multishot ([`Acceptor`]).
+//! - A socket is closed only once no operation refers to it any more:
+//!   dropping a [`UringTcp`] cancels its receive, lets queued bytes go out,
+//!   and closes the fd when the last completion is in.
+//!
+//! The readiness-based API mirrors [`super::stream::Stream`]'s, so sessions,
+//! HTTP/1.1 and HTTP/2 run over it unchanged.
+//!
+//! Unsafe code, allowed in this file alone: memory shared with the kernel
+//! (the buffer ring, submissions pointing into buffers kept alive until
+//! their completion) is what io_uring is.
+#![allow(unsafe_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::task::{Context, Poll, Waker};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use slab::Slab;
+use tokio::io::unix::AsyncFd;
+
+/// Submission queue entries; the completion queue gets twice as many.
+const ENTRIES: u32 = 4096;
+/// Provided receive buffers per worker, and their size.
+const BUFS: u16 = 512;
+const BUF_SIZE: usize = 16 * 1024;
+/// The buffer group of the worker's receive buffers.
+const BGID: u16 = 0;
+/// A connection holding this many unread buffers has its receive
+/// cancelled until its reader catches up, so that one slow reader cannot
+/// take every buffer of the worker.
+const MAX_HELD: usize = 8;
+/// A connection's send buffer.
+const TX_CAP: usize = 64 * 1024;
+
+/// Operation kinds, in the low byte of a completion's user data (the slot
+/// is above it).
+const OP_RECV: u64 = 1;
+const OP_SEND: u64 = 2;
+const OP_ACCEPT: u64 = 3;
+/// A one-shot readiness poll for a connection without buffers.
+const OP_POLL: u64 = 5;
+/// Cancels and shutdowns: completions with nothing to do.
+const OP_IGNORE: u64 = 4;
+
+fn user_data(slot: usize, op: u64) -> u64 {
+    ((slot as u64) << 8) | op
+}
+
+/// Why a worker runs on epoll although `io_uring` was asked for: the
+/// kernel refused the ring (`io_uring_disabled`, seccomp, an old kernel).
+/// The one log line says so.
+pub(crate) fn refused_reason(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc_eperm) if libc_eperm == rustix::io::Errno::PERM.raw_os_error() => {
+            "not permitted (kernel.io_uring_disabled or a seccomp filter)"
+        }
+        Some(n) if n == rustix::io::Errno::NOSYS.raw_os_error() => "not in this kernel",
+        Some(n) if n == rustix::io::Errno::INVAL.raw_os_error() => {
+            "a feature this transport needs is not in this kernel"
+        }
+        _ => "refused",
+    }
+}
+
+/// Whether workers use io_uring: the config's `io_uring` unless the
+/// environment's `SLUICEGATE_IO_URING` (`1` or `0`) says otherwise (so a
+/// test suite can run in either mode); off when neither says.
+pub fn wanted(config: Option<bool>, env: Option<&str>) -> bool {
+    match env.map(str::trim) {
+        Some("1" | "true") => true,
+        Some("0" | "false") => false,
+        _ => config.unwrap_or(false),
+    }
+}
+
+thread_local! {
+    /// The ring of the worker running on this thread, if it has one.
+    static CURRENT: RefCell<Option<Rc<Ring>>> = const { RefCell::new(None) };
+}
+
+/// This thread's ring, when its worker runs on io_uring.
+pub(crate) fn current() -> Option<Rc<Ring>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Makes `ring` this thread's (or none).
+pub(crate) fn set_current(ring: Option<Rc<Ring>>) {
+    CURRENT.with(|c| *c.borrow_mut() = ring);
+}
+
+/// The before-park hook of a worker on io_uring: queues the sends of the
+/// turn, makes the turn's one `io_uring_enter`, and takes in the
+/// completions (waking their tasks, which the runtime then runs instead
+/// of sleeping).
+pub(crate) fn turn() {
+    CURRENT.with(|c| {
+        if let Some(r) = c.borrow().as_ref() {
+            r.turn();
+        }
+    });
+}
+
+/// The receive buffers: a page-aligned ring of entries the kernel takes
+/// from, and the memory they point into.
+struct BufRing {
+    entries: *mut types::BufRingEntry,
+    layout: std::alloc::Layout,
+    mem: Box<[u8]>,
+    tail: Cell<u16>,
+}
+
+impl BufRing {
+    fn new() -> io::Result<BufRing> {
+        let layout = std::alloc::Layout::from_size_align(
+            BUFS as usize * std::mem::size_of::<types::BufRingEntry>(),
+            4096,
+        )
+        .map_err(io::Error::other)?;
+        // SAFETY: the layout has a non-zero size.
+        let entries = unsafe { std::alloc::alloc_zeroed(layout) } as *mut types::BufRingEntry;
+        if entries.is_null() {
+            return Err(io::ErrorKind::OutOfMemory.into());
+        }
+        let ring = BufRing {
+            entries,
+            layout,
+            mem: vec![0u8; BUFS as usize * BUF_SIZE].into_boxed_slice(),
+            tail: Cell::new(0),
+        };
+        for bid in 0..BUFS {
+            ring.put(bid);
+        }
+        ring.publish();
+        Ok(ring)
+    }
+
+    /// Hands buffer `bid` back to the kernel (seen at the next
+    /// [`BufRing::publish`]).
+    fn put(&self, bid: u16) {
+        let tail = self.tail.get();
+        let i = (tail & (BUFS - 1)) as usize;
+        // SAFETY: `i` is within the ring; the kernel reads only entries
+        // up to the published tail, and this one is past it.
+        let e = unsafe { &mut *self.entries.add(i) };
+        e.set_addr(self.buf(bid).as_ptr() as u64);
+        e.set_len(BUF_SIZE as u32);
+        e.set_bid(bid);
+        self.tail.set(tail.wrapping_add(1));
+    }
+
+    fn publish(&self) {
+        // SAFETY: the tail field of the ring's first entry, shared with
+        // the kernel: written atomically with release ordering so that it
+        // sees the entries written before.
+        unsafe {
+            let t = types::BufRingEntry::tail(self.entries) as *const AtomicU16;
+            (*t).store(self.tail.get(), Ordering::Release);
+        }
+    }
+
+    fn buf(&self, bid: u16) -> &[u8] {
+        let start = bid as usize * BUF_SIZE;
+        &self.mem[start..start + BUF_SIZE]
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.entries as *mut u8, self.layout) };
+    }
+}
+
+/// Where the receive of a connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recv {
+    Idle,
+    Armed,
+    /// Cancelled (held buffers, a drop); its last completion is due.
+    Cancelling,
+    /// Ended for want of buffers: armed again when some come back;
+    /// meanwhile reads are plain `recv` calls on readiness (a one-shot
+    /// poll on the ring), so a connection whose reader waits for another
+    /// connection's progress never waits for buffers that connection holds.
+    Starving,
+}
+
+/// Where the sends of a connection stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Send {
+    Idle,
+    /// Bytes wait for the end of the turn.
+    Queued,
+    /// A send of the buffer's first bytes is in the kernel.
+    InFlight,
+}
+
+struct ConnInner {
+    /// Received buffers not yet read: (buffer id, length, read so far).
+    rx: VecDeque<(u16, u32, u32)>,
+    /// The end of the stream: 0 at EOF, a negative errno on error.
+    rx_end: Option<i32>,
+    recv: Recv,
+    read_waker: Option<Waker>,
+    /// Bytes taken by `try_send` and not yet sent. Its capacity is
+    /// reserved once and never grows, so the address a send refers to
+    /// stays valid while the send is in flight.
+    tx: Vec<u8>,
+    send: Send,
+    tx_err: Option<i32>,
+    write_waker: Option<Waker>,
+    /// Shut our side down once the buffer is out.
+    shut: bool,
+    /// The handle is gone: close once nothing is in flight.
+    dropped: bool,
+    /// A one-shot poll (while starving) is in flight.
+    polling: bool,
+}
+
+struct ConnState {
+    fd: OwnedFd,
+    inner: RefCell<ConnInner>,
+}
+
+struct AcceptState {
+    fd: RawFd,
+    queue: RefCell<VecDeque<io::Result<OwnedFd>>>,
+    armed: Cell<Recv>,
+    waker: RefCell<Option<Waker>>,
+    held: Cell<bool>,
+}
+
+enum Entry {
+    Conn(Rc<ConnState>),
+    Accept(Rc<AcceptState>),
+}
+
+/// One worker's ring. Not shared between threads.
+///
+/// Fields drop in order: the fd's registration, the ring (cancelled in
+/// `drop`), the connections, then the buffers nothing refers to any more.
+pub(crate) struct Ring {
+    fd: AsyncFd<RawFd>,
+    uring: RefCell<IoUring>,
+    entries: RefCell<Slab<Entry>>,
+    /// Connections with bytes queued this turn.
+    pending: RefCell<Vec<usize>>,
+    /// Connections waiting for receive buffers.
+    starving: RefCell<Vec<usize>>,
+    cqes: RefCell<Vec<cqueue::Entry>>,
+    /// Buffers given back since the last publish.
+    returned: Cell<bool>,
+    bufs: BufRing,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("entries", &self.entries.borrow().len())
+            .finish()
+    }
+}
+
+impl Ring {
+    /// Sets up a ring with its receive buffers, registered with the
+    /// current tokio runtime. Errors when the kernel refuses io_uring or a
+    /// feature used here (multishot receive needs Linux 6.0).
+    pub(crate) fn new() -> io::Result<Rc<Ring>> {
+        let uring = IoUring::builder()
+            .setup_cqsize(ENTRIES * 4)
+            .build(ENTRIES)?;
+        let probe = {
+            let mut p = io_uring::Probe::new();
+            uring.submitter().register_probe(&mut p)?;
+            p
+        };
+        for code in [
+            opcode::RecvMulti::CODE,
+            opcode::Send::CODE,
+            opcode::AcceptMulti::CODE,
+            opcode::AsyncCancel::CODE,
+        ] {
+            if !probe.is_supported(code) {
+                return Err(io::Error::from_raw_os_error(
+                    rustix::io::Errno::INVAL.raw_os_error(),
+                ));
+            }
+        }
+        let bufs = BufRing::new()?;
+        // SAFETY: the entries live as long as the ring: `Ring` drops its
+        // `IoUring` (cancelling everything) before its buffers.
+        unsafe {
+            uring
+                .submitter()
+                .register_buf_ring_with_flags(bufs.entries as u64, BUFS, BGID, 0)?;
+        }
+        // SAFETY: the fd is the ring's, which `Ring` drops after this
+        // registration (field order).
+        let fd = unsafe {
+            AsyncFd::register_with_interest(uring.as_raw_fd(), tokio::io::Interest::READABLE)
+        }?;
+        Ok(Rc::new(Ring {
+            fd,
+            uring: RefCell::new(uring),
+            bufs,
+            entries: RefCell::new(Slab::new()),
+            pending: RefCell::new(Vec::new()),
+            starving: RefCell::new(Vec::new()),
+            cqes: RefCell::new(Vec::with_capacity(256)),
+            returned: Cell::new(false),
+        }))
+    }
+
+    /// Takes in completions whenever the ring's fd says there are some
+    /// (a completion that arrives while the worker sleeps in `epoll_wait`
+    /// wakes it). Runs for the worker's life.
+    pub(crate) async fn drive(self: Rc<Self>) {
+        loop {
+            let Ok(mut g) = self.fd.readable().await else {
+                return;
+            };
+            g.clear_ready();
+            drop(g);
+            self.reap();
+        }
+    }
+
+    fn push(&self, e: squeue::Entry) {
+        let mut u = self.uring.borrow_mut();
+        // SAFETY: every entry refers to memory kept alive until its
+        // completion (a connection's state stays in `entries` until then).
+        while unsafe { u.submission().push(&e) }.is_err() {
+            // Full: send what is queued now.
+            if let Err(err) = u.submit() {
+                tracing::warn!(error = %err, "io_uring submit failed");
+            }
+        }
+    }
+
+    /// The end of a turn: sends queued, one enter, completions in.
+    fn turn(&self) {
+        let pending = std::mem::take(&mut *self.pending.borrow_mut());
+        for slot in &pending {
+            self.start_send(*slot);
+        }
+        let mut v = pending;
+        v.clear();
+        {
+            let mut p = self.pending.borrow_mut();
+            if p.is_empty() {
+                *p = v;
+            }
+        }
+        let mut u = self.uring.borrow_mut();
+        // An overflowed completion queue is flushed by an enter too.
+        let queued = {
+            let sq = u.submission();
+            !sq.is_empty() || sq.cq_overflow()
+        };
+        if queued {
+            if let Err(e) = u.submit() {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::warn!(error = %e, "io_uring submit failed");
+                }
+            }
+        }
+        drop(u);
+        self.reap();
+    }
+
+    fn start_send(&self, slot: usize) {
+        let entries = self.entries.borrow();
+        let Some(Entry::Conn(c)) = entries.get(slot) else {
+            return;
+        };
+        let c = c.clone();
+        drop(entries);
+        let mut i = c.inner.borrow_mut();
+        if i.send != Send::Queued {
+            return;
+        }
+        if i.tx.is_empty() {
+            i.send = Send::Idle;
+            return;
+        }
+        i.send = Send::InFlight;
+        let e = opcode::Send::new(
+            types::Fd(c.fd.as_raw_fd()),
+            i.tx.as_ptr(),
+            i.tx.len() as u32,
+        )
+        .flags(rustix::net::SendFlags::NOSIGNAL.bits() as i32)
+        .build()
+        .user_data(user_data(slot, OP_SEND));
+        drop(i);
+        self.push(e);
+    }
+
+    /// Takes in every completion there is.
+    fn reap(&self) {
+        let mut cqes = std::mem::take(&mut *self.cqes.borrow_mut());
+        loop {
+            {
+                let mut u = self.uring.borrow_mut();
+                cqes.extend(u.completion());
+            }
+            if cqes.is_empty() {
+                break;
+            }
+            for cqe in cqes.drain(..) {
+                self.complete(cqe);
+            }
+        }
+        *self.cqes.borrow_mut() = cqes;
+        if self.returned.replace(false) {
+            self.bufs.publish();
+            let starving = std::mem::take(&mut *self.starving.borrow_mut());
+            for slot in starving {
+                if let Some(Entry::Conn(c)) = self.entries.borrow().get(slot) {
+                    let mut i = c.inner.borrow_mut();
+                    if i.recv == Recv::Starving {
+                        i.recv = Recv::Idle;
+                        if let Some(w) = i.read_waker.take() {
+                            w.wake();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn complete(&self, cqe: cqueue::Entry) {
+        let ud = cqe.user_data();
+        let op = ud & 0xff;
+        if op == OP_IGNORE {
+            return;
+        }
+        let slot = (ud >> 8) as usize;
+        let entry = match self.entries.borrow().get(slot) {
+            Some(Entry::Conn(c)) => Ok(c.clone()),
+            Some(Entry::Accept(a)) => Err(a.clone()),
+            None => return,
+        };
+        let res = cqe.result();
+        let more = cqueue::more(cqe.flags());
+        match (op, entry) {
+            (OP_RECV, Ok(c)) => {
+                let mut i = c.inner.borrow_mut();
+                if res > 0 {
+                    match cqueue::buffer_select(cqe.flags()) {
+                        Some(bid) if !i.dropped => i.rx.push_back((bid, res as u32, 0)),
+                        Some(bid) => self.give_back(bid),
+                        None => {}
+                    }
+                } else if res == 0 {
+                    i.rx_end.get_or_insert(0);
+                } else if res == -rustix::io::Errno::NOBUFS.raw_os_error() {
+                    if !more && i.recv == Recv::Armed && !i.dropped {
+                        i.recv = Recv::Starving;
+                        self.starving.borrow_mut().push(slot);
+                    }
+                } else if res != -rustix::io::Errno::CANCELED.raw_os_error() {
+                    i.rx_end.get_or_insert(res);
+                }
+                if !more && i.recv != Recv::Starving {
+                    i.recv = Recv::Idle;
+                }
+                if i.recv == Recv::Armed && i.rx.len() >= MAX_HELD {
+                    i.recv = Recv::Cancelling;
+                    drop(i);
+                    self.push(
+                        opcode::AsyncCancel::new(user_data(slot, OP_RECV))
+                            .build()
+                            .user_data(user_data(slot, OP_IGNORE)),
+                    );
+                    i = c.inner.borrow_mut();
+                }
+                if let Some(w) = i.read_waker.take() {
+                    w.wake();
+                }
+                drop(i);
+                self.maybe_finish(slot, &c);
+            }
+            (OP_SEND, Ok(c)) => {
+                let mut i = c.inner.borrow_mut();
+                i.send = Send::Idle;
+                if res >= 0 {
+                    let n = (res as usize).min(i.tx.len());
+                    i.tx.drain(..n);
+                    if !i.tx.is_empty() {
+                        // The rest of a partial send, at once.
+                        i.send = Send::Queued;
+                        drop(i);
+                        self.start_send(slot);
+                        i = c.inner.borrow_mut();
+                    } else if i.shut {
+                        let _ = rustix::net::shutdown(&c.fd, rustix::net::Shutdown::Write);
+                    }
+                } else {
+                    i.tx_err = Some(res);
+                    i.tx.clear();
+                }
+                if let Some(w) = i.write_waker.take() {
+                    w.wake();
+                }
+                drop(i);
+                self.maybe_finish(slot, &c);
+            }
+            (OP_POLL, Ok(c)) => {
+                let mut i = c.inner.borrow_mut();
+                i.polling = false;
+                if let Some(w) = i.read_waker.take() {
+                    w.wake();
+                }
+                drop(i);
+                self.maybe_finish(slot, &c);
+            }
+            (OP_ACCEPT, Err(a)) => {
+                if res >= 0 {
+                    // SAFETY: a new descriptor the kernel just made for us.
+                    let fd = unsafe { OwnedFd::from_raw_fd(res) };
+                    a.queue.borrow_mut().push_back(Ok(fd));
+                } else if res != -rustix::io::Errno::CANCELED.raw_os_error() {
+                    a.queue
+                        .borrow_mut()
+                        .push_back(Err(io::Error::from_raw_os_error(-res)));
+                }
+                if !more {
+                    a.armed.set(Recv::Idle);
+                }
+                if let Some(w) = a.waker.borrow_mut().take() {
+                    w.wake();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn give_back(&self, bid: u16) {
+        self.bufs.put(bid);
+        self.returned.set(true);
+    }
+
+    /// Closes a dropped connection's socket once no operation refers to
+    /// it: its slot goes, and with the last reference its fd.
+    fn maybe_finish(&self, slot: usize, c: &Rc<ConnState>) {
+        let i = c.inner.borrow();
+        if i.dropped
+            && matches!(i.recv, Recv::Idle | Recv::Starving)
+            && !i.polling
+            && i.send == Send::Idle
+            && (i.tx.is_empty() || i.tx_err.is_some())
+        {
+            drop(i);
+            self.entries.borrow_mut().try_remove(slot);
+        }
+    }
+
+    fn arm_recv(&self, slot: usize, fd: RawFd) {
+        self.push(
+            opcode::RecvMulti::new(types::Fd(fd), BGID)
+                .build()
+                .user_data(user_data(slot, OP_RECV)),
+        );
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Nothing may still write into the buffers (or read from a send
+        // buffer) once they are freed: cancel every operation now,
+        // synchronously, before the fields drop.
+        let u = self.uring.get_mut();
+        let _ = u
+            .submitter()
+            .register_sync_cancel(None, types::CancelBuilder::any());
+    }
+}
+
+/// A plain TCP connection on the worker's ring.
+pub(crate) struct UringTcp {
+    ring: Rc<Ring>,
+    state: Rc<ConnState>,
+    slot: usize,
+}
+
+impl std::fmt::Debug for UringTcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringTcp")
+            .field("fd", &self.state.fd.as_raw_fd())
+            .finish()
+    }
+}
+
+impl UringTcp {
+    /// Puts a connected socket on `ring`, its receive armed (submitted
+    /// with the turn's other entries).
+    pub(crate) fn new(ring: Rc<Ring>, fd: OwnedFd) -> UringTcp {
+        let raw = fd.as_raw_fd();
+        let state = Rc::new(ConnState {
+            fd,
+            inner: RefCell::new(ConnInner {
+                rx: VecDeque::new(),
+                rx_end: None,
+                recv: Recv::Armed,
+                read_waker: None,
+                tx: Vec::new(),
+                send: Send::Idle,
+                tx_err: None,
+                write_waker: None,
+                shut: false,
+                dropped: false,
+                polling: false,
+            }),
+        });
+        let slot = ring.entries.borrow_mut().insert(Entry::Conn(state.clone()));
+        ring.arm_recv(slot, raw);
+        UringTcp { ring, state, slot }
+    }
+
+    /// Reads what has arrived: `Ok(0)` at the end, `WouldBlock` when
+    /// nothing has yet.
+    pub(crate) fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut i = self.state.inner.borrow_mut();
+        let mut n = 0;
+        while n < buf.len() {
+            let Some((bid, len, off)) = i.rx.front_mut() else {
+                break;
+            };
+            let from = &self.ring.bufs.buf(*bid)[*off as usize..*len as usize];
+            let k = from.len().min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&from[..k]);
+            n += k;
+            *off += k as u32;
+            if *off == *len {
+                let bid = *bid;
+                i.rx.pop_front();
+                self.ring.give_back(bid);
+            }
+        }
+        if n > 0 {
+            if self.ring.returned.get() {
+                self.ring.bufs.publish();
+            }
+            return Ok(n);
+        }
+        match i.rx_end {
+            Some(0) => Ok(0),
+            Some(e) => Err(io::Error::from_raw_os_error(-e)),
+            None if i.recv == Recv::Starving && !buf.is_empty() => {
+                // No multishot receive is armed: the socket is ours to read.
+                match rustix::net::recv(&self.state.fd, buf, rustix::net::RecvFlags::DONTWAIT) {
+                    Ok((0, _)) => {
+                        i.rx_end = Some(0);
+                        Ok(0)
+                    }
+                    Ok((n, _)) => Ok(n),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            None => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    /// Takes what fits in the send buffer: the count, or `WouldBlock`
+    /// when it is full. The bytes leave at the end of the turn.
+    pub(crate) fn try_send(&self, bytes: &[u8]) -> io::Result<usize> {
+        let mut i = self.state.inner.borrow_mut();
+        if let Some(e) = i.tx_err {
+            return Err(io::Error::from_raw_os_error(-e));
+        }
+        if i.tx.capacity() == 0 {
+            i.tx.reserve_exact(TX_CAP);
+        }
+        let room = i.tx.capacity() - i.tx.len();
+        let n = room.min(bytes.len());
+        if n == 0 {
+            return if bytes.is_empty() {
+                Ok(0)
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
+            };
+        }
+        // Within capacity: the buffer does not move.
+        i.tx.extend_from_slice(&bytes[..n]);
+        if i.send == Send::Idle {
+            i.send = Send::Queued;
+            self.ring.pending.borrow_mut().push(self.slot);
+        }
+        Ok(n)
+    }
+
+    /// Ready when a read would not block.
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut i = self.state.inner.borrow_mut();
+        if !i.rx.is_empty() || i.rx_end.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        if i.recv == Recv::Idle {
+            i.recv = Recv::Armed;
+            self.ring.arm_recv(self.slot, self.state.fd.as_raw_fd());
+        } else if i.recv == Recv::Starving && !i.polling {
+            i.polling = true;
+            self.ring.push(
+                opcode::PollAdd::new(
+                    types::Fd(self.state.fd.as_raw_fd()),
+                    (rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP).bits() as u32,
+                )
+                .build()
+                .user_data(user_data(self.slot, OP_POLL)),
+            );
+        }
+        match &i.read_waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => i.read_waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Ready when the send buffer has room (or the connection failed).
+    pub(crate) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut i = self.state.inner.borrow_mut();
+        if i.tx_err.is_some() || i.tx.capacity() == 0 || i.tx.len() < i.tx.capacity() {
+            return Poll::Ready(Ok(()));
+        }
+        match &i.write_waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => i.write_waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Our side's FIN, after the bytes already taken.
+    pub(crate) fn shutdown_write(&self) {
+        let mut i = self.state.inner.borrow_mut();
+        if i.tx.is_empty() {
+            let _ = rustix::net::shutdown(&self.state.fd, rustix::net::Shutdown::Write);
+        } else {
+            i.shut = true;
+        }
+    }
+
+    /// Nothing arrived since the last read (as far as the completions
+    /// taken in so far tell).
+    pub(crate) fn quiet(&self) -> bool {
+        let i = self.state.inner.borrow();
+        if i.recv == Recv::Starving {
+            drop(i);
+            return self.quiet_now();
+        }
+        i.rx.is_empty() && i.rx_end.is_none()
+    }
+
+    /// [`UringTcp::quiet`], asking the kernel too: what the socket holds
+    /// and what completions it has posted.
+    pub(crate) fn quiet_now(&self) -> bool {
+        let mut probe = [0u8; 1];
+        let r = rustix::net::recv(
+            &self.state.fd,
+            &mut probe,
+            rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+        );
+        self.ring.reap();
+        let i = self.state.inner.borrow();
+        matches!(r, Err(rustix::io::Errno::AGAIN)) && i.rx.is_empty() && i.rx_end.is_none()
+    }
+}
+
+impl Drop for UringTcp {
+    fn drop(&mut self) {
+        let mut i = self.state.inner.borrow_mut();
+        i.dropped = true;
+        i.read_waker = None;
+        i.write_waker = None;
+        for (bid, _, _) in i.rx.drain(..) {
+            self.ring.give_back(bid);
+        }
+        let recv = i.recv == Recv::Armed;
+        if recv {
+            i.recv = Recv::Cancelling;
+        }
+        let poll = i.polling;
+        drop(i);
+        if recv {
+            self.ring.push(
+                opcode::AsyncCancel::new(user_data(self.slot, OP_RECV))
+                    .build()
+                    .user_data(user_data(self.slot, OP_IGNORE)),
+            );
+        }
+        if poll {
+            self.ring.push(
+                opcode::AsyncCancel::new(user_data(self.slot, OP_POLL))
+                    .build()
+                    .user_data(user_data(self.slot, OP_IGNORE)),
+            );
+        }
+        self.ring.maybe_finish(self.slot, &self.state);
+    }
+}
+
+/// A listening socket accepting by multishot accept on the worker's ring.
+pub(crate) struct Acceptor {
+    ring: Rc<Ring>,
+    state: Rc<AcceptState>,
+    slot: usize,
+}
+
+impl Acceptor {
+    /// `listener` must outlive the acceptor (the caller keeps it).
+    pub(crate) fn new(ring: Rc<Ring>, listener: RawFd) -> Acceptor {
+        let state = Rc::new(AcceptState {
+            fd: listener,
+            queue: RefCell::new(VecDeque::new()),
+            armed: Cell::new(Recv::Idle),
+            waker: RefCell::new(None),
+            held: Cell::new(false),
+        });
+        let slot = ring
+            .entries
+            .borrow_mut()
+            .insert(Entry::Accept(state.clone()));
+        Acceptor { ring, state, slot }
+    }
+
+    /// The next accepted socket.
+    pub(crate) fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
+        if let Some(r) = self.state.queue.borrow_mut().pop_front() {
+            return Poll::Ready(r);
+        }
+        self.state.held.set(false);
+        if self.state.armed.get() == Recv::Idle {
+            self.state.armed.set(Recv::Armed);
+            self.ring.push(
+                opcode::AcceptMulti::new(types::Fd(self.state.fd))
+                    // Non-blocking, for the sockets handed to the epoll
+                    // path (TLS, PROXY header).
+                    .flags(
+                        (rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK)
+                            .bits() as i32,
+                    )
+                    .build()
+                    .user_data(user_data(self.slot, OP_ACCEPT)),
+            );
+        }
+        *self.state.waker.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Stops accepting (connections wait in the listen queue) until the
+    /// next [`Acceptor::poll_accept`]; those already accepted stay queued
+    /// here.
+    pub(crate) fn hold(&self) {
+        if self.state.held.replace(true) {
+            return;
+        }
+        if self.state.armed.get() == Recv::Armed {
+            self.state.armed.set(Recv::Cancelling);
+            self.ring.push(
+                opcode::AsyncCancel::new(user_data(self.slot, OP_ACCEPT))
+                    .build()
+                    .user_data(user_data(self.slot, OP_IGNORE)),
+            );
+            self.ring.turn();
+        }
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        self.hold();
+        // The accept's last completion may still come: the slot stays
+        // until the ring goes (a listener per worker, no reuse).
+        self.state.waker.borrow_mut().take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    /// Runs `f` on a worker-like runtime with a ring: the before-park
+    /// hook makes the turn's enter, a task takes completions in.
+    fn on_ring<F, Fut>(f: F)
+    where
+        F: FnOnce(Rc<Ring>) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .on_thread_park(turn)
+            .build_local(tokio::runtime::LocalOptions::default())
+            .unwrap();
+        rt.block_on(async {
+            let ring = Ring::new().expect("io_uring on this kernel");
+            set_current(Some(ring.clone()));
+            tokio::task::spawn_local(ring.clone().drive());
+            tokio::time::timeout(Duration::from_secs(60), f(ring))
+                .await
+                .expect("within a minute");
+        });
+        drop(rt);
+        set_current(None);
+    }
+
+    /// Our end on the ring, and the peer's as a blocking std socket.
+    fn pair(ring: &Rc<Ring>, l: &TcpListener) -> (UringTcp, TcpStream) {
+        let peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let (ours, _) = l.accept().unwrap();
+        (UringTcp::new(ring.clone(), OwnedFd::from(ours)), peer)
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    async fn send_all(s: &UringTcp, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            match s.try_send(bytes) {
+                Ok(n) => bytes = &bytes[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::future::poll_fn(|cx| s.poll_write_ready(cx))
+                        .await
+                        .unwrap();
+                }
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+    }
+
+    /// Reads until the end of the stream, in reads of at most `chunk`.
+    async fn read_to_end(s: &UringTcp, chunk: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; chunk];
+        loop {
+            match s.try_recv(&mut buf) {
+                Ok(0) => return out,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::future::poll_fn(|cx| s.poll_read_ready(cx))
+                        .await
+                        .unwrap();
+                }
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn big_bodies_both_ways_with_partial_sends() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        on_ring(|ring| async move {
+            let (ours, mut peer) = pair(&ring, &l);
+            // Far more than the socket buffers and our 64 KiB send
+            // buffer hold: sends go out in parts while the peer reads
+            // slowly, and the receive side uses many provided buffers.
+            let down = pattern(8 << 20, 1);
+            let up = pattern(8 << 20, 7);
+            let up2 = up.clone();
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 3000];
+                loop {
+                    let n = peer.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    if got.len() < (1 << 20) {
+                        std::thread::yield_now();
+                    }
+                }
+                (got, peer)
+            });
+            let writer = {
+                let mut p = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+                let (theirs, _) = l.accept().unwrap();
+                let ours2 = UringTcp::new(ring.clone(), OwnedFd::from(theirs));
+                let w = std::thread::spawn(move || {
+                    p.write_all(&up2).unwrap();
+                    p.shutdown(std::net::Shutdown::Write).unwrap();
+                    p
+                });
+                (ours2, w)
+            };
+            send_all(&ours, &down).await;
+            ours.shutdown_write();
+            let got_up = read_to_end(&writer.0, 1500).await;
+            assert!(got_up == up, "upload differs ({} bytes)", got_up.len());
+            drop(writer.1.join().unwrap());
+            writer.0.shutdown_write();
+            // The download's end arrives once every byte is out.
+            let (got, _peer) = tokio::task::spawn_blocking(move || reader.join().unwrap())
+                .await
+                .unwrap();
+            assert!(got == down, "download differs ({} bytes)", got.len());
+        });
+    }
+
+    #[test]
+    fn bytes_taken_before_a_drop_still_go_out_then_the_socket_closes() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        on_ring(|ring| async move {
+            let (ours, mut peer) = pair(&ring, &l);
+            let body = pattern(TX_CAP - 1, 3);
+            assert_eq!(ours.try_send(&body).unwrap(), body.len());
+            drop(ours);
+            let got = tokio::task::spawn_blocking(move || {
+                let mut got = Vec::new();
+                peer.read_to_end(&mut got).unwrap();
+                got
+            })
+            .await
+            .unwrap();
+            assert!(got == body);
+            // Its slot went with its last completion.
+            assert!(ring.entries.borrow().is_empty());
+        });
+    }
+
+    #[test]
+    fn running_out_of_buffers_delays_receives_and_loses_nothing() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        on_ring(|ring| async move {
+            // 100 connections each sent 400 KiB that nobody reads at
+            // first: held buffers stop at MAX_HELD a connection, and
+            // 100 x 8 > the 512 buffers of the ring, so some receives
+            // end on ENOBUFS. Read one after another, a starving one
+            // cannot wait for the buffers the later ones hold: it reads
+            // the socket itself on readiness until buffers come back.
+            const CONNS: usize = 100;
+            const EACH: usize = 400 << 10;
+            let mut ours = Vec::new();
+            let mut writers = Vec::new();
+            for c in 0..CONNS {
+                let (o, mut p) = pair(&ring, &l);
+                ours.push(o);
+                writers.push(std::thread::spawn(move || {
+                    p.write_all(&pattern(EACH, c as u8)).unwrap();
+                    p.shutdown(std::net::Shutdown::Write).unwrap();
+                    p
+                }));
+            }
+            // Let data pile up until the ring has handed out every buffer
+            // it can (bounded: the test's timeout).
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let held: usize = ours.iter().map(|o| o.state.inner.borrow().rx.len()).sum();
+                let starving = ours
+                    .iter()
+                    .filter(|o| o.state.inner.borrow().recv == Recv::Starving)
+                    .count();
+                if held + MAX_HELD > BUFS as usize && starving > 0 {
+                    break;
+                }
+            }
+            for (c, o) in ours.iter().enumerate() {
+                let got = read_to_end(o, 16 << 10).await;
+                assert!(got == pattern(EACH, c as u8), "connection {c}");
+            }
+            for w in writers {
+                drop(tokio::task::spawn_blocking(move || w.join().unwrap()).await);
+            }
+        });
+    }
+
+    #[test]
+    fn a_reset_is_an_error_and_multishot_accept_takes_many() {
+        // A backlog for every connect made before the first accept.
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        s.listen(1024).unwrap();
+        let l: TcpListener = s.into();
+        l.set_nonblocking(true).unwrap();
+        on_ring(|ring| async move {
+            let acceptor = Acceptor::new(ring.clone(), l.as_raw_fd());
+            let addr = l.local_addr().unwrap();
+            let peers: Vec<TcpStream> = (0..300)
+                .map(|_| TcpStream::connect(addr).unwrap())
+                .collect();
+            let mut ours = Vec::new();
+            while ours.len() < peers.len() {
+                let fd = std::future::poll_fn(|cx| acceptor.poll_accept(cx))
+                    .await
+                    .unwrap();
+                ours.push(UringTcp::new(ring.clone(), fd));
+            }
+            // Each one answers its own peer.
+            for (i, o) in ours.iter().enumerate() {
+                send_all(o, format!("{i}\n").as_bytes()).await;
+            }
+            // The peers read on another thread: this one must get to the
+            // end of its turn for the sends to leave.
+            tokio::task::spawn_blocking(move || {
+                for (i, mut p) in peers.into_iter().enumerate() {
+                    p.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    let mut buf = [0u8; 8];
+                    let n = p.read(&mut buf).unwrap();
+                    assert_eq!(&buf[..n], format!("{i}\n").as_bytes());
+                    if i == 0 {
+                        // A reset (linger 0): the read side reports it.
+                        socket2::SockRef::from(&p)
+                            .set_linger(Some(Duration::ZERO))
+                            .unwrap();
+                    }
+                }
+            })
+            .await
+            .unwrap();
+            let mut buf = [0u8; 8];
+            let e = loop {
+                match ours[0].try_recv(&mut buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::future::poll_fn(|cx| ours[0].poll_read_ready(cx))
+                            .await
+                            .unwrap();
+                    }
+                    other => break other,
+                }
+            };
+            assert!(
+                matches!(&e, Err(e) if e.kind() == io::ErrorKind::ConnectionReset),
+                "{e:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn the_mode_is_the_config_unless_the_environment_says() {
+        assert!(!wanted(None, None));
+        assert!(wanted(Some(true), None));
+        assert!(!wanted(Some(true), Some("0")));
+        assert!(wanted(Some(false), Some("1")));
+        assert!(wanted(None, Some("1")));
+        assert!(!wanted(Some(false), Some("")));
+        let eperm = io::Error::from_raw_os_error(rustix::io::Errno::PERM.raw_os_error());
+        assert!(refused_reason(&eperm).contains("not permitted"));
+    }
+}
