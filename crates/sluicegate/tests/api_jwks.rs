@@ -37,8 +37,18 @@ fn now() -> u64 {
 }
 
 fn gateway(up: &TestUpstream, issuer: &str) -> Gw {
+    gateway_admin(up, issuer, "")
+}
+
+/// [`gateway`] with an admin listener on `admin` (for `/metrics`), or
+/// without one when it is empty.
+fn gateway_admin(up: &TestUpstream, issuer: &str, admin: &str) -> Gw {
+    let admin = match admin {
+        "" => String::new(),
+        port => format!("admin: {{ listen: \"127.0.0.1:{port}\" }}\n"),
+    };
     Gw::start(&format!(
-        r#"services:
+        r#"{admin}services:
 {}
 routes:
   - {{ name: api, match: {{ path_prefix: /api }}, service: s, auth: jwt }}
@@ -206,10 +216,14 @@ fn rotation_unknown_kid_floods_and_a_stopped_provider() {
     let idp = Idp::start();
     let up = TestUpstream::start();
     let iss = idp.issuer();
-    let gw = gateway(
+    let admin = sluicegate_testkit::free_port();
+    let gw = gateway_admin(
         &up,
         &format!("{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api] }}"),
+        &admin.to_string(),
     );
+    let refetches =
+        || http_common::admin_metric(admin, "sluicegate_jwks_refetches_total{issuer=\"corp\"}");
     let t1 = idp.token("rs-app", "orders:read");
     assert!(wait_until(Duration::from_secs(10), || call(
         &gw,
@@ -237,6 +251,7 @@ fn rotation_unknown_kid_floods_and_a_stopped_provider() {
         before + 1,
         "the flood made more fetches"
     );
+    assert_eq!(refetches(), 1, "one refetch asked by the flood");
     // Rotation: new keys sign, the old ones stay published. A token of the
     // new key passes once the refetch its kid asks for has run (asks are
     // at most one per 10 s per issuer); the old token still passes.
@@ -328,17 +343,24 @@ apps:
 
 /// A gateway whose issuer introspects opaque tokens as the provider's
 /// client `gateway`, answers kept for `cache`.
-fn introspecting_gateway(up: &TestUpstream, idp: &Idp, dir: &std::path::Path, cache: &str) -> Gw {
+fn introspecting_gateway(
+    up: &TestUpstream,
+    idp: &Idp,
+    dir: &std::path::Path,
+    cache: &str,
+    admin: u16,
+) -> Gw {
     let secret = dir.join("gateway-secret.txt");
     std::fs::write(&secret, "gateway-secret\n").unwrap();
     let iss = idp.issuer();
-    gateway(
+    gateway_admin(
         up,
         &format!(
             "{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api], claims_to_headers: {{ email: X-User-Email }}, \
              introspection: {{ client_id: gateway, client_secret_file: \"{}\", cache: {cache} }} }}",
             secret.display()
         ),
+        &admin.to_string(),
     )
 }
 
@@ -347,7 +369,15 @@ fn opaque_tokens_are_introspected_and_the_answers_cached() {
     let idp = Idp::start();
     let up = TestUpstream::start();
     let dir = tempfile::tempdir().unwrap();
-    let gw = introspecting_gateway(&up, &idp, dir.path(), "60s");
+    let admin = sluicegate_testkit::free_port();
+    let gw = introspecting_gateway(&up, &idp, dir.path(), "60s", admin);
+    let counted = |series: &str| http_common::admin_metric(admin, series);
+    let intro = |result: &str| {
+        counted(&format!(
+            "sluicegate_introspections_total{{issuer=\"corp\",result=\"{result}\"}}"
+        ))
+    };
+    let hits = "sluicegate_introspection_cache_hits_total{issuer=\"corp\"}";
     let t = idp.token("opaque-app", "orders:read");
     assert!(!t.contains('.'), "not an opaque token: {t}");
     // The endpoint comes from discovery, read with the first key fetch:
@@ -373,6 +403,8 @@ fn opaque_tokens_are_introspected_and_the_answers_cached() {
         assert_eq!(call(&gw, "/api/x", &t, &[]).status, 200);
     }
     assert_eq!(idp.introspections(), n);
+    assert_eq!(intro("active"), 1);
+    assert_eq!(counted(hits), 5);
     // Its scopes are the answer's: orders:read only.
     let r = call(&gw, "/write/x", &t, &[]);
     assert_eq!(r.status, 403);
@@ -430,6 +462,11 @@ fn opaque_tokens_are_introspected_and_the_answers_cached() {
     let r = call(&gw, "/api/x", &unseen, &[]);
     assert_eq!(r.status, 503, "{}", r.body_str());
     assert_eq!(call(&gw, "/api/x", &t, &[]).status, 200);
+    assert!(intro("inactive") >= 2, "{}", intro("inactive"));
+    assert!(intro("error") >= 1);
+    assert!(counted(hits) > 5);
+    let fetched = "sluicegate_jwks_fetches_total{issuer=\"corp\",result=\"ok\"}";
+    assert!(counted(fetched) >= 1);
 }
 
 #[test]

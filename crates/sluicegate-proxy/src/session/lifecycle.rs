@@ -293,7 +293,8 @@ pub(super) async fn exchange(
                 // else the action does.
                 if let Some(a) = authz {
                     let own = auth_service.as_ref();
-                    let run = super::authz::authorize(&rq, a, own, bufs, client, &target);
+                    let m = &route.metrics.authz;
+                    let run = super::authz::authorize(&rq, a, m, own, bufs, client, &target);
                     if let Some(answered) = Box::pin(run).await {
                         break 'proxy answered;
                     }
