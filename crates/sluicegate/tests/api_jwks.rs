@@ -20,7 +20,6 @@ mod ops_common;
 mod tls_common;
 mod venv_common;
 
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -280,27 +279,6 @@ fn rotation_unknown_kid_floods_and_a_stopped_provider() {
     assert_eq!(call(&gw, "/api/x", &t2, &[]).status, 200);
 }
 
-/// One gRPC unary call's status through `port` (fixtures/grpc/client.py,
-/// bounded), with `metadata` as `key=value`.
-fn grpc_code(port: u16, metadata: &[&str]) -> String {
-    let out = Command::new(venv_common::python())
-        .arg(grpc_common::fixture("client.py"))
-        .arg(port.to_string())
-        .arg("unary")
-        .args(metadata)
-        .args(["--timeout", "10"])
-        .output()
-        .expect("run the gRPC client");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "bad client output {text:?}: {e}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    v["code"].as_str().unwrap_or_default().to_string()
-}
-
 #[test]
 fn grpc_calls_are_refused_with_grpc_statuses() {
     let idp = Idp::start();
@@ -329,16 +307,16 @@ apps:
         "authorization=Bearer {}",
         idp.token("es-app", "orders:read orders:write")
     );
-    assert!(wait_until(Duration::from_secs(10), || grpc_code(
-        p,
-        &[&writer]
-    ) == "OK"));
-    assert_eq!(grpc_code(p, &[]), "UNAUTHENTICATED");
+    assert!(wait_until(
+        Duration::from_secs(10),
+        || grpc_common::unary_code(p, &[&writer]) == "OK"
+    ));
+    assert_eq!(grpc_common::unary_code(p, &[]), "UNAUTHENTICATED");
     assert_eq!(
-        grpc_code(p, &["authorization=Bearer not.a.token"]),
+        grpc_common::unary_code(p, &["authorization=Bearer not.a.token"]),
         "UNAUTHENTICATED"
     );
-    assert_eq!(grpc_code(p, &[&reader]), "PERMISSION_DENIED");
+    assert_eq!(grpc_common::unary_code(p, &[&reader]), "PERMISSION_DENIED");
 }
 
 /// A gateway whose issuer introspects opaque tokens as the provider's

@@ -7,10 +7,14 @@
 //! the service's hits until it expires; a slow service follows on_error
 //! (deny: 503, allow: through without the copied headers), as do an
 //! unreachable service and an answer too long to read; an HTTP/2 client is
-//! checked the same way. Each case is checked in `/metrics` too
+//! checked the same way; a gRPC call denied gets the gRPC status of the
+//! service's HTTP status (401 UNAUTHENTICATED, 403 PERMISSION_DENIED),
+//! not its body. Each case is checked in `/metrics` too
 //! (`sluicegate_authz_*`).
 
+mod grpc_common;
 mod http_common;
+mod venv_common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -324,4 +328,49 @@ fn an_http2_client_is_checked_the_same_way() {
     );
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"test\""));
+}
+
+#[test]
+fn grpc_calls_are_denied_with_grpc_statuses() {
+    let auth = Auth::start();
+    let server = grpc_common::Server::start();
+    let admin = free_port();
+    let gw = Gw::start(&format!(
+        "admin: {{ listen: \"127.0.0.1:{admin}\" }}\nservices:\n{}routes:\n  - name: echo\n    match: {{ path_prefix: /test.Echo/ }}\n    service: g\n    forward_auth: {{ url: \"http://127.0.0.1:{}/check\", response_headers: [x-user-id] }}\n",
+        service("g", &[server.addr()], "    protocol: h2c\n"),
+        auth.port
+    ));
+    let code = |auth: &str| {
+        let md = format!("authorization={auth}");
+        grpc_common::unary_code(gw.port, &[&md])
+    };
+    assert_eq!(code("Bearer good-grpc"), "OK");
+    // 401 and 403: the statuses of the gateway's own refusals.
+    assert_eq!(code("Bearer nobody"), "UNAUTHENTICATED");
+    assert_eq!(code("Bearer denied"), "PERMISSION_DENIED");
+    // Any other status as the gateway maps HTTP statuses to gRPC: a
+    // redirect is UNKNOWN, another 4xx INTERNAL; a failed check (a denial
+    // too long to read) with on_error deny is UNAVAILABLE.
+    assert_eq!(code("Bearer login"), "UNKNOWN");
+    assert_eq!(code("Bearer teapot"), "INTERNAL");
+    assert_eq!(code("Bearer huge"), "UNAVAILABLE");
+    let counted = |rest: &str| {
+        admin_metric(
+            admin,
+            &format!(
+                "sluicegate_authz_decisions_total{{route=\"echo\",check=\"forward_auth\"{rest}}}"
+            ),
+        )
+    };
+    assert_eq!(counted(",decision=\"allow\""), 1);
+    assert_eq!(counted(",decision=\"deny\""), 4);
+    // The calls' endings as the route counts them.
+    let ended = |status: &str| {
+        admin_metric(
+            admin,
+            &format!("sluicegate_grpc_requests_total{{route=\"echo\",grpc_status=\"{status}\"}}"),
+        )
+    };
+    assert_eq!(ended("unauthenticated"), 1);
+    assert_eq!(ended("permission_denied"), 1);
 }

@@ -16,9 +16,10 @@
 //! status, its header fields (but framing, hop-by-hop and the request-id
 //! header, which the gateway writes) and its body (at most
 //! [`MAX_DENIAL_BODY`] bytes: a longer one counts as a failed check). A
-//! gRPC request is denied with a gRPC status instead: 401 is
-//! UNAUTHENTICATED, 403 PERMISSION_DENIED, 429 RESOURCE_EXHAUSTED, any
-//! other UNAVAILABLE.
+//! gRPC request is denied with a gRPC status instead, that of the HTTP
+//! status as the gateway maps its own errors' (`ErrorKind::Denied`): 401
+//! is UNAUTHENTICATED, 403 PERMISSION_DENIED, 429 RESOURCE_EXHAUSTED,
+//! 404 UNIMPLEMENTED, another 4xx INTERNAL, any other UNKNOWN.
 //!
 //! A check that fails (no answer within `timeout`, a refused connection,
 //! an answer that cannot be read) follows `on_error`: `deny` answers 503
@@ -126,13 +127,8 @@ async fn apply(
         } => {
             let (link, snap, is_head) = (*rq.link, rq.snap, bufs.is_head);
             let local = if bufs.grpc {
-                let kind = match status {
-                    401 => ErrorKind::Unauthorized,
-                    403 => ErrorKind::Forbidden,
-                    429 => ErrorKind::TooManyRequests,
-                    _ => ErrorKind::UpstreamBusy,
-                };
-                Local::Error(kind, &fields::NONE)
+                // A gRPC status, not the service's body: trailers-only.
+                Local::Error(ErrorKind::Denied(*status), &fields::NONE)
             } else {
                 Local::Fixed(Head::Fields(*status, fields), body)
             };
