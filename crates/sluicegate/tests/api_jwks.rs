@@ -20,7 +20,6 @@ mod ops_common;
 mod tls_common;
 mod venv_common;
 
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -37,8 +36,18 @@ fn now() -> u64 {
 }
 
 fn gateway(up: &TestUpstream, issuer: &str) -> Gw {
+    gateway_admin(up, issuer, "")
+}
+
+/// [`gateway`] with an admin listener on `admin` (for `/metrics`), or
+/// without one when it is empty.
+fn gateway_admin(up: &TestUpstream, issuer: &str, admin: &str) -> Gw {
+    let admin = match admin {
+        "" => String::new(),
+        port => format!("admin: {{ listen: \"127.0.0.1:{port}\" }}\n"),
+    };
     Gw::start(&format!(
-        r#"services:
+        r#"{admin}services:
 {}
 routes:
   - {{ name: api, match: {{ path_prefix: /api }}, service: s, auth: jwt }}
@@ -206,10 +215,14 @@ fn rotation_unknown_kid_floods_and_a_stopped_provider() {
     let idp = Idp::start();
     let up = TestUpstream::start();
     let iss = idp.issuer();
-    let gw = gateway(
+    let admin = sluicegate_testkit::free_port();
+    let gw = gateway_admin(
         &up,
         &format!("{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api] }}"),
+        &admin.to_string(),
     );
+    let refetches =
+        || http_common::admin_metric(admin, "sluicegate_jwks_refetches_total{issuer=\"corp\"}");
     let t1 = idp.token("rs-app", "orders:read");
     assert!(wait_until(Duration::from_secs(10), || call(
         &gw,
@@ -237,6 +250,7 @@ fn rotation_unknown_kid_floods_and_a_stopped_provider() {
         before + 1,
         "the flood made more fetches"
     );
+    assert_eq!(refetches(), 1, "one refetch asked by the flood");
     // Rotation: new keys sign, the old ones stay published. A token of the
     // new key passes once the refetch its kid asks for has run (asks are
     // at most one per 10 s per issuer); the old token still passes.
@@ -263,27 +277,6 @@ fn rotation_unknown_kid_floods_and_a_stopped_provider() {
     drop(idp);
     assert_eq!(call(&gw, "/api/x", &t3, &[]).status, 200);
     assert_eq!(call(&gw, "/api/x", &t2, &[]).status, 200);
-}
-
-/// One gRPC unary call's status through `port` (fixtures/grpc/client.py,
-/// bounded), with `metadata` as `key=value`.
-fn grpc_code(port: u16, metadata: &[&str]) -> String {
-    let out = Command::new(venv_common::python())
-        .arg(grpc_common::fixture("client.py"))
-        .arg(port.to_string())
-        .arg("unary")
-        .args(metadata)
-        .args(["--timeout", "10"])
-        .output()
-        .expect("run the gRPC client");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "bad client output {text:?}: {e}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    v["code"].as_str().unwrap_or_default().to_string()
 }
 
 #[test]
@@ -314,31 +307,38 @@ apps:
         "authorization=Bearer {}",
         idp.token("es-app", "orders:read orders:write")
     );
-    assert!(wait_until(Duration::from_secs(10), || grpc_code(
-        p,
-        &[&writer]
-    ) == "OK"));
-    assert_eq!(grpc_code(p, &[]), "UNAUTHENTICATED");
+    assert!(wait_until(
+        Duration::from_secs(10),
+        || grpc_common::unary_code(p, &[&writer]) == "OK"
+    ));
+    assert_eq!(grpc_common::unary_code(p, &[]), "UNAUTHENTICATED");
     assert_eq!(
-        grpc_code(p, &["authorization=Bearer not.a.token"]),
+        grpc_common::unary_code(p, &["authorization=Bearer not.a.token"]),
         "UNAUTHENTICATED"
     );
-    assert_eq!(grpc_code(p, &[&reader]), "PERMISSION_DENIED");
+    assert_eq!(grpc_common::unary_code(p, &[&reader]), "PERMISSION_DENIED");
 }
 
 /// A gateway whose issuer introspects opaque tokens as the provider's
 /// client `gateway`, answers kept for `cache`.
-fn introspecting_gateway(up: &TestUpstream, idp: &Idp, dir: &std::path::Path, cache: &str) -> Gw {
+fn introspecting_gateway(
+    up: &TestUpstream,
+    idp: &Idp,
+    dir: &std::path::Path,
+    cache: &str,
+    admin: u16,
+) -> Gw {
     let secret = dir.join("gateway-secret.txt");
     std::fs::write(&secret, "gateway-secret\n").unwrap();
     let iss = idp.issuer();
-    gateway(
+    gateway_admin(
         up,
         &format!(
             "{{ name: corp, issuer: \"{iss}\", discovery: true, audiences: [orders-api], claims_to_headers: {{ email: X-User-Email }}, \
              introspection: {{ client_id: gateway, client_secret_file: \"{}\", cache: {cache} }} }}",
             secret.display()
         ),
+        &admin.to_string(),
     )
 }
 
@@ -347,7 +347,15 @@ fn opaque_tokens_are_introspected_and_the_answers_cached() {
     let idp = Idp::start();
     let up = TestUpstream::start();
     let dir = tempfile::tempdir().unwrap();
-    let gw = introspecting_gateway(&up, &idp, dir.path(), "60s");
+    let admin = sluicegate_testkit::free_port();
+    let gw = introspecting_gateway(&up, &idp, dir.path(), "60s", admin);
+    let counted = |series: &str| http_common::admin_metric(admin, series);
+    let intro = |result: &str| {
+        counted(&format!(
+            "sluicegate_introspections_total{{issuer=\"corp\",result=\"{result}\"}}"
+        ))
+    };
+    let hits = "sluicegate_introspection_cache_hits_total{issuer=\"corp\"}";
     let t = idp.token("opaque-app", "orders:read");
     assert!(!t.contains('.'), "not an opaque token: {t}");
     // The endpoint comes from discovery, read with the first key fetch:
@@ -373,6 +381,8 @@ fn opaque_tokens_are_introspected_and_the_answers_cached() {
         assert_eq!(call(&gw, "/api/x", &t, &[]).status, 200);
     }
     assert_eq!(idp.introspections(), n);
+    assert_eq!(intro("active"), 1);
+    assert_eq!(counted(hits), 5);
     // Its scopes are the answer's: orders:read only.
     let r = call(&gw, "/write/x", &t, &[]);
     assert_eq!(r.status, 403);
@@ -430,6 +440,11 @@ fn opaque_tokens_are_introspected_and_the_answers_cached() {
     let r = call(&gw, "/api/x", &unseen, &[]);
     assert_eq!(r.status, 503, "{}", r.body_str());
     assert_eq!(call(&gw, "/api/x", &t, &[]).status, 200);
+    assert!(intro("inactive") >= 2, "{}", intro("inactive"));
+    assert!(intro("error") >= 1);
+    assert!(counted(hits) > 5);
+    let fetched = "sluicegate_jwks_fetches_total{issuer=\"corp\",result=\"ok\"}";
+    assert!(counted(fetched) >= 1);
 }
 
 #[test]

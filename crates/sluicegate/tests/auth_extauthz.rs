@@ -4,7 +4,8 @@
 //! copy replaced), the one it appends and without the one it removes; a
 //! denial with its own status, header and body reaches the client as
 //! sent; a denial with no denied_response is 403, as Envoy answers; a slow
-//! server follows on_error.
+//! server follows on_error. Each is counted in `/metrics`
+//! (`sluicegate_authz_*{check="ext_authz"}`).
 
 mod http_common;
 mod venv_common;
@@ -12,7 +13,7 @@ mod venv_common;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use http_common::{service, Gw};
+use http_common::{admin_metric, service, Gw};
 use sluicegate_testkit::{free_port, http_get, TestUpstream};
 
 /// The ext_authz server; killed on drop.
@@ -54,6 +55,17 @@ struct World {
     _authz: Authz,
     up: TestUpstream,
     gw: Gw,
+    admin: u16,
+}
+
+impl World {
+    /// A `sluicegate_authz_*` counter of ext_authz on `route`; `rest`: the
+    /// labels after `check`, with their leading comma.
+    fn counted(&self, family: &str, route: &str, rest: &str) -> u64 {
+        let series =
+            format!("sluicegate_authz_{family}{{route=\"{route}\",check=\"ext_authz\"{rest}}}");
+        admin_metric(self.admin, &series)
+    }
 }
 
 fn world() -> World {
@@ -66,8 +78,9 @@ fn world() -> World {
                 "  - name: {name}\n    match: {{ path_prefix: /{name} }}\n    strip_prefix: true\n    service: s\n    ext_authz: {{ service: authz{extra} }}\n"
             )
         };
+        let admin = free_port();
         let rest = format!(
-            "services:\n{}{}routes:\n{}{}{}",
+            "admin: {{ listen: \"127.0.0.1:{admin}\" }}\nservices:\n{}{}routes:\n{}{}{}",
             service("s", &[up.addr()], ""),
             service("authz", &[authz_addr], "    protocol: h2c\n"),
             route("ea", ""),
@@ -79,6 +92,7 @@ fn world() -> World {
             _authz: authz,
             up,
             gw,
+            admin,
         }
     }
 }
@@ -121,6 +135,7 @@ fn an_allowed_request_gets_the_servers_header_edits() {
     tags.sort();
     assert_eq!(tags, ["checked", "mine"]);
     assert!(values(&h, "x-drop").is_empty(), "{h:?}");
+    assert_eq!(w.counted("decisions_total", "ea", ",decision=\"allow\""), 1);
 }
 
 #[test]
@@ -147,6 +162,8 @@ fn denials_carry_the_servers_status_headers_and_body() {
         before,
         "a denied request went upstream"
     );
+    assert_eq!(w.counted("decisions_total", "ea", ",decision=\"deny\""), 2);
+    assert_eq!(w.counted("decisions_total", "ea", ",decision=\"allow\""), 0);
 }
 
 #[test]
@@ -165,4 +182,11 @@ fn a_slow_server_follows_on_error() {
     );
     assert_eq!(r.status, 200, "{}", r.body_str());
     assert!(values(&seen(&w.up, "/echo/lenient"), "x-user-id").is_empty());
+    for (route, action) in [("strict", "deny"), ("lenient", "allow")] {
+        assert_eq!(w.counted("errors_total", route, ",error=\"timeout\""), 1);
+        let on_error = format!(",action=\"{action}\"");
+        assert_eq!(w.counted("on_error_total", route, &on_error), 1);
+    }
+    // No cache for ext_authz: no such line.
+    assert_eq!(w.counted("cache_hits_total", "strict", ""), 0);
 }

@@ -5,17 +5,23 @@
 //! forged copies removed); denials (401 with WWW-Authenticate and a body,
 //! 302 with Location) reach the client as sent; the decision cache saves
 //! the service's hits until it expires; a slow service follows on_error
-//! (deny: 503, allow: through without the copied headers); an HTTP/2
-//! client is checked the same way.
+//! (deny: 503, allow: through without the copied headers), as do an
+//! unreachable service and an answer too long to read; an HTTP/2 client is
+//! checked the same way; a gRPC call denied gets the gRPC status of the
+//! service's HTTP status (401 UNAUTHENTICATED, 403 PERMISSION_DENIED),
+//! not its body. Each case is checked in `/metrics` too
+//! (`sluicegate_authz_*`).
 
+mod grpc_common;
 mod http_common;
+mod venv_common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use http_common::{service, wait_until, Gw};
-use sluicegate_testkit::{http_get, Proto, TestUpstream};
+use http_common::{admin_metric, service, wait_until, Gw};
+use sluicegate_testkit::{free_port, http_get, Proto, TestUpstream};
 
 /// The auth service; killed on drop.
 struct Auth {
@@ -61,6 +67,17 @@ struct World {
     auth: Auth,
     up: TestUpstream,
     gw: Gw,
+    admin: u16,
+}
+
+impl World {
+    /// A `sluicegate_authz_*` counter of forward auth on `route`; `rest`:
+    /// the labels after `check`, with their leading comma.
+    fn counted(&self, family: &str, route: &str, rest: &str) -> u64 {
+        let series =
+            format!("sluicegate_authz_{family}{{route=\"{route}\",check=\"forward_auth\"{rest}}}");
+        admin_metric(self.admin, &series)
+    }
 }
 
 /// An auth service, an upstream and a gateway, for one test.
@@ -74,8 +91,14 @@ fn world() -> World {
                 "  - name: {name}\n    match: {{ path_prefix: /{name} }}\n    strip_prefix: true\n    service: s\n    forward_auth: {{ url: \"{url}\", response_headers: [x-user-id, x-tenant]{extra} }}\n"
             )
         };
+        // Nothing listens there.
+        let down = format!(
+            "  - name: down\n    match: {{ path_prefix: /down }}\n    strip_prefix: true\n    service: s\n    forward_auth: {{ url: \"http://127.0.0.1:{}/check\", timeout: 2s }}\n",
+            free_port()
+        );
+        let admin = free_port();
         let rest = format!(
-            "services:\n{}routes:\n{}{}{}{}",
+            "admin: {{ listen: \"127.0.0.1:{admin}\" }}\nservices:\n{}routes:\n{}{}{}{}{down}",
             service("s", &[up.addr()], ""),
             route("fa", ""),
             route("cached", ", cache: 300ms"),
@@ -83,7 +106,12 @@ fn world() -> World {
             route("lenient", ", timeout: 200ms, on_error: allow"),
         );
         let gw = Gw::start(&rest);
-        World { auth, up, gw }
+        World {
+            auth,
+            up,
+            gw,
+            admin,
+        }
     }
 }
 
@@ -127,6 +155,8 @@ fn an_allowed_request_carries_the_services_headers_and_not_the_clients() {
     // Only the listed headers are copied.
     assert!(values("x-seen-uri").is_empty());
     assert_eq!(w.auth.hits("Bearer good-1"), 1);
+    assert_eq!(w.counted("decisions_total", "fa", ",decision=\"allow\""), 1);
+    assert_eq!(w.counted("decisions_total", "fa", ",decision=\"deny\""), 0);
 }
 
 #[test]
@@ -157,6 +187,17 @@ fn denials_reach_the_client_as_the_service_sent_them() {
         before,
         "a denied request went upstream"
     );
+    assert_eq!(w.counted("decisions_total", "fa", ",decision=\"deny\""), 3);
+    assert_eq!(w.counted("decisions_total", "fa", ",decision=\"allow\""), 0);
+    // A denial too long to pass on (over 64 KiB) is a failed check.
+    let r = http_get(
+        w.gw.addr(),
+        "/fa/echo/x",
+        &[("authorization", "Bearer huge")],
+    );
+    assert_eq!(r.status, 503, "{}", r.body_str());
+    assert_eq!(w.counted("errors_total", "fa", ",error=\"bad_answer\""), 1);
+    assert_eq!(w.counted("on_error_total", "fa", ",action=\"deny\""), 1);
 }
 
 #[test]
@@ -186,6 +227,14 @@ fn the_cache_saves_the_services_hits_until_it_expires() {
         assert_eq!(r.status, 401);
     }
     assert_eq!(w.auth.hits(deny), 1);
+    // Nine requests, the service asked for `first + 2` of them: the rest
+    // were cache hits.
+    let hits = 9 - (first as u64 + 2);
+    assert_eq!(w.counted("cache_hits_total", "cached", ""), hits);
+    assert_eq!(
+        w.counted("decisions_total", "cached", ",decision=\"deny\""),
+        3
+    );
     // Past 300 ms the service is asked again.
     assert!(wait_until(Duration::from_secs(5), || {
         let r = http_get(w.gw.addr(), "/cached/echo/c", &[("authorization", token)]);
@@ -202,6 +251,20 @@ fn a_slow_service_follows_on_error() {
         &[("authorization", "Bearer slow-1")],
     );
     assert_eq!(r.status, 503, "{}", r.body_str());
+    assert_eq!(w.counted("errors_total", "strict", ",error=\"timeout\""), 1);
+    assert_eq!(w.counted("on_error_total", "strict", ",action=\"deny\""), 1);
+    // A service that cannot be reached: refused at once, not timed out.
+    let r = http_get(
+        w.gw.addr(),
+        "/down/echo/s",
+        &[("authorization", "Bearer good-1")],
+    );
+    assert_eq!(r.status, 503, "{}", r.body_str());
+    assert_eq!(
+        w.counted("errors_total", "down", ",error=\"unreachable\""),
+        1
+    );
+    assert_eq!(w.counted("errors_total", "down", ",error=\"timeout\""), 0);
     let r = http_get(
         w.gw.addr(),
         "/lenient/echo/lenient",
@@ -221,6 +284,18 @@ fn a_slow_service_follows_on_error() {
             .any(|(n, _)| n.eq_ignore_ascii_case("x-user-id")),
         "{:?}",
         seen.headers
+    );
+    assert_eq!(
+        w.counted("errors_total", "lenient", ",error=\"timeout\""),
+        1
+    );
+    assert_eq!(
+        w.counted("on_error_total", "lenient", ",action=\"allow\""),
+        1
+    );
+    assert_eq!(
+        w.counted("decisions_total", "lenient", ",decision=\"allow\""),
+        0
     );
 }
 
@@ -253,4 +328,49 @@ fn an_http2_client_is_checked_the_same_way() {
     );
     assert_eq!(r.status, 401);
     assert_eq!(r.header("www-authenticate"), Some("Bearer realm=\"test\""));
+}
+
+#[test]
+fn grpc_calls_are_denied_with_grpc_statuses() {
+    let auth = Auth::start();
+    let server = grpc_common::Server::start();
+    let admin = free_port();
+    let gw = Gw::start(&format!(
+        "admin: {{ listen: \"127.0.0.1:{admin}\" }}\nservices:\n{}routes:\n  - name: echo\n    match: {{ path_prefix: /test.Echo/ }}\n    service: g\n    forward_auth: {{ url: \"http://127.0.0.1:{}/check\", response_headers: [x-user-id] }}\n",
+        service("g", &[server.addr()], "    protocol: h2c\n"),
+        auth.port
+    ));
+    let code = |auth: &str| {
+        let md = format!("authorization={auth}");
+        grpc_common::unary_code(gw.port, &[&md])
+    };
+    assert_eq!(code("Bearer good-grpc"), "OK");
+    // 401 and 403: the statuses of the gateway's own refusals.
+    assert_eq!(code("Bearer nobody"), "UNAUTHENTICATED");
+    assert_eq!(code("Bearer denied"), "PERMISSION_DENIED");
+    // Any other status as the gateway maps HTTP statuses to gRPC: a
+    // redirect is UNKNOWN, another 4xx INTERNAL; a failed check (a denial
+    // too long to read) with on_error deny is UNAVAILABLE.
+    assert_eq!(code("Bearer login"), "UNKNOWN");
+    assert_eq!(code("Bearer teapot"), "INTERNAL");
+    assert_eq!(code("Bearer huge"), "UNAVAILABLE");
+    let counted = |rest: &str| {
+        admin_metric(
+            admin,
+            &format!(
+                "sluicegate_authz_decisions_total{{route=\"echo\",check=\"forward_auth\"{rest}}}"
+            ),
+        )
+    };
+    assert_eq!(counted(",decision=\"allow\""), 1);
+    assert_eq!(counted(",decision=\"deny\""), 4);
+    // The calls' endings as the route counts them.
+    let ended = |status: &str| {
+        admin_metric(
+            admin,
+            &format!("sluicegate_grpc_requests_total{{route=\"echo\",grpc_status=\"{status}\"}}"),
+        )
+    };
+    assert_eq!(ended("unauthenticated"), 1);
+    assert_eq!(ended("permission_denied"), 1);
 }

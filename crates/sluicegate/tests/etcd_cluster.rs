@@ -4,7 +4,10 @@
 //! fails no request and the gateways resync; a gateway stopped across a
 //! compaction catches up without loss, and one started while etcd is down
 //! serves its cache; an invalid object written with etcdctl is refused and
-//! reported while the last good config stays; a cache purge through one
+//! reported while the last good config stays, and so is a route with the
+//! identity keys (`forward_auth`, `ext_authz`, `scopes`, `limit.per:
+//! header:NAME`) with a bad field, named, after a good one applied; a
+//! cache purge through one
 //! gateway's admin API reaches the other two through etcd within a
 //! second, a malformed purge record skipped.
 
@@ -261,6 +264,86 @@ fn an_invalid_object_from_etcdctl_is_refused_and_reported() {
         ports, "/more", "more"
     )));
     assert!(serves(ports, "/good", "good"));
+    identity_keys_through_etcd(&etcd, ports);
+}
+
+/// A route with `forward_auth`, `ext_authz`, `scopes` and a limit per
+/// header, put through etcd, applies (its `auth: jwt` answers, and the
+/// admin API shows its keys); the same route with a bad `limit.per` or
+/// `forward_auth.url` is refused with the field named, the running route
+/// staying as it was.
+fn identity_keys_through_etcd(etcd: &Etcd, ports: Ports) {
+    let closed = sluicegate_testkit::free_port();
+    etcd.ctl(&[
+        "put",
+        "/sg/services/idp-up",
+        &format!(r#"{{"endpoints":["127.0.0.1:{closed}"]}}"#),
+    ]);
+    etcd.ctl(&[
+        "put",
+        "/sg/services/idp-authz",
+        &format!(r#"{{"endpoints":["127.0.0.1:{closed}"],"protocol":"h2c"}}"#),
+    ]);
+    let route = |per: &str, url: &str| {
+        format!(
+            r#"{{"match":{{"path_prefix":"/guarded"}},"service":"idp-up","auth":"jwt","scopes":["orders:read"],"forward_auth":{{"url":"{url}","timeout":"200ms","response_headers":["x-user-id"]}},"ext_authz":{{"service":"idp-authz","timeout":"200ms"}},"limit":{{"rate":"100/s","per":"{per}"}}}}"#
+        )
+    };
+    let url = format!("http://127.0.0.1:{closed}/check");
+    etcd.ctl(&["put", "/sg/routes/guarded", &route("header:x-tenant", &url)]);
+    let bearer = || {
+        sluicegate_testkit::try_http_get(ports.addr(), "/guarded/x", &[])
+            .ok()
+            .filter(|r| r.status == 401)
+            .and_then(|r| r.header("www-authenticate").map(str::to_string))
+            .is_some_and(|w| w.starts_with("Bearer"))
+    };
+    assert!(wait_until(Duration::from_secs(10), bearer), "not applied");
+    let shown = || {
+        let resp = admin_common::call(ports, "GET", "/routes/guarded", &[], "");
+        admin_common::json(&resp)
+    };
+    let r = shown();
+    assert_eq!(r["forward_auth"]["url"], url.as_str(), "{r}");
+    assert_eq!(r["ext_authz"]["service"], "idp-authz", "{r}");
+    assert_eq!(r["scopes"], serde_json::json!(["orders:read"]), "{r}");
+    assert_eq!(r["limit"]["per"], "header:x-tenant", "{r}");
+    // Invalid: each refused with its field named; the route stays.
+    let refusals = |key: &str| -> String {
+        let resp = admin_common::call(ports, "GET", "/reloads", &[], "");
+        let reloads = admin_common::json(&resp);
+        let refused: Vec<&serde_json::Value> = reloads["reloads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["source"] == "etcd" && e["applied"] == false)
+            .filter(|e| e.to_string().contains(key))
+            .collect();
+        serde_json::to_string(&refused).unwrap()
+    };
+    for (per, url, field) in [
+        ("header:", url.as_str(), "limit.per"),
+        (
+            "header:x-tenant",
+            "http://idp.example/check",
+            "forward_auth.url",
+        ),
+    ] {
+        etcd.ctl(&["put", "/sg/routes/guarded", &route(per, url)]);
+        assert!(
+            wait_until(Duration::from_secs(10), || refusals(field)
+                .contains("routes/guarded")),
+            "{field}: {}",
+            refusals("")
+        );
+        assert!(bearer(), "{field}: the running route changed");
+        let r = shown();
+        assert_eq!(r["limit"]["per"], "header:x-tenant", "{field}: {r}");
+        assert_eq!(
+            r["forward_auth"]["url"],
+            format!("http://127.0.0.1:{closed}/check")
+        );
+    }
 }
 
 /// The status of `GET path` with app key `key`.

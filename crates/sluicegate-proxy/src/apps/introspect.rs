@@ -66,6 +66,12 @@ pub struct Introspector {
     inflight: Mutex<HashMap<Box<[u8]>, tokio::sync::watch::Receiver<bool>>>,
     /// Introspection calls made (tests, logs).
     pub calls: AtomicU64,
+    /// Calls answered active, inactive, and failed (no answer, or one
+    /// that could not be read); requests whose answer was cached.
+    pub active: AtomicU64,
+    pub inactive: AtomicU64,
+    pub errors: AtomicU64,
+    pub cache_hits: AtomicU64,
 }
 
 fn now_ms() -> u64 {
@@ -116,6 +122,10 @@ impl Introspector {
             seed: fastrand::u64(..),
             inflight: Mutex::default(),
             calls: AtomicU64::new(0),
+            active: AtomicU64::new(0),
+            inactive: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
         })
     }
 
@@ -181,15 +191,33 @@ impl Introspector {
         let _ = tokio::time::timeout(TIMEOUT + Duration::from_secs(1), rx.wait_for(|d| *d)).await;
     }
 
-    /// One introspection call, its answer cached.
+    /// The counters' values for `/metrics`: active, inactive, errors,
+    /// cache hits.
+    pub fn counts(&self) -> [u64; 4] {
+        [&self.active, &self.inactive, &self.errors, &self.cache_hits]
+            .map(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// One introspection call, its answer cached and counted.
     async fn call(&self, token: &[u8]) {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        let counter = match self.ask(token).await {
+            Some(true) => &self.active,
+            Some(false) => &self.inactive,
+            None => &self.errors,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Asks the endpoint about `token` and caches the answer: whether it
+    /// was active, `None` when there was no answer.
+    async fn ask(&self, token: &[u8]) -> Option<bool> {
         let endpoint = match (&self.endpoint, self.discovered.load_full()) {
             (Some(e), _) => e.clone(),
             (None, Some(e)) => (*e).clone(),
             (None, None) => {
                 tracing::warn!(issuer = %self.issuer, "introspection: no endpoint known yet (discovery has not answered)");
-                return;
+                return None;
             }
         };
         let tls = match self
@@ -199,7 +227,7 @@ impl Introspector {
             Ok(t) => t.clone(),
             Err(e) => {
                 tracing::warn!(issuer = %self.issuer, "introspection: {e}");
-                return;
+                return None;
             }
         };
         let mut body = b"token=".to_vec();
@@ -214,11 +242,11 @@ impl Introspector {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
                 tracing::warn!(issuer = %self.issuer, "introspection: {e}");
-                return;
+                return None;
             }
             Err(_) => {
                 tracing::warn!(issuer = %self.issuer, "introspection: {endpoint}: no answer within {TIMEOUT:?}");
-                return;
+                return None;
             }
         };
         let now = now_ms();
@@ -230,9 +258,11 @@ impl Introspector {
             }
             None => Answer::Inactive,
         };
+        let active = matches!(verdict, Answer::Active(_));
         if until > now {
             self.insert(token, verdict, until);
         }
+        Some(active)
     }
 
     /// An active answer for this issuer's audiences, read as a verified

@@ -260,6 +260,10 @@ pub struct IssuerState {
     pub wake: tokio::sync::Notify,
     /// Refetches asked (and let through the rate limit).
     pub asks: AtomicU64,
+    /// Key set fetches that succeeded, and that failed (the JWKS plane
+    /// counts them).
+    pub fetches_ok: AtomicU64,
+    pub fetches_failed: AtomicU64,
     /// Set when a reload drops or changes the issuer: its task ends.
     pub retired: AtomicBool,
     /// Counters of unknown apps under `default_plan`, by app id.
@@ -316,6 +320,8 @@ impl IssuerState {
             asked_at: AtomicU64::new(0),
             wake: tokio::sync::Notify::new(),
             asks: AtomicU64::new(0),
+            fetches_ok: AtomicU64::new(0),
+            fetches_failed: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             default_limits: ParamLimits::default(),
             introspect: super::introspect::Introspector::new(cfg).map(Arc::new),

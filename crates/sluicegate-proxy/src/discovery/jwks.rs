@@ -72,15 +72,18 @@ async fn follow(issuer: Arc<IssuerState>) {
                 tracing::debug!(issuer = %issuer.cfg.name, keys = set.keys.len(), "jwks: fetched");
                 issuer.keys.store(Arc::new(set));
                 issuer.loaded.store(true, Ordering::Release);
+                issuer.fetches_ok.fetch_add(1, Ordering::Relaxed);
                 max_age
                     .unwrap_or(DEFAULT_REFRESH)
                     .clamp(MIN_REFRESH, MAX_REFRESH)
             }
             Ok(Err(e)) => {
+                issuer.fetches_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(issuer = %issuer.cfg.name, "jwks: {e}; keeping the last good key set");
                 RETRY
             }
             Err(_) => {
+                issuer.fetches_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(issuer = %issuer.cfg.name, "jwks: no answer within {TIMEOUT:?}; keeping the last good key set");
                 RETRY
             }

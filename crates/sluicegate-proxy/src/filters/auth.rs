@@ -494,6 +494,7 @@ impl Filter for JwtAuth {
         }
         let intro = self.shared.issuers[i].introspect.as_ref()?;
         if intro.cached(token).is_some() {
+            intro.cache_hits.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         Some(Box::pin(intro.clone().settle(token.into())))

@@ -58,6 +58,10 @@ pub enum ErrorKind {
     /// An abort injected by the route's `fault`, with its status (200 to
     /// 599).
     Fault(u16),
+    /// A route's `forward_auth` or `ext_authz` service denied a gRPC call
+    /// with this HTTP status: the call gets the gRPC status of that HTTP
+    /// status (401 UNAUTHENTICATED, 403 PERMISSION_DENIED, ...).
+    Denied(u16),
 }
 
 impl ErrorKind {
@@ -80,7 +84,7 @@ impl ErrorKind {
             ErrorKind::TooManyRequests => 429,
             ErrorKind::NoHealthyEndpoint => 503,
             ErrorKind::ExpectationFailed => 417,
-            ErrorKind::Fault(status) => status,
+            ErrorKind::Fault(status) | ErrorKind::Denied(status) => status,
         }
     }
 
@@ -104,6 +108,7 @@ impl ErrorKind {
             ErrorKind::NoHealthyEndpoint => "no healthy upstream",
             ErrorKind::ExpectationFailed => "expectation failed",
             ErrorKind::Fault(_) => "fault injected",
+            ErrorKind::Denied(_) => "denied by the authorization service",
         }
     }
 
@@ -125,7 +130,7 @@ impl ErrorKind {
             | ErrorKind::NotImplemented
             | ErrorKind::MethodNotAllowed
             | ErrorKind::ExpectationFailed => 13, // INTERNAL
-            ErrorKind::Fault(status) => grpc_for_status(status),
+            ErrorKind::Fault(status) | ErrorKind::Denied(status) => grpc_for_status(status),
         }
     }
 
@@ -143,8 +148,9 @@ impl ErrorKind {
     }
 }
 
-/// The gRPC status for an injected abort's HTTP status: that of the
-/// gateway's own error with the same status, else UNKNOWN.
+/// The gRPC status for an injected abort's or an authorization service's
+/// denial's HTTP status: that of the gateway's own error with the same
+/// status, else UNKNOWN.
 fn grpc_for_status(status: u16) -> u8 {
     match status {
         401 => 16,             // UNAUTHENTICATED

@@ -394,6 +394,7 @@ mod tests {
                 worker: &worker,
                 client: &ours,
                 slot: &slot,
+                revoke_slot: &slot,
                 peer: &peer,
             };
             let snap = worker.shared.snapshot.load_full();

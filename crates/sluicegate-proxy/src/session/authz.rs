@@ -16,9 +16,10 @@
 //! status, its header fields (but framing, hop-by-hop and the request-id
 //! header, which the gateway writes) and its body (at most
 //! [`MAX_DENIAL_BODY`] bytes: a longer one counts as a failed check). A
-//! gRPC request is denied with a gRPC status instead: 401 is
-//! UNAUTHENTICATED, 403 PERMISSION_DENIED, 429 RESOURCE_EXHAUSTED, any
-//! other UNAVAILABLE.
+//! gRPC request is denied with a gRPC status instead, that of the HTTP
+//! status as the gateway maps its own errors' (`ErrorKind::Denied`): 401
+//! is UNAUTHENTICATED, 403 PERMISSION_DENIED, 429 RESOURCE_EXHAUSTED,
+//! 404 UNIMPLEMENTED, another 4xx INTERNAL, any other UNKNOWN.
 //!
 //! A check that fails (no answer within `timeout`, a refused connection,
 //! an answer that cannot be read) follows `on_error`: `deny` answers 503
@@ -33,8 +34,9 @@ use bytes::Bytes;
 use sluicegate_config::OnAuthError;
 
 use super::answer::{answer_locally, Local};
-use super::extauthz::{origin, Verdict};
+use super::extauthz::{origin, verdict, Failure, Verdict};
 use super::req::Req;
+use crate::observe::metrics::{AuthzMetrics, CheckMetrics};
 use crate::proto::fields::{self, Fields};
 use crate::proto::response::{ErrorKind, Head};
 use crate::route::target::Target;
@@ -49,51 +51,65 @@ pub(crate) const MAX_DENIAL_BODY: usize = 64 * 1024;
 
 /// Runs the route's checks on the request in `bufs`: `None` when it goes
 /// on (the checks' header edits applied), else the answer written for it.
-/// `own`: the route's own forward-auth service, for a URL with an address.
+/// `own`: the route's own forward-auth service, for a URL with an address;
+/// `m`: the route's counters of its checks.
 pub(super) async fn authorize(
     rq: &Req<'_>,
     rt: &AuthzRt,
+    m: &AuthzMetrics,
     own: Option<&Arc<ServiceRt>>,
     bufs: &mut Bufs,
     client: IpAddr,
     target: &Target,
 ) -> Option<Outcome<'static>> {
     if let Some(f) = &rt.forward {
-        let verdict = forward(rq, f, own, bufs, client, target).await;
+        let verdict = forward(rq, f, &m.forward, own, bufs, client, target).await;
         let removed = &f.response_headers;
-        if let Some(o) = apply(rq, bufs, verdict, f.on_error, removed).await {
+        if let Some(o) = apply(rq, bufs, verdict, f.on_error, &m.forward, removed).await {
             return Some(o);
         }
     }
     if let Some(e) = &rt.ext {
         let verdict = super::extauthz::check(rq, e, bufs, client, target).await;
-        if let Some(o) = apply(rq, bufs, verdict, e.on_error, &[]).await {
+        if let Some(o) = apply(rq, bufs, verdict, e.on_error, &m.ext, &[]).await {
             return Some(o);
         }
     }
     None
 }
 
-/// Applies `verdict` to the request in `bufs`: `None` when it goes on.
-/// `own` names the fields a check copies, whose clients' copies are
-/// removed whatever it decided.
+/// Applies `verdict` to the request in `bufs`, counted in `m`: `None`
+/// when it goes on. `own` names the fields a check copies, whose
+/// clients' copies are removed whatever it decided.
 async fn apply(
     rq: &Req<'_>,
     bufs: &mut Bufs,
     verdict: Verdict,
     on_error: OnAuthError,
+    m: &CheckMetrics,
     own: &[http::HeaderName],
 ) -> Option<Outcome<'static>> {
+    use std::sync::atomic::Ordering::Relaxed;
     remove(bufs, own);
     let decision = match verdict {
         Verdict::Decided(d) => d,
-        Verdict::Failed if on_error == OnAuthError::Allow => return None,
-        Verdict::Failed => {
+        Verdict::Failed(why) => {
+            m.errors[why as usize].fetch_add(1, Relaxed);
+            if on_error == OnAuthError::Allow {
+                m.on_error_allowed.fetch_add(1, Relaxed);
+                return None;
+            }
+            m.on_error_denied.fetch_add(1, Relaxed);
             let local = Local::Error(ErrorKind::UpstreamBusy, &fields::NONE);
             let (link, snap, is_head) = (*rq.link, rq.snap, bufs.is_head);
             return Some(answer_locally(link, snap, bufs, local, is_head).await);
         }
     };
+    let counter = match &*decision {
+        Decision::Allow { .. } => &m.allowed,
+        Decision::Deny { .. } => &m.denied,
+    };
+    counter.fetch_add(1, Relaxed);
     match &*decision {
         Decision::Allow { add, remove: names } => {
             remove(bufs, names);
@@ -111,13 +127,8 @@ async fn apply(
         } => {
             let (link, snap, is_head) = (*rq.link, rq.snap, bufs.is_head);
             let local = if bufs.grpc {
-                let kind = match status {
-                    401 => ErrorKind::Unauthorized,
-                    403 => ErrorKind::Forbidden,
-                    429 => ErrorKind::TooManyRequests,
-                    _ => ErrorKind::UpstreamBusy,
-                };
-                Local::Error(kind, &fields::NONE)
+                // A gRPC status, not the service's body: trailers-only.
+                Local::Error(ErrorKind::Denied(*status), &fields::NONE)
             } else {
                 Local::Fixed(Head::Fields(*status, fields), body)
             };
@@ -144,10 +155,11 @@ fn remove(bufs: &mut Bufs, names: &[http::HeaderName]) {
 }
 
 /// Asks the forward-auth service about the request in `bufs` (or its
-/// cache).
+/// cache, its hits counted in `m`).
 async fn forward(
     rq: &Req<'_>,
     f: &ForwardAuthRt,
+    m: &CheckMetrics,
     own: Option<&Arc<ServiceRt>>,
     bufs: &Bufs,
     client: IpAddr,
@@ -191,6 +203,8 @@ async fn forward(
     let now = Instant::now();
     if let (Some(c), Some(q)) = (&f.cache, &q) {
         if let Some(d) = c.get(q, now) {
+            m.cache_hits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Verdict::Decided(d);
         }
     }
@@ -203,19 +217,19 @@ async fn forward(
         }
     }
     let Ok(check) = b.body(Bytes::new()) else {
-        return Verdict::Failed;
+        return Verdict::Failed(Failure::BadAnswer);
     };
     let opts = origin(rq, bufs, client, target);
     let (worker, snap) = (rq.link.worker, rq.snap);
     let service = match (f.service, own) {
         (Some(i), _) => snap.service(i),
         (None, Some(s)) => s,
-        (None, None) => return Verdict::Failed,
+        (None, None) => return Verdict::Failed(Failure::Unreachable),
     };
     let call = async {
         let res = client::send_with(worker, snap, service, check, &opts)
             .await
-            .ok()?;
+            .map_err(|e| Failure::of(&e))?;
         decide(res, &f.response_headers, &snap.request_id_header).await
     };
     let decided = worker
@@ -223,27 +237,21 @@ async fn forward(
         .at(now + f.timeout)
         .bound(call)
         .await
-        .ok()
-        .flatten();
-    match decided {
-        Some(d) => {
-            let d = Arc::new(d);
-            if let (Some(c), Some(q)) = (&f.cache, &q) {
-                c.put(q, Instant::now(), d.clone());
-            }
-            Verdict::Decided(d)
-        }
-        None => Verdict::Failed,
+        .map_err(|_| ());
+    let v = verdict(decided);
+    if let (Verdict::Decided(d), Some(c), Some(q)) = (&v, &f.cache, &q) {
+        c.put(q, Instant::now(), d.clone());
     }
+    v
 }
 
-/// The decision a forward-auth answer gives; `None` when it cannot be
+/// The decision a forward-auth answer gives; why not when it cannot be
 /// read whole.
 async fn decide(
     mut res: Response<'_, '_>,
     copied: &[http::HeaderName],
     rid_header: &[u8],
-) -> Option<Decision> {
+) -> Result<Decision, Failure> {
     let status = res.status();
     let body = read_body(&mut res, MAX_DENIAL_BODY).await?;
     if (200..300).contains(&status) {
@@ -253,13 +261,13 @@ async fn decide(
                 add.push((name.clone(), v.clone()));
             }
         }
-        return Some(Decision::Allow {
+        return Ok(Decision::Allow {
             add,
             remove: copied.to_vec(),
         });
     }
     if status < 300 {
-        return None;
+        return Err(Failure::BadAnswer);
     }
     let mut fields = Fields::new();
     for (name, value) in res.fields() {
@@ -269,27 +277,27 @@ async fn decide(
         }
         fields.push(n, value.as_bytes());
     }
-    Some(Decision::Deny {
+    Ok(Decision::Deny {
         status,
         fields,
         body,
     })
 }
 
-/// The response's body read to its end: `None` past `max` bytes or on a
-/// failure.
-pub(super) async fn read_body(res: &mut Response<'_, '_>, max: usize) -> Option<Bytes> {
+/// The response's body read to its end: a bad answer past `max` bytes,
+/// else what failed.
+pub(super) async fn read_body(res: &mut Response<'_, '_>, max: usize) -> Result<Bytes, Failure> {
     let mut body = Vec::new();
     loop {
-        match res.next().await.ok()? {
+        match res.next().await.map_err(|e| Failure::of(&e))? {
             Event::Data(d) => {
                 if body.len() + d.len() > max {
-                    return None;
+                    return Err(Failure::BadAnswer);
                 }
                 body.extend_from_slice(&d);
             }
             Event::Trailers(_) => {}
-            Event::End => return Some(body.into()),
+            Event::End => return Ok(body.into()),
         }
     }
 }

@@ -52,6 +52,10 @@ pub struct Conn<'w> {
     /// The deadline slot for this connection's waits for a request head
     /// and for a response head (one at a time).
     pub slot: OwnSlot<'w>,
+    /// The slot of its authenticated requests' waits before they register
+    /// as revocable ([`super::revocable`]): re-armed per request, never
+    /// re-registered.
+    pub revoke_slot: OwnSlot<'w>,
 }
 
 /// How long a keep-alive connection waits for its next request in its
@@ -312,6 +316,7 @@ impl Conn<'_> {
             worker: self.worker,
             client: &self.client,
             slot: &self.slot,
+            revoke_slot: &self.revoke_slot,
             peer: &self.peer,
         }
     }

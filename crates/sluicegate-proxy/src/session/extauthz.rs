@@ -39,7 +39,51 @@ const MAX_ANSWER: usize = 256 * 1024;
 pub(super) enum Verdict {
     Decided(Arc<Decision>),
     /// The service could not answer: `on_error` decides.
-    Failed,
+    Failed(Failure),
+}
+
+/// Why a check failed: its index in the `errors` counters (the `error`
+/// label of `sluicegate_authz_errors_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Failure {
+    /// No answer within the check's `timeout`.
+    Timeout = 0,
+    /// The check could not be sent (no endpoint, connection refused).
+    Unreachable = 1,
+    /// An answer that could not be read as one.
+    BadAnswer = 2,
+}
+
+impl Failure {
+    /// What an internal client's error says of the service.
+    pub(super) fn of(e: &client::Error) -> Failure {
+        use crate::upstream::failure::AttemptError;
+        use crate::upstream::head::HeadError;
+        match e {
+            client::Error::Deadline(_)
+            | client::Error::Attempt(AttemptError::Head {
+                e: HeadError::Timeout,
+                ..
+            }) => Failure::Timeout,
+            client::Error::Attempt(AttemptError::Head {
+                e: HeadError::Invalid,
+                ..
+            })
+            | client::Error::Body
+            | client::Error::TooLarge => Failure::BadAnswer,
+            _ => Failure::Unreachable,
+        }
+    }
+}
+
+/// The verdict of a check bounded by its timeout: `Ok(None)` is a
+/// timeout.
+pub(super) fn verdict(decided: Result<Result<Decision, Failure>, ()>) -> Verdict {
+    match decided {
+        Ok(Ok(d)) => Verdict::Decided(Arc::new(d)),
+        Ok(Err(f)) => Verdict::Failed(f),
+        Err(()) => Verdict::Failed(Failure::Timeout),
+    }
 }
 
 /// The facts of the client's request a check is made on behalf of.
@@ -267,17 +311,18 @@ pub(super) async fn check(
         .header(http::header::TE, "trailers")
         .body(Bytes::from(framed))
     else {
-        return Verdict::Failed;
+        return Verdict::Failed(Failure::BadAnswer);
     };
     let opts = origin(rq, bufs, client, target);
     let (worker, snap) = (link.worker, rq.snap);
     let service = snap.service(e.service);
     let asked = async {
+        let bad = Failure::BadAnswer;
         let mut res = client::send_with(worker, snap, service, call, &opts)
             .await
-            .ok()?;
+            .map_err(|e| Failure::of(&e))?;
         if res.status() != 200 {
-            return None;
+            return Err(bad);
         }
         let mut grpc_status = res
             .fields()
@@ -285,10 +330,10 @@ pub(super) async fn check(
             .map(|v| v.as_bytes().to_vec());
         let mut body = Vec::new();
         loop {
-            match res.next().await.ok()? {
+            match res.next().await.map_err(|e| Failure::of(&e))? {
                 Event::Data(d) => {
                     if body.len() + d.len() > MAX_ANSWER {
-                        return None;
+                        return Err(bad);
                     }
                     body.extend_from_slice(&d);
                 }
@@ -301,23 +346,22 @@ pub(super) async fn check(
             }
         }
         if grpc_status.as_deref() != Some(b"0") || body.len() < 5 || body[0] != 0 {
-            return None;
+            return Err(bad);
         }
         let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
-        let answer = CheckResponse::decode(body.get(5..5 + len)?).ok()?;
-        Some(decision(answer))
+        let answer = body
+            .get(5..5 + len)
+            .and_then(|m| CheckResponse::decode(m).ok())
+            .ok_or(bad)?;
+        Ok(decision(answer))
     };
     let decided = worker
         .deadlines
         .at(Instant::now() + e.timeout)
         .bound(asked)
         .await
-        .ok()
-        .flatten();
-    match decided {
-        Some(d) => Verdict::Decided(Arc::new(d)),
-        None => Verdict::Failed,
-    }
+        .map_err(|_| ());
+    verdict(decided)
 }
 
 /// What a check's answer decides, as Envoy reads it.

@@ -339,10 +339,13 @@ async fn serve_one(
 ) {
     let client = Stream::H2(Box::new(exchange));
     let slot = OwnSlot::new(&worker.deadlines);
+    // Takes no entry unless the stream is authenticated.
+    let revoke_slot = OwnSlot::new(&worker.deadlines);
     let link = Link {
         worker,
         client: &client,
         slot: &slot,
+        revoke_slot: &revoke_slot,
         peer: &shared.peer,
     };
     worker.busy.touch();

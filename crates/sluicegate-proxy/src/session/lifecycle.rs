@@ -293,7 +293,8 @@ pub(super) async fn exchange(
                 // else the action does.
                 if let Some(a) = authz {
                     let own = auth_service.as_ref();
-                    let run = super::authz::authorize(&rq, a, own, bufs, client, &target);
+                    let m = &route.metrics.authz;
+                    let run = super::authz::authorize(&rq, a, m, own, bufs, client, &target);
                     if let Some(answered) = Box::pin(run).await {
                         break 'proxy answered;
                     }
@@ -395,12 +396,20 @@ pub(super) async fn exchange(
                 };
                 // An authenticated request that runs on is revocable.
                 let admitted = Admitted::of(snap, bufs, route, &target);
-                let forwarded = match &admitted {
-                    None => forward::forward(cx, bufs).await,
-                    Some(a) => revocable::forward(link, a, forward::forward(cx, bufs))
-                        .await
-                        .unwrap_or_else(|_| Ended::Done(Outcome::local(403, 0, true))),
+                // Pinned where it is made: the revocable path polls it
+                // there instead of moving it into a future of its own; it
+                // is dropped (its upstream side closed) at the block's end.
+                let forwarded = {
+                    let fwd = std::pin::pin!(forward::forward(cx, bufs));
+                    match &admitted {
+                        None => Ok(fwd.await),
+                        Some(a) => revocable::forward(link, a, started, fwd).await,
+                    }
                 };
+                let forwarded = forwarded.unwrap_or_else(|_| {
+                    revocable::cancel(link);
+                    Ended::Done(Outcome::local(403, 0, true))
+                });
                 // Filled by the relay, if anything: no fallback's answer
                 // is stored in its place.
                 let mut fill = if cache.is_some() {

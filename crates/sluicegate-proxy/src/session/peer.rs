@@ -42,6 +42,9 @@ pub(super) struct Link<'a> {
     pub client: &'a Stream,
     /// The deadline slot for the wait for a response head.
     pub slot: &'a OwnSlot<'a>,
+    /// The slot of an authenticated request's wait before it registers as
+    /// revocable (one per connection on HTTP/1.1, per stream on HTTP/2).
+    pub revoke_slot: &'a OwnSlot<'a>,
     pub peer: &'a Peer,
 }
 

@@ -3,13 +3,22 @@
 //! ([`Admitted`]: plain data, no allocation), and the forward raced against
 //! the grant's revocation once the request has been under way for
 //! [`REGISTER_AFTER`] (so a request that ends sooner registers nothing). A
-//! revoked request's forward is dropped (its upstream side closes); an
-//! HTTP/2 stream is reset with `CANCEL`, an HTTP/1.1 connection closed.
-//! Tunnels register from their own task ([`super::tunneled`]).
+//! revoked request's forward is dropped (its upstream side closes); then
+//! an HTTP/2 stream is reset with `CANCEL` ([`cancel`]), an HTTP/1.1
+//! connection closed. Tunnels register from their own task
+//! ([`super::tunneled`]).
+//!
+//! What a request that ends sooner pays: the copy of its method and path
+//! (the forward holds the request's buffers from then on, so they cannot
+//! be read when the wait ends), and one wait in the connection's own
+//! deadline slot (`Link::revoke_slot`), timed from the request's start:
+//! re-armed per request, with no clock read, slot insert or waker clone
+//! (an HTTP/2 stream's slot is its stream's, so it takes one entry). The
+//! forward is polled where the caller pinned it, never moved.
 
 use std::future::Future;
-use std::pin::pin;
-use std::time::Duration;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
 use super::peer::Link;
 use crate::filters::grant::{Credential, Revoked};
@@ -99,37 +108,43 @@ impl<'s> Admitted<'s> {
     }
 }
 
-/// Runs `fwd` (the request's forward); once it has run [`REGISTER_AFTER`],
-/// registers the request's grant and races it against its revocation.
-/// `Err`: revoked, `fwd` dropped, the client's HTTP/2 stream reset.
+/// Runs `fwd` (the request's forward, the request begun at `started`);
+/// once the request has run [`REGISTER_AFTER`], registers its grant and
+/// races it against its revocation. `Err`: revoked; the caller drops
+/// `fwd` (its upstream side closes), then calls [`cancel`].
 pub(super) async fn forward<F: Future>(
     link: Link<'_>,
     admitted: &Admitted<'_>,
-    fwd: F,
+    started: Instant,
+    mut fwd: Pin<&mut F>,
 ) -> Result<F::Output, Revoked> {
     let worker = link.worker;
-    // The forward is dropped at the end of this block: its upstream side
-    // is closed before the client's stream is reset.
-    let why = {
-        let mut fwd = pin!(fwd);
-        let early = worker.deadlines.after(REGISTER_AFTER);
-        if let Ok(done) = early.bound(fwd.as_mut()).await {
-            return Ok(done);
-        }
+    let early = worker
+        .deadlines
+        .at(started + REGISTER_AFTER)
+        .in_slot(link.revoke_slot);
+    if let Ok(done) = early.bound(fwd.as_mut()).await {
+        return Ok(done);
+    }
+    {
         let identity = link.peer.identity.as_deref();
         let reg = worker
             .revocations
             .register(&worker.shared, admitted.grant(identity));
         tokio::select! {
             biased;
-            done = fwd.as_mut() => return Ok(done),
-            () = reg.grant.wait() => reg.grant.revoked().unwrap_or(Revoked::AuthChanged),
+            done = fwd.as_mut() => Ok(done),
+            () = reg.grant.wait() => Err(reg.grant.revoked().unwrap_or(Revoked::AuthChanged)),
         }
-    };
+    }
+}
+
+/// After a revoked request's forward was dropped: resets the client's
+/// HTTP/2 stream (an HTTP/1.1 connection is closed by its answer).
+pub(super) fn cancel(link: Link<'_>) {
     if let Some(x) = link.client.h2() {
         x.cancel();
     }
-    Err(why)
 }
 
 /// Whether the request upgraded to WebSocket (its tunnel can be closed

@@ -123,6 +123,7 @@ pub(crate) async fn serve_stream(
         bufs: None,
         last_end,
         slot: OwnSlot::new(&worker.deadlines),
+        revoke_slot: OwnSlot::new(&worker.deadlines),
     };
     let end = conn.run(begin).await;
     let early = match (&end, &conn.bufs) {

@@ -221,6 +221,18 @@ impl Shared {
         if !reg.part_order.is_empty() {
             crate::observe::metrics::render_parts(&mut out, reg.part_order.iter().map(|m| &**m));
         }
+        let issuers: Vec<_> = reg
+            .jwt_issuers
+            .iter()
+            .map(|i| crate::observe::metrics::IssuerUse {
+                name: i.cfg.name.clone(),
+                fetches_ok: i.fetches_ok.load(Ordering::Relaxed),
+                fetches_failed: i.fetches_failed.load(Ordering::Relaxed),
+                refetches: i.asks.load(Ordering::Relaxed),
+                introspection: i.introspect.as_ref().map(|x| x.counts()),
+            })
+            .collect();
+        crate::observe::metrics::render_issuers(&mut out, &issuers);
         render_endpoints(&mut out, &reg.endpoint_order);
         crate::observe::metrics::render_listeners(
             &mut out,

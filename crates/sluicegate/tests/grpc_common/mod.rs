@@ -65,3 +65,24 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// One gRPC unary call's status through `port` (fixtures/grpc/client.py,
+/// bounded), with `metadata` as `key=value`.
+pub fn unary_code(port: u16, metadata: &[&str]) -> String {
+    let out = Command::new(python())
+        .arg(fixture("client.py"))
+        .arg(port.to_string())
+        .arg("unary")
+        .args(metadata)
+        .args(["--timeout", "10"])
+        .output()
+        .expect("run the gRPC client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = serde_json::from_str::<serde_json::Value>(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "bad client output {text:?}: {e}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    v["code"].as_str().unwrap_or_default().to_string()
+}

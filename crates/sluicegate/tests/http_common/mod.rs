@@ -246,3 +246,31 @@ pub fn assert_json_error_body(body: &str, status: u16) {
 pub fn body_of(text: &str) -> &str {
     text.split_once("\r\n\r\n").map_or("", |(_, b)| b)
 }
+
+/// The value of the `/metrics` line `series` (name and labels, as
+/// written) on the admin listener at `admin`, 0 when absent; waits (at
+/// most 10 s) for the admin listener to answer.
+pub fn admin_metric(admin: u16, series: &str) -> u64 {
+    let mut text = String::new();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            match sluicegate_testkit::try_http_get(loopback(admin), "/metrics", &[]) {
+                Ok(r) if r.status == 200 => {
+                    text = r.body_str();
+                    true
+                }
+                _ => false,
+            }
+        }),
+        "no /metrics on 127.0.0.1:{admin}"
+    );
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}

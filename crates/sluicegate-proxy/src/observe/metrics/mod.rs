@@ -9,6 +9,7 @@
 
 mod aggregate;
 mod apps;
+mod authz;
 mod cache;
 mod compress;
 mod global;
@@ -19,6 +20,7 @@ mod status;
 
 pub use aggregate::{render_parts, PartMetrics};
 pub use apps::render_apps;
+pub use authz::{render_issuers, AuthzMetrics, CheckMetrics, IssuerUse};
 pub use cache::{render_store, StoreUse};
 pub use compress::CompressMetrics;
 pub(crate) use global::render_listeners;

@@ -1,7 +1,8 @@
 //! A route's counters ([`RouteMetrics`]): responses by status and latency,
-//! auth refusals, fault injection, fallback answers and gRPC endings; and
+//! auth refusals, external checks, fault injection, fallback answers and gRPC endings; and
 //! the route families (the mirror's among them).
 
+use super::authz::{render_authz, AuthzMetrics};
 use super::compress::{render_compress, CompressMetrics};
 use super::mirror::render_mirrors;
 use super::{by_class, family, header, label, Histogram, MirrorMetrics, StatusCounts};
@@ -52,6 +53,8 @@ pub struct RouteMetrics {
     /// The route's `cache`: lookups answered from memory, lookups that
     /// went upstream, answers stored.
     pub cache: CacheMetrics,
+    /// The route's `forward_auth` and `ext_authz` checks.
+    pub authz: AuthzMetrics,
 }
 
 /// A caching route's counters.
@@ -86,6 +89,7 @@ impl RouteMetrics {
             mirror: MirrorMetrics::default(),
             compress: CompressMetrics::default(),
             cache: CacheMetrics::default(),
+            authz: AuthzMetrics::default(),
         }
     }
 
@@ -155,6 +159,7 @@ pub fn render_routes<'a>(out: &mut String, routes: impl Iterator<Item = &'a Rout
     }
     render_mirrors(out, routes.clone().map(|r| (&*r.name, &r.mirror)));
     render_compress(out, routes.clone().map(|r| (&*r.name, &r.compress)));
+    render_authz(out, routes.clone().map(|r| (&*r.name, &r.authz)));
     // Only the routes whose cache saw a request: the others have none.
     let cache: [Family; 6] = [
         (

@@ -119,6 +119,8 @@ fn an_injected_abort_is_an_error_with_its_status() {
         (200, 2),
     ] {
         assert_eq!(ErrorKind::Fault(status).grpc_status(), grpc, "{status}");
+        // An authorization service's denial maps the same way.
+        assert_eq!(ErrorKind::Denied(status).grpc_status(), grpc, "{status}");
         let (st, lines, _, _) = fielded(&answer(
             error(ErrorKind::Fault(status), true),
             &rid,
