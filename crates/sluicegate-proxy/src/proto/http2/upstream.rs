@@ -347,6 +347,21 @@ impl Drop for UpExchange {
 mod tests {
     use super::*;
 
+    /// A GET opened as a stream on a new client connection over `io` (its
+    /// driver spawned), with the connection's shared state.
+    async fn get_on(io: tokio::io::DuplexStream) -> (UpExchange, ConnState) {
+        let (send, conn) = h2::client::handshake(io).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let state = ConnState::default();
+        state.usable.set(true);
+        let up = UpExchange::new(send, state.clone());
+        let req = http::Request::get("http://up.test/").body(()).unwrap();
+        up.open(req, Some(&[])).unwrap();
+        (up, state)
+    }
+
     /// A stream whose connection the upstream closes before answering: the
     /// stream fails, and the connection is unusable at once (nothing waits
     /// for the driver task to notice).
@@ -362,15 +377,7 @@ mod tests {
                 // Take the request and drop the connection unanswered.
                 let _ = conn.accept().await;
             });
-            let (send, conn) = h2::client::handshake(a).await.unwrap();
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            let state = ConnState::default();
-            state.usable.set(true);
-            let up = UpExchange::new(send, state.clone());
-            let req = http::Request::get("http://up.test/").body(()).unwrap();
-            up.open(req, Some(&[])).unwrap();
+            let (up, state) = get_on(a).await;
             let head = std::future::poll_fn(|cx| up.poll_head(cx)).await;
             assert!(head.is_err());
             assert!(!state.usable.get(), "a dead connection stays usable");
@@ -402,15 +409,7 @@ mod tests {
                     _ = wait => {}
                 }
             });
-            let (send, conn) = h2::client::handshake(a).await.unwrap();
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            let state = ConnState::default();
-            state.usable.set(true);
-            let up = UpExchange::new(send, state.clone());
-            let req = http::Request::get("http://up.test/").body(()).unwrap();
-            up.open(req, Some(&[])).unwrap();
+            let (up, state) = get_on(a).await;
             let head = std::future::poll_fn(|cx| up.poll_head(cx)).await;
             assert!(head.is_err());
             assert!(state.usable.get());
