@@ -120,6 +120,19 @@ fn connect_errors(admin: u16, ep: SocketAddr) -> u64 {
         .unwrap_or_else(|| panic!("no {series} in\n{text}"))
 }
 
+/// Reloads applied so far (`sluicegate_config_reloads_total`).
+fn reloads_total(admin: u16) -> u64 {
+    let text = http_get(("127.0.0.1", admin), "/metrics", &[]).body_str();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("sluicegate_config_reloads_total ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 /// A Sluicegate run: the run's figures, the dead endpoint's connect errors
 /// from one second after the kill to the end, and its log's connect lines.
 fn sluicegate_run(reload_every_second: bool) -> (Run, u64, usize, u64) {
@@ -146,8 +159,18 @@ fn sluicegate_run(reload_every_second: bool) -> (Run, u64, usize, u64) {
                 let route = format!(
                     "  - name: marker\n    match: {{ path: /marker/{reloads} }}\n    respond: {{ status: 204 }}\n"
                 );
-                std::fs::write(&config, base + &route).unwrap();
+                // Whole, never half-written when the gateway reads it.
+                let tmp = config.with_extension("next");
+                std::fs::write(&tmp, base + &route).unwrap();
+                std::fs::rename(&tmp, &config).unwrap();
+                let before = reloads_total(admin);
                 gw.gw.reload_signal();
+                // Signals that arrive while a reload runs count as one, so
+                // each waits (bounded) for its own reload to apply.
+                let until = Instant::now() + Duration::from_secs(3);
+                while reloads_total(admin) <= before && Instant::now() < until {
+                    thread::sleep(Duration::from_millis(20));
+                }
                 reloads += 1;
                 next_reload += Duration::from_secs(1);
             }
@@ -160,17 +183,7 @@ fn sluicegate_run(reload_every_second: bool) -> (Run, u64, usize, u64) {
         .lines()
         .filter(|l| l.contains("upstream connect failed"))
         .count();
-    let applied = {
-        let text = http_get(("127.0.0.1", admin), "/metrics", &[]).body_str();
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix("sluicegate_config_reloads_total ")?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(0)
-    };
+    let applied = reloads_total(admin);
     if reload_every_second {
         assert!(
             applied >= 3,
