@@ -263,10 +263,14 @@ enum Entry {
 
 /// One worker's ring. Not shared between threads.
 ///
-/// Fields drop in order: the fd's registration, the ring (cancelled in
+/// Fields drop in order: the eventfd's registration, the eventfd, the ring (cancelled in
 /// `drop`), the connections, then the buffers nothing refers to any more.
 pub(crate) struct Ring {
+    /// The eventfd the kernel signals when this ring has work for the
+    /// worker's next enter.
     fd: AsyncFd<RawFd>,
+    /// Open while registered above.
+    _eventfd: OwnedFd,
     uring: RefCell<IoUring>,
     entries: RefCell<Slab<Entry>>,
     /// Connections with bytes queued this turn.
@@ -294,8 +298,16 @@ impl Ring {
     /// current tokio runtime. Errors when the kernel refuses io_uring or a
     /// feature used here (multishot receive needs Linux 6.0).
     pub(crate) fn new() -> io::Result<Rc<Ring>> {
+        // Completions are posted only inside this thread's own enter
+        // (`DEFER_TASKRUN`, which needs `SINGLE_ISSUER`): a receive's work
+        // runs in the turn's enter, batched, instead of interrupting the
+        // worker wherever it is (a task-work signal per wake-up) and
+        // contending with the sender for the socket's lock.
         let uring = IoUring::builder()
             .setup_cqsize(ENTRIES * 4)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
             .build(ENTRIES)?;
         let probe = {
             let mut p = io_uring::Probe::new();
@@ -322,13 +334,23 @@ impl Ring {
                 .submitter()
                 .register_buf_ring_with_flags(bufs.entries as u64, BUFS, BGID, 0)?;
         }
-        // SAFETY: the fd is the ring's, which `Ring` drops after this
+        // The ring's own fd does not wake a poller for deferred work: the
+        // kernel signals this eventfd when work is first queued (and when
+        // completions are posted). It is never read: the worker's epoll
+        // is edge-triggered, and every signal is an edge.
+        let efd = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )?;
+        uring.submitter().register_eventfd(efd.as_raw_fd())?;
+        // SAFETY: the eventfd is `Ring`'s, which drops it after this
         // registration (field order).
         let fd = unsafe {
-            AsyncFd::register_with_interest(uring.as_raw_fd(), tokio::io::Interest::READABLE)
+            AsyncFd::register_with_interest(efd.as_raw_fd(), tokio::io::Interest::READABLE)
         }?;
         Ok(Rc::new(Ring {
             fd,
+            _eventfd: efd,
             uring: RefCell::new(uring),
             bufs,
             entries: RefCell::new(Slab::new()),
@@ -340,9 +362,11 @@ impl Ring {
         }))
     }
 
-    /// Takes in completions whenever the ring's fd says there are some
-    /// (a completion that arrives while the worker sleeps in `epoll_wait`
-    /// wakes it). Runs for the worker's life.
+    /// Wakes the worker when the kernel has work for the ring (a receive
+    /// or accept ready while the worker sleeps in `epoll_wait`): the task
+    /// itself does nothing, the turn that follows before the worker
+    /// sleeps again makes the enter that runs the work and takes in its
+    /// completions. Runs for the worker's life.
     pub(crate) async fn drive(self: Rc<Self>) {
         loop {
             let Ok(mut g) = self.fd.readable().await else {
@@ -386,15 +410,26 @@ impl Ring {
                 }
             }
             let mut u = self.uring.borrow_mut();
-            // An overflowed completion queue is flushed by an enter too.
+            // An overflowed completion queue is flushed by an enter too,
+            // and deferred work runs only in one (`submit` passes
+            // GETEVENTS when the kernel flags work).
             let queued = {
                 let sq = u.submission();
-                !sq.is_empty() || sq.cq_overflow()
+                !sq.is_empty() || sq.cq_overflow() || sq.taskrun()
             };
             if !queued {
                 break;
             }
-            if let Err(e) = u.submit() {
+            // The completions this enter posts are taken in right after
+            // it: they must not signal the eventfd, or the worker's next
+            // sleep would end at once for nothing. Work the kernel queues
+            // meanwhile sets the task-run flag, which the loop reads
+            // again once signals are back on.
+            u.completion().disable_eventfd();
+            let r = u.submit();
+            u.completion().enable_eventfd();
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if let Err(e) = r {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::warn!(error = %e, "io_uring submit failed");
                 }
