@@ -362,11 +362,12 @@ impl Ring {
         }))
     }
 
-    /// Wakes the worker when the kernel has work for the ring (a receive
-    /// or accept ready while the worker sleeps in `epoll_wait`): the task
-    /// itself does nothing, the turn that follows before the worker
-    /// sleeps again makes the enter that runs the work and takes in its
-    /// completions. Runs for the worker's life.
+    /// Runs the kernel's work for the ring (a receive or accept ready
+    /// while the worker slept in `epoll_wait`) as soon as the worker
+    /// wakes: a turn, here in a task, so the tasks its completions wake
+    /// run in this same pass of the scheduler. (Woken from the
+    /// before-park hook instead, they would cost the runtime one more
+    /// non-blocking `epoll_wait` first.) Runs for the worker's life.
     pub(crate) async fn drive(self: Rc<Self>) {
         loop {
             let Ok(mut g) = self.fd.readable().await else {
@@ -374,7 +375,7 @@ impl Ring {
             };
             g.clear_ready();
             drop(g);
-            self.reap();
+            self.turn();
         }
     }
 
