@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::session::start;
@@ -410,9 +410,11 @@ async fn held(shutdown: &mut watch::Receiver<Phase>) -> bool {
     }
 }
 
-/// The accept loop of a worker on io_uring: one multishot accept. A
-/// plain listener's connections go on the ring; those that need a PROXY
-/// header or TLS go to the epoll path (the TLS layer reads a tokio socket).
+/// The accept loop of a worker on io_uring: one multishot accept. Every
+/// connection is served on the ring: a plain listener's at once, one that
+/// needs a TLS handshake over the ring first (the TLS layer's socket is
+/// the ring's), one that needs a PROXY header after that header, read
+/// through epoll by peeking (then the socket moves to the ring).
 async fn accept_loop_uring(
     worker: Rc<Worker>,
     listener: std::net::TcpListener,
@@ -455,17 +457,7 @@ async fn accept_loop_uring(
                     let s = Stream::Uring(UringTcp::new(ring.clone(), fd));
                     start::accepted_plain(&worker, s, peer, settings.clone());
                 } else {
-                    match TcpStream::from_std(std::net::TcpStream::from(fd)) {
-                        Ok(tcp) => start::accepted(&worker, tcp, peer, settings.clone()),
-                        Err(e) => {
-                            worker
-                                .shared
-                                .global
-                                .open_connections
-                                .fetch_sub(1, Ordering::Relaxed);
-                            tracing::warn!(error = %e, "cannot register connection");
-                        }
-                    }
+                    start::accepted_ring(&worker, ring.clone(), fd, peer, settings.clone());
                 }
             }
             Err(e) => {
