@@ -595,6 +595,68 @@ mod tests {
         gw.shutdown();
     }
 
+    /// One TLS request (the PROXY header first when `proxy`) on a new
+    /// connection, answered `hi`.
+    fn served_tls(addr: SocketAddr, roots: Arc<rustls::RootCertStore>, proxy: bool) {
+        use crate::transport::tls::config::default_provider;
+        let client = rustls::ClientConfig::builder_with_provider(default_provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        if proxy {
+            tcp.write_all(b"PROXY TCP4 192.0.2.7 127.0.0.1 4000 443\r\n")
+                .unwrap();
+        }
+        let mut c = rustls::StreamOwned::new(conn, tcp);
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 512];
+        // To the end (a close_notify, or the FIN without one).
+        while let Ok(n @ 1..) = c.read(&mut buf) {
+            out.extend_from_slice(&buf[..n]);
+        }
+        let out = String::from_utf8_lossy(&out);
+        assert!(
+            out.starts_with("HTTP/1.1 200") && out.ends_with("hi"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn tls_connections_on_io_uring_workers_are_served_on_the_ring() {
+        use crate::transport::listener::TLS_ON_RING;
+        use crate::transport::tls::tests::{Alg, Pki};
+        let mut pki = Pki::new();
+        let leaf = pki.leaf(&["localhost"], Alg::Ecdsa, false);
+        for proxy in [false, true] {
+            let cfg = sluicegate_config::parse(&format!(
+                "listen: [{{ addr: \"127.0.0.1:0\", proxy_protocol: {proxy}, tls: {{ certificates: [{{ cert: \"{}\", key: \"{}\" }}] }} }}]\nio_uring: true\nroutes:\n  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200, body: hi }} }}\n",
+                leaf.cert.display(),
+                leaf.key.display(),
+            ))
+            .unwrap();
+            let shared = Shared::new(&cfg).unwrap();
+            let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 1).unwrap();
+            // Other tests may add theirs meanwhile: at least ours count.
+            let before = TLS_ON_RING.load(Ordering::Relaxed);
+            for _ in 0..3 {
+                served_tls(gw.local_addrs[0], pki.roots(), proxy);
+            }
+            if std::env::var("SLUICEGATE_IO_URING").as_deref() != Ok("0") {
+                assert_eq!(gw.workers_on_io_uring(), 1);
+                let on_ring = TLS_ON_RING.load(Ordering::Relaxed) - before;
+                assert!(on_ring >= 3, "{on_ring} of 3 handshakes on the ring");
+            }
+            gw.shutdown();
+        }
+    }
+
     /// A seccomp filter on this thread (and the threads it starts) that
     /// refuses `io_uring_setup` with EPERM, as a container's may.
     #[allow(unsafe_code)]

@@ -14,4 +14,4 @@ pub(crate) mod stream;
 pub(crate) use stream::TlsStream;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -10,11 +10,11 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
 use super::identity::ClientIdentity;
 pub(crate) use super::socket::Socket;
 use crate::clock::deadline::{Stop, Wait};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
 
 /// A TLS connection (server or client side) over a TCP socket.
 pub(crate) struct TlsStream {
@@ -24,7 +24,9 @@ pub(crate) struct TlsStream {
 
 impl std::fmt::Debug for TlsStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsStream").field("sock", &self.sock).finish()
+        f.debug_struct("TlsStream")
+            .field("sock", &self.sock)
+            .finish()
     }
 }
 
