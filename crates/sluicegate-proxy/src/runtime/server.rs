@@ -427,18 +427,35 @@ async fn accept_loop_uring(
     let _ = socket2::SockRef::from(&listener).set_tcp_nodelay(true);
     let acceptor = Acceptor::new(ring.clone(), listener.as_raw_fd());
     let mut settings = settings_of(&worker, key);
+    // Held, and serving what the kernel accepted before the hold.
+    let mut holding = false;
     loop {
-        let accepted = tokio::select! {
-            biased;
-            r = shutdown.changed() => {
-                if r.is_err() { return; }
-                // Held: stop the multishot accept so that connections wait
-                // in the listen queue (for a new process, say).
-                acceptor.hold();
-                if !held(&mut shutdown).await { return; }
-                continue;
+        let accepted = if holding {
+            // Those are ours alone: left unserved, they would be reset
+            // when this process goes, while the new one takes the rest.
+            match std::future::poll_fn(|cx| acceptor.poll_held(cx)).await {
+                Some(a) => a,
+                None => {
+                    holding = false;
+                    if !held(&mut shutdown).await {
+                        return;
+                    }
+                    continue;
+                }
             }
-            a = std::future::poll_fn(|cx| acceptor.poll_accept(cx)) => a,
+        } else {
+            tokio::select! {
+                biased;
+                r = shutdown.changed() => {
+                    if r.is_err() { return; }
+                    // Held: stop the multishot accept so that connections
+                    // wait in the listen queue (for a new process, say).
+                    acceptor.hold();
+                    holding = true;
+                    continue;
+                }
+                a = std::future::poll_fn(|cx| acceptor.poll_accept(cx)) => a,
+            }
         };
         match accepted {
             Ok(fd) => {
