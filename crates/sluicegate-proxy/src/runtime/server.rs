@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::session::start;
@@ -410,9 +410,11 @@ async fn held(shutdown: &mut watch::Receiver<Phase>) -> bool {
     }
 }
 
-/// The accept loop of a worker on io_uring: one multishot accept. A
-/// plain listener's connections go on the ring; those that need a PROXY
-/// header or TLS go to the epoll path (the TLS layer reads a tokio socket).
+/// The accept loop of a worker on io_uring: one multishot accept. Every
+/// connection is served on the ring: a plain listener's at once, one that
+/// needs a TLS handshake over the ring first (the TLS layer's socket is
+/// the ring's), one that needs a PROXY header after that header, read
+/// through epoll by peeking (then the socket moves to the ring).
 async fn accept_loop_uring(
     worker: Rc<Worker>,
     listener: std::net::TcpListener,
@@ -425,18 +427,35 @@ async fn accept_loop_uring(
     let _ = socket2::SockRef::from(&listener).set_tcp_nodelay(true);
     let acceptor = Acceptor::new(ring.clone(), listener.as_raw_fd());
     let mut settings = settings_of(&worker, key);
+    // Held, and serving what the kernel accepted before the hold.
+    let mut holding = false;
     loop {
-        let accepted = tokio::select! {
-            biased;
-            r = shutdown.changed() => {
-                if r.is_err() { return; }
-                // Held: stop the multishot accept so that connections wait
-                // in the listen queue (for a new process, say).
-                acceptor.hold();
-                if !held(&mut shutdown).await { return; }
-                continue;
+        let accepted = if holding {
+            // Those are ours alone: left unserved, they would be reset
+            // when this process goes, while the new one takes the rest.
+            match std::future::poll_fn(|cx| acceptor.poll_held(cx)).await {
+                Some(a) => a,
+                None => {
+                    holding = false;
+                    if !held(&mut shutdown).await {
+                        return;
+                    }
+                    continue;
+                }
             }
-            a = std::future::poll_fn(|cx| acceptor.poll_accept(cx)) => a,
+        } else {
+            tokio::select! {
+                biased;
+                r = shutdown.changed() => {
+                    if r.is_err() { return; }
+                    // Held: stop the multishot accept so that connections
+                    // wait in the listen queue (for a new process, say).
+                    acceptor.hold();
+                    holding = true;
+                    continue;
+                }
+                a = std::future::poll_fn(|cx| acceptor.poll_accept(cx)) => a,
+            }
         };
         match accepted {
             Ok(fd) => {
@@ -455,17 +474,7 @@ async fn accept_loop_uring(
                     let s = Stream::Uring(UringTcp::new(ring.clone(), fd));
                     start::accepted_plain(&worker, s, peer, settings.clone());
                 } else {
-                    match TcpStream::from_std(std::net::TcpStream::from(fd)) {
-                        Ok(tcp) => start::accepted(&worker, tcp, peer, settings.clone()),
-                        Err(e) => {
-                            worker
-                                .shared
-                                .global
-                                .open_connections
-                                .fetch_sub(1, Ordering::Relaxed);
-                            tracing::warn!(error = %e, "cannot register connection");
-                        }
-                    }
+                    start::accepted_ring(&worker, ring.clone(), fd, peer, settings.clone());
                 }
             }
             Err(e) => {
@@ -601,6 +610,68 @@ mod tests {
             assert_eq!(gw.workers_on_io_uring(), 2);
         }
         gw.shutdown();
+    }
+
+    /// One TLS request (the PROXY header first when `proxy`) on a new
+    /// connection, answered `hi`.
+    fn served_tls(addr: SocketAddr, roots: Arc<rustls::RootCertStore>, proxy: bool) {
+        use crate::transport::tls::config::default_provider;
+        let client = rustls::ClientConfig::builder_with_provider(default_provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+        let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        if proxy {
+            tcp.write_all(b"PROXY TCP4 192.0.2.7 127.0.0.1 4000 443\r\n")
+                .unwrap();
+        }
+        let mut c = rustls::StreamOwned::new(conn, tcp);
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 512];
+        // To the end (a close_notify, or the FIN without one).
+        while let Ok(n @ 1..) = c.read(&mut buf) {
+            out.extend_from_slice(&buf[..n]);
+        }
+        let out = String::from_utf8_lossy(&out);
+        assert!(
+            out.starts_with("HTTP/1.1 200") && out.ends_with("hi"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn tls_connections_on_io_uring_workers_are_served_on_the_ring() {
+        use crate::transport::listener::TLS_ON_RING;
+        use crate::transport::tls::tests::{Alg, Pki};
+        let mut pki = Pki::new();
+        let leaf = pki.leaf(&["localhost"], Alg::Ecdsa, false);
+        for proxy in [false, true] {
+            let cfg = sluicegate_config::parse(&format!(
+                "listen: [{{ addr: \"127.0.0.1:0\", proxy_protocol: {proxy}, tls: {{ certificates: [{{ cert: \"{}\", key: \"{}\" }}] }} }}]\nio_uring: true\nroutes:\n  - {{ name: r, match: {{ path: / }}, respond: {{ status: 200, body: hi }} }}\n",
+                leaf.cert.display(),
+                leaf.key.display(),
+            ))
+            .unwrap();
+            let shared = Shared::new(&cfg).unwrap();
+            let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 1).unwrap();
+            // Other tests may add theirs meanwhile: at least ours count.
+            let before = TLS_ON_RING.load(Ordering::Relaxed);
+            for _ in 0..3 {
+                served_tls(gw.local_addrs[0], pki.roots(), proxy);
+            }
+            if std::env::var("SLUICEGATE_IO_URING").as_deref() != Ok("0") {
+                assert_eq!(gw.workers_on_io_uring(), 1);
+                let on_ring = TLS_ON_RING.load(Ordering::Relaxed) - before;
+                assert!(on_ring >= 3, "{on_ring} of 3 handshakes on the ring");
+            }
+            gw.shutdown();
+        }
     }
 
     /// A seccomp filter on this thread (and the threads it starts) that

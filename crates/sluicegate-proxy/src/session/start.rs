@@ -7,6 +7,7 @@
 //! that follows them from task to task is [`super::active`].
 
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,8 +21,9 @@ use super::conn::{Begin, Conn, End};
 use super::peer::Peer;
 use super::tunneled;
 use crate::clock::deadline::OwnSlot;
-use crate::transport::listener::{prepare, ListenerRt, Prepared};
+use crate::transport::listener::{prepare, Accepted, ListenerRt, Prepared};
 use crate::transport::stream::Stream;
+use crate::transport::uring::Ring;
 use crate::worker::parkset::ParkRefused;
 use crate::worker::Worker;
 
@@ -41,8 +43,24 @@ pub(crate) fn accepted(
         accepted_plain(worker, Stream::Tcp(tcp), peer, listener);
     } else {
         let active = Active::new(worker.clone());
+        let tcp = Accepted::Tcp(tcp);
         tokio::task::spawn_local(prepare_then_serve(tcp, peer, listener, active));
     }
+}
+
+/// [`accepted`] for a connection a worker's io_uring accepted on a
+/// listener that wants a PROXY header or TLS: prepared, then served, on
+/// the ring.
+pub(crate) fn accepted_ring(
+    worker: &Rc<Worker>,
+    ring: Rc<Ring>,
+    fd: OwnedFd,
+    peer: SocketAddr,
+    listener: Arc<ListenerRt>,
+) {
+    let active = Active::new(worker.clone());
+    let sock = Accepted::Ring(ring, fd);
+    tokio::task::spawn_local(prepare_then_serve(sock, peer, listener, active));
 }
 
 /// [`accepted`] for a connection of a plain listener (no PROXY header, no
@@ -67,7 +85,7 @@ pub(crate) fn accepted_plain(
 /// The PROXY header and the TLS handshake, bounded by the handshake
 /// timeout (the header timeout on a plain listener); then the serving task.
 async fn prepare_then_serve(
-    tcp: TcpStream,
+    tcp: Accepted,
     peer: SocketAddr,
     listener: Arc<ListenerRt>,
     active: Active,

@@ -7,10 +7,14 @@
 //! Before its first request a connection goes through [`prepare`]: the
 //! PROXY header when the listener wants one, then the TLS handshake; both
 //! are bounded by `timeouts.tls_handshake` (the header alone by the
-//! header timeout on a plain listener).
+//! header timeout on a plain listener). A connection a worker's io_uring
+//! accepted stays on the ring for both (its PROXY header is read through
+//! epoll, then the socket moves to the ring for the handshake).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +31,9 @@ use crate::transport::tls::config::{default_provider, server_config_with_session
 use crate::transport::tls::identity::ClientIdentity;
 use crate::transport::tls::resolver::CertResolver;
 use crate::transport::tls::stream::HandshakeError;
+use crate::transport::tls::stream::Socket;
 use crate::transport::tls::TlsStream;
+use crate::transport::uring::{Ring, UringTcp};
 
 /// ALPN protocols a TLS listener offers, in preference order: with
 /// HTTP/2 on, and without.
@@ -195,17 +201,45 @@ pub(crate) struct Prepared {
     pub(crate) h2: bool,
 }
 
+/// An accepted connection before its PROXY header and handshake: a socket
+/// on the worker's epoll, or one its io_uring accepted (not yet on the
+/// ring: the PROXY header is read first, by peeking, which the ring's
+/// buffered receive cannot do).
+#[derive(Debug)]
+pub(crate) enum Accepted {
+    Tcp(TcpStream),
+    Ring(Rc<Ring>, OwnedFd),
+}
+
+/// How many TLS handshakes finished on a worker's io_uring (test builds
+/// only: what proves a TLS connection is served there).
+#[cfg(test)]
+pub(crate) static TLS_ON_RING: AtomicU64 = AtomicU64::new(0);
+
 /// Reads the PROXY header and runs the TLS handshake that `listener`
 /// asks for, by `deadline`. `None`: the connection is to be closed.
 pub(crate) async fn prepare(
     dl: &Deadlines,
     listener: &ListenerRt,
-    tcp: TcpStream,
+    accepted: Accepted,
     peer: SocketAddr,
     deadline: std::time::Instant,
 ) -> Option<Prepared> {
     let mut client = peer;
+    let mut accepted = accepted;
     if listener.proxy_protocol {
+        // On the ring's socket, through epoll for the header's few reads
+        // (registered, then taken off again).
+        let (tcp, ring) = match accepted {
+            Accepted::Tcp(tcp) => (tcp, None),
+            Accepted::Ring(ring, fd) => match TcpStream::from_std(fd.into()) {
+                Ok(tcp) => (tcp, Some(ring)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot register connection");
+                    return None;
+                }
+            },
+        };
         match read_proxy_header(dl, &tcp, deadline).await {
             Ok(Some(source)) => client = source,
             Ok(None) => {}
@@ -218,18 +252,34 @@ pub(crate) async fn prepare(
                 return None;
             }
         }
+        accepted = match ring {
+            None => Accepted::Tcp(tcp),
+            Some(ring) => Accepted::Ring(ring, tcp.into_std().ok()?.into()),
+        };
     }
+    let sock = match accepted {
+        Accepted::Tcp(tcp) => Socket::Tcp(tcp),
+        Accepted::Ring(ring, fd) => Socket::Uring(UringTcp::new(ring, fd)),
+    };
     let Some(tls) = &listener.tls else {
+        let stream = match sock {
+            Socket::Tcp(tcp) => Stream::Tcp(tcp),
+            Socket::Uring(u) => Stream::Uring(u),
+        };
         return Some(Prepared {
-            stream: Stream::Tcp(tcp),
+            stream,
             client,
             tls: ("", ""),
             identity: None,
             h2: false,
         });
     };
-    match TlsStream::accept(tcp, tls.config.clone(), dl.at(deadline).or_shutdown()).await {
+    match TlsStream::accept(sock, tls.config.clone(), dl.at(deadline).or_shutdown()).await {
         Ok(s) => {
+            #[cfg(test)]
+            if s.socket().on_ring() {
+                TLS_ON_RING.fetch_add(1, Ordering::Relaxed);
+            }
             listener
                 .counters
                 .handshakes_ok

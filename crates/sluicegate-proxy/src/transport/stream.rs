@@ -119,7 +119,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.poll_write_ready(cx),
             Stream::Uring(u) => u.poll_write_ready(cx),
-            Stream::Tls(t) => t.tcp().poll_write_ready(cx),
+            Stream::Tls(t) => t.socket().poll_write_ready(cx),
             Stream::H2(x) => x.poll_write_ready(cx),
             Stream::H2Up(x) => x.poll_write_ready(cx),
             #[cfg(test)]
@@ -131,7 +131,7 @@ impl Stream {
     pub(crate) async fn writable(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.writable().await,
-            Stream::Tls(t) => t.tcp().writable().await,
+            Stream::Tls(t) => t.socket().writable().await,
             Stream::Uring(_) | Stream::H2(_) | Stream::H2Up(_) => {
                 std::future::poll_fn(|cx| self.poll_write_ready(cx)).await
             }
@@ -245,12 +245,7 @@ impl Stream {
         let tcp = match self {
             Stream::Tcp(s) => s,
             Stream::Uring(u) => return u.quiet_now(),
-            Stream::Tls(t) => {
-                if !self.quiet() {
-                    return false;
-                }
-                t.tcp()
-            }
+            Stream::Tls(t) => return self.quiet() && t.socket().quiet_now(),
             Stream::H2(_) | Stream::H2Up(_) => return false,
             #[cfg(test)]
             Stream::Duplex(_) => return self.quiet(),

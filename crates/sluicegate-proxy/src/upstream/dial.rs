@@ -10,6 +10,7 @@ use crate::balance::endpoint::EndpointState;
 use crate::clock::deadline::Deadlines;
 use crate::snapshot::ServiceRt;
 use crate::transport::stream::Stream;
+use crate::transport::tls::stream::Socket;
 use crate::transport::tls::TlsStream;
 
 /// A new connection to `ep`, with the TLS handshake when the service
@@ -29,22 +30,26 @@ pub(crate) async fn connect_stream(
         .await
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
     s.set_nodelay(true)?;
-    let Some(tls) = &service.tls else {
-        // On a worker with a ring, plain upstream connections go on it
-        // (taken off epoll once, at connect).
-        if let Some(ring) = crate::transport::uring::current() {
+    // On a worker with a ring, upstream connections go on it (taken off
+    // epoll once, at connect), plain or TLS.
+    let sock = match crate::transport::uring::current() {
+        Some(ring) => {
             let fd = std::os::fd::OwnedFd::from(s.into_std()?);
-            return Ok(Stream::Uring(crate::transport::uring::UringTcp::new(
-                ring, fd,
-            )));
+            Socket::Uring(crate::transport::uring::UringTcp::new(ring, fd))
         }
-        return Ok(Stream::Tcp(s));
+        None => Socket::Tcp(s),
+    };
+    let Some(tls) = &service.tls else {
+        return Ok(match sock {
+            Socket::Tcp(s) => Stream::Tcp(s),
+            Socket::Uring(u) => Stream::Uring(u),
+        });
     };
     let name = tls.server_name(&ep.name).map_err(std::io::Error::other)?;
     // Boxed: the handshake's state machine is large, and a new TLS
     // connection allocates anyway.
     let s = Box::pin(TlsStream::connect(
-        s,
+        sock,
         tls.config.clone(),
         name,
         dl.at(deadline),

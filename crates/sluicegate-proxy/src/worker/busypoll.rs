@@ -63,6 +63,10 @@ impl BusyPoll {
         let mut last = Instant::now();
         loop {
             tokio::task::yield_now().await;
+            // A yielding task keeps the runtime from parking, so the
+            // before-park hook never runs: the ring's turn (its sends, its
+            // one enter) is made here instead (a no-op on epoll).
+            crate::transport::uring::turn();
             if stop() {
                 return;
             }

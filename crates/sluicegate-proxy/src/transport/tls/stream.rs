@@ -1,7 +1,8 @@
 //! TLS over a TCP socket, driven by readiness like the plain socket: the
 //! rustls state machine is fed with raw `recv` and drained with raw `send`
-//! (the same calls as plain TCP), so sessions see one kind of stream and
-//! the worker's deadlines bound every wait. The handshake runs in the
+//! (the same calls as plain TCP; on a worker with a ring, the ring's
+//! buffered receive and send, see [`Socket`]), so sessions see one kind of
+//! stream and the worker's deadlines bound every wait. The handshake runs in the
 //! connection's own task, bounded by `timeouts.tls_handshake`.
 
 use std::cell::RefCell;
@@ -9,23 +10,23 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use super::identity::ClientIdentity;
+pub(crate) use super::socket::Socket;
+use crate::clock::deadline::{Stop, Wait};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
-use tokio::net::TcpStream;
-
-use super::identity::ClientIdentity;
-use crate::clock::deadline::{Stop, Wait};
-use crate::transport::tcp::{drained, recv, send};
 
 /// A TLS connection (server or client side) over a TCP socket.
 pub(crate) struct TlsStream {
-    tcp: TcpStream,
+    sock: Socket,
     conn: RefCell<Connection>,
 }
 
 impl std::fmt::Debug for TlsStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsStream").field("tcp", &self.tcp).finish()
+        f.debug_struct("TlsStream")
+            .field("sock", &self.sock)
+            .finish()
     }
 }
 
@@ -59,23 +60,20 @@ impl HandshakeError {
 
 /// `recv` on the socket for rustls's `read_tls`, with the same readiness
 /// clearing after a short read as plain reads.
-struct SocketRead<'a>(&'a TcpStream);
+struct SocketRead<'a>(&'a Socket);
 
 impl Read for SocketRead<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let room = buf.len();
-        let n = recv(self.0, buf)?;
-        drained(self.0, n, room);
-        Ok(n)
+        self.0.recv(buf)
     }
 }
 
 /// `send` on the socket for rustls's `write_tls`.
-struct SocketWrite<'a>(&'a TcpStream);
+struct SocketWrite<'a>(&'a Socket);
 
 impl Write for SocketWrite<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        send(self.0, buf)
+        self.0.send(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -83,9 +81,9 @@ impl Write for SocketWrite<'_> {
 }
 
 /// Sends what rustls holds encrypted; `WouldBlock` while some is left.
-fn flush(c: &mut Connection, tcp: &TcpStream) -> io::Result<()> {
+fn flush(c: &mut Connection, sock: &Socket) -> io::Result<()> {
     while c.wants_write() {
-        if c.write_tls(&mut SocketWrite(tcp))? == 0 {
+        if c.write_tls(&mut SocketWrite(sock))? == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
     }
@@ -93,17 +91,17 @@ fn flush(c: &mut Connection, tcp: &TcpStream) -> io::Result<()> {
 }
 
 impl TlsStream {
-    /// Runs the server side of a handshake on `tcp`, waiting at most until
+    /// Runs the server side of a handshake on `sock`, waiting at most until
     /// `wait`'s deadline. Bytes the client sent after its handshake (its
     /// first request) stay buffered for the first read.
     pub(crate) async fn accept(
-        tcp: TcpStream,
+        sock: impl Into<Socket>,
         config: Arc<ServerConfig>,
         wait: Wait<'_>,
     ) -> Result<TlsStream, HandshakeError> {
         let conn = ServerConnection::new(config).map_err(|_| HandshakeError::Refused)?;
         let s = TlsStream {
-            tcp,
+            sock: sock.into(),
             conn: RefCell::new(Connection::Server(conn)),
         };
         match wait.bound(s.handshake()).await {
@@ -118,7 +116,7 @@ impl TlsStream {
     /// as `name`, until `wait`'s deadline. The error says why (a failed
     /// verification names the problem).
     pub(crate) async fn connect(
-        tcp: TcpStream,
+        sock: impl Into<Socket>,
         config: Arc<ClientConfig>,
         name: ServerName<'static>,
         wait: Wait<'_>,
@@ -126,7 +124,7 @@ impl TlsStream {
         let conn = ClientConnection::new(config, name)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let s = TlsStream {
-            tcp,
+            sock: sock.into(),
             conn: RefCell::new(Connection::Client(conn)),
         };
         match wait.bound(s.handshake()).await {
@@ -150,15 +148,15 @@ impl TlsStream {
             // Some: wait for the socket to be readable (true) or writable.
             let blocked = {
                 let mut c = self.conn.borrow_mut();
-                match flush(&mut c, &self.tcp) {
+                match flush(&mut c, &self.sock) {
                     Ok(()) if !c.is_handshaking() => return Ok(()),
-                    Ok(()) => match c.read_tls(&mut SocketRead(&self.tcp)) {
+                    Ok(()) => match c.read_tls(&mut SocketRead(&self.sock)) {
                         Ok(0) => return Err((HandshakeError::Closed, None)),
                         Ok(_) => {
                             if let Err(e) = c.process_new_packets() {
                                 // Tell the peer why (the alert), as far as
                                 // the socket takes it now.
-                                let _ = flush(&mut c, &self.tcp);
+                                let _ = flush(&mut c, &self.sock);
                                 return Err((classify(&e, got_any), Some(e)));
                             }
                             got_any = true;
@@ -173,9 +171,9 @@ impl TlsStream {
             };
             let Some(readable) = blocked else { continue };
             let r = if readable {
-                std::future::poll_fn(|cx| self.tcp.poll_read_ready(cx)).await
+                std::future::poll_fn(|cx| self.sock.poll_read_ready(cx)).await
             } else {
-                self.tcp.writable().await
+                self.sock.writable().await
             };
             if r.is_err() {
                 return Err((HandshakeError::Closed, None));
@@ -183,8 +181,9 @@ impl TlsStream {
         }
     }
 
-    pub(crate) fn tcp(&self) -> &TcpStream {
-        &self.tcp
+    /// The socket under the TLS layer.
+    pub(crate) fn socket(&self) -> &Socket {
+        &self.sock
     }
 
     // Out of line: the plain-TCP branch of `Stream`'s match stays small
@@ -201,17 +200,17 @@ impl TlsStream {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                 Err(e) => return Err(e),
             }
-            if c.read_tls(&mut SocketRead(&self.tcp))? == 0 {
+            if c.read_tls(&mut SocketRead(&self.sock))? == 0 {
                 return Ok(0);
             }
             if let Err(e) = c.process_new_packets() {
-                let _ = flush(&mut c, &self.tcp);
+                let _ = flush(&mut c, &self.sock);
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
             // Answers to post-handshake messages (a key update) go out
             // with the next write if the socket is full now.
             if c.wants_write() {
-                let _ = flush(&mut c, &self.tcp);
+                let _ = flush(&mut c, &self.sock);
             }
         }
     }
@@ -223,12 +222,12 @@ impl TlsStream {
         let mut c = self.conn.borrow_mut();
         // What was encrypted earlier goes first: a full socket holds the
         // writer back instead of growing rustls's buffer.
-        flush(&mut c, &self.tcp)?;
+        flush(&mut c, &self.sock)?;
         let n = c.writer().write(bytes)?;
         if n == 0 && !bytes.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        match flush(&mut c, &self.tcp) {
+        match flush(&mut c, &self.sock) {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
             _ => Ok(n),
         }
@@ -238,7 +237,7 @@ impl TlsStream {
     // enough to inline into the hot read and write paths.
     #[inline(never)]
     pub(crate) fn try_flush(&self) -> io::Result<()> {
-        flush(&mut self.conn.borrow_mut(), &self.tcp)
+        flush(&mut self.conn.borrow_mut(), &self.sock)
     }
 
     // Out of line: the plain-TCP branch of `Stream`'s match stays small
@@ -254,7 +253,7 @@ impl TlsStream {
         if waiting {
             return Poll::Ready(Ok(()));
         }
-        self.tcp.poll_read_ready(cx)
+        self.sock.poll_read_ready(cx)
     }
 
     /// Sends close_notify (as much as the socket takes now), then shuts
@@ -262,8 +261,8 @@ impl TlsStream {
     pub(crate) fn shutdown_write(&self) {
         let mut c = self.conn.borrow_mut();
         c.send_close_notify();
-        let _ = flush(&mut c, &self.tcp);
-        let _ = rustix::net::shutdown(&self.tcp, rustix::net::Shutdown::Write);
+        let _ = flush(&mut c, &self.sock);
+        self.sock.shutdown_write();
     }
 
     /// Who the client's certificate names, when it sent one (the listener

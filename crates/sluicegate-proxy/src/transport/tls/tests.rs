@@ -17,7 +17,7 @@ use super::config::{default_provider, server_config, server_config_with_sessions
 use super::resolver::CertResolver;
 
 #[derive(Clone, Copy)]
-enum Alg {
+pub(crate) enum Alg {
     Ecdsa,
     Rsa,
 }
@@ -36,7 +36,7 @@ fn pem(label: &str, der: &[u8]) -> String {
 }
 
 /// A test CA that signs leaf certificates into a temporary directory.
-struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
     ca: Issuer<'static, KeyPair>,
     ca_pem: String,
@@ -45,7 +45,7 @@ struct Pki {
 }
 
 impl Pki {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -75,7 +75,7 @@ impl Pki {
 
     /// A leaf certificate for `names` (DNS names or IP addresses; the first
     /// is also the subject CN), written with its key.
-    fn leaf(&mut self, names: &[&str], alg: Alg, expired: bool) -> CertSpec {
+    pub(crate) fn leaf(&mut self, names: &[&str], alg: Alg, expired: bool) -> CertSpec {
         let key = match alg {
             Alg::Ecdsa => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
             Alg::Rsa => KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256),
@@ -99,7 +99,7 @@ impl Pki {
         }
     }
 
-    fn roots(&self) -> Arc<RootCertStore> {
+    pub(crate) fn roots(&self) -> Arc<RootCertStore> {
         let mut roots = RootCertStore::empty();
         roots.add(self.ca_der.clone()).unwrap();
         Arc::new(roots)
