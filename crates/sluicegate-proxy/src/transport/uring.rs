@@ -43,8 +43,14 @@ use tokio::io::unix::AsyncFd;
 /// Submission queue entries; the completion queue gets twice as many.
 const ENTRIES: u32 = 4096;
 /// Provided receive buffers per worker, and their size.
-const BUFS: u16 = 512;
-const BUF_SIZE: usize = 16 * 1024;
+/// Small buffers, many of them: one receive completion holds one buffer
+/// until its connection's task reads it, and at c1000 a turn's enter runs
+/// about as many receives as connections became ready, so the count is
+/// what runs out (512 of 16 KiB ran dry at c1000: half the receives fell
+/// back to `recv`). A request head or a small reply fits one; a larger
+/// read takes several completions, never a system call more.
+const BUFS: u16 = 2048;
+const BUF_SIZE: usize = 4 * 1024;
 /// The buffer group of the worker's receive buffers.
 const BGID: u16 = 0;
 /// A connection holding this many unread buffers has its receive
@@ -299,7 +305,8 @@ impl std::fmt::Debug for Ring {
 impl Ring {
     /// Sets up a ring with its receive buffers, registered with the
     /// current tokio runtime. Errors when the kernel refuses io_uring or a
-    /// feature used here (multishot receive needs Linux 6.0).
+    /// feature used here (multishot receive needs Linux 6.0, deferred
+    /// task work 6.1).
     pub(crate) fn new() -> io::Result<Rc<Ring>> {
         // Completions are posted only inside this thread's own enter
         // (`DEFER_TASKRUN`, which needs `SINGLE_ISSUER`): a receive's work
@@ -1200,14 +1207,14 @@ mod tests {
     fn running_out_of_buffers_delays_receives_and_loses_nothing() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         on_ring(|ring| async move {
-            // 100 connections each sent 400 KiB that nobody reads at
-            // first: held buffers stop at MAX_HELD a connection, and
-            // 100 x 8 > the 512 buffers of the ring, so some receives
-            // end on ENOBUFS. Read one after another, a starving one
-            // cannot wait for the buffers the later ones hold: it reads
-            // the socket itself on readiness until buffers come back.
-            const CONNS: usize = 100;
-            const EACH: usize = 400 << 10;
+            // More connections than the ring's buffers can serve MAX_HELD
+            // each, each sending far more than that, nobody reading at
+            // first: held buffers stop at MAX_HELD a connection, so some
+            // receives end on ENOBUFS. Read one after another, a starving
+            // one cannot wait for the buffers the later ones hold: it
+            // reads the socket itself on readiness until buffers come back.
+            const CONNS: usize = BUFS as usize / MAX_HELD + 20;
+            const EACH: usize = 4 * MAX_HELD * BUF_SIZE;
             let mut ours = Vec::new();
             let mut writers = Vec::new();
             for c in 0..CONNS {
