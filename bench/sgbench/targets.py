@@ -50,7 +50,7 @@ ALL_TARGETS = ("direct", "sluicegate", "sluicegate-log", "sluicegate-auth", "slu
                "sluicegate-trace0", "sluicegate-trace1", "sluicegate-trace100",
                "sluicegate-mirror", "sluicegate-split", "sluicegate-template",
                "sluicegate-cache", "nginx-cache", "varnish", "sluicegate-fauth",
-               "sluicegate-uring")
+               "sluicegate-uring", "sluicegate-tls-uring")
 # The caching targets (issue 33), which run in the cache scenarios (and
 # sluicegate-cache and nginx-cache in gzip) and only there: sluicegate-cache
 # is the sluicegate target with a store (`cache: { memory: 256MiB }`) and
@@ -73,7 +73,8 @@ SLOW_PATH = "/cache/slow/0"
 CACHE_BODY = b"x" * 1023 + b"\n"
 # sluicegate-uring (run only when named) is the sluicegate target with
 # `io_uring: true`: `--pair sluicegate,sluicegate-uring` gives what the
-# io_uring transport changes, and `--syscalls` its system calls per request.
+# io_uring transport changes, and `--syscalls` its system calls per request;
+# sluicegate-tls-uring (run only when named) is sluicegate-tls on io_uring.
 # sluicegate-fauth (run only when named) is the sluicegate target with the
 # route's `forward_auth` asking the upstream itself (GET /test.html, a 200)
 # with `cache: 60s`: every request after the first is allowed from the
@@ -122,13 +123,13 @@ DEFAULT_TARGETS = tuple(t for t in ALL_TARGETS
                                      "sluicegate-jwks",
                                      "sluicegate-mirror", "sluicegate-split",
                                      "sluicegate-template", "sluicegate-fauth",
-                                     "sluicegate-uring")
+                                     "sluicegate-uring", "sluicegate-tls-uring")
                         and t not in TRACE_TARGETS)
 # The targets terminating TLS: the TLS scenarios run these and only these,
 # the plain scenarios never do. The peers' TLS configs are the shared
 # templates haproxy-tls.cfg and nginx-proxy-tls.conf; sluicegate-tls is the
 # sluicegate target's config with a TLS listener.
-TLS_TARGETS = ("sluicegate-tls", "haproxy-tls", "nginx-tls")
+TLS_TARGETS = ("sluicegate-tls", "haproxy-tls", "nginx-tls", "sluicegate-tls-uring")
 # Targets with an access log: c64 only, like the other variants.
 LOG_TARGETS = ("sluicegate-log", "nginx-log")
 # The upstreams a scenario can put behind the proxies: `http1` is
@@ -145,8 +146,8 @@ LOG_TARGETS = ("sluicegate-log", "nginx-log")
 UPSTREAMS = ("http1", "h2c", "grpc", "slow")
 # The targets that can run in front of each upstream other than http1. nginx
 # cannot proxy plain HTTP to an HTTP/2 upstream (grpc_pass only speaks gRPC).
-UPSTREAM_TARGETS = {"h2c": ("sluicegate-tls", "haproxy-tls"),
-                    "grpc": ("sluicegate-tls", "haproxy-tls", "nginx-tls"),
+UPSTREAM_TARGETS = {"h2c": ("sluicegate-tls", "haproxy-tls", "sluicegate-tls-uring"),
+                    "grpc": ("sluicegate-tls", "haproxy-tls", "nginx-tls", "sluicegate-tls-uring"),
                     "slow": CACHE_TARGETS}
 NO_H2C_NOTE = ("nginx cannot proxy plain HTTP to an HTTP/2 upstream (only `grpc_pass` "
                "speaks HTTP/2 upstream), so it has no row here")
@@ -835,7 +836,7 @@ class Launcher:
             path = (SLOW_PATH if upstream == "slow" else CACHE_JSON_PATH if compress
                     else CACHE_PATH)
         tls = self.tls_files() if name in TLS_TARGETS else None
-        if name == "sluicegate-tls":
+        if name in ("sluicegate-tls", "sluicegate-tls-uring"):
             self.check_sluicegate_tls()
         if name in SLUICEGATE_TARGETS:
             d = self.reg.tmpdir(f"sgbench-{name}-")
@@ -879,7 +880,8 @@ class Launcher:
                                                  cache=name == "sluicegate-cache",
                                                  fauth=name == "sluicegate-fauth",
                                                  jwt=name == "sluicegate-jwks",
-                                                 io_uring=name == "sluicegate-uring"))
+                                                 io_uring=name in ("sluicegate-uring",
+                                                                   "sluicegate-tls-uring")))
             # The handover socket in the run's temp dir, removed with it.
             argv = [str(self.bin), "run", "--config", cfg, "--workers", "1",
                     "--handover-socket", os.path.join(d, "handover.sock")]
