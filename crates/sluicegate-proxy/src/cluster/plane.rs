@@ -129,17 +129,38 @@ struct KeyState {
 }
 
 impl KeyState {
-    fn new(now: Instant) -> KeyState {
+    /// A limit of the snapshot, first looked at: idle until asked (it
+    /// exists before any request, and gets its credit as idle ones do).
+    fn limit(now: Instant) -> KeyState {
+        KeyState::new(now, now - IDLE)
+    }
+
+    /// A key of a limit per key, first looked at: a request made it, so
+    /// it is in demand even when that request has not counted itself yet
+    /// (the plane may look between the table's insert and the count). As
+    /// idle, it would get a share of the burst on credit instead of its
+    /// one request, which Redis may never repay.
+    fn key(now: Instant) -> KeyState {
+        KeyState::new(now, now)
+    }
+
+    fn new(now: Instant, last_demand: Instant) -> KeyState {
         KeyState {
             demand: 0.0,
             counted: 0,
             since: now,
             visited: now,
-            last_demand: now - IDLE,
+            last_demand,
             rate_next: now,
             window: 0,
             quota_next: now,
         }
+    }
+
+    /// No demand for [`IDLE`]: what is held of Redis's goes back, and a
+    /// rate's share of the burst is granted on credit.
+    fn idle(&self, now: Instant) -> bool {
+        now.duration_since(self.last_demand) >= IDLE
     }
 }
 
@@ -510,7 +531,7 @@ async fn lease_all(
         }
         let ks = keys
             .entry(g.key.clone())
-            .or_insert_with(|| KeyState::new(now));
+            .or_insert_with(|| KeyState::limit(now));
         lease_one(conn, scripts, &g.key, state, &g.plan, ks, n, now).await?;
     }
     Ok(())
@@ -536,7 +557,7 @@ async fn lease_keyed(
         for (key, state) in found.iter() {
             let ks = kkeys
                 .entry((g.prefix.clone(), *key))
-                .or_insert_with(|| KeyState::new(now));
+                .or_insert_with(|| KeyState::key(now));
             let redis_key = g.redis_key(*key);
             lease_one(conn, scripts, &redis_key, state, &g.plan, ks, n, now).await?;
         }
@@ -574,7 +595,7 @@ async fn lease_one(
     let dt = now.duration_since(ks.visited).as_secs_f64().max(0.001);
     ks.visited = now;
     let demand = ks.demand.max(asked as f64 / dt);
-    let idle = now.duration_since(ks.last_demand) >= IDLE;
+    let idle = ks.idle(now);
     if let Some((interval, burst)) = plan.rate {
         let interval_us = interval as f64 / 1000.0;
         let level = lease.rate.load(Ordering::Relaxed);
@@ -670,4 +691,21 @@ async fn lease_one(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_key_is_in_demand_and_a_new_limit_idle() {
+        let now = Instant::now();
+        // The plane may find a key its first request has made but not yet
+        // counted: in demand, so one request of credit, not a burst's share.
+        assert!(!KeyState::key(now).idle(now));
+        assert!(!KeyState::key(now).idle(now + IDLE / 2));
+        assert!(KeyState::key(now).idle(now + IDLE));
+        // A limit of the snapshot no request has asked for is idle.
+        assert!(KeyState::limit(now).idle(now));
+    }
 }
