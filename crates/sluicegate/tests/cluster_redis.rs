@@ -83,6 +83,11 @@ fn spawn_node(redis: &str, plan: &str) -> Node {
 }
 
 impl Node {
+    /// Failed calls to Redis so far.
+    fn redis_errors(&self) -> Option<f64> {
+        self.metric("sluicegate_cluster_redis_errors_total")
+    }
+
     fn metric(&self, name: &str) -> Option<f64> {
         let body = http_get(("127.0.0.1", self.admin), "/metrics", &[]).body_str();
         body.lines()
@@ -377,12 +382,77 @@ routes:
     node
 }
 
+/// What voids a global rate's tight bound in one run on a busy machine,
+/// both documented: a key of one gateway not asked for as long as the
+/// plane's idle time (that gateway's share of the burst comes back on
+/// credit: "one burst after a pause"), or a Redis call that failed (the
+/// gateway falls back to its local share).
+struct Noise {
+    errors: Vec<Option<f64>>,
+    last: std::collections::HashMap<(usize, usize), Instant>,
+    longest: Duration,
+}
+
+/// A key's pause the plane may have taken for idle (its idle time is 1 s;
+/// it looks every 10 ms).
+const PAUSE: Duration = Duration::from_millis(800);
+
+impl Noise {
+    fn start(nodes: &[Node]) -> Noise {
+        Noise {
+            errors: nodes.iter().map(Node::redis_errors).collect(),
+            last: Default::default(),
+            longest: Duration::ZERO,
+        }
+    }
+
+    /// A request for `key` on `node` is about to be sent.
+    fn sending(&mut self, node: usize, key: usize) {
+        let now = Instant::now();
+        if let Some(t) = self.last.insert((node, key), now) {
+            self.longest = self.longest.max(now - t);
+        }
+    }
+
+    /// `Err` with the reason when the run was not quiet.
+    fn quiet(&self, nodes: &[Node]) -> Result<(), String> {
+        let errors: Vec<Option<f64>> = nodes.iter().map(Node::redis_errors).collect();
+        if errors != self.errors {
+            return Err(format!(
+                "redis calls failed: {:?} -> {errors:?}",
+                self.errors
+            ));
+        }
+        if self.longest >= PAUSE {
+            return Err(format!("a key paused {:?}", self.longest));
+        }
+        Ok(())
+    }
+}
+
+/// Makes `run` (a fresh Redis and fresh gateways each time) until one run
+/// is quiet ([`Noise`]), at most three times; its bounds are asserted on
+/// that run.
+fn until_quiet(mut run: impl FnMut() -> Result<(), String>) {
+    for n in 0..3 {
+        match run() {
+            Ok(()) => return,
+            Err(why) => eprintln!("run {n} not quiet, made again: {why}"),
+        }
+    }
+    panic!("no quiet run in three: the machine stalled or redis failed in each");
+}
+
 /// Two gateways, one limit per tenant header counted in Redis: each
 /// tenant gets about its 20 across both (a credit of one request per
 /// instance at most beyond), independently of the other tenant. And a
 /// global limit per client address.
 #[test]
 fn a_global_limit_per_header_on_two_gateways() {
+    until_quiet(global_limit_per_header);
+}
+
+fn global_limit_per_header() -> Result<(), String> {
     let redis = RedisServer::start();
     let routes =
         "  - name: ip\n    match: { path_prefix: /ip }\n    respond: { status: 200 }\n    \
@@ -397,11 +467,13 @@ fn a_global_limit_per_header_on_two_gateways() {
         .iter()
         .map(|n| KeepAliveClient::connect(("127.0.0.1", n.port)).unwrap())
         .collect();
+    let mut noise = Noise::start(&nodes);
     let mut ok = [0usize; 2];
     for i in 0..160 {
         let tenant = i % 2;
         let node = (i / 2) % 2;
         let t = ["acme", "globex"][tenant];
+        noise.sending(node, tenant);
         let r = clients[node]
             .request("GET", "/x", &[("X-Tenant", t)], b"")
             .unwrap();
@@ -412,23 +484,29 @@ fn a_global_limit_per_header_on_two_gateways() {
         }
         thread::sleep(Duration::from_millis(5));
     }
+    // Per client address, globally too: one client over both gateways.
+    let mut ip_ok = 0;
+    for i in 0..60 {
+        noise.sending(i % 2, 2);
+        let r = clients[i % 2].request("GET", "/ip", &[], b"").unwrap();
+        ip_ok += usize::from(r.status == 200);
+        thread::sleep(Duration::from_millis(10));
+    }
+    noise.quiet(&nodes)?;
     for (t, n) in ok.iter().enumerate() {
         assert!(
             (18..=22).contains(n),
             "tenant {t}: {n} admitted of 20 ({ok:?})"
         );
     }
+    assert!(
+        (5..=7).contains(&ip_ok),
+        "{ip_ok} admitted of 5 for one address"
+    );
     // One bucket per tenant in Redis, none per gateway.
     let buckets = redis.cli(&["--scan", "--pattern", "sg:{rk:t:header:x-tenant:*"]);
     assert_eq!(buckets.lines().count(), 2, "{buckets}");
-    // Per client address, globally too: one client over both gateways.
-    let mut ok = 0;
-    for i in 0..60 {
-        let r = clients[i % 2].request("GET", "/ip", &[], b"").unwrap();
-        ok += usize::from(r.status == 200);
-        thread::sleep(Duration::from_millis(10));
-    }
-    assert!((5..=7).contains(&ok), "{ok} admitted of 5 for one address");
+    Ok(())
 }
 
 /// Two gateways, one limit per tenant claim of the caller's JWT counted
@@ -437,6 +515,10 @@ fn a_global_limit_per_header_on_two_gateways() {
 /// the shared "absent" key.
 #[test]
 fn a_global_limit_per_claim_on_two_gateways() {
+    until_quiet(global_limit_per_claim);
+}
+
+fn global_limit_per_claim() -> Result<(), String> {
     use jsonwebtoken::{encode, EncodingKey, Header};
     const SECRET: &str = "claim-limit-secret-0123456789abcdef";
     let redis = RedisServer::start();
@@ -467,10 +549,12 @@ fn a_global_limit_per_claim_on_two_gateways() {
         .iter()
         .map(|n| KeepAliveClient::connect(("127.0.0.1", n.port)).unwrap())
         .collect();
+    let mut noise = Noise::start(&nodes);
     let mut ok = [0usize; 3];
     for i in 0..180 {
         let t = i % 3;
         let bearer = format!("Bearer {}", tokens[t]);
+        noise.sending((i / 3) % 2, t);
         let r = clients[(i / 3) % 2]
             .request("GET", "/x", &[("Authorization", &bearer)], b"")
             .unwrap();
@@ -481,6 +565,7 @@ fn a_global_limit_per_claim_on_two_gateways() {
         }
         thread::sleep(Duration::from_millis(5));
     }
+    noise.quiet(&nodes)?;
     for (t, n) in ok.iter().enumerate() {
         assert!(
             (18..=22).contains(n),
@@ -493,6 +578,7 @@ fn a_global_limit_per_claim_on_two_gateways() {
     // Without a token: refused by auth, never counted.
     let r = clients[0].request("GET", "/x", &[], b"").unwrap();
     assert_eq!(r.status, 401);
+    Ok(())
 }
 
 #[test]
