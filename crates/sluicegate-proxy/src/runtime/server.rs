@@ -75,31 +75,120 @@ enum Phase {
 /// Holds and resumes the gateway's accept loops (for an upgrade), from
 /// any thread. Never undoes a shutdown.
 #[derive(Debug, Clone)]
-pub struct AcceptSwitch(Arc<watch::Sender<Phase>>);
+pub struct AcceptSwitch {
+    phase: Arc<watch::Sender<Phase>>,
+    holds: Arc<Holds>,
+}
+
+/// How long [`AcceptSwitch::hold`] waits for the accept loops to take the
+/// hold in full.
+const HOLD_WAIT: Duration = Duration::from_secs(2);
 
 impl AcceptSwitch {
     /// Stops accepting until [`AcceptSwitch::resume`]; connections queue
     /// on the listening sockets meanwhile, none is refused. Requests on
-    /// connections already accepted go on.
+    /// connections already accepted go on. Returns once every accept loop
+    /// takes nothing more from the kernel (on io_uring, its multishot
+    /// accept is over and what it had accepted is being served), bounded
+    /// by [`HOLD_WAIT`]: a connection made after the call waits in the
+    /// queue, for the next process to take.
     pub fn hold(&self) {
-        self.0.send_if_modified(|p| {
+        self.phase.send_if_modified(|p| {
             let was = *p == Phase::Accept;
             if was {
                 *p = Phase::Hold;
             }
             was
         });
+        if !self.holds.wait_held(HOLD_WAIT) {
+            tracing::warn!(
+                waited_ms = HOLD_WAIT.as_millis() as u64,
+                "hold: some accept loop has not stopped accepting yet"
+            );
+        }
     }
 
     /// Accepting again after [`AcceptSwitch::hold`] (an upgrade failed).
     pub fn resume(&self) {
-        self.0.send_if_modified(|p| {
+        self.phase.send_if_modified(|p| {
             let was = *p == Phase::Hold;
             if was {
                 *p = Phase::Accept;
             }
             was
         });
+    }
+}
+
+/// The accept loops that run, and how many of them have taken the hold in
+/// full: what [`AcceptSwitch::hold`] waits on. Touched only when a loop
+/// starts, ends, holds or resumes; never per connection.
+#[derive(Debug, Default)]
+struct Holds {
+    count: std::sync::Mutex<HoldCount>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Debug, Default)]
+struct HoldCount {
+    loops: usize,
+    held: usize,
+}
+
+impl Holds {
+    fn count(&self) -> std::sync::MutexGuard<'_, HoldCount> {
+        self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `true` once every accept loop holds; `false` after `within`.
+    fn wait_held(&self, within: Duration) -> bool {
+        let count = self.count();
+        let (count, _) = self
+            .changed
+            .wait_timeout_while(count, within, |c| c.held < c.loops)
+            .unwrap_or_else(|e| e.into_inner());
+        count.held >= count.loops
+    }
+
+    /// One accept loop counted in (before its worker starts, so that a
+    /// hold waits for it too), counted out when the ticket goes.
+    fn ticket(self: &Arc<Holds>) -> HoldTicket {
+        self.count().loops += 1;
+        HoldTicket {
+            holds: self.clone(),
+            held: false,
+        }
+    }
+}
+
+/// An accept loop's place in [`Holds`].
+struct HoldTicket {
+    holds: Arc<Holds>,
+    held: bool,
+}
+
+impl HoldTicket {
+    /// This loop takes nothing more from the kernel (or again does).
+    fn set_held(&mut self, held: bool) {
+        if self.held != held {
+            self.held = held;
+            let mut c = self.holds.count();
+            if held {
+                c.held += 1;
+            } else {
+                c.held -= 1;
+            }
+            drop(c);
+            self.holds.changed.notify_all();
+        }
+    }
+}
+
+impl Drop for HoldTicket {
+    fn drop(&mut self) {
+        self.set_held(false);
+        self.holds.count().loops -= 1;
+        self.holds.changed.notify_all();
     }
 }
 
@@ -112,6 +201,8 @@ pub struct Gateway {
     handover: Vec<std::net::TcpListener>,
     /// Workers running on io_uring (their ring set up).
     rings: Arc<std::sync::atomic::AtomicUsize>,
+    /// The accept loops' holds.
+    holds: Arc<Holds>,
 }
 
 impl Gateway {
@@ -183,10 +274,13 @@ impl Gateway {
         let io_uring = uring::wanted(shared.snapshot.load().io_uring, env.as_deref());
         let mut threads = Vec::with_capacity(listeners.len());
         let rings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let holds = Arc::new(Holds::default());
         for (i, ls) in listeners.into_iter().enumerate() {
             let shared = shared.clone();
             let rx = rx.clone();
             let rings = rings.clone();
+            let ls: Vec<(Bound, HoldTicket)> =
+                ls.into_iter().map(|b| (b, holds.ticket())).collect();
             let t = std::thread::Builder::new()
                 .name(format!("sluicegate-worker-{i}"))
                 .spawn(move || run_worker(shared, ls, rx, io_uring, &rings))?;
@@ -198,6 +292,7 @@ impl Gateway {
             local_addrs,
             handover,
             rings,
+            holds,
         })
     }
 
@@ -217,7 +312,10 @@ impl Gateway {
 
     /// Holds and resumes accepting, for an upgrade.
     pub fn accept_switch(&self) -> AcceptSwitch {
-        AcceptSwitch(self.shutdown.clone())
+        AcceptSwitch {
+            phase: self.shutdown.clone(),
+            holds: self.holds.clone(),
+        }
     }
 
     /// Stops accepting, lets in-flight requests finish within the config's
@@ -257,7 +355,7 @@ fn ring_or_fallback(wanted: bool) -> Option<Rc<Ring>> {
 
 fn run_worker(
     shared: Arc<Shared>,
-    listeners: Vec<Bound>,
+    listeners: Vec<(Bound, HoldTicket)>,
     shutdown: watch::Receiver<Phase>,
     io_uring: bool,
     rings: &std::sync::atomic::AtomicUsize,
@@ -304,21 +402,18 @@ fn run_worker(
                     .await
             }
         });
-        for (key, l) in listeners {
+        for ((key, l), ticket) in listeners {
+            let w = worker.clone();
+            let sd = shutdown.clone();
             if let Some(r) = &ring {
-                tokio::task::spawn_local(accept_loop_uring(
-                    worker.clone(),
-                    l,
-                    key,
-                    shutdown.clone(),
-                    r.clone(),
-                ));
+                tokio::task::spawn_local(accept_loop_uring(w, l, key, sd, ticket, r.clone()));
                 continue;
             }
             match TcpListener::from_std(l) {
                 Ok(l) => {
-                    tokio::task::spawn_local(accept_loop(worker.clone(), l, key, shutdown.clone()));
+                    tokio::task::spawn_local(accept_loop(w, l, key, sd, ticket));
                 }
+                // Its ticket goes: a hold does not wait for it.
                 Err(e) => tracing::error!(error = %e, "cannot register listener"),
             }
         }
@@ -394,10 +489,12 @@ fn settings_of(worker: &Worker, key: SocketAddr) -> Arc<ListenerRt> {
         .unwrap_or_else(|| listener::plain(key))
 }
 
-/// Waits out a hold: `false` when the gateway stops instead.
-async fn held(shutdown: &mut watch::Receiver<Phase>) -> bool {
+/// Waits out a hold, counted as held meanwhile: `false` when the gateway
+/// stops instead.
+async fn held(shutdown: &mut watch::Receiver<Phase>, ticket: &mut HoldTicket) -> bool {
     loop {
         let phase = *shutdown.borrow_and_update();
+        ticket.set_held(phase == Phase::Hold);
         match phase {
             Phase::Accept => return true,
             Phase::Stop => return false,
@@ -420,6 +517,7 @@ async fn accept_loop_uring(
     listener: std::net::TcpListener,
     key: SocketAddr,
     mut shutdown: watch::Receiver<Phase>,
+    mut ticket: HoldTicket,
     ring: Rc<Ring>,
 ) {
     use std::os::fd::AsRawFd;
@@ -437,7 +535,7 @@ async fn accept_loop_uring(
                 Some(a) => a,
                 None => {
                     holding = false;
-                    if !held(&mut shutdown).await {
+                    if !held(&mut shutdown, &mut ticket).await {
                         return;
                     }
                     continue;
@@ -490,6 +588,7 @@ async fn accept_loop(
     listener: TcpListener,
     key: SocketAddr,
     mut shutdown: watch::Receiver<Phase>,
+    mut ticket: HoldTicket,
 ) {
     let mut settings = settings_of(&worker, key);
     loop {
@@ -498,7 +597,7 @@ async fn accept_loop(
             r = shutdown.changed() => {
                 if r.is_err() { return; }
                 // Held: wait for the next change without accepting.
-                if !held(&mut shutdown).await { return; }
+                if !held(&mut shutdown, &mut ticket).await { return; }
                 continue;
             }
             a = listener.accept() => a,
@@ -526,15 +625,15 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
 
-    #[test]
-    fn a_held_gateway_queues_connections_and_serves_them_once_resumed() {
-        let cfg = sluicegate_config::parse(
-            "listen: [\"127.0.0.1:0\"]\nroutes:\n  - { name: r, match: { path: / }, respond: { status: 200, body: hi } }\n",
-        )
-        .unwrap();
-        let shared = Shared::new(&cfg).unwrap();
-        let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 1).unwrap();
+    /// A connection made once `hold` has returned waits in the queue,
+    /// unanswered, until `resume`, on either transport: the hold has
+    /// taken effect by then (on io_uring, the multishot accept is over).
+    fn held_gateway_queues_connections(io_uring: bool) {
+        let shared = Shared::new(&respond_config(io_uring)).unwrap();
+        let gw = Gateway::start(shared, &["127.0.0.1:0".parse().unwrap()], 2).unwrap();
         let addr = gw.local_addrs[0];
+        // Serving (a hold waits for a worker that has not started, too).
+        served(addr);
         let get = |c: &mut std::net::TcpStream| {
             c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 .unwrap();
@@ -542,30 +641,50 @@ mod tests {
             c.read_to_string(&mut out).map(|_| out)
         };
         let switch = gw.accept_switch();
-        switch.hold();
-        std::thread::sleep(Duration::from_millis(50));
-        // Connected (the kernel queues it), but not accepted: no answer.
-        let mut c = std::net::TcpStream::connect(addr).unwrap();
-        c.set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        let e = get(&mut c).unwrap_err();
-        assert!(
-            matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ),
-            "{e}"
-        );
-        switch.resume();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut out = String::new();
-        c.read_to_string(&mut out).unwrap();
-        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-        // A shutdown is never undone.
+        for round in 0..2 {
+            switch.hold();
+            // Connected at once (the kernel queues it), but not accepted.
+            let mut conns: Vec<_> = (0..4)
+                .map(|_| std::net::TcpStream::connect(addr).unwrap())
+                .collect();
+            for c in &mut conns {
+                c.set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
+                let e = get(c).unwrap_err();
+                assert!(
+                    matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ),
+                    "round {round}: {e}"
+                );
+            }
+            switch.resume();
+            for c in &mut conns {
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut out = String::new();
+                c.read_to_string(&mut out).unwrap();
+                assert!(out.starts_with("HTTP/1.1 200"), "round {round}: {out}");
+            }
+        }
+        // A shutdown is never undone; a hold after it does not wait.
         switch.hold();
         switch.resume();
         gw.shutdown();
+        let t = Instant::now();
+        switch.hold();
+        assert!(t.elapsed() < HOLD_WAIT);
         switch.resume();
+    }
+
+    #[test]
+    fn a_held_gateway_queues_connections_and_serves_them_once_resumed() {
+        held_gateway_queues_connections(false);
+    }
+
+    #[test]
+    fn a_held_io_uring_gateway_queues_connections_and_serves_them_once_resumed() {
+        held_gateway_queues_connections(true);
     }
 
     fn respond_config(io_uring: bool) -> sluicegate_config::Config {
