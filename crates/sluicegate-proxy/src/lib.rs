@@ -40,7 +40,8 @@ pub mod fuzzing;
 
 pub use apps::{AppChange, DeltaError};
 pub use proto::response::reason;
-pub use runtime::server::{AcceptSwitch, Gateway};
+pub use runtime::accept::AcceptSwitch;
+pub use runtime::server::Gateway;
 pub use snapshot::cache_admin;
 pub use snapshot::carry::{
     Exported as StateExported, Imported as StateImported, MAX_BYTES as STATE_MAX_BYTES,

@@ -1,4 +1,5 @@
-//! Worker threads: listeners, the accept loop and the server that starts
+//! Worker threads: listeners, the accept loops and the server that starts
 //! and stops them. What a worker holds is in `worker/`.
 
+pub(crate) mod accept;
 pub(crate) mod server;
