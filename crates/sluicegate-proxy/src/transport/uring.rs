@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -42,17 +42,6 @@ use tokio::io::unix::AsyncFd;
 
 /// Submission queue entries; the completion queue gets twice as many.
 const ENTRIES: u32 = 4096;
-/// Provided receive buffers per worker, and their size.
-/// Small buffers, many of them: one receive completion holds one buffer
-/// until its connection's task reads it, and at c1000 a turn's enter runs
-/// about as many receives as connections became ready, so the count is
-/// what runs out (512 of 16 KiB ran dry at c1000: half the receives fell
-/// back to `recv`). A request head or a small reply fits one; a larger
-/// read takes several completions, never a system call more.
-const BUFS: u16 = 2048;
-const BUF_SIZE: usize = 4 * 1024;
-/// The buffer group of the worker's receive buffers.
-const BGID: u16 = 0;
 /// A connection holding this many unread buffers has its receive
 /// cancelled until its reader catches up, so that one slow reader cannot
 /// take every buffer of the worker.
@@ -131,77 +120,6 @@ pub(crate) fn turn() {
     });
 }
 
-/// The receive buffers: a page-aligned ring of entries the kernel takes
-/// from, and the memory they point into.
-struct BufRing {
-    entries: *mut types::BufRingEntry,
-    layout: std::alloc::Layout,
-    mem: Box<[u8]>,
-    tail: Cell<u16>,
-}
-
-impl BufRing {
-    fn new() -> io::Result<BufRing> {
-        let layout = std::alloc::Layout::from_size_align(
-            BUFS as usize * std::mem::size_of::<types::BufRingEntry>(),
-            4096,
-        )
-        .map_err(io::Error::other)?;
-        // SAFETY: the layout has a non-zero size.
-        let entries = unsafe { std::alloc::alloc_zeroed(layout) } as *mut types::BufRingEntry;
-        if entries.is_null() {
-            return Err(io::ErrorKind::OutOfMemory.into());
-        }
-        let ring = BufRing {
-            entries,
-            layout,
-            mem: vec![0u8; BUFS as usize * BUF_SIZE].into_boxed_slice(),
-            tail: Cell::new(0),
-        };
-        for bid in 0..BUFS {
-            ring.put(bid);
-        }
-        ring.publish();
-        Ok(ring)
-    }
-
-    /// Hands buffer `bid` back to the kernel (seen at the next
-    /// [`BufRing::publish`]).
-    fn put(&self, bid: u16) {
-        let tail = self.tail.get();
-        let i = (tail & (BUFS - 1)) as usize;
-        // SAFETY: `i` is within the ring; the kernel reads only entries
-        // up to the published tail, and this one is past it.
-        let e = unsafe { &mut *self.entries.add(i) };
-        e.set_addr(self.buf(bid).as_ptr() as u64);
-        e.set_len(BUF_SIZE as u32);
-        e.set_bid(bid);
-        self.tail.set(tail.wrapping_add(1));
-    }
-
-    fn publish(&self) {
-        // SAFETY: the tail field of the ring's first entry, shared with
-        // the kernel: written atomically with release ordering so that it
-        // sees the entries written before.
-        unsafe {
-            let t = types::BufRingEntry::tail(self.entries) as *const AtomicU16;
-            (*t).store(self.tail.get(), Ordering::Release);
-        }
-    }
-
-    fn buf(&self, bid: u16) -> &[u8] {
-        let start = bid as usize * BUF_SIZE;
-        &self.mem[start..start + BUF_SIZE]
-    }
-}
-
-impl Drop for BufRing {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.entries as *mut u8, self.layout) };
-    }
-}
-
 /// Where the receive of a connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Recv {
@@ -255,14 +173,6 @@ struct ConnInner {
 struct ConnState {
     fd: OwnedFd,
     inner: RefCell<ConnInner>,
-}
-
-struct AcceptState {
-    fd: RawFd,
-    queue: RefCell<VecDeque<io::Result<OwnedFd>>>,
-    armed: Cell<Recv>,
-    waker: RefCell<Option<Waker>>,
-    held: Cell<bool>,
 }
 
 enum Entry {
@@ -916,102 +826,13 @@ impl Drop for UringTcp {
     }
 }
 
-/// A listening socket accepting by multishot accept on the worker's ring.
-pub(crate) struct Acceptor {
-    ring: Rc<Ring>,
-    state: Rc<AcceptState>,
-    slot: usize,
-}
-
-impl Acceptor {
-    /// `listener` must outlive the acceptor (the caller keeps it).
-    pub(crate) fn new(ring: Rc<Ring>, listener: RawFd) -> Acceptor {
-        let state = Rc::new(AcceptState {
-            fd: listener,
-            queue: RefCell::new(VecDeque::new()),
-            armed: Cell::new(Recv::Idle),
-            waker: RefCell::new(None),
-            held: Cell::new(false),
-        });
-        let slot = ring
-            .entries
-            .borrow_mut()
-            .insert(Entry::Accept(state.clone()));
-        Acceptor { ring, state, slot }
-    }
-
-    /// The next accepted socket.
-    pub(crate) fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<OwnedFd>> {
-        if let Some(r) = self.state.queue.borrow_mut().pop_front() {
-            return Poll::Ready(r);
-        }
-        self.state.held.set(false);
-        if self.state.armed.get() == Recv::Idle {
-            self.state.armed.set(Recv::Armed);
-            self.ring.push(
-                opcode::AcceptMulti::new(types::Fd(self.state.fd))
-                    // Non-blocking, for the sockets handed to the epoll
-                    // path (TLS, PROXY header).
-                    .flags(
-                        (rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK)
-                            .bits() as i32,
-                    )
-                    .build()
-                    .user_data(user_data(self.slot, OP_ACCEPT)),
-            );
-        }
-        *self.state.waker.borrow_mut() = Some(cx.waker().clone());
-        Poll::Pending
-    }
-
-    /// Stops accepting (connections wait in the listen queue) until the
-    /// next [`Acceptor::poll_accept`]. The kernel may still have accepted
-    /// some before the cancel took effect: [`Acceptor::poll_held`] hands
-    /// them out, and the caller must serve them, since they are no longer
-    /// in the listen queue for another process to take.
-    pub(crate) fn hold(&self) {
-        if self.state.held.replace(true) {
-            return;
-        }
-        if self.state.armed.get() == Recv::Armed {
-            self.state.armed.set(Recv::Cancelling);
-            self.ring.push(
-                opcode::AsyncCancel::new(user_data(self.slot, OP_ACCEPT))
-                    .build()
-                    .user_data(user_data(self.slot, OP_IGNORE)),
-            );
-            self.ring.turn();
-        }
-    }
-}
-
-impl Acceptor {
-    /// After [`Acceptor::hold`]: the connections accepted before the hold
-    /// took effect (taken in already, or posted by the kernel until the
-    /// multishot accept's last completion), one at a time; `None` once
-    /// that accept is over and none is left, so every other connection
-    /// waits in the listen queue.
-    pub(crate) fn poll_held(&self, cx: &mut Context<'_>) -> Poll<Option<io::Result<OwnedFd>>> {
-        if let Some(r) = self.state.queue.borrow_mut().pop_front() {
-            return Poll::Ready(Some(r));
-        }
-        if self.state.armed.get() == Recv::Idle {
-            return Poll::Ready(None);
-        }
-        // The accept's last completion wakes us (taken in at a turn).
-        *self.state.waker.borrow_mut() = Some(cx.waker().clone());
-        Poll::Pending
-    }
-}
-
-impl Drop for Acceptor {
-    fn drop(&mut self) {
-        self.hold();
-        // The accept's last completion may still come: the slot stays
-        // until the ring goes (a listener per worker, no reuse).
-        self.state.waker.borrow_mut().take();
-    }
-}
-
+mod accept;
+mod bufs;
 #[cfg(test)]
 mod tests;
+
+use accept::AcceptState;
+pub(crate) use accept::Acceptor;
+#[cfg(test)]
+use bufs::BUF_SIZE;
+use bufs::{BufRing, BGID, BUFS};
