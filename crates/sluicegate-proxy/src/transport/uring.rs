@@ -175,6 +175,15 @@ struct ConnState {
     inner: RefCell<ConnInner>,
 }
 
+/// What the ring and an [`Acceptor`] share of one listener.
+struct AcceptState {
+    fd: RawFd,
+    queue: RefCell<VecDeque<io::Result<OwnedFd>>>,
+    armed: Cell<Recv>,
+    waker: RefCell<Option<Waker>>,
+    held: Cell<bool>,
+}
+
 enum Entry {
     Conn(Rc<ConnState>),
     Accept(Rc<AcceptState>),
@@ -831,7 +840,6 @@ mod bufs;
 #[cfg(test)]
 mod tests;
 
-use accept::AcceptState;
 pub(crate) use accept::Acceptor;
 #[cfg(test)]
 use bufs::BUF_SIZE;

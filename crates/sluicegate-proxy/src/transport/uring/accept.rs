@@ -7,20 +7,11 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use io_uring::{opcode, types};
 
-use super::{user_data, Entry, Recv, Ring, OP_ACCEPT, OP_IGNORE};
-
-/// What the ring and an [`Acceptor`] share of one listener.
-pub(super) struct AcceptState {
-    pub(super) fd: RawFd,
-    pub(super) queue: RefCell<VecDeque<io::Result<OwnedFd>>>,
-    pub(super) armed: Cell<Recv>,
-    pub(super) waker: RefCell<Option<Waker>>,
-    pub(super) held: Cell<bool>,
-}
+use super::{user_data, AcceptState, Entry, Recv, Ring, OP_ACCEPT, OP_IGNORE};
 
 /// A listening socket accepting by multishot accept on the worker's ring.
 pub(crate) struct Acceptor {
