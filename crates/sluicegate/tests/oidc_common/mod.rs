@@ -10,6 +10,9 @@ use std::process::{Child, Command, Stdio};
 use serde_json::{json, Value};
 use sluicegate_testkit::{http_get, http_request};
 
+/// How long the provider may take to say it listens.
+const STARTUP: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The provider, killed when dropped.
 pub struct Idp {
     child: Child,
@@ -47,22 +50,46 @@ impl Idp {
             out.status.success()
         });
         assert!(installed, "scripts/test-npm failed");
-        let mut child = Command::new("node")
-            .arg(root.join("tools/oidc-provider.mjs"))
-            .arg(root.join("target/npm/node_modules"))
-            .args(tls)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start node");
-        let mut line = String::new();
-        let mut r = BufReader::new(child.stdout.take().unwrap());
-        // Bounded: node prints the line or exits (EOF).
-        r.read_line(&mut line).unwrap();
+        // Node prints the line once ready, or exits (EOF). Bounded: node
+        // has been seen to hang at start-up (every thread waiting, nothing
+        // listening), so one silent for STARTUP is killed and started again.
+        let (mut child, line) = (0..3)
+            .find_map(|attempt| {
+                let mut child = Command::new("node")
+                    .arg(root.join("tools/oidc-provider.mjs"))
+                    .arg(root.join("target/npm/node_modules"))
+                    .args(tls)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start node");
+                let out = child.stdout.take().unwrap();
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let mut line = String::new();
+                    let _ = BufReader::new(out).read_line(&mut line);
+                    let _ = tx.send(line);
+                });
+                match rx.recv_timeout(STARTUP) {
+                    Ok(line) => Some((child, line)),
+                    Err(_) => {
+                        eprintln!(
+                            "provider silent for {STARTUP:?} (attempt {attempt}): started again"
+                        );
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        None
+                    }
+                }
+            })
+            .expect("the provider started in none of three attempts");
         let ports: Vec<u16> = line
             .trim()
             .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("provider said {line:?}"))
+            .unwrap_or_else(|| {
+                let _ = child.kill();
+                panic!("provider said {line:?}")
+            })
             .split(' ')
             .map(|p| p.parse().unwrap())
             .collect();
