@@ -11,6 +11,8 @@
 //! lease empty before the quota is known to be spent waits for the plane
 //! ([`quota_wait`], at most [`QUOTA_WAIT`]).
 
+mod conn;
+mod leasing;
 mod plane;
 mod scripts;
 
