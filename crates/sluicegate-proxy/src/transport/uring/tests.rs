@@ -4,6 +4,7 @@
 use super::*;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::task::Poll;
 use std::time::Duration;
 
 /// A non-blocking loopback listener whose backlog holds `n` connects
