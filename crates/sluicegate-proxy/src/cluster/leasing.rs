@@ -95,27 +95,27 @@ pub(super) fn grant_credit(lease: &Lease, burst: u64, n: u64) {
 /// share of the quota while much is left, shrinking with what is left in
 /// Redis (`left`) down to one unit per call near the end, so that units
 /// do not sit in one instance while another refuses.
-pub(super) fn quota_cap(limit: u64, left: u64, n: u64) -> i64 {
+fn quota_cap(limit: u64, left: u64, n: u64) -> i64 {
     kept(limit, left, n).max(1)
 }
 
 /// The quota units an idle instance keeps (units of Redis's, so the quota
 /// stays exact; the first requests after a pause need not wait): none
 /// near the end, where they go back for the busy instances to use.
-pub(super) fn kept(limit: u64, left: u64, n: u64) -> i64 {
+fn kept(limit: u64, left: u64, n: u64) -> i64 {
     (limit / (10 * n)).min(left / (4 * n)) as i64
 }
 
 /// What is left of a quota in Redis as last seen (all of it when not
 /// known).
-pub(super) fn left_of(lease: &Lease, limit: u64) -> u64 {
+fn left_of(lease: &Lease, limit: u64) -> u64 {
     lease.seen_any().unwrap_or(limit)
 }
 
 /// Nothing to do for a limit (most limits, most of the time): nothing
 /// asked, nothing held of Redis's but a quota's small reserve, a rate's
 /// credit granted; no lookup, no clock.
-pub(super) fn at_rest(lease: &Lease, plan: &PlanRt, n: u64) -> bool {
+fn at_rest(lease: &Lease, plan: &PlanRt, n: u64) -> bool {
     let owed = lease.owed.load(Ordering::Relaxed);
     let rate_rest = plan.rate.is_none() || (owed > 0 && lease.rate.load(Ordering::Relaxed) <= owed);
     let kept = plan.quota.map_or(0, |(l, _)| kept(l, left_of(lease, l), n));
