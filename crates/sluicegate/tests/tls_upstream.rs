@@ -233,6 +233,13 @@ fn a_client_certificate_is_presented_to_an_upstream_that_requires_one() {
             nginx.logs()
         ),
     );
+    // nginx writes its access line after the answer: give it a moment.
+    wait_until(Duration::from_secs(5), || {
+        let lines = nginx.access();
+        ["/withcert/x", "/nocert/x"]
+            .iter()
+            .all(|u| lines.iter().any(|l| l.uri == *u))
+    });
     let lines = nginx.access();
     let with = lines
         .iter()
